@@ -1,0 +1,124 @@
+package comm
+
+import "context"
+
+// Communicator is a group of ranks that run collectives together.
+//
+// Every rank must start the same collectives in the same order (Send and Recv
+// are matched by peer and tag instead). A call whose arguments other ranks
+// disagree with ends on every rank with a *MismatchError; a deadline or
+// cancel of ctx on any rank ends the collective on every rank with an error;
+// a peer that dies makes every later call fail with ErrAborted. Arguments
+// that are wrong on their own (lengths, roots, dtypes) are an *ArgError on
+// the rank that made them, and the others are told, so no one waits forever.
+//
+// Methods may be called from several goroutines; the order in which
+// collectives are started is their order on the communicator, so concurrent
+// callers must agree on that order themselves (as with NCCL streams).
+type Communicator interface {
+	// Rank is this process's index in [0, Size).
+	Rank() int
+	// Size is the number of ranks.
+	Size() int
+
+	// Start begins the operation c and returns at once; the sequence number
+	// of a collective is fixed by the order of Start calls. ctx bounds the
+	// whole operation, not just the call to Start.
+	Start(ctx context.Context, c Call) *Work
+
+	// The blocking forms; each is Start(ctx, Call{...}).Wait(). See Call for
+	// the buffer layout of each.
+	AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error
+	Broadcast(ctx context.Context, buf Buffer, root int) error
+	Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error
+	AllGather(ctx context.Context, send, recv Buffer) error
+	ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error
+	AllToAll(ctx context.Context, send, recv Buffer) error
+	AllToAllV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error
+	Gather(ctx context.Context, send, recv Buffer, root int) error
+	Scatter(ctx context.Context, send, recv Buffer, root int) error
+	Scan(ctx context.Context, send, recv Buffer, op ReduceOp) error
+	ExScan(ctx context.Context, send, recv Buffer, op ReduceOp) error
+	Send(ctx context.Context, buf Buffer, peer, tag int) error
+	Recv(ctx context.Context, buf Buffer, peer, tag int) error
+	Barrier(ctx context.Context) error
+
+	// Split is a collective that partitions the ranks by color; within a
+	// color, ranks are ordered by key, then by their rank here. A rank that
+	// passes NoColor takes part but gets (nil, nil). The new communicator has
+	// its own sequence space and never cross-talks with this one or its
+	// siblings; it can do everything this one can.
+	Split(ctx context.Context, color, key int) (Communicator, error)
+
+	// Close releases this rank's resources. Operations in flight fail with
+	// ErrClosed; later calls fail fast with ErrClosed.
+	Close() error
+}
+
+// NoColor is the Split color of a rank that wants no new communicator.
+const NoColor = -1
+
+// Starter is the one method from which Blocking derives the blocking calls.
+type Starter interface {
+	Start(ctx context.Context, c Call) *Work
+}
+
+// Blocking implements the blocking methods of Communicator as Start + Wait.
+// An implementation embeds it, with S set to itself, and writes Start.
+type Blocking struct{ S Starter }
+
+func (b Blocking) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return b.S.Start(ctx, Call{Kind: KindAllReduce, Send: send, Recv: recv, Op: op}).Wait()
+}
+
+func (b Blocking) Broadcast(ctx context.Context, buf Buffer, root int) error {
+	return b.S.Start(ctx, Call{Kind: KindBroadcast, Send: buf, Recv: buf, Root: root}).Wait()
+}
+
+func (b Blocking) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
+	return b.S.Start(ctx, Call{Kind: KindReduce, Send: send, Recv: recv, Op: op, Root: root}).Wait()
+}
+
+func (b Blocking) AllGather(ctx context.Context, send, recv Buffer) error {
+	return b.S.Start(ctx, Call{Kind: KindAllGather, Send: send, Recv: recv}).Wait()
+}
+
+func (b Blocking) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return b.S.Start(ctx, Call{Kind: KindReduceScatter, Send: send, Recv: recv, Op: op}).Wait()
+}
+
+func (b Blocking) AllToAll(ctx context.Context, send, recv Buffer) error {
+	return b.S.Start(ctx, Call{Kind: KindAllToAll, Send: send, Recv: recv}).Wait()
+}
+
+func (b Blocking) AllToAllV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
+	return b.S.Start(ctx, Call{Kind: KindAllToAllV, Send: send, Recv: recv, SendCounts: sendCounts, RecvCounts: recvCounts}).Wait()
+}
+
+func (b Blocking) Gather(ctx context.Context, send, recv Buffer, root int) error {
+	return b.S.Start(ctx, Call{Kind: KindGather, Send: send, Recv: recv, Root: root}).Wait()
+}
+
+func (b Blocking) Scatter(ctx context.Context, send, recv Buffer, root int) error {
+	return b.S.Start(ctx, Call{Kind: KindScatter, Send: send, Recv: recv, Root: root}).Wait()
+}
+
+func (b Blocking) Scan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return b.S.Start(ctx, Call{Kind: KindScan, Send: send, Recv: recv, Op: op}).Wait()
+}
+
+func (b Blocking) ExScan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return b.S.Start(ctx, Call{Kind: KindExScan, Send: send, Recv: recv, Op: op}).Wait()
+}
+
+func (b Blocking) Send(ctx context.Context, buf Buffer, peer, tag int) error {
+	return b.S.Start(ctx, Call{Kind: KindSend, Send: buf, Peer: peer, Tag: tag}).Wait()
+}
+
+func (b Blocking) Recv(ctx context.Context, buf Buffer, peer, tag int) error {
+	return b.S.Start(ctx, Call{Kind: KindRecv, Recv: buf, Peer: peer, Tag: tag}).Wait()
+}
+
+func (b Blocking) Barrier(ctx context.Context) error {
+	return b.S.Start(ctx, Call{Kind: KindBarrier}).Wait()
+}

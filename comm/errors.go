@@ -1,0 +1,152 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Sentinels, for errors.Is. Every error a Communicator returns wraps one of
+// them, usually inside an *OpError that says which rank, collective and peer.
+var (
+	// ErrAborted: the communicator was aborted by an earlier failure (a peer
+	// died, a connection broke); every later call fails fast with it and the
+	// original cause.
+	ErrAborted = errors.New("communicator aborted")
+	// ErrClosed: Close was called on this rank.
+	ErrClosed = errors.New("communicator closed")
+	// ErrTimeout: a deadline passed, on this rank or on a peer.
+	ErrTimeout = errors.New("timed out")
+	// ErrCanceled: a context was canceled, on this rank or on a peer.
+	ErrCanceled = errors.New("canceled")
+	// ErrMismatch: ranks called different collectives at the same sequence
+	// number, or the same one with different arguments (*MismatchError).
+	ErrMismatch = errors.New("mismatched collective")
+	// ErrInvalidArgument: an argument is wrong on its own (*ArgError).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrPeerFailed: a peer's process or connection failed (*PeerError).
+	ErrPeerFailed = errors.New("peer failed")
+	// ErrPeerAbandoned: a peer ended the collective on its side: its context
+	// ended or it rejected its own arguments (*RemoteError).
+	ErrPeerAbandoned = errors.New("peer abandoned the collective")
+)
+
+// OpError is the error of one operation: who returned it, doing what, with
+// which peer, and why.
+type OpError struct {
+	Rank int    // the rank that returns the error
+	Peer int    // the peer involved, or -1 when none in particular
+	Kind Kind   // the operation
+	Seq  uint64 // its sequence number on the communicator (1-based; 0 for Send and Recv)
+	Comm string // the communicator's name, e.g. "world" or "world/split(color 1)"
+	Err  error  // the cause
+}
+
+func (e *OpError) Error() string {
+	s := fmt.Sprintf("rank %d: %v", e.Rank, e.Kind)
+	if e.Seq != 0 {
+		s += fmt.Sprintf(" #%d", e.Seq)
+	}
+	if e.Comm != "" {
+		s += " on " + e.Comm
+	}
+	if e.Peer >= 0 {
+		s += fmt.Sprintf(" (peer %d)", e.Peer)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// ArgError is an argument that is wrong on its own. It is returned on the
+// rank that passed it; the other ranks of the collective get a *RemoteError.
+type ArgError struct {
+	Kind    Kind   // the operation
+	Arg     string // the argument: "recv", "root", "sendCounts[2]", …
+	Problem string // what is wrong with it, and what was expected
+}
+
+func (e *ArgError) Error() string {
+	return fmt.Sprintf("%v: invalid %s: %s", e.Kind, e.Arg, e.Problem)
+}
+
+func (e *ArgError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// MismatchError says that this rank and Peer disagree on collective Seq.
+type MismatchError struct {
+	Peer   int
+	Seq    uint64
+	Local  Signature // what this rank called
+	Remote Signature // what Peer called; Kind 0 when Peer's call is unknown
+}
+
+func (e *MismatchError) Error() string {
+	remote := e.Remote.String()
+	if e.Remote.Kind == 0 {
+		remote = "something else"
+	}
+	return fmt.Sprintf("mismatched collective #%d: this rank called %v, rank %d called %s; every rank must start the same collectives in the same order with the same counts, dtypes, ops and roots",
+		e.Seq, e.Local, e.Peer, remote)
+}
+
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// PeerError is the failure of a peer's process or of the connection to it.
+type PeerError struct {
+	Peer int
+	Addr string // the peer's address, when known
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	who := fmt.Sprintf("rank %d", e.Peer)
+	if e.Addr != "" {
+		who += " (" + e.Addr + ")"
+	}
+	return fmt.Sprintf("%s failed: %v; check that process's log", who, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
+
+func (e *PeerError) Is(target error) bool { return target == ErrPeerFailed }
+
+// RemoteError is a peer's report that it ended the collective on its side.
+type RemoteError struct {
+	Peer   int
+	Reason string // the peer's own error, as text
+	// Timeout and Canceled say whether the peer's context ended, so that
+	// errors.Is(err, ErrTimeout) holds on every rank of a timed-out collective.
+	Timeout, Canceled bool
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("rank %d ended the collective on its side: %s", e.Peer, e.Reason)
+}
+
+func (e *RemoteError) Is(target error) bool {
+	return target == ErrPeerAbandoned || (e.Timeout && target == ErrTimeout) || (e.Canceled && target == ErrCanceled)
+}
+
+// AbortedError is the error of every call on a communicator that an earlier
+// failure aborted; Cause is that failure.
+type AbortedError struct{ Cause error }
+
+func (e *AbortedError) Error() string {
+	return fmt.Sprintf("communicator aborted by an earlier failure: %v", e.Cause)
+}
+
+func (e *AbortedError) Unwrap() []error { return []error{ErrAborted, e.Cause} }
+
+// ContextError turns the end of a context into an error that wraps both the
+// context's error and ErrTimeout or ErrCanceled.
+func ContextError(err error) error {
+	switch {
+	case errors.Is(err, ErrTimeout), errors.Is(err, ErrCanceled):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %w", ErrCanceled, err)
+	}
+	return err
+}

@@ -1,0 +1,177 @@
+package comm
+
+import "fmt"
+
+// Validate checks c on its own, on a communicator of the given rank and
+// size, and returns an *ArgError naming the first wrong argument. Every
+// implementation calls it before a collective touches the network, so bad
+// input is reported the same way everywhere. What only the other ranks can
+// check (that they agree) is the job of the Signature.
+func Validate(c Call, rank, size int) error {
+	bad := func(arg, format string, a ...any) error {
+		return &ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
+	}
+	if c.Kind == 0 || c.Kind > KindRecv || c.Kind == KindSplit {
+		return bad("kind", "%v is not an operation Start can run", c.Kind)
+	}
+	if c.Kind.Rooted() && (c.Root < 0 || c.Root >= size) {
+		return bad("root", "%d is out of range [0, %d)", c.Root, size)
+	}
+	isRoot := c.Kind.Rooted() && c.Root == rank
+	// Which buffers this rank uses; the others are ignored and may be zero.
+	useSend, useRecv := true, true
+	switch c.Kind {
+	case KindBarrier:
+		useSend, useRecv = false, false
+	case KindSend:
+		useRecv = false
+	case KindRecv:
+		useSend = false
+	case KindReduce, KindGather:
+		useRecv = isRoot
+	case KindScatter:
+		useSend = isRoot
+	}
+	for _, b := range []struct {
+		name string
+		use  bool
+		buf  Buffer
+	}{{"send", useSend, c.Send}, {"recv", useRecv, c.Recv}} {
+		if b.use && !b.buf.DType().Valid() {
+			if b.buf.IsZero() {
+				return bad(b.name, "buffer is missing")
+			}
+			return bad(b.name, "dtype %v is not valid", b.buf.DType())
+		}
+		if b.use && b.buf.Len() < 0 {
+			return bad(b.name, "negative length %d", b.buf.Len())
+		}
+	}
+	if useSend && useRecv && c.Send.DType() != c.Recv.DType() {
+		return bad("recv", "dtype %v differs from send's %v", c.Recv.DType(), c.Send.DType())
+	}
+	if c.Kind.Reduces() {
+		dt := c.Send.DType()
+		if !useSend {
+			dt = c.Recv.DType()
+		}
+		if err := CanReduce(dt, c.Op); err != nil {
+			return bad("op", "%v", err)
+		}
+		if (c.Kind == KindScan || c.Kind == KindExScan) && c.Op == Avg {
+			return bad("op", "avg is not defined for %v (a prefix has no single divisor); use sum", c.Kind)
+		}
+	}
+	ns, nr := c.Send.Len(), c.Recv.Len()
+	lenIs := func(arg string, got, want int, what string) error {
+		if got != want {
+			return bad(arg, "has %d elements, want %s = %d", got, what, want)
+		}
+		return nil
+	}
+	var err error
+	switch c.Kind {
+	case KindAllReduce, KindScan, KindExScan:
+		err = lenIs("recv", nr, ns, "len(send)")
+	case KindBroadcast:
+		if !SameMemory(c.Send, c.Recv) {
+			err = bad("buf", "Broadcast works in place: Send and Recv must be the same buffer")
+		}
+	case KindReduce:
+		if isRoot {
+			err = lenIs("recv", nr, ns, "len(send) at the root")
+		}
+	case KindAllGather:
+		err = lenIs("recv", nr, size*ns, fmt.Sprintf("size × len(send) = %d × %d", size, ns))
+	case KindReduceScatter:
+		err = lenIs("send", ns, size*nr, fmt.Sprintf("size × len(recv) = %d × %d", size, nr))
+	case KindAllToAll:
+		if ns%size != 0 {
+			err = bad("send", "has %d elements, not a multiple of size %d", ns, size)
+		} else {
+			err = lenIs("recv", nr, ns, "len(send)")
+		}
+	case KindAllToAllV:
+		err = validateCounts(c, size, bad)
+	case KindGather:
+		if isRoot {
+			err = lenIs("recv", nr, size*ns, fmt.Sprintf("size × len(send) = %d × %d at the root", size, ns))
+		}
+	case KindScatter:
+		if isRoot {
+			err = lenIs("send", ns, size*nr, fmt.Sprintf("size × len(recv) = %d × %d at the root", size, nr))
+		}
+	case KindSend, KindRecv:
+		if c.Peer < 0 || c.Peer >= size {
+			err = bad("peer", "%d is out of range [0, %d)", c.Peer, size)
+		} else if c.Tag < 0 {
+			err = bad("tag", "%d is negative", c.Tag)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if useSend && useRecv && Overlap(c.Send, c.Recv) && !inPlaceBlock(c, rank) {
+		return bad("recv", "overlaps send without being the same memory (in place is send == recv, or for AllGather send == recv block rank, for ReduceScatter recv == send block rank)")
+	}
+	if useSend && useRecv && SameMemory(c.Send, c.Recv) && (c.Kind == KindAllToAll || c.Kind == KindAllToAllV) && c.Send.Len() > 0 {
+		return bad("recv", "%v cannot run in place: give it separate send and recv buffers", c.Kind)
+	}
+	return nil
+}
+
+// inPlaceBlock reports whether c is the in-place form of AllGather (send is
+// block rank of recv) or ReduceScatter (recv is block rank of send), as NCCL
+// defines them.
+func inPlaceBlock(c Call, rank int) bool {
+	switch c.Kind {
+	case KindAllGather:
+		n := c.Send.Len()
+		return SameMemory(c.Send, c.Recv.Slice(rank*n, n))
+	case KindReduceScatter:
+		n := c.Recv.Len()
+		return SameMemory(c.Recv, c.Send.Slice(rank*n, n))
+	}
+	return false
+}
+
+func validateCounts(c Call, size int, bad func(arg, format string, a ...any) error) error {
+	for _, side := range []struct {
+		name   string
+		counts []int
+		buf    Buffer
+	}{{"sendCounts", c.SendCounts, c.Send}, {"recvCounts", c.RecvCounts, c.Recv}} {
+		if len(side.counts) != size {
+			return bad(side.name, "has %d entries, want one per rank (%d)", len(side.counts), size)
+		}
+		total := 0
+		for i, n := range side.counts {
+			if n < 0 {
+				return bad(fmt.Sprintf("%s[%d]", side.name, i), "is negative (%d)", n)
+			}
+			total += n
+		}
+		buf := "send"
+		if side.name == "recvCounts" {
+			buf = "recv"
+		}
+		if total != side.buf.Len() {
+			return bad(buf, "has %d elements but %s add up to %d", side.buf.Len(), side.name, total)
+		}
+	}
+	return nil
+}
+
+// RequireHost returns an *ArgError when c uses device memory, for
+// communicators that move host memory only.
+func RequireHost(c Call) error {
+	for _, b := range []struct {
+		name string
+		buf  Buffer
+	}{{"send", c.Send}, {"recv", c.Recv}} {
+		if !b.buf.IsZero() && !b.buf.OnHost() {
+			return &ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf("is device memory (%v) but this communicator moves host memory only; use the nccl or hierarchical communicator", b.buf)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+// Package nexar is hiercomm's inter-node runtime: a world of ranks joined by
+// a Transport (QUIC by default, TCP for trusted fabrics, in-memory for tests
+// and simulation), and every collective as a schedule executed over it. On
+// its own, a nexar Comm is the flat comm.Communicator.
+//
+// Algorithms never touch sockets: a schedule knows its rank, its size and its
+// neighbours, and moves byte frames through the Transport interface, which
+// knows nothing of collectives. Frames carry the communicator id, the
+// collective's sequence number, the step within it and the call's Signature,
+// so concurrent collectives and sub-communicators never cross-talk and a
+// mismatched call is detected on arrival.
+//
+// nexar imports only comm.
+package nexar

@@ -1,0 +1,46 @@
+package nexar
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// Frame payloads come from size-classed pools (powers of two from 64 B to
+// MaxFrame) so that the receive path does not allocate per frame.
+const minClass = 6 // 64 bytes
+
+var pools [25]sync.Pool // classes up to 1<<24 = MaxFrame
+
+func class(n int) int {
+	if n <= 1<<minClass {
+		return minClass
+	}
+	return bits.Len(uint(n - 1))
+}
+
+// getBuf returns a buffer of length n whose capacity is n rounded up to a
+// power of two. Its contents are undefined.
+func getBuf(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	c := class(n)
+	if c >= len(pools) {
+		return make([]byte, n)
+	}
+	if p, ok := pools[c].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+// putBuf returns b, obtained from getBuf, to its pool. The caller must not
+// use b afterwards.
+func putBuf(b []byte) {
+	c := cap(b)
+	if c == 0 || c&(c-1) != 0 || c < 1<<minClass || c > MaxFrame {
+		return
+	}
+	b = b[:0]
+	pools[bits.Len(uint(c))-1].Put(&b)
+}

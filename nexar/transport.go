@@ -1,0 +1,95 @@
+package nexar
+
+import (
+	"context"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// FrameKind says what a frame is for.
+type FrameKind uint8
+
+const (
+	// FrameData carries a piece of a collective's data: (Comm, Seq, Step)
+	// name it, Sig is the sender's call.
+	FrameData FrameKind = iota + 1
+	// FrameP2P carries a piece of a point-to-point message: Seq is the
+	// message's number among those from this sender with the same tag (Sig.Root
+	// holds the tag), Step the piece.
+	FrameP2P
+	// FrameFail says the sender ended collective Seq on its side; the payload
+	// is the reason as text, Sig the sender's call, Step encodes why
+	// (failTimeout, failCanceled, failInvalid, failMismatch).
+	FrameFail
+	// FrameProbe asks the receiver whether it has started collective Seq
+	// and with which Signature; the sender has waited for it a while.
+	FrameProbe
+	// FrameProbeReply answers a probe: Sig is the receiver's call at Seq, or
+	// zero when it has not started Seq yet (Step then holds its last started seq).
+	FrameProbeReply
+	frameKindEnd
+)
+
+func (k FrameKind) String() string {
+	switch k {
+	case FrameData:
+		return "data"
+	case FrameP2P:
+		return "p2p"
+	case FrameFail:
+		return "fail"
+	case FrameProbe:
+		return "probe"
+	case FrameProbeReply:
+		return "probe-reply"
+	}
+	return "frame(?)"
+}
+
+// Header is the fixed part of every frame. Its wire form is HeaderSize bytes
+// (see wire.go); the payload of Len bytes follows it.
+type Header struct {
+	Kind FrameKind
+	Comm uint64         // communicator id
+	Seq  uint64         // collective sequence number (FrameP2P: message number)
+	Step uint32         // step within the collective (FrameP2P: piece number)
+	Sig  comm.Signature // the sender's call
+	Len  uint32         // payload length in bytes, at most MaxFrame
+}
+
+// MaxFrame is the largest payload of one frame. Schedules cut larger
+// messages into pieces; decoders refuse larger lengths before allocating.
+const MaxFrame = 16 << 20
+
+// Transport moves frames between the ranks of one world. It knows bytes and
+// peers, nothing of collectives.
+//
+// Frames to one peer may arrive in any order (a transport may spread them
+// over several connections): receivers match them by header, not position.
+type Transport interface {
+	// Rank is this process's rank in the world, Size the world's size.
+	Rank() int
+	Size() int
+	// Send writes one frame to peer (≠ Rank()). It returns once payload may
+	// be reused. It is safe for concurrent use. An error means the frame may
+	// not have been delivered; when the connection is broken the transport
+	// also reports it through Handler.PeerFailed.
+	Send(ctx context.Context, peer int, h Header, payload []byte) error
+	// PeerAddr is the address of peer, for error messages.
+	PeerAddr(peer int) string
+	// Close closes every connection. Frames in flight may be lost.
+	Close() error
+}
+
+// Handler receives what a Transport reads from the network.
+type Handler interface {
+	// Deliver hands over a frame from peer src (authenticated by the
+	// transport, not taken from the header). The handler owns payload from
+	// then on; it was allocated with getBuf and may be returned with putBuf.
+	// Deliver must not block: it is called on the transport's read loop.
+	Deliver(src int, h Header, payload []byte)
+	// PeerFailed reports that the connection to peer broke or went silent
+	// for longer than the failure timeout. It is called at most once per
+	// peer and must not block.
+	PeerFailed(peer int, err error)
+}
