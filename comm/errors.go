@@ -78,12 +78,18 @@ type MismatchError struct {
 	Seq    uint64
 	Local  Signature // what this rank called
 	Remote Signature // what Peer called; Kind 0 when Peer's call is unknown
+	// Reported is set when Peer only reported a mismatch it saw (possibly
+	// with a third rank): Peer's own description of it.
+	Reported string
 }
 
 func (e *MismatchError) Error() string {
 	remote := e.Remote.String()
 	if e.Remote.Kind == 0 {
 		remote = "something else"
+	}
+	if e.Reported != "" {
+		return fmt.Sprintf("mismatched collective #%d: this rank called %v; rank %d reported: %s", e.Seq, e.Local, e.Peer, e.Reported)
 	}
 	return fmt.Sprintf("mismatched collective #%d: this rank called %v, rank %d called %s; every rank must start the same collectives in the same order with the same counts, dtypes, ops and roots",
 		e.Seq, e.Local, e.Peer, remote)

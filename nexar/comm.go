@@ -1,0 +1,379 @@
+package nexar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Comm is a nexar communicator: the flat comm.Communicator over a Transport.
+// A world Comm owns its Transport; the communicators Split makes from it
+// share the Transport and are told apart by their id in every frame.
+type Comm struct {
+	comm.Blocking
+	w       *world
+	id      uint64
+	name    string
+	members []int // comm rank → world rank
+	index   []int // world rank → comm rank, or -1
+	rank    int
+	opt     Options
+	owner   bool          // the world Comm: Close closes the Transport
+	done    chan struct{} // closed by Close: every wait ends with comm.ErrClosed
+
+	mu      sync.Mutex           // guards everything below
+	started uint64               // sequence number of the last collective started
+	ops     map[uint64]*op       // collectives in flight, by sequence number
+	ahead   map[uint64]*aheadMsg // what peers said about collectives this rank has not started
+	recent  [64]doneSig          // signatures of finished collectives, by seq % 64, to answer late probes
+	arrived map[mkey]frame       // frames that arrived before anyone waited for them
+	waiters map[mkey]chan frame  // receives waiting for a frame (buffered, capacity 1)
+	sendSeq map[p2pKey]uint64    // next message number to send, by (peer, tag)
+	recvSeq map[p2pKey]uint64    // next message number to receive, by (peer, tag)
+	aborted error                // set once: the failure that aborted the communicator
+	closed  bool
+	splits  uint64 // number of Split calls, for child names
+}
+
+// mkey names one frame of one communicator.
+type mkey struct {
+	kind FrameKind
+	seq  uint64
+	step uint32
+	src  int32
+	tag  int32
+}
+
+type p2pKey struct{ peer, tag int }
+
+type doneSig struct {
+	seq uint64
+	sig comm.Signature
+}
+
+// aheadMsg is what arrived for a collective before this rank started it.
+type aheadMsg struct {
+	sigFrom int // the first sender whose Signature we saw, or -1
+	sig     comm.Signature
+	fail    *frame // a failure notice
+}
+
+func newComm(w *world, id uint64, name string, members []int, opt Options, owner bool) *Comm {
+	c := &Comm{
+		w: w, id: id, name: name, members: members, opt: opt, owner: owner,
+		index:   make([]int, w.size),
+		ops:     map[uint64]*op{},
+		ahead:   map[uint64]*aheadMsg{},
+		arrived: map[mkey]frame{},
+		waiters: map[mkey]chan frame{},
+		sendSeq: map[p2pKey]uint64{},
+		recvSeq: map[p2pKey]uint64{},
+		done:    make(chan struct{}),
+	}
+	c.Blocking = comm.Blocking{S: c}
+	for i := range c.index {
+		c.index[i] = -1
+	}
+	for r, wr := range members {
+		c.index[wr] = r
+		if wr == w.rank {
+			c.rank = r
+		}
+	}
+	return c
+}
+
+// Rank implements comm.Communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size implements comm.Communicator.
+func (c *Comm) Size() int { return len(c.members) }
+
+// Name is the communicator's name in errors and logs ("world", "world/split#1(color 0)").
+func (c *Comm) Name() string { return c.name }
+
+func (c *Comm) commRank(worldRank int) int {
+	if worldRank < 0 || worldRank >= len(c.index) {
+		return -1
+	}
+	return c.index[worldRank]
+}
+
+// abort makes every later call fail fast with cause; operations in flight
+// fail when they wait on a dead peer or their own sends fail.
+func (c *Comm) abort(cause error) {
+	c.mu.Lock()
+	if c.aborted == nil {
+		c.aborted = &comm.AbortedError{Cause: cause}
+	}
+	c.mu.Unlock()
+}
+
+// Close implements comm.Communicator. Operations in flight fail with
+// comm.ErrClosed. Closing the world Comm closes its Transport (gracefully:
+// frames already sent are delivered first).
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	ops := make([]*op, 0, len(c.ops))
+	for _, o := range c.ops {
+		ops = append(ops, o)
+	}
+	c.mu.Unlock()
+	for _, o := range ops {
+		o.fail(comm.ErrClosed, false)
+	}
+	c.w.unregister(c)
+	c.mu.Lock()
+	for k, f := range c.arrived {
+		putBuf(f.payload)
+		delete(c.arrived, k)
+	}
+	c.mu.Unlock()
+	if c.owner {
+		return c.w.tr.Close()
+	}
+	return nil
+}
+
+// Start implements comm.Communicator.
+func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return c.startP2P(ctx, call)
+	}
+	verr := comm.Validate(call, c.rank, c.Size())
+	if verr == nil {
+		verr = comm.RequireHost(call)
+	}
+	return c.startCollective(ctx, call.Signature(), verr, func(o *op) error { return runCollective(o, call) })
+}
+
+// startCollective gives the collective its sequence number and runs it. A
+// collective whose arguments failed validation still takes its number, and
+// the peers are told, so they fail it too instead of waiting.
+func (c *Comm) startCollective(ctx context.Context, sig comm.Signature, verr error, run func(*op) error) *comm.Work {
+	c.mu.Lock()
+	if err := c.refuseLocked(); err != nil {
+		c.mu.Unlock()
+		return comm.Failed(&comm.OpError{Rank: c.rank, Peer: -1, Kind: sig.Kind, Comm: c.name, Err: err})
+	}
+	c.started++
+	o := c.newOp(ctx, c.started, sig)
+	c.ops[o.seq] = o
+	ahead := c.ahead[o.seq]
+	delete(c.ahead, o.seq)
+	c.mu.Unlock()
+
+	w := comm.NewWork()
+	go func() {
+		var err error
+		switch {
+		case verr != nil:
+			o.fail(verr, true)
+		case ahead != nil && ahead.fail != nil:
+			o.fail(o.remoteFailure(*ahead.fail), false)
+		case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(sig, ahead.sig):
+			o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: sig, Remote: ahead.sig}, true)
+		default:
+			if err = run(o); err != nil {
+				o.fail(localFailure(err), true)
+			}
+		}
+		err = o.finish()
+		w.Complete(err)
+	}()
+	return w
+}
+
+// refuseLocked is the error of a call on a closed or aborted communicator.
+func (c *Comm) refuseLocked() error {
+	if c.closed {
+		return comm.ErrClosed
+	}
+	return c.aborted
+}
+
+// deliver routes an arrived frame (src is a world rank).
+func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
+	src := c.commRank(wsrc)
+	if src < 0 {
+		c.opt.Logger.Warn("nexar: dropped a frame from a rank outside the communicator", "comm", c.name, "src", wsrc, "kind", h.Kind)
+		putBuf(payload)
+		return
+	}
+	f := frame{src: src, h: h, payload: payload}
+	switch h.Kind {
+	case FrameData:
+		c.onData(f)
+	case FrameP2P:
+		c.mu.Lock()
+		c.putLocked(mkey{kind: FrameP2P, seq: h.Seq, step: h.Step, src: int32(src), tag: h.Sig.Root}, f)
+		c.mu.Unlock()
+	case FrameFail:
+		c.onFail(f)
+	case FrameProbe:
+		c.onProbe(f)
+	case FrameProbeReply:
+		c.onProbeReply(f)
+	default:
+		putBuf(payload)
+	}
+}
+
+func (c *Comm) onData(f frame) {
+	c.mu.Lock()
+	if f.h.Seq <= c.started {
+		o := c.ops[f.h.Seq]
+		if o == nil { // a late frame of a collective that failed here
+			c.mu.Unlock()
+			putBuf(f.payload)
+			return
+		}
+		if !sigMatch(o.sig, f.h.Sig) {
+			c.mu.Unlock()
+			putBuf(f.payload)
+			o.fail(&comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}, true)
+			return
+		}
+	} else {
+		a := c.aheadLocked(f.h.Seq)
+		if a.sigFrom < 0 {
+			a.sigFrom, a.sig = f.src, f.h.Sig
+		}
+	}
+	c.putLocked(mkey{kind: FrameData, seq: f.h.Seq, step: f.h.Step, src: int32(f.src)}, f)
+	c.mu.Unlock()
+}
+
+func (c *Comm) aheadLocked(seq uint64) *aheadMsg {
+	a := c.ahead[seq]
+	if a == nil {
+		a = &aheadMsg{sigFrom: -1}
+		c.ahead[seq] = a
+	}
+	return a
+}
+
+// putLocked hands f to the receive waiting for it, or keeps it until one does.
+func (c *Comm) putLocked(k mkey, f frame) {
+	if ch, ok := c.waiters[k]; ok {
+		delete(c.waiters, k)
+		ch <- f
+		return
+	}
+	if old, dup := c.arrived[k]; dup {
+		// A protocol bug on the sender: keep the first, say so.
+		c.opt.Logger.Error("nexar: duplicate frame", "comm", c.name, "src", f.src, "kind", f.h.Kind, "seq", f.h.Seq, "step", f.h.Step)
+		putBuf(old.payload)
+	}
+	c.arrived[k] = f
+}
+
+func (c *Comm) onFail(f frame) {
+	defer putBuf(f.payload)
+	c.mu.Lock()
+	if f.h.Seq > c.started {
+		c.aheadLocked(f.h.Seq).fail = &frame{src: f.src, h: f.h, payload: append([]byte(nil), f.payload...)}
+		c.mu.Unlock()
+		return
+	}
+	o := c.ops[f.h.Seq]
+	c.mu.Unlock()
+	if o != nil {
+		o.fail(o.remoteFailure(f), false)
+	}
+}
+
+// onProbe answers a peer that has waited a while for this rank in
+// collective Seq: a different Signature here is a mismatch on both sides;
+// a collective not started yet is said so, for the peer's eventual error.
+func (c *Comm) onProbe(f frame) {
+	putBuf(f.payload)
+	c.mu.Lock()
+	if f.h.Seq > c.started {
+		a := c.aheadLocked(f.h.Seq)
+		if a.sigFrom < 0 {
+			a.sigFrom, a.sig = f.src, f.h.Sig
+		}
+		last := c.started
+		c.mu.Unlock()
+		go c.sendControl(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
+		return
+	}
+	o := c.ops[f.h.Seq]
+	done := c.recent[f.h.Seq%uint64(len(c.recent))]
+	c.mu.Unlock()
+	switch {
+	case o != nil && !sigMatch(o.sig, f.h.Sig):
+		o.fail(&comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}, true)
+	case o == nil && done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig):
+		reason := (&comm.MismatchError{Peer: c.rank, Seq: f.h.Seq, Local: f.h.Sig, Remote: done.sig}).Error()
+		go c.sendControl(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: failMismatch, Sig: done.sig}, []byte(reason))
+	}
+}
+
+func (c *Comm) onProbeReply(f frame) {
+	putBuf(f.payload)
+	c.mu.Lock()
+	if o := c.ops[f.h.Seq]; o != nil {
+		o.behind[f.src] = uint64(f.h.Step)
+	}
+	c.mu.Unlock()
+}
+
+// sendControl sends a small frame, best effort, bounded in time.
+func (c *Comm) sendControl(peer int, h Header, payload []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
+		c.opt.Logger.Debug("nexar: control frame not sent", "comm", c.name, "peer", peer, "kind", h.Kind, "err", err)
+	}
+}
+
+// sigMatch compares two ranks' Signatures of one collective. AllToAllV
+// frames carry the element count for their receiver in Count, which the
+// receiver checks against its own recvCounts instead.
+func sigMatch(a, b comm.Signature) bool {
+	if a.Kind == comm.KindAllToAllV && b.Kind == comm.KindAllToAllV {
+		a.Count, b.Count = 0, 0
+	}
+	return a == b
+}
+
+// errors.As helpers for the OpError's Peer.
+func peerOf(err error) int {
+	var me *comm.MismatchError
+	var re *comm.RemoteError
+	var pe *peerFault
+	switch {
+	case errors.As(err, &me):
+		return me.Peer
+	case errors.As(err, &re):
+		return re.Peer
+	case errors.As(err, &pe):
+		return pe.peer
+	}
+	return -1
+}
+
+// peerFault ties an error to the comm rank it happened with, so the OpError
+// can name the peer.
+type peerFault struct {
+	peer int
+	err  error
+}
+
+func (e *peerFault) Error() string { return e.err.Error() }
+func (e *peerFault) Unwrap() error { return e.err }
+
+func (c *Comm) String() string {
+	return fmt.Sprintf("nexar.Comm(%s, rank %d of %d)", c.name, c.rank, c.Size())
+}

@@ -1,0 +1,89 @@
+package nexar
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// memoryNet is the in-process transport: every Send copies the payload into
+// a pooled buffer and hands it straight to the destination's Handler. It is
+// what the tests and simulations of thousands of ranks run on, and what the
+// schedules are checked against without sockets.
+type memoryNet struct {
+	mu       sync.Mutex // guards handlers and closed
+	handlers []Handler
+	closed   []bool
+}
+
+type memoryTransport struct {
+	net  *memoryNet
+	rank int
+}
+
+// NewMemoryTransports returns n connected in-memory transports; rank i
+// delivers what it receives to hs[i].
+func NewMemoryTransports(hs []Handler) []Transport {
+	n := &memoryNet{handlers: hs, closed: make([]bool, len(hs))}
+	ts := make([]Transport, len(hs))
+	for i := range hs {
+		ts[i] = &memoryTransport{net: n, rank: i}
+	}
+	return ts
+}
+
+func (t *memoryTransport) Rank() int                { return t.rank }
+func (t *memoryTransport) Size() int                { return len(t.net.handlers) }
+func (t *memoryTransport) PeerAddr(peer int) string { return fmt.Sprintf("memory:%d", peer) }
+
+func (t *memoryTransport) Send(ctx context.Context, peer int, h Header, payload []byte) error {
+	if peer < 0 || peer >= len(t.net.handlers) || peer == t.rank {
+		return fmt.Errorf("memory transport: rank %d cannot send to peer %d", t.rank, peer)
+	}
+	if len(payload) > MaxFrame {
+		return fmt.Errorf("memory transport: frame of %d bytes exceeds MaxFrame", len(payload))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t.net.mu.Lock()
+	dead := t.net.closed[peer] || t.net.closed[t.rank]
+	hd := t.net.handlers[peer]
+	t.net.mu.Unlock()
+	if dead {
+		return &comm.PeerError{Peer: peer, Addr: t.PeerAddr(peer), Err: fmt.Errorf("connection closed")}
+	}
+	b := getBuf(len(payload))
+	copy(b, payload)
+	h.Len = uint32(len(payload))
+	hd.Deliver(t.rank, h, b)
+	return nil
+}
+
+// Close marks this rank gone; the others see it as a failed peer, as they
+// would a closed connection.
+func (t *memoryTransport) Close() error {
+	t.net.mu.Lock()
+	if t.net.closed[t.rank] {
+		t.net.mu.Unlock()
+		return nil
+	}
+	t.net.closed[t.rank] = true
+	var notify []Handler
+	for i, h := range t.net.handlers {
+		if i != t.rank && !t.net.closed[i] {
+			notify = append(notify, h)
+		}
+	}
+	t.net.mu.Unlock()
+	for _, h := range notify {
+		h.PeerFailed(t.rank, &comm.PeerError{Peer: t.rank, Addr: t.PeerAddr(t.rank), Err: fmt.Errorf("closed its connection")})
+	}
+	return nil
+}
+
+// Kill simulates the death of rank: every other rank sees it fail, and its
+// own sends fail. For fault tests.
+func (t *memoryTransport) Kill() { _ = t.Close() }

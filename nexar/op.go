@@ -1,0 +1,231 @@
+package nexar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Why a rank ended a collective, in the Step of its FrameFail.
+const (
+	failOther uint32 = iota
+	failTimeout
+	failCanceled
+	failInvalid
+	failMismatch
+)
+
+// controlTimeout bounds the sending of failure notices and probe answers.
+const controlTimeout = 5 * time.Second
+
+// op is one collective in flight on one rank: the schedule's view of the
+// runtime. Its context ends when the collective fails for any reason (here
+// or on a peer); every receive and send of the schedule watches it.
+type op struct {
+	c      *Comm
+	seq    uint64
+	sig    comm.Signature
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   context.CancelFunc // releases the timeout timer
+	once   sync.Once
+	err    error          // the first failure; written inside once
+	behind map[int]uint64 // peers that said they have not started seq: their last started; guarded by c.mu
+}
+
+// newOp must be called with c.mu held.
+func (c *Comm) newOp(parent context.Context, seq uint64, sig comm.Signature) *op {
+	tctx, stop := context.WithTimeout(parent, c.opt.Timeout)
+	ctx, cancel := context.WithCancelCause(tctx)
+	return &op{c: c, seq: seq, sig: sig, ctx: ctx, cancel: cancel, stop: stop, behind: map[int]uint64{}}
+}
+
+// fail ends the collective with err (the first failure wins); with notify,
+// the other ranks are told so that none waits for this one.
+func (o *op) fail(err error, notify bool) {
+	o.once.Do(func() {
+		o.err = err
+		o.cancel(err)
+		if notify {
+			go o.notify(err)
+		}
+	})
+}
+
+func (o *op) notify(err error) {
+	why := failOther
+	switch {
+	case errors.Is(err, comm.ErrInvalidArgument):
+		why = failInvalid
+	case errors.Is(err, comm.ErrMismatch):
+		why = failMismatch
+	case errors.Is(err, comm.ErrTimeout):
+		why = failTimeout
+	case errors.Is(err, comm.ErrCanceled):
+		why = failCanceled
+	}
+	reason := err.Error()
+	if len(reason) > 4096 {
+		reason = reason[:4096]
+	}
+	h := Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Step: why, Sig: o.sig}
+	var wg sync.WaitGroup
+	for p := range o.c.members {
+		if p == o.c.rank {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.c.sendControl(p, h, []byte(reason))
+		}()
+	}
+	wg.Wait()
+}
+
+// remoteFailure turns a peer's failure notice into this rank's error.
+func (o *op) remoteFailure(f frame) error {
+	reason := string(f.payload)
+	switch f.h.Step {
+	case failMismatch:
+		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: reason}
+	case failTimeout:
+		return &comm.RemoteError{Peer: f.src, Reason: reason, Timeout: true}
+	case failCanceled:
+		return &comm.RemoteError{Peer: f.src, Reason: reason, Canceled: true}
+	}
+	return &comm.RemoteError{Peer: f.src, Reason: reason}
+}
+
+// localFailure classifies an error a schedule returned.
+func localFailure(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return comm.ContextError(err)
+	}
+	return err
+}
+
+// finish retires the op and returns its final error for the caller.
+func (o *op) finish() error {
+	o.once.Do(func() {}) // seal: a failure notice arriving from now on is too late to change the outcome
+	o.stop()
+	o.cancel(nil)
+	c := o.c
+	c.mu.Lock()
+	delete(c.ops, o.seq)
+	c.recent[o.seq%uint64(len(c.recent))] = doneSig{seq: o.seq, sig: o.sig}
+	if o.err != nil {
+		for k, f := range c.arrived {
+			if k.kind == FrameData && k.seq == o.seq {
+				putBuf(f.payload)
+				delete(c.arrived, k)
+			}
+		}
+	}
+	behind := o.behind
+	c.mu.Unlock()
+	if o.err == nil {
+		return nil
+	}
+	err := o.err
+	if errors.Is(err, comm.ErrTimeout) && len(behind) > 0 {
+		for p, last := range behind {
+			err = fmt.Errorf("%w (rank %d had not started collective #%d; its last was #%d)", err, p, o.seq, last)
+			break
+		}
+	}
+	return &comm.OpError{Rank: c.rank, Peer: peerOf(err), Kind: o.sig.Kind, Seq: o.seq, Comm: c.name, Err: err}
+}
+
+// The schedule's interface to the runtime.
+
+func (o *op) rank() int { return o.c.rank }
+func (o *op) size() int { return len(o.c.members) }
+
+// send writes one frame of this collective to peer.
+func (o *op) send(peer int, step uint32, payload []byte) error {
+	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
+	if err := o.c.w.send(o.ctx, o.c.members[peer], h, payload); err != nil {
+		return &peerFault{peer: peer, err: err}
+	}
+	return nil
+}
+
+// sendCount is send with the Signature's Count replaced (AllToAllV frames
+// tell their receiver how many elements they bring).
+func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error {
+	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
+	h.Sig.Count = count
+	if err := o.c.w.send(o.ctx, o.c.members[peer], h, payload); err != nil {
+		return &peerFault{peer: peer, err: err}
+	}
+	return nil
+}
+
+// recv waits for frame step of this collective from peer. The caller owns
+// the returned payload and gives it back with putBuf.
+func (o *op) recv(peer int, step uint32) ([]byte, error) {
+	f, err := o.recvFrame(peer, step)
+	return f.payload, err
+}
+
+func (o *op) recvFrame(peer int, step uint32) (frame, error) {
+	return o.c.await(o.ctx, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o)
+}
+
+// await waits for the frame k from peer; p, when not nil, is the collective
+// to probe the peer for when the wait grows long.
+func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error) {
+	c.mu.Lock()
+	if f, ok := c.arrived[k]; ok {
+		delete(c.arrived, k)
+		c.mu.Unlock()
+		return f, nil
+	}
+	ch := make(chan frame, 1)
+	c.waiters[k] = ch
+	c.mu.Unlock()
+
+	abandon := func(err error) (frame, error) {
+		c.mu.Lock()
+		if c.waiters[k] == ch {
+			delete(c.waiters, k)
+			c.mu.Unlock()
+			return frame{}, err
+		}
+		c.mu.Unlock()
+		f := <-ch // delivered while we gave up: it is ours after all
+		return f, nil
+	}
+	var probe <-chan time.Time
+	var timer *time.Timer
+	wait := c.opt.ProbeAfter
+	if p != nil && peer != c.rank {
+		timer = time.NewTimer(wait)
+		defer timer.Stop()
+		probe = timer.C
+	}
+	for {
+		dead, died := c.w.peerErr(c.members[peer])
+		if dead != nil && peer != c.rank {
+			return abandon(&peerFault{peer: peer, err: dead})
+		}
+		select {
+		case f := <-ch:
+			return f, nil
+		case <-ctx.Done():
+			return abandon(context.Cause(ctx))
+		case <-c.done:
+			return abandon(comm.ErrClosed)
+		case <-died:
+		case <-probe:
+			go c.sendControl(peer, Header{Kind: FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
+			wait = min(2*wait, 30*time.Second)
+			timer.Reset(wait)
+		}
+	}
+}

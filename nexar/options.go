@@ -1,0 +1,59 @@
+package nexar
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options tune a nexar communicator. The zero value gives the defaults;
+// every rank of a world must use the same Options (the algorithm choice is
+// computed from them on every rank and must come out the same).
+type Options struct {
+	// Timeout bounds a collective whose context has no earlier deadline.
+	// If zero, defaults to 10 minutes (as torch.distributed's default).
+	Timeout time.Duration
+	// ProbeAfter is how long a rank waits for a peer's frame before asking
+	// that peer which collective it is in, so mismatched calls that move no
+	// data towards each other are detected rather than waiting for Timeout.
+	// If zero, defaults to 1 s.
+	ProbeAfter time.Duration
+	// SegmentBytes is the pipelining unit of the large-message schedules
+	// (rounded down to whole elements, at most MaxFrame). If zero, defaults
+	// to 256 KiB.
+	SegmentBytes int
+	// Cost is the model that picks an algorithm by size and world. If zero,
+	// defaults to DefaultCost.
+	Cost CostModel
+	// Logger receives the communicator's logs. If nil, defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.ProbeAfter == 0 {
+		o.ProbeAfter = time.Second
+	}
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = 256 << 10
+	}
+	if o.Cost == (CostModel{}) {
+		o.Cost = DefaultCost
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch {
+	case o.Timeout < 0:
+		return o, fmt.Errorf("nexar.Options: Timeout %v is negative", o.Timeout)
+	case o.ProbeAfter < 0:
+		return o, fmt.Errorf("nexar.Options: ProbeAfter %v is negative", o.ProbeAfter)
+	case o.SegmentBytes < 8 || o.SegmentBytes > MaxFrame:
+		return o, fmt.Errorf("nexar.Options: SegmentBytes %d is outside [8, %d]", o.SegmentBytes, MaxFrame)
+	case o.Cost.Latency < 0 || o.Cost.BytesPerSec <= 0 || o.Cost.ReduceBytesPerSec <= 0:
+		return o, fmt.Errorf("nexar.Options: Cost %+v needs Latency ≥ 0 and positive rates", o.Cost)
+	}
+	return o, nil
+}

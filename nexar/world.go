@@ -1,0 +1,151 @@
+package nexar
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// world is one rank's end of a Transport: it routes arrived frames to the
+// communicators of this rank by id, and tracks which peers are gone. Every
+// communicator of the rank (the world one and its splits) shares it.
+type world struct {
+	tr   Transport
+	rank int
+	size int
+	log  *slog.Logger
+
+	mu      sync.Mutex         // guards everything below
+	comms   map[uint64]*Comm   // live communicators by id
+	early   map[uint64][]frame // frames for communicators this rank has not created yet
+	gone    map[uint64]bool    // ids of closed communicators: their late frames are dropped
+	dead    map[int]error      // peers (world ranks) whose connection failed
+	deathCh chan struct{}      // closed and replaced each time a peer dies
+}
+
+// frame is an arrived frame, with its sender as a rank of the communicator
+// it was addressed to (world rank while it waits in world.early).
+type frame struct {
+	src     int
+	h       Header
+	payload []byte
+}
+
+func newWorld(log *slog.Logger) *world {
+	return &world{
+		log:     log,
+		comms:   map[uint64]*Comm{},
+		early:   map[uint64][]frame{},
+		gone:    map[uint64]bool{},
+		dead:    map[int]error{},
+		deathCh: make(chan struct{}),
+	}
+}
+
+func (w *world) attach(tr Transport) {
+	w.tr, w.rank, w.size = tr, tr.Rank(), tr.Size()
+}
+
+// Deliver implements Handler.
+func (w *world) Deliver(src int, h Header, payload []byte) {
+	w.mu.Lock()
+	c := w.comms[h.Comm]
+	if c == nil {
+		if !w.gone[h.Comm] {
+			w.early[h.Comm] = append(w.early[h.Comm], frame{src: src, h: h, payload: payload})
+			payload = nil
+		}
+		w.mu.Unlock()
+		putBuf(payload)
+		return
+	}
+	w.mu.Unlock()
+	c.deliver(src, h, payload)
+}
+
+// PeerFailed implements Handler: every communicator that includes the peer
+// refuses new calls from now on, and operations waiting on it fail.
+func (w *world) PeerFailed(peer int, err error) {
+	w.mu.Lock()
+	if _, ok := w.dead[peer]; ok {
+		w.mu.Unlock()
+		return
+	}
+	w.dead[peer] = err
+	close(w.deathCh)
+	w.deathCh = make(chan struct{})
+	var hit []*Comm
+	for _, c := range w.comms {
+		if c.commRank(peer) >= 0 {
+			hit = append(hit, c)
+		}
+	}
+	w.mu.Unlock()
+	w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
+	for _, c := range hit {
+		c.abort(err)
+	}
+}
+
+// peerErr returns the failure of a peer (world rank), or nil while it lives,
+// and a channel that is closed when the next peer dies.
+func (w *world) peerErr(peer int) (error, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dead[peer], w.deathCh
+}
+
+// register makes c reachable and hands it the frames that arrived for it
+// before it existed.
+func (w *world) register(c *Comm) error {
+	w.mu.Lock()
+	if _, ok := w.comms[c.id]; ok {
+		w.mu.Unlock()
+		return fmt.Errorf("nexar: communicator id %#x is already in use on rank %d", c.id, w.rank)
+	}
+	w.comms[c.id] = c
+	early := w.early[c.id]
+	delete(w.early, c.id)
+	var deadErr error
+	for _, p := range c.members {
+		if err := w.dead[p]; err != nil {
+			deadErr = err
+		}
+	}
+	w.mu.Unlock()
+	if deadErr != nil {
+		c.abort(deadErr)
+	}
+	for _, f := range early {
+		c.deliver(f.src, f.h, f.payload)
+	}
+	return nil
+}
+
+func (w *world) unregister(c *Comm) {
+	w.mu.Lock()
+	delete(w.comms, c.id)
+	w.gone[c.id] = true
+	w.mu.Unlock()
+}
+
+// send writes a frame to a world rank.
+func (w *world) send(ctx context.Context, peer int, h Header, payload []byte) error {
+	h.Len = uint32(len(payload))
+	if err, _ := w.peerErr(peer); err != nil {
+		return err
+	}
+	if err := w.tr.Send(ctx, peer, h, payload); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if err2, _ := w.peerErr(peer); err2 != nil {
+			return err2
+		}
+		return &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: err}
+	}
+	return nil
+}
