@@ -289,6 +289,13 @@ func (c *Comm) onFail(f frame) {
 	c.mu.Unlock()
 	if o != nil {
 		o.fail(o.remoteFailure(f), false)
+		return
+	}
+	if f.h.Step == failMismatch {
+		// This rank finished its part (it only sent) before a peer saw the
+		// mismatch: its next call reports it.
+		done := c.recent[f.h.Seq%uint64(len(c.recent))]
+		c.abort(&comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: done.sig, Remote: f.h.Sig, Reported: string(f.payload)})
 	}
 }
 

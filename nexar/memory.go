@@ -2,6 +2,7 @@ package nexar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -79,11 +80,25 @@ func (t *memoryTransport) Close() error {
 	}
 	t.net.mu.Unlock()
 	for _, h := range notify {
-		h.PeerFailed(t.rank, &comm.PeerError{Peer: t.rank, Addr: t.PeerAddr(t.rank), Err: fmt.Errorf("closed its connection")})
+		h.PeerFailed(t.rank, &comm.PeerError{Peer: t.rank, Addr: t.PeerAddr(t.rank), Err: ErrPeerClosed})
 	}
 	return nil
 }
 
-// Kill simulates the death of rank: every other rank sees it fail, and its
-// own sends fail. For fault tests.
-func (t *memoryTransport) Kill() { _ = t.Close() }
+// Kill simulates the death of this rank: every other rank sees it fail
+// (not as a graceful close), and its own sends fail. For fault tests.
+func (t *memoryTransport) Kill() {
+	t.net.mu.Lock()
+	if t.net.closed[t.rank] {
+		t.net.mu.Unlock()
+		return
+	}
+	t.net.closed[t.rank] = true
+	hs := append([]Handler(nil), t.net.handlers...)
+	t.net.mu.Unlock()
+	for i, h := range hs {
+		if i != t.rank {
+			h.PeerFailed(t.rank, &comm.PeerError{Peer: t.rank, Addr: t.PeerAddr(t.rank), Err: errors.New("killed")})
+		}
+	}
+}

@@ -50,6 +50,11 @@ func (o *op) fail(err error, notify bool) {
 	o.once.Do(func() {
 		o.err = err
 		o.cancel(err)
+		if errors.Is(err, comm.ErrMismatch) {
+			// The ranks no longer agree on what the sequence numbers mean:
+			// nothing later on this communicator can be trusted.
+			o.c.abort(err)
+		}
 		if notify {
 			go o.notify(err)
 		}

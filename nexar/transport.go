@@ -93,3 +93,4 @@ type Handler interface {
 	// peer and must not block.
 	PeerFailed(peer int, err error)
 }
+

@@ -2,6 +2,7 @@ package nexar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -84,7 +85,11 @@ func (w *world) PeerFailed(peer int, err error) {
 		}
 	}
 	w.mu.Unlock()
-	w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
+	if errors.Is(err, ErrPeerClosed) {
+		w.log.Debug("nexar: peer closed", "rank", w.rank, "peer", peer)
+	} else {
+		w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
+	}
 	for _, c := range hit {
 		c.abort(err)
 	}

@@ -1,0 +1,280 @@
+package nexar
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// onEveryRank runs f on every rank at once and returns each rank's error.
+func onEveryRank(cs []*Comm, f func(r int, c *Comm) error) []error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(r, c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func memWorld(t *testing.T, n int, opt Options) []*Comm {
+	t.Helper()
+	cs, err := NewMemoryWorld(n, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { CloseAll(cs) })
+	return cs
+}
+
+// allReduceWorks checks that a communicator is still usable.
+func allReduceWorks(t *testing.T, cs []*Comm) {
+	t.Helper()
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		x := []int32{int32(r), 1}
+		if err := c.AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum); err != nil {
+			return err
+		}
+		if want := int32(len(cs) * (len(cs) - 1) / 2); x[0] != want || x[1] != int32(len(cs)) {
+			t.Errorf("rank %d: AllReduce gave %v, want [%d %d]", r, x, want, len(cs))
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("communicator no longer works: %v", err)
+	}
+}
+
+func TestMismatchIsDetectedOnEveryRank(t *testing.T) {
+	f32 := func(n int) comm.Buffer { return comm.Host(make([]float32, n)) }
+	cases := []struct {
+		name string
+		call func(r int) comm.Call
+	}{
+		{"allreduce vs broadcast", func(r int) comm.Call {
+			if r == 0 {
+				b := f32(1024)
+				return comm.Call{Kind: comm.KindAllReduce, Send: b, Recv: b, Op: comm.Sum}
+			}
+			b := f32(1024)
+			return comm.Call{Kind: comm.KindBroadcast, Send: b, Recv: b, Root: 0}
+		}},
+		{"counts differ", func(r int) comm.Call {
+			b := f32(100 + r)
+			return comm.Call{Kind: comm.KindAllReduce, Send: b, Recv: b, Op: comm.Sum}
+		}},
+		{"dtypes differ", func(r int) comm.Call {
+			b := f32(64)
+			if r == 1 {
+				b = comm.Host(make([]int32, 64))
+			}
+			return comm.Call{Kind: comm.KindAllReduce, Send: b, Recv: b, Op: comm.Sum}
+		}},
+		{"roots differ", func(r int) comm.Call {
+			b := f32(64)
+			return comm.Call{Kind: comm.KindBroadcast, Send: b, Recv: b, Root: r % 2}
+		}},
+		// Neither side sends to the other: only the stall probe can tell.
+		{"gather vs scatter", func(r int) comm.Call {
+			if r == 0 {
+				return comm.Call{Kind: comm.KindGather, Send: f32(8), Recv: f32(8 * 3), Root: 0}
+			}
+			return comm.Call{Kind: comm.KindScatter, Send: comm.Buffer{}, Recv: f32(8), Root: 0}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := memWorld(t, 3, Options{ProbeAfter: 50 * time.Millisecond, Timeout: 20 * time.Second})
+			start := time.Now()
+			errs := onEveryRank(cs, func(r int, c *Comm) error {
+				return c.Start(context.Background(), tc.call(r)).Wait()
+			})
+			for r, err := range errs {
+				if err == nil {
+					// A rank that only sends may finish before a peer sees
+					// the mismatch; its next call must report it.
+					err = cs[r].Barrier(context.Background())
+					if !errors.Is(err, comm.ErrMismatch) || !errors.Is(err, comm.ErrAborted) {
+						t.Errorf("rank %d finished and its next call gave %v, want ErrAborted by the mismatch", r, err)
+					}
+					continue
+				}
+				var me *comm.MismatchError
+				if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &me) {
+					t.Errorf("rank %d: got %v, want a *comm.MismatchError", r, err)
+					continue
+				}
+				var oe *comm.OpError
+				if !errors.As(err, &oe) || oe.Seq != 1 || oe.Rank != r {
+					t.Errorf("rank %d: error %v does not name this rank and collective #1", r, err)
+				}
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("mismatch took %v to detect", d)
+			}
+			t.Logf("rank 0: %v", errs[0])
+		})
+	}
+}
+
+func TestBadInputTellsThePeersAndKeepsTheCommunicator(t *testing.T) {
+	cs := memWorld(t, 4, Options{Timeout: 20 * time.Second})
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		n := 16
+		if r == 2 {
+			n = 15 // recv must be size × send
+		}
+		return c.AllGather(context.Background(), comm.Host(make([]float64, 4)), comm.Host(make([]float64, n)))
+	})
+	var ae *comm.ArgError
+	if !errors.As(errs[2], &ae) || ae.Arg != "recv" {
+		t.Fatalf("rank 2: got %v, want an *comm.ArgError naming recv", errs[2])
+	}
+	for r, err := range errs {
+		if r != 2 && !errors.Is(err, comm.ErrPeerAbandoned) {
+			t.Errorf("rank %d: got %v, want ErrPeerAbandoned", r, err)
+		}
+	}
+	allReduceWorks(t, cs)
+}
+
+func TestCancelOnOneRankEndsTheCollectiveEverywhere(t *testing.T) {
+	cs := memWorld(t, 4, Options{Timeout: 30 * time.Second})
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		ctx := context.Background()
+		if r == 3 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			<-ctx.Done() // rank 3 comes too late
+		}
+		x := make([]float32, 1<<16)
+		return c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrTimeout) {
+			t.Errorf("rank %d: got %v, want ErrTimeout", r, err)
+		}
+		if r != 3 && !errors.Is(err, comm.ErrPeerAbandoned) {
+			t.Errorf("rank %d: got %v, want it to say rank 3 abandoned", r, err)
+		}
+	}
+	allReduceWorks(t, cs)
+}
+
+func TestTimeoutNamesTheRankThatNeverCame(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: 400 * time.Millisecond, ProbeAfter: 50 * time.Millisecond})
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		if r == 1 {
+			return nil // never calls
+		}
+		return c.Barrier(context.Background())
+	})
+	for _, r := range []int{0, 2} {
+		if !errors.Is(errs[r], comm.ErrTimeout) {
+			t.Fatalf("rank %d: got %v, want ErrTimeout", r, errs[r])
+		}
+	}
+	if !strings.Contains(errs[0].Error()+errs[2].Error(), "had not started collective #1") {
+		t.Errorf("timeouts do not say who had not started: %v / %v", errs[0], errs[2])
+	}
+}
+
+func TestPeerDeathAbortsAndLaterCallsFailFast(t *testing.T) {
+	cs := memWorld(t, 4, Options{Timeout: 30 * time.Second})
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		if r == 1 {
+			c.w.tr.(*memoryTransport).Kill()
+			return nil
+		}
+		x := make([]float32, 1<<18)
+		return c.AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
+	})
+	for r, err := range errs {
+		if r == 1 {
+			continue
+		}
+		if !errors.Is(err, comm.ErrPeerFailed) && !errors.Is(err, comm.ErrAborted) && !errors.Is(err, comm.ErrPeerAbandoned) {
+			t.Errorf("rank %d: got %v, want a peer failure", r, err)
+		}
+	}
+	start := time.Now()
+	err := cs[0].Barrier(context.Background())
+	if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, comm.ErrPeerFailed) {
+		t.Errorf("after the death: got %v, want ErrAborted caused by ErrPeerFailed", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("a call on an aborted communicator took %v", time.Since(start))
+	}
+}
+
+func TestClosedCommunicatorFailsFast(t *testing.T) {
+	cs := memWorld(t, 2, Options{})
+	cs[0].Close()
+	if err := cs[0].Barrier(context.Background()); !errors.Is(err, comm.ErrClosed) {
+		t.Errorf("got %v, want ErrClosed", err)
+	}
+}
+
+func TestSplitsRunConcurrentlyWithoutCrossTalk(t *testing.T) {
+	cs := memWorld(t, 6, Options{})
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		ctx := context.Background()
+		sub, err := c.Split(ctx, r%2, -r)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		if sub.Size() != 3 || sub.Rank() != 2-r/2 {
+			t.Errorf("rank %d: split gave rank %d of %d, want %d of 3", r, sub.Rank(), sub.Size(), 2-r/2)
+		}
+		var wg sync.WaitGroup
+		var e1, e2, e3 error
+		wg.Add(2)
+		go func() { // the parent and the child at once, from different goroutines
+			defer wg.Done()
+			for range 20 {
+				x := []int64{int64(r)}
+				if e1 = c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); e1 != nil || x[0] != 15 {
+					e1 = errors.Join(e1, errors.New("parent sum wrong"))
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				x := []int64{int64(r)}
+				if e2 = sub.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); e2 != nil {
+					return
+				}
+				if want := map[int]int64{0: 6, 1: 9}[r%2]; x[0] != want {
+					e2 = errors.New("child sum wrong")
+					return
+				}
+			}
+			peer := (sub.Rank() + 1) % sub.Size()
+			from := (sub.Rank() + sub.Size() - 1) % sub.Size()
+			in := []int32{int32(r)}
+			w := sub.Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host([]int32{int32(sub.Rank())}), Peer: peer, Tag: 7})
+			if e3 = sub.Recv(ctx, comm.Host(in), from, 7); e3 == nil && in[0] != int32(from) {
+				e3 = errors.New("child Recv got the wrong message")
+			}
+			e3 = errors.Join(e3, w.Wait(), sub.Barrier(ctx))
+		}()
+		wg.Wait()
+		return errors.Join(e1, e2, e3)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}

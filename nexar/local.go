@@ -1,0 +1,310 @@
+package nexar
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A local job is N processes of one program on this host, joined over real
+// QUIC (or TCP) on 127.0.0.1: the tests' multi-process worlds and the
+// benchmark's default run. The launcher binds every rank's socket itself
+// (port 0, so the kernel picks free ports and no two jobs race for one) and
+// hands socket i to child i as file descriptor 3; the children learn the
+// world from the environment below. The cluster layer's launcher replaces
+// this for real deployments.
+const (
+	envLocalRank    = "HIERCOMM_LOCAL_RANK"
+	envLocalAddrs   = "HIERCOMM_LOCAL_ADDRS"
+	envLocalNetwork = "HIERCOMM_LOCAL_NETWORK"
+	envLocalKey     = "HIERCOMM_LOCAL_KEY"
+	localSocketFD   = 3
+)
+
+// LocalSpec describes a local job.
+type LocalSpec struct {
+	// Ranks is the number of processes. Required (≥ 1).
+	Ranks int
+	// Network is "quic" or "tcp". If empty, defaults to "quic".
+	Network string
+	// Path is the program. If empty, defaults to this executable.
+	Path string
+	// Args are the program's arguments.
+	Args []string
+	// Env is added to this process's environment for every child.
+	Env []string
+	// Stdout and Stderr receive the children's output, each line prefixed
+	// with "[rank i] ". If nil, default to os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+	// KeepOthers, for fault tests, lets the other ranks run on when one
+	// fails (by default they are killed).
+	KeepOthers bool
+}
+
+// LocalJob is a running local job.
+type LocalJob struct {
+	keep  bool
+	errs  []error // per rank, once done is closed
+	procs []*exec.Cmd
+	done  chan struct{} // closed when every process has exited
+	pipes []*sync.WaitGroup // per process: its output copiers, done when its pipes close
+	mu    sync.Mutex        // guards first
+	first error             // the first rank's failure
+}
+
+// IsLocalChild reports whether this process was started by StartLocal.
+func IsLocalChild() bool { return os.Getenv(envLocalRank) != "" }
+
+// StartLocal starts the processes of a local job. When one of them fails,
+// the others are killed; Wait returns the first failure.
+func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
+	if spec.Ranks < 1 {
+		return nil, fmt.Errorf("nexar.StartLocal: Ranks %d, want ≥ 1", spec.Ranks)
+	}
+	if spec.Network == "" {
+		spec.Network = "quic"
+	}
+	if spec.Path == "" {
+		p, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("nexar.StartLocal: finding this executable: %w", err)
+		}
+		spec.Path = p
+	}
+	if spec.Stdout == nil {
+		spec.Stdout = os.Stdout
+	}
+	if spec.Stderr == nil {
+		spec.Stderr = os.Stderr
+	}
+	files, addrs, err := prebind(spec.Network, spec.Ranks)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	j := &LocalJob{done: make(chan struct{}), keep: spec.KeepOthers}
+	var outMu sync.Mutex // one line at a time across all children
+	for i := range spec.Ranks {
+		cmd := exec.CommandContext(ctx, spec.Path, spec.Args...)
+		cmd.Env = append(append(os.Environ(), spec.Env...),
+			envLocalRank+"="+strconv.Itoa(i),
+			envLocalAddrs+"="+strings.Join(addrs, ","),
+			envLocalNetwork+"="+spec.Network,
+			envLocalKey+"="+hex.EncodeToString(key))
+		cmd.ExtraFiles = []*os.File{files[i]}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.WaitDelay = 5 * time.Second
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			j.killAll()
+			return nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			j.killAll()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			j.killAll()
+			return nil, fmt.Errorf("nexar.StartLocal: starting rank %d (%s): %w", i, spec.Path, err)
+		}
+		j.procs = append(j.procs, cmd)
+		pipes := new(sync.WaitGroup)
+		j.pipes = append(j.pipes, pipes)
+		prefix := fmt.Sprintf("[rank %d] ", i)
+		for _, p := range []struct {
+			r io.Reader
+			w io.Writer
+		}{{stdout, spec.Stdout}, {stderr, spec.Stderr}} {
+			pipes.Add(1)
+			go func() {
+				defer pipes.Done()
+				sc := bufio.NewScanner(p.r)
+				sc.Buffer(make([]byte, 64<<10), 1<<20)
+				for sc.Scan() {
+					outMu.Lock()
+					fmt.Fprintf(p.w, "%s%s\n", prefix, sc.Bytes())
+					outMu.Unlock()
+				}
+			}()
+		}
+	}
+	go j.watch()
+	return j, nil
+}
+
+// watch waits for every process; the first failure kills the rest.
+func (j *LocalJob) watch() {
+	var wg sync.WaitGroup
+	j.errs = make([]error, len(j.procs))
+	for i, cmd := range j.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j.pipes[i].Wait() // exec: read the pipes to the end before Wait
+			if err := cmd.Wait(); err != nil {
+				err = fmt.Errorf("rank %d (pid %d): %w", i, cmd.Process.Pid, err)
+				j.mu.Lock()
+				j.errs[i] = err
+				if j.first == nil {
+					j.first = err
+				}
+				j.mu.Unlock()
+				if !j.keep {
+					j.killAll()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(j.done)
+}
+
+// Wait waits for every process and returns the first failure.
+func (j *LocalJob) Wait() error {
+	<-j.done
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.first
+}
+
+// Errors waits for every process and returns each rank's failure (nil for
+// a rank that exited 0).
+func (j *LocalJob) Errors() []error {
+	<-j.done
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]error(nil), j.errs...)
+}
+
+// Kill sends SIGKILL to one rank, for fault tests.
+func (j *LocalJob) Kill(rank int) error {
+	if rank < 0 || rank >= len(j.procs) {
+		return fmt.Errorf("nexar.LocalJob.Kill: rank %d out of range [0, %d)", rank, len(j.procs))
+	}
+	return j.procs[rank].Process.Kill()
+}
+
+func (j *LocalJob) killAll() {
+	for _, cmd := range j.procs {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+	}
+}
+
+// prebind binds n loopback sockets on kernel-chosen ports.
+func prebind(network string, n int) (files []*os.File, addrs []string, err error) {
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+		}
+	}()
+	for range n {
+		var f *os.File
+		var addr string
+		switch network {
+		case "quic":
+			pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+			if err != nil {
+				return files, nil, fmt.Errorf("nexar: binding a UDP socket: %w", err)
+			}
+			addr = pc.LocalAddr().String()
+			f, err = pc.(*net.UDPConn).File()
+			pc.Close()
+			if err != nil {
+				return files, nil, err
+			}
+		case "tcp":
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				return files, nil, fmt.Errorf("nexar: binding a TCP socket: %w", err)
+			}
+			addr = ln.Addr().String()
+			f, err = ln.(*net.TCPListener).File()
+			ln.Close()
+			if err != nil {
+				return files, nil, err
+			}
+		default:
+			return files, nil, fmt.Errorf("nexar: unknown network %q (want quic or tcp)", network)
+		}
+		files = append(files, f)
+		addrs = append(addrs, addr)
+	}
+	return files, addrs, nil
+}
+
+// LocalConfig reads the world a local job's launcher gave this process
+// from its environment and file descriptor 3. It is the one place that
+// reads that environment.
+func LocalConfig(opt Options) (Config, error) {
+	rankStr := os.Getenv(envLocalRank)
+	if rankStr == "" {
+		return Config{}, errors.New("nexar: not started by nexar.StartLocal (" + envLocalRank + " is not set)")
+	}
+	rank, err := strconv.Atoi(rankStr)
+	if err != nil {
+		return Config{}, fmt.Errorf("nexar: %s=%q is not a rank", envLocalRank, rankStr)
+	}
+	addrs := strings.Split(os.Getenv(envLocalAddrs), ",")
+	key, err := hex.DecodeString(os.Getenv(envLocalKey))
+	if err != nil {
+		return Config{}, fmt.Errorf("nexar: %s is not hex: %w", envLocalKey, err)
+	}
+	cfg := Config{Network: os.Getenv(envLocalNetwork), Options: opt}
+	cfg.Net = NetConfig{Rank: rank, Addrs: addrs, JobKey: key, JobID: "local"}
+	f := os.NewFile(localSocketFD, "hiercomm-socket")
+	if f == nil {
+		return Config{}, errors.New("nexar: file descriptor 3 (the socket from the launcher) is not open")
+	}
+	defer f.Close()
+	switch cfg.Network {
+	case "quic":
+		pc, err := net.FilePacketConn(f)
+		if err != nil {
+			return Config{}, fmt.Errorf("nexar: fd 3 is not the UDP socket from the launcher: %w", err)
+		}
+		cfg.Net.PacketConn = pc
+	case "tcp":
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return Config{}, fmt.Errorf("nexar: fd 3 is not the TCP socket from the launcher: %w", err)
+		}
+		cfg.Net.Listener = ln
+	default:
+		return Config{}, fmt.Errorf("nexar: %s=%q, want quic or tcp", envLocalNetwork, cfg.Network)
+	}
+	return cfg, nil
+}
+
+// JoinLocal connects this process, started by StartLocal, to its local job's world.
+func JoinLocal(ctx context.Context, opt Options) (*Comm, error) {
+	cfg, err := LocalConfig(opt)
+	if err != nil {
+		return nil, err
+	}
+	return Connect(ctx, cfg)
+}
