@@ -150,6 +150,9 @@ func (w *world) send(ctx context.Context, peer int, h Header, payload []byte) er
 		if err2, _ := w.peerErr(peer); err2 != nil {
 			return err2
 		}
+		if errors.As(err, new(*comm.PeerError)) {
+			return err
+		}
 		return &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: err}
 	}
 	return nil

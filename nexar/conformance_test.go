@@ -1,0 +1,84 @@
+package nexar_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/nexar"
+)
+
+// worldSizes are the conformance suite's world sizes (DESIGN.md).
+var worldSizes = []int{1, 2, 3, 4, 5, 8}
+
+func asComms(cs []*nexar.Comm) []comm.Communicator {
+	out := make([]comm.Communicator, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
+}
+
+// conformanceOptions keeps the full count list, trimming the large case to
+// the suite's representative subset (and a smaller large count under -race,
+// where the reference and the schedules run ~10× slower).
+func conformanceOptions() commtest.Options {
+	o := commtest.Options{Timeout: 2 * time.Minute}
+	if raceEnabled {
+		o.Counts = []int{0, 1, 7, 65537}
+	}
+	return o
+}
+
+func TestConformanceMemory(t *testing.T) {
+	for _, n := range worldSizes {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			// Small segments so that even modest counts cross many
+			// pipeline segments.
+			cs, err := nexar.NewMemoryWorld(n, nexar.Options{SegmentBytes: 4096, ProbeAfter: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nexar.CloseAll(cs)
+			commtest.Run(t, asComms(cs), conformanceOptions())
+		})
+	}
+}
+
+func TestConformanceQUIC(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cs, err := nexar.NewLocalWorld(ctx, n, "quic", nexar.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nexar.CloseAll(cs)
+			commtest.Run(t, asComms(cs), commtest.Options{Counts: []int{0, 1, 7, 4099}})
+		})
+	}
+}
+
+func TestSuitesMemory(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 8} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			mk := func() []comm.Communicator {
+				cs, err := nexar.NewMemoryWorld(n, nexar.Options{SegmentBytes: 4096, ProbeAfter: 50 * time.Millisecond, Timeout: 30 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { nexar.CloseAll(cs) })
+				return asComms(cs)
+			}
+			opt := commtest.Options{Timeout: 30 * time.Second}
+			t.Run("p2p", func(t *testing.T) { commtest.RunP2P(t, mk(), opt) })
+			t.Run("nonblocking", func(t *testing.T) { commtest.RunNonBlocking(t, mk(), opt) })
+			t.Run("split", func(t *testing.T) { commtest.RunSplit(t, mk(), opt) })
+			t.Run("badinput", func(t *testing.T) { commtest.RunBadInput(t, mk(), opt) })
+		})
+	}
+}

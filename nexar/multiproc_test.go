@@ -1,0 +1,188 @@
+package nexar_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/nexar"
+)
+
+// The multi-process tests start this test binary again as every rank of a
+// local job (nexar.StartLocal); TestMain sends those children to their role.
+const envRole = "NEXAR_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if nexar.IsLocalChild() {
+		os.Exit(child(os.Getenv(envRole)))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer collects the children's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func child(role string) int {
+	ctx := context.Background()
+	cfg, err := nexar.LocalConfig(nexar.Options{Timeout: 2 * time.Minute, ProbeAfter: 200 * time.Millisecond})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if role == "fault" {
+		cfg.Net.FailureTimeout = 2 * time.Second
+	}
+	c, err := nexar.Connect(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		return 2
+	}
+	defer c.Close()
+	switch role {
+	case "conformance":
+		counts := []int{0, 1, 7, 1000003}
+		if s := os.Getenv("NEXAR_TEST_COUNTS"); s != "" {
+			counts = nil
+			for _, f := range strings.Split(s, ",") {
+				n, _ := strconv.Atoi(f)
+				counts = append(counts, n)
+			}
+		}
+		if err := commtest.RunRank(ctx, c, commtest.Options{Counts: counts}); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			return 1
+		}
+		fmt.Println("conformance passed")
+		return 0
+	case "fault":
+		// Run AllReduces until the launcher kills rank 1; survivors must
+		// each return an error that names the dead rank, within the bound.
+		x := make([]float32, 1<<20)
+		for i := 0; ; i++ {
+			start := time.Now()
+			err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+			if i == 3 {
+				fmt.Println("READY")
+			}
+			if err == nil {
+				continue
+			}
+			took := time.Since(start)
+			fmt.Printf("SURVIVOR-ERROR after %v: %v\n", took.Round(time.Millisecond), err)
+			if !errors.Is(err, comm.ErrPeerFailed) && !errors.Is(err, comm.ErrPeerAbandoned) && !errors.Is(err, comm.ErrAborted) {
+				fmt.Println("wrong error kind")
+				return 1
+			}
+			if !strings.Contains(err.Error(), "rank 1") {
+				fmt.Println("error does not name rank 1")
+				return 1
+			}
+			if took > 10*time.Second {
+				fmt.Println("too slow")
+				return 1
+			}
+			return 0
+		}
+	}
+	fmt.Fprintln(os.Stderr, "unknown role", role)
+	return 2
+}
+
+func TestConformanceMultiProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process conformance is not short")
+	}
+	for _, tc := range []struct {
+		network string
+		ranks   int
+		counts  string
+	}{
+		{"quic", 4, ""},
+		{"quic", 3, "0,1,7,4099"},
+		{"tcp", 5, "0,1,7,4099"},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.network, tc.ranks), func(t *testing.T) {
+			var out syncBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+				Ranks: tc.ranks, Network: tc.network, Args: []string{"-test.run=^$"},
+				Env:    []string{envRole + "=conformance", "NEXAR_TEST_COUNTS=" + tc.counts},
+				Stdout: &out, Stderr: &out,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := job.Wait(); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if got := strings.Count(out.String(), "conformance passed"); got != tc.ranks {
+				t.Fatalf("%d of %d ranks passed\n%s", got, tc.ranks, out.String())
+			}
+		})
+	}
+}
+
+func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
+	for _, network := range []string{"quic", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			var out syncBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+				Ranks: 4, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
+				Env: []string{envRole + "=fault"}, Stdout: &out, Stderr: &out,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(time.Minute)
+			for strings.Count(out.String(), "READY") < 4 {
+				if time.Now().After(deadline) {
+					t.Fatalf("ranks never got going:\n%s", out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := job.Kill(1); err != nil {
+				t.Fatal(err)
+			}
+			errs := job.Errors()
+			for r, err := range errs {
+				if r != 1 && err != nil {
+					t.Errorf("survivor rank %d: %v", r, err)
+				}
+			}
+			if errs[1] == nil {
+				t.Errorf("rank 1 was not killed")
+			}
+			if got := strings.Count(out.String(), "SURVIVOR-ERROR"); got != 3 {
+				t.Errorf("%d survivors reported the failure, want 3", got)
+			}
+			t.Logf("\n%s", out.String())
+		})
+	}
+}

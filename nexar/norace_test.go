@@ -1,0 +1,5 @@
+//go:build !race
+
+package nexar_test
+
+const raceEnabled = false
