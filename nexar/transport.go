@@ -70,14 +70,20 @@ type Transport interface {
 	// Rank is this process's rank in the world, Size the world's size.
 	Rank() int
 	Size() int
-	// Send writes one frame to peer (≠ Rank()). It returns once payload may
-	// be reused. It is safe for concurrent use. An error means the frame may
-	// not have been delivered; when the connection is broken the transport
-	// also reports it through Handler.PeerFailed.
+	// Send writes one frame to peer (≠ Rank()); h.Len is taken from
+	// payload. It returns once payload may be reused. It is safe for
+	// concurrent use. ctx bounds only the wait for the connection: a frame
+	// whose writing has begun is always finished, since half a frame would
+	// corrupt the stream. An error means the frame may not have been
+	// delivered; a broken connection is also reported through
+	// Handler.PeerFailed (never from inside Send).
 	Send(ctx context.Context, peer int, h Header, payload []byte) error
 	// PeerAddr is the address of peer, for error messages.
 	PeerAddr(peer int) string
-	// Close closes every connection. Frames in flight may be lost.
+	// Close ends this rank's side gracefully: every frame already sent is
+	// delivered and read by its peer before the connections go, waiting at
+	// most min(FailureTimeout, 5 s) for peers that do not answer. The
+	// Handler is not called after Close returns.
 	Close() error
 }
 
@@ -86,11 +92,15 @@ type Handler interface {
 	// Deliver hands over a frame from peer src (authenticated by the
 	// transport, not taken from the header). The handler owns payload from
 	// then on; it was allocated with getBuf and may be returned with putBuf.
-	// Deliver must not block: it is called on the transport's read loop.
+	// Deliver must not block: it is called on the transport's read loops,
+	// several at once (one per connection), possibly before the
+	// transport's constructor has returned.
 	Deliver(src int, h Header, payload []byte)
 	// PeerFailed reports that the connection to peer broke or went silent
-	// for longer than the failure timeout. It is called at most once per
-	// peer and must not block.
+	// for longer than the failure timeout, or that the peer closed (the
+	// cause then wraps ErrPeerClosed, and every frame it sent has been
+	// delivered). It is called at most once per peer, never from inside
+	// Send, and must not block.
 	PeerFailed(peer int, err error)
 }
 

@@ -1,0 +1,214 @@
+package nexar
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// The wire form of a frame on a byte stream (a QUIC stream or a TCP
+// connection) is HeaderSize bytes of header followed by Len bytes of payload,
+// back to back, one frame after another. All integers are little-endian.
+//
+//	off size field
+//	  0    1 version (wireVersion)
+//	  1    1 frame kind (FrameKind)
+//	  2    1 Sig.Kind
+//	  3    1 Sig.DType
+//	  4    1 Sig.Op
+//	  5    3 reserved, zero
+//	  8    8 Comm
+//	 16    8 Seq
+//	 24    4 Step
+//	 28    4 Sig.Root (int32)
+//	 32    8 Sig.Count (int64)
+//	 40    4 Len
+//	 44    4 reserved, zero
+//
+// A sender that closes gracefully ends each of its streams with a goodbye
+// record (a header of kind frameGoodbye, everything else zero) and then the
+// end of the stream. The goodbye lets a receiver tell a peer that closed
+// (goodbye, then end of stream) from one whose process died (TCP: end of
+// stream or reset without a goodbye). It never reaches a Handler.
+
+// HeaderSize is the size of an encoded Header.
+const HeaderSize = 48
+
+// wireVersion is the first byte of every header. A receiver refuses any
+// other: the peer runs an incompatible hiercomm.
+const wireVersion = 1
+
+// frameGoodbye is the transport-internal kind of the goodbye record.
+// decodeHeader refuses it like any other unknown kind; read loops test for
+// it with isGoodbye first.
+const frameGoodbye FrameKind = 0xff
+
+// putHeader encodes h into b[:HeaderSize]. b must be at least HeaderSize long.
+func putHeader(b []byte, h Header) {
+	b = b[:HeaderSize]
+	b[0] = wireVersion
+	b[1] = byte(h.Kind)
+	b[2] = byte(h.Sig.Kind)
+	b[3] = byte(h.Sig.DType)
+	b[4] = byte(h.Sig.Op)
+	b[5], b[6], b[7] = 0, 0, 0
+	binary.LittleEndian.PutUint64(b[8:], h.Comm)
+	binary.LittleEndian.PutUint64(b[16:], h.Seq)
+	binary.LittleEndian.PutUint32(b[24:], h.Step)
+	binary.LittleEndian.PutUint32(b[28:], uint32(h.Sig.Root))
+	binary.LittleEndian.PutUint64(b[32:], uint64(h.Sig.Count))
+	binary.LittleEndian.PutUint32(b[40:], h.Len)
+	binary.LittleEndian.PutUint32(b[44:], 0)
+}
+
+// appendHeader appends the encoding of h to b.
+func appendHeader(b []byte, h Header) []byte {
+	n := len(b)
+	b = append(b, make([]byte, HeaderSize)...)
+	putHeader(b[n:], h)
+	return b
+}
+
+// HeaderError says why bytes read from a peer are not a valid frame header.
+// A stream that carries one is corrupt from that point on, so the transport
+// treats it as a failure of the peer.
+type HeaderError struct {
+	Field   string // "version", "kind", "length", "reserved" or "size"
+	Problem string
+}
+
+func (e *HeaderError) Error() string {
+	return "nexar: bad frame header: " + e.Field + ": " + e.Problem
+}
+
+// decodeHeader decodes the first HeaderSize bytes of b. It refuses a header
+// of another wire version, of an unknown frame kind, with a payload length
+// above MaxFrame or with reserved bytes set, so that nothing is allocated
+// for a corrupt or foreign stream. Every header it accepts re-encodes to the
+// same bytes.
+func decodeHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, &HeaderError{"size", fmt.Sprintf("%d bytes, need %d", len(b), HeaderSize)}
+	}
+	if b[0] != wireVersion {
+		return Header{}, &HeaderError{"version", fmt.Sprintf("wire version %d, this build speaks %d: every rank must run the same hiercomm release", b[0], wireVersion)}
+	}
+	k := FrameKind(b[1])
+	if k == 0 || k >= frameKindEnd {
+		return Header{}, &HeaderError{"kind", fmt.Sprintf("unknown frame kind %d", b[1])}
+	}
+	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[44:]) != 0 {
+		return Header{}, &HeaderError{"reserved", "reserved bytes are not zero"}
+	}
+	h := Header{
+		Kind: k,
+		Sig: comm.Signature{
+			Kind:  comm.Kind(b[2]),
+			DType: comm.DType(b[3]),
+			Op:    comm.ReduceOp(b[4]),
+			Root:  int32(binary.LittleEndian.Uint32(b[28:])),
+			Count: int64(binary.LittleEndian.Uint64(b[32:])),
+		},
+		Comm: binary.LittleEndian.Uint64(b[8:]),
+		Seq:  binary.LittleEndian.Uint64(b[16:]),
+		Step: binary.LittleEndian.Uint32(b[24:]),
+		Len:  binary.LittleEndian.Uint32(b[40:]),
+	}
+	if h.Len > MaxFrame {
+		return Header{}, &HeaderError{"length", fmt.Sprintf("payload of %d bytes exceeds MaxFrame (%d)", h.Len, MaxFrame)}
+	}
+	return h, nil
+}
+
+// goodbyeRecord is the goodbye record, see above.
+var goodbyeRecord = func() []byte {
+	b := make([]byte, HeaderSize)
+	b[0], b[1] = wireVersion, byte(frameGoodbye)
+	return b
+}()
+
+// isGoodbye reports whether b holds the goodbye record.
+func isGoodbye(b []byte) bool {
+	if len(b) < HeaderSize {
+		return false
+	}
+	for i, c := range b[:HeaderSize] {
+		if c != goodbyeRecord[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// coalesceMax is the largest payload that writeFrame copies behind its header
+// so that header and payload leave in one write; larger payloads go out as
+// two writes (one writev on a TCP connection).
+const coalesceMax = 32 << 10
+
+// writeFrame writes one frame to w: header h with h.Len set from payload,
+// then payload. The caller serializes writers of one stream.
+func writeFrame(w io.Writer, h Header, payload []byte) error {
+	h.Len = uint32(len(payload))
+	if len(payload) <= coalesceMax {
+		b := getBuf(HeaderSize + len(payload))
+		putHeader(b, h)
+		copy(b[HeaderSize:], payload)
+		_, err := w.Write(b)
+		putBuf(b)
+		return err
+	}
+	var hb [HeaderSize]byte
+	putHeader(hb[:], h)
+	bufs := net.Buffers{hb[:], payload}
+	_, err := bufs.WriteTo(w)
+	return err
+}
+
+// errNoGoodbye: a stream ended without the goodbye record. Over TCP this is
+// how a process that exited or was killed looks.
+var errNoGoodbye = errors.New("its connection ended without a goodbye: the process exited or was killed")
+
+// readFrames reads frames from r until the stream ends, handing each to
+// deliver with a payload from getBuf. It returns nil when the stream ended
+// with a goodbye record, errNoGoodbye when it ended at a frame boundary
+// without one, and otherwise the read or decode error.
+func readFrames(r io.Reader, deliver func(Header, []byte)) error {
+	var hb [HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(r, hb[:]); err != nil {
+			if err == io.EOF {
+				return errNoGoodbye
+			}
+			return err
+		}
+		if isGoodbye(hb[:]) {
+			// Nothing may follow the goodbye but the end of the stream.
+			var one [1]byte
+			switch _, err := io.ReadFull(r, one[:]); err {
+			case io.EOF:
+				return nil
+			case nil:
+				return &HeaderError{"kind", "data after the goodbye record"}
+			default:
+				return err
+			}
+		}
+		h, err := decodeHeader(hb[:])
+		if err != nil {
+			return err
+		}
+		payload := getBuf(int(h.Len))
+		if _, err := io.ReadFull(r, payload); err != nil {
+			putBuf(payload)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		deliver(h, payload)
+	}
+}
