@@ -21,8 +21,9 @@ type Comm struct {
 	index   []int // world rank → comm rank, or -1
 	rank    int
 	opt     Options
-	owner   bool          // the world Comm: Close closes the Transport
-	done    chan struct{} // closed by Close: every wait ends with comm.ErrClosed
+	owner   bool           // the world Comm: Close closes the Transport
+	done    chan struct{}  // closed by Close: every wait ends with comm.ErrClosed
+	notes   sync.WaitGroup // control frames being sent (failure notices, probe answers)
 
 	mu      sync.Mutex           // guards everything below
 	started uint64               // sequence number of the last collective started
@@ -104,12 +105,53 @@ func (c *Comm) commRank(worldRank int) int {
 
 // abort makes every later call fail fast with cause; operations in flight
 // fail when they wait on a dead peer or their own sends fail.
+//
+// A mismatch or a crashed peer fails the operations in flight as well: after
+// a mismatch the ranks no longer agree on what the sequence numbers mean,
+// and after a crash a survivor may be waiting on a live rank that already
+// gave up. A peer that closed cleanly (ErrPeerClosed) delivered every frame
+// it sent, so operations in flight go on and fail only if they wait on it.
 func (c *Comm) abort(cause error) {
+	closedOnly := errors.Is(cause, ErrPeerClosed)
 	c.mu.Lock()
-	if c.aborted == nil {
+	first := c.aborted == nil
+	// A crash is the better explanation than a clean close it caused.
+	if first || (!closedOnly && errors.Is(c.aborted, ErrPeerClosed)) {
 		c.aborted = &comm.AbortedError{Cause: cause}
 	}
+	aborted := c.aborted
+	var inflight []*op
+	if !closedOnly {
+		for _, o := range c.ops {
+			inflight = append(inflight, o)
+		}
+	}
 	c.mu.Unlock()
+	for _, o := range inflight {
+		o.fail(aborted, true) // the peers waiting on this rank learn why
+	}
+	if first && !closedOnly && !errors.Is(cause, comm.ErrMismatch) {
+		// Tell the live peers why, before anyone closes: otherwise a
+		// survivor may first hear of a cascade of clean closes and blame
+		// the wrong rank. Each rank relays once per communicator.
+		// (Mismatches travel as per-collective notices that keep their type.)
+		c.announceAbort(cause)
+	}
+}
+
+// announceAbort sends every live peer a failure notice for sequence 0,
+// which means "this communicator is aborted on my side, because …".
+func (c *Comm) announceAbort(cause error) {
+	reason := cause.Error()
+	for p, wr := range c.members {
+		if p == c.rank {
+			continue
+		}
+		if dead, _ := c.w.peerErr(wr); dead != nil {
+			continue
+		}
+		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: failOther}, []byte(reason))
+	}
 }
 
 // Close implements comm.Communicator. Operations in flight fail with
@@ -131,6 +173,7 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
+	c.notes.Wait() // each is bounded by controlTimeout
 	c.w.unregister(c)
 	c.mu.Lock()
 	for k, f := range c.arrived {
@@ -161,9 +204,14 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 // the peers are told, so they fail it too instead of waiting.
 func (c *Comm) startCollective(ctx context.Context, sig comm.Signature, verr error, run func(*op) error) *comm.Work {
 	c.mu.Lock()
-	if err := c.refuseLocked(); err != nil {
+	if c.closed {
 		c.mu.Unlock()
-		return comm.Failed(&comm.OpError{Rank: c.rank, Peer: -1, Kind: sig.Kind, Comm: c.name, Err: err})
+		return comm.Failed(&comm.OpError{Rank: c.rank, Peer: -1, Kind: sig.Kind, Comm: c.name, Err: comm.ErrClosed})
+	}
+	if c.aborted != nil && verr == nil {
+		// Refused, but still numbered and announced: a peer that has not
+		// heard of the failure yet must not wait for this rank.
+		verr = c.aborted
 	}
 	c.started++
 	o := c.newOp(ctx, c.started, sig)
@@ -179,7 +227,7 @@ func (c *Comm) startCollective(ctx context.Context, sig comm.Signature, verr err
 		case verr != nil:
 			o.fail(verr, true)
 		case ahead != nil && ahead.fail != nil:
-			o.fail(o.remoteFailure(*ahead.fail), false)
+			o.fail(o.remoteFailure(*ahead.fail), true)
 		case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(sig, ahead.sig):
 			o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: sig, Remote: ahead.sig}, true)
 		default:
@@ -193,7 +241,8 @@ func (c *Comm) startCollective(ctx context.Context, sig comm.Signature, verr err
 	return w
 }
 
-// refuseLocked is the error of a call on a closed or aborted communicator.
+// refuseLocked is the error of a point-to-point call on a closed or
+// aborted communicator.
 func (c *Comm) refuseLocked() error {
 	if c.closed {
 		return comm.ErrClosed
@@ -232,9 +281,18 @@ func (c *Comm) onData(f frame) {
 	c.mu.Lock()
 	if f.h.Seq <= c.started {
 		o := c.ops[f.h.Seq]
-		if o == nil { // a late frame of a collective that failed here
+		if o == nil {
+			// A late frame of a collective this rank has finished: dropped,
+			// unless it shows that the sender called something else (this
+			// rank only sent, or finished before the sender's frame came).
+			done := c.recent[f.h.Seq%uint64(len(c.recent))]
 			c.mu.Unlock()
 			putBuf(f.payload)
+			if done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig) {
+				err := &comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: done.sig, Remote: f.h.Sig}
+				c.abort(err)
+				c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: failMismatch, Sig: done.sig}, []byte(err.Error()))
+			}
 			return
 		}
 		if !sigMatch(o.sig, f.h.Sig) {
@@ -279,6 +337,10 @@ func (c *Comm) putLocked(k mkey, f frame) {
 
 func (c *Comm) onFail(f frame) {
 	defer putBuf(f.payload)
+	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
+		c.abort(&comm.RemoteError{Peer: f.src, Reason: "its side of the communicator was aborted: " + string(f.payload)})
+		return
+	}
 	c.mu.Lock()
 	if f.h.Seq > c.started {
 		c.aheadLocked(f.h.Seq).fail = &frame{src: f.src, h: f.h, payload: append([]byte(nil), f.payload...)}
@@ -288,7 +350,7 @@ func (c *Comm) onFail(f frame) {
 	o := c.ops[f.h.Seq]
 	c.mu.Unlock()
 	if o != nil {
-		o.fail(o.remoteFailure(f), false)
+		o.fail(o.remoteFailure(f), true)
 		return
 	}
 	if f.h.Step == failMismatch {
@@ -312,7 +374,7 @@ func (c *Comm) onProbe(f frame) {
 		}
 		last := c.started
 		c.mu.Unlock()
-		go c.sendControl(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
+		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
 		return
 	}
 	o := c.ops[f.h.Seq]
@@ -323,7 +385,7 @@ func (c *Comm) onProbe(f frame) {
 		o.fail(&comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}, true)
 	case o == nil && done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig):
 		reason := (&comm.MismatchError{Peer: c.rank, Seq: f.h.Seq, Local: f.h.Sig, Remote: done.sig}).Error()
-		go c.sendControl(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: failMismatch, Sig: done.sig}, []byte(reason))
+		c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: failMismatch, Sig: done.sig}, []byte(reason))
 	}
 }
 
@@ -334,6 +396,17 @@ func (c *Comm) onProbeReply(f frame) {
 		o.behind[f.src] = uint64(f.h.Step)
 	}
 	c.mu.Unlock()
+}
+
+// notifyLater sends a control frame from a goroutine of its own (the
+// caller may be a transport's read loop, which must not block). Close
+// waits for such sends, so a rank's last word reaches its peers.
+func (c *Comm) notifyLater(peer int, h Header, payload []byte) {
+	c.notes.Add(1)
+	go func() {
+		defer c.notes.Done()
+		c.sendControl(peer, h, payload)
+	}()
 }
 
 // sendControl sends a small frame, best effort, bounded in time.

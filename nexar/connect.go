@@ -85,4 +85,3 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 	}
 	return comms, nil
 }
-

@@ -58,7 +58,7 @@ type LocalJob struct {
 	keep  bool
 	errs  []error // per rank, once done is closed
 	procs []*exec.Cmd
-	done  chan struct{} // closed when every process has exited
+	done  chan struct{}     // closed when every process has exited
 	pipes []*sync.WaitGroup // per process: its output copiers, done when its pipes close
 	mu    sync.Mutex        // guards first
 	first error             // the first rank's failure

@@ -47,18 +47,24 @@ func (c *Comm) newOp(parent context.Context, seq uint64, sig comm.Signature) *op
 // fail ends the collective with err (the first failure wins); with notify,
 // the other ranks are told so that none waits for this one.
 func (o *op) fail(err error, notify bool) {
+	first := false
 	o.once.Do(func() {
+		first = true
 		o.err = err
 		o.cancel(err)
-		if errors.Is(err, comm.ErrMismatch) {
-			// The ranks no longer agree on what the sequence numbers mean:
-			// nothing later on this communicator can be trusted.
-			o.c.abort(err)
-		}
 		if notify {
-			go o.notify(err)
+			o.c.notes.Add(1)
+			go func() {
+				defer o.c.notes.Done()
+				o.notify(err)
+			}()
 		}
 	})
+	if first && errors.Is(err, comm.ErrMismatch) {
+		// The ranks no longer agree on what the sequence numbers mean:
+		// nothing later on this communicator can be trusted.
+		o.c.abort(err)
+	}
 }
 
 func (o *op) notify(err error) {
@@ -228,7 +234,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 			return abandon(comm.ErrClosed)
 		case <-died:
 		case <-probe:
-			go c.sendControl(peer, Header{Kind: FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
+			c.notifyLater(peer, Header{Kind: FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
 			wait = min(2*wait, 30*time.Second)
 			timer.Reset(wait)
 		}

@@ -103,4 +103,3 @@ type Handler interface {
 	// Send, and must not block.
 	PeerFailed(peer int, err error)
 }
-

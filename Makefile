@@ -1,0 +1,31 @@
+# The commands people run; each target is one line of intent. `make test` is
+# the README's test command and what CI (.ci/run) runs.
+
+GO          ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Packages whose tests take too long under the race detector on a 2-core
+# machine for the whole run to stay under 10 minutes: they run without it.
+# Everything else runs with it. (Measured; see docs/benchmarks.md, "Test times".)
+NORACE      := github.com/hiercomm/hiercomm/nexar
+RACE        = $(filter-out $(NORACE),$(shell $(GO) list ./...))
+
+.PHONY: test bench demo lint fuzz
+
+test: ## every package's tests: with the race detector, except $(NORACE)
+	$(GO) test -race -timeout 9m $(RACE)
+	$(if $(NORACE),$(GO) test -timeout 9m $(NORACE))
+
+bench: ## the main job, then the Go micro-benchmarks of comm and nexar
+	$(GO) run ./cmd/hiercomm-bench
+	$(GO) test -run '^$$' -bench . ./comm/ ./nexar/
+
+demo: ## the main job: 4 local processes over QUIC, nccl-tests style tables
+	$(GO) run ./cmd/hiercomm-bench
+
+lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
+	@test -z "$$(gofmt -l .)" || { echo "gofmt -l:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fuzz: ## 30 s of fuzzing nexar's frame header decoder
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime 30s ./nexar/

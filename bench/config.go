@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Config is the JSON form of a benchmark run, as cmd/hiercomm-bench reads
+// it (its embedded default and -config files): a Spec in words, plus where
+// to run it. Fields absent from a file keep the value they had, so a file
+// overrides only what it names. The zero value of a field means the Spec's
+// default for it.
+type Config struct {
+	// Ranks is the number of ranks (processes, or goroutines in process).
+	Ranks int `json:"ranks"`
+	// Network is the transport between the ranks: "quic" or "tcp" ("memory"
+	// for ranks in one process only).
+	Network string `json:"network"`
+	// InProcess runs the ranks as goroutines of one process.
+	InProcess bool `json:"inprocess"`
+	// Ops, MinBytes, MaxBytes, Factor, Root, Warmup, Iters, Repeats, Budget
+	// and Check are the Spec's fields of the same names. Sizes are numbers
+	// of bytes or strings with a K, M or G suffix ("64M"); Budget is a Go
+	// duration ("50ms").
+	Ops      []string `json:"ops"`
+	MinBytes Size     `json:"minBytes"`
+	MaxBytes Size     `json:"maxBytes"`
+	Factor   int      `json:"factor"`
+	DType    string   `json:"dtype"` // comm.DType's name: "f32", "bf16", …
+	RedOp    string   `json:"redop"` // comm.ReduceOp's name: "sum", "max", …
+	Root     int      `json:"root"`
+	Warmup   int      `json:"warmup"`
+	Iters    int      `json:"iters"`
+	Repeats  int      `json:"repeats"`
+	Budget   Duration `json:"budget"`
+	Check    bool     `json:"check"`
+	// Timeout bounds the whole run. If zero, there is no bound but the
+	// communicator's own per-collective timeout.
+	Timeout Duration `json:"timeout"`
+}
+
+// LoadConfig reads a JSON Config from r on top of *c: the fields r names
+// replace those of *c. A field that Config does not have is an error (a
+// misspelt name would otherwise be silently ignored).
+func LoadConfig(r io.Reader, c *Config) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	next := *c
+	if err := dec.Decode(&next); err != nil {
+		return fmt.Errorf("bench config: %w", err)
+	}
+	if dec.More() {
+		return fmt.Errorf("bench config: more than one JSON value")
+	}
+	*c = next
+	return nil
+}
+
+// Spec is the Spec c describes (without checking it against a world size;
+// Spec.Validate does).
+func (c Config) Spec() (Spec, error) {
+	s := Spec{
+		Ops: c.Ops, MinBytes: int64(c.MinBytes), MaxBytes: int64(c.MaxBytes), Factor: c.Factor,
+		Root: c.Root, Warmup: c.Warmup, Iters: c.Iters, Repeats: c.Repeats, Budget: time.Duration(c.Budget), Check: c.Check,
+	}
+	var err error
+	if c.DType != "" {
+		if s.DType, err = comm.ParseDType(c.DType); err != nil {
+			return Spec{}, err
+		}
+	}
+	if c.RedOp != "" {
+		if s.Op, err = comm.ParseReduceOp(c.RedOp); err != nil {
+			return Spec{}, err
+		}
+	}
+	return s, nil
+}
+
+// Validate reports whether Run would accept spec on a communicator of size
+// ranks, so a launcher can refuse a bad Spec before it starts any process.
+func (spec Spec) Validate(size int) error {
+	_, err := spec.withDefaults(size)
+	return err
+}
+
+// Size is a byte count that JSON may give as a number or as a string with a
+// K, M or G suffix (see ParseSize).
+type Size int64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	var str string
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &str); err != nil {
+			return err
+		}
+	} else {
+		str = string(b)
+	}
+	v, err := ParseSize(str)
+	if err != nil {
+		return err
+	}
+	*s = Size(v)
+	return nil
+}
+
+// MarshalJSON writes the size as ParseSize reads it ("64M").
+func (s Size) MarshalJSON() ([]byte, error) {
+	return json.Marshal(FormatSize(int64(s)))
+}
+
+// Duration is a time.Duration that JSON gives as a Go duration string
+// ("50ms", "10m").
+type Duration time.Duration
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return fmt.Errorf("a duration is a string such as \"50ms\": %w", err)
+	}
+	v, err := time.ParseDuration(str)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(strconv.Quote(time.Duration(d).String())), nil
+}

@@ -1,0 +1,16 @@
+// Package bench measures collectives the way nccl-tests does, on any
+// comm.Communicator: the flat nexar one, shared memory, NCCL or the
+// hierarchical one. Every rank calls Run with the same Spec; the sizes are
+// swept from MinBytes to MaxBytes, each size's time is the slowest rank's
+// (what nccl-tests reports), and the table is printed in nccl-tests' layout,
+// so its parsers and habits carry over: algbw = bytes / time and
+// busbw = algbw × a per-collective factor that makes the figures comparable
+// with the link's bandwidth.
+//
+// Summarize turns one run into the ratios the project's speed goals are
+// stated in (AllReduce bus bandwidth against the transport's own ceiling,
+// small-message AllReduce latency against the ideal number of hops).
+//
+// bench imports comm and the standard library only; it never builds a
+// communicator itself (cmd/hiercomm-bench does).
+package bench

@@ -1,0 +1,240 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar"
+)
+
+// runWorld runs Run on every rank of an in-memory world of p ranks, each
+// rank's communicator passed through wrap (nil: as is), and returns every
+// rank's Result.
+func runWorld(t *testing.T, p int, spec Spec, wrap func(comm.Communicator) comm.Communicator) []Result {
+	t.Helper()
+	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results := make([]Result, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var cm comm.Communicator = c
+			if wrap != nil {
+				cm = wrap(c)
+			}
+			results[r], errs[r] = Run(ctx, cm, spec)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return results
+}
+
+// quick is a Spec that runs in milliseconds.
+func quick(ops ...string) Spec {
+	return Spec{Ops: ops, MinBytes: 8, MaxBytes: 4 << 10, Factor: 4, Warmup: 1, Iters: 2, Repeats: 1, Check: true}
+}
+
+func TestRunEveryOp(t *testing.T) {
+	for _, p := range []int{1, 2, 3, 4} {
+		t.Run(fmt.Sprintf("P=%d", p), func(t *testing.T) {
+			spec := quick(OpNames()...)
+			spec.Root = p - 1
+			res := runWorld(t, p, spec, nil)
+			for r := 1; r < p; r++ {
+				if len(res[r].Rows) != len(res[0].Rows) {
+					t.Fatalf("rank %d has %d rows, rank 0 %d", r, len(res[r].Rows), len(res[0].Rows))
+				}
+				for i, row := range res[r].Rows {
+					if row != res[0].Rows[i] {
+						t.Errorf("rank %d row %d = %+v, rank 0 has %+v (every rank must get the same table)", r, i, row, res[0].Rows[i])
+					}
+				}
+			}
+			seen := map[string]int{}
+			for _, row := range res[0].Rows {
+				seen[row.Op]++
+				if row.Wrong != 0 {
+					t.Errorf("%s %d B: %d wrong elements", row.Op, row.Bytes, row.Wrong)
+				}
+				if row.TimeUS <= 0 || row.Iters != 2 || row.Repeats != 1 {
+					t.Errorf("%s %d B: time %v µs over %d iterations × %d repeats", row.Op, row.Bytes, row.TimeUS, row.Iters, row.Repeats)
+				}
+				if want := row.AlgBW * BusFactor(row.Op, p); row.BusBW != want {
+					t.Errorf("%s %d B: busbw %v, want algbw × factor = %v", row.Op, row.Bytes, row.BusBW, want)
+				}
+				if row.Bytes%int64(row.DType.Size()) != 0 || row.Count != row.Bytes/4 {
+					t.Errorf("%s %d B: count %d", row.Op, row.Bytes, row.Count)
+				}
+			}
+			for _, op := range OpNames() {
+				if seen[op] == 0 {
+					t.Errorf("no rows for %s", op)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckEveryDType runs the check of the reducing operations over every
+// dtype and op, so a wrong reference (rounding, wrapping, the choice of
+// values) shows up as wrong elements.
+func TestCheckEveryDType(t *testing.T) {
+	for _, dt := range comm.DTypes {
+		for _, op := range comm.ReduceOps {
+			if comm.CanReduce(dt, op) != nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%v/%v", dt, op), func(t *testing.T) {
+				spec := quick("allreduce", "reducescatter", "reduce", "allgather", "alltoall")
+				spec.MinBytes, spec.MaxBytes, spec.Factor = 24, 768, 32
+				spec.DType, spec.Op, spec.Warmup, spec.Iters = dt, op, 1, 1
+				for _, row := range runWorld(t, 3, spec, nil)[0].Rows {
+					if row.Wrong != 0 {
+						t.Errorf("%s %d B: %d wrong elements", row.Op, row.Bytes, row.Wrong)
+					}
+				}
+			})
+		}
+	}
+}
+
+// corrupting flips one element of rank 1's f32 AllReduce results.
+type corrupting struct{ comm.Communicator }
+
+func (c corrupting) AllReduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
+	err := c.Communicator.AllReduce(ctx, send, recv, op)
+	if err == nil && c.Rank() == 1 && recv.DType() == comm.F32 && recv.Len() > 0 {
+		recv.Bytes()[0] ^= 0x40 // the bench's own f64 and i64 AllReduces stay intact
+	}
+	return err
+}
+
+// shiftedReduceScatter hands rank r block r+1 of the reduction: the
+// reference stack's ReduceScatter defect.
+type shiftedReduceScatter struct{ comm.Communicator }
+
+func (c shiftedReduceScatter) ReduceScatter(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
+	full := make([]byte, send.ByteLen())
+	all, err := comm.HostBytes(send.DType(), full)
+	if err != nil {
+		return err
+	}
+	if err := c.Communicator.AllReduce(ctx, send, all, op); err != nil {
+		return err
+	}
+	n := recv.Len()
+	copy(recv.Bytes(), all.Slice((c.Rank()+1)%c.Size()*n, n).Bytes())
+	return nil
+}
+
+func TestCheckCatchesWrongResults(t *testing.T) {
+	t.Run("one element", func(t *testing.T) {
+		rows := runWorld(t, 3, quick("allreduce"), func(c comm.Communicator) comm.Communicator { return corrupting{c} })[0].Rows
+		if len(rows) == 0 {
+			t.Fatal("no rows")
+		}
+		for _, row := range rows {
+			if row.Wrong != 1 {
+				t.Errorf("%d B: #wrong = %d, want 1 (rank 1's first element)", row.Bytes, row.Wrong)
+			}
+		}
+	})
+	t.Run("shifted block", func(t *testing.T) {
+		rows := runWorld(t, 4, quick("reducescatter"), func(c comm.Communicator) comm.Communicator { return shiftedReduceScatter{c} })[0].Rows
+		for _, row := range rows {
+			if row.Wrong <= row.Count/2 {
+				t.Errorf("%d B: #wrong = %d of %d elements, want most of them", row.Bytes, row.Wrong, row.Count)
+			}
+		}
+	})
+	t.Run("unchecked", func(t *testing.T) {
+		spec := quick("allreduce")
+		spec.Check = false
+		for _, row := range runWorld(t, 2, spec, func(c comm.Communicator) comm.Communicator { return corrupting{c} })[0].Rows {
+			if row.Wrong != -1 {
+				t.Errorf("%d B: #wrong = %d without Check, want -1 (N/A)", row.Bytes, row.Wrong)
+			}
+		}
+	})
+}
+
+func TestRunAdaptiveIters(t *testing.T) {
+	spec := Spec{Ops: []string{"allreduce", "sendrecv"}, MinBytes: 8, MaxBytes: 64, Factor: 8, Budget: 20 * time.Millisecond, Repeats: 2}
+	var progress []Row
+	var mu sync.Mutex
+	spec.Progress = func(r Row) { mu.Lock(); progress = append(progress, r); mu.Unlock() }
+	res := runWorld(t, 2, spec, nil)[0]
+	if len(res.Rows) != 4 || len(progress) != 2*len(res.Rows) {
+		t.Fatalf("%d rows, %d progress calls; want 4 and 8", len(res.Rows), len(progress))
+	}
+	for _, row := range res.Rows {
+		if row.Iters < 1 || row.Iters > MaxIters || row.Repeats != 2 {
+			t.Errorf("%s %d B: %d iterations × %d repeats, want 1…%d × 2", row.Op, row.Bytes, row.Iters, row.Repeats, MaxIters)
+		}
+	}
+	// With a budget far below one iteration, a size is timed once.
+	spec.Budget, spec.Progress = time.Nanosecond, nil
+	for _, row := range runWorld(t, 2, spec, nil)[0].Rows {
+		if row.Iters != 1 || row.Repeats != 1 {
+			t.Errorf("%s %d B: %d iterations × %d repeats under a 1 ns budget, want 1 × 1", row.Op, row.Bytes, row.Iters, row.Repeats)
+		}
+	}
+	if res.Spec.Warmup != DefaultWarmup || res.Spec.Repeats != 2 || res.Spec.DType != comm.F32 || res.Spec.Op != comm.Sum {
+		t.Errorf("Result.Spec = %+v, want the defaults filled in", res.Spec)
+	}
+}
+
+func TestRunRefusesBadSpec(t *testing.T) {
+	cs, err := nexar.NewMemoryWorld(1, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	_, err = Run(context.Background(), cs[0], Spec{Ops: []string{"allreduce"}, DType: comm.I32, Op: comm.Avg})
+	if err == nil {
+		t.Fatal("Run accepted avg on i32")
+	}
+}
+
+func TestItersForAndMedian(t *testing.T) {
+	for _, tc := range []struct {
+		budget time.Duration
+		per    float64
+		want   int
+	}{
+		{50 * time.Millisecond, 0.01, 5},
+		{50 * time.Millisecond, 0.011, 5},
+		{50 * time.Millisecond, 1, 1},
+		{50 * time.Millisecond, 1e-9, MaxIters},
+		{50 * time.Millisecond, 0, MaxIters},
+	} {
+		if got := itersFor(tc.budget, tc.per); got != tc.want {
+			t.Errorf("itersFor(%v, %v) = %d, want %d", tc.budget, tc.per, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}

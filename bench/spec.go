@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Spec is what to measure. The zero value of every field means its default;
+// Run works on a validated copy. Every rank must pass an equal Spec (the
+// sizes and iteration counts, and so the order of collectives, are derived
+// from it).
+type Spec struct {
+	// Ops are the operations to measure, in order: "allreduce",
+	// "allgather", "reducescatter", "broadcast", "reduce", "alltoall" and
+	// "sendrecv" (each rank sends to rank+1 and receives from rank−1 at
+	// once: the transport's own ceiling). If nil, defaults to DefaultOps.
+	Ops []string
+	// MinBytes and MaxBytes bound the sizes, as nccl-tests' -b and -e; the
+	// sizes are MinBytes, MinBytes·Factor, … up to MaxBytes. A size is in
+	// nccl-tests' convention: the buffer of AllReduce, Broadcast, Reduce and
+	// sendrecv, the whole receive buffer of AllGather, the whole send buffer
+	// of ReduceScatter and AllToAll. It is rounded down to whole elements
+	// (times the number of ranks where blocks are per rank); sizes that round
+	// to zero are skipped. If zero, default to 8 B and 64 MiB.
+	MinBytes, MaxBytes int64
+	// Factor multiplies the size from one step to the next (nccl-tests -f).
+	// If zero, defaults to 2.
+	Factor int
+	// DType is the element type. If zero, defaults to comm.F32.
+	DType comm.DType
+	// Op is the reduction of the reducing operations. If zero, defaults to
+	// comm.Sum.
+	Op comm.ReduceOp
+	// Root is the root of Broadcast and Reduce.
+	Root int
+	// Warmup is the number of untimed iterations before each size, the
+	// check's run included; the last one also calibrates Iters. If zero,
+	// defaults to 2.
+	Warmup int
+	// Iters is the number of timed iterations of each repeat. If zero, it is
+	// chosen per size so that a repeat lasts about Budget (at least 1,
+	// at most MaxIters), from the slowest rank's warmup time.
+	Iters int
+	// Budget is the time a repeat aims for when Iters is zero. If zero,
+	// defaults to 50 ms.
+	Budget time.Duration
+	// Repeats is how many times each size is timed; the row reports the
+	// median. When Iters is zero and one iteration takes longer than
+	// Repeats × Budget, the size is timed once instead (it is long enough to
+	// be stable, and repeating it would dominate the run). If zero, defaults
+	// to 3.
+	Repeats int
+	// Check fills every rank's buffers with rank-distinct data once per
+	// size, runs the operation, and counts the elements that differ from a
+	// sequential reference (nccl-tests' #wrong). The data is chosen so that
+	// the exact result does not depend on the order of reduction.
+	Check bool
+	// Progress, if set, is called on every rank with each row as soon as it
+	// is measured (the same row on every rank).
+	Progress func(Row) `json:"-"`
+}
+
+// DefaultOps is the operations a Spec with no Ops measures.
+var DefaultOps = []string{"allreduce", "allgather", "reducescatter", "broadcast", "sendrecv"}
+
+// Defaults of Spec.
+const (
+	DefaultMinBytes = 8
+	DefaultMaxBytes = 64 << 20
+	DefaultFactor   = 2
+	DefaultWarmup   = 2
+	DefaultBudget   = 50 * time.Millisecond
+	DefaultRepeats  = 3
+	// MaxIters caps the iterations of a repeat chosen from Budget.
+	MaxIters = 10000
+)
+
+// withDefaults validates spec for a communicator of size ranks and returns
+// a copy with every default filled in.
+func (spec Spec) withDefaults(size int) (Spec, error) {
+	s := spec
+	s.Ops = slices.Clone(s.Ops)
+	if len(s.Ops) == 0 {
+		s.Ops = slices.Clone(DefaultOps)
+	}
+	if s.MinBytes == 0 {
+		s.MinBytes = DefaultMinBytes
+	}
+	if s.MaxBytes == 0 {
+		s.MaxBytes = max(DefaultMaxBytes, s.MinBytes)
+	}
+	if s.Factor == 0 {
+		s.Factor = DefaultFactor
+	}
+	if s.DType == 0 {
+		s.DType = comm.F32
+	}
+	if s.Op == 0 {
+		s.Op = comm.Sum
+	}
+	if s.Warmup == 0 {
+		s.Warmup = DefaultWarmup
+	}
+	if s.Budget == 0 {
+		s.Budget = DefaultBudget
+	}
+	if s.Repeats == 0 {
+		s.Repeats = DefaultRepeats
+	}
+	bad := func(format string, a ...any) (Spec, error) {
+		return spec, fmt.Errorf("bench.Spec: "+format, a...)
+	}
+	reduces := false
+	for _, name := range s.Ops {
+		def, ok := opDefs[name]
+		if !ok {
+			return bad("unknown op %q (want one of %s)", name, strings.Join(OpNames(), ", "))
+		}
+		reduces = reduces || def.kind.Reduces()
+	}
+	switch {
+	case s.MinBytes < 0 || s.MaxBytes < s.MinBytes:
+		return bad("sizes %d … %d bytes: want 0 < MinBytes ≤ MaxBytes", s.MinBytes, s.MaxBytes)
+	case s.Factor < 2:
+		return bad("Factor %d: want ≥ 2", s.Factor)
+	case !s.DType.Valid():
+		return bad("invalid dtype %v", s.DType)
+	case s.Root < 0 || s.Root >= size:
+		return bad("Root %d is outside [0, %d)", s.Root, size)
+	case s.Warmup < 0 || s.Iters < 0 || s.Repeats < 0 || s.Budget < 0:
+		return bad("Warmup %d, Iters %d, Repeats %d and Budget %v must not be negative", s.Warmup, s.Iters, s.Repeats, s.Budget)
+	}
+	if reduces {
+		if err := comm.CanReduce(s.DType, s.Op); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return s, nil
+}
+
+// sizes are the byte sizes of the sweep, before rounding to an op's unit.
+func (s Spec) sizes() []int64 {
+	var out []int64
+	for b := s.MinBytes; b <= s.MaxBytes; b *= int64(s.Factor) {
+		out = append(out, b)
+		if b > s.MaxBytes/int64(s.Factor) {
+			break
+		}
+	}
+	return out
+}
+
+// ParseSize reads a byte size as nccl-tests' -b and -e do: a number with an
+// optional K, M or G suffix (powers of 1024; a trailing B or iB is
+// accepted): "8", "64K", "64M", "1GiB".
+func ParseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("bad size %q: want a non-negative number with an optional K, M or G suffix, e.g. 64M", s)
+	}
+	return v * mult, nil
+}
+
+// FormatSize writes n bytes the way ParseSize reads them back, with the
+// largest suffix that divides it ("64M", "1536K", "8").
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math/bits"
+)
+
+// The project's speed goals, as ratios Summarize computes from one run.
+const (
+	// BandwidthGoal: AllReduce busbw at ≥ BandwidthFrom bytes is at least
+	// this fraction of sendrecv's busbw at the same size (the transport's
+	// ceiling with every link busy).
+	BandwidthGoal = 0.85
+	// BandwidthFrom is the smallest size the bandwidth goal is judged at.
+	BandwidthFrom = 16 << 20
+	// LatencyGoal: the smallest AllReduce takes at most this many times
+	// 2·⌈log₂ N⌉ one-way latencies (a recursive-doubling reduce and
+	// broadcast's worth of hops), the latency being sendrecv's time at the
+	// same size.
+	LatencyGoal = 1.0
+	// LatencyUpTo is the largest size the latency goal is judged at.
+	LatencyUpTo = 64
+)
+
+// Summary holds the goal ratios of one run. A ratio whose inputs the run
+// did not measure (no sendrecv, no size ≥ 16 MiB, one rank) is absent: its
+// Has field is false and its Why says what is missing.
+type Summary struct {
+	Ranks int
+
+	// HasBandwidth: AllReduceBusBW / SendRecvBusBW at BandwidthBytes, the
+	// largest size ≥ BandwidthFrom that both measured.
+	HasBandwidth   bool
+	BandwidthBytes int64
+	AllReduceBusBW float64 // GB/s
+	SendRecvBusBW  float64 // GB/s
+	BandwidthRatio float64
+	BandwidthWhy   string
+
+	// HasLatency: AllReduceUS / (Hops × SendRecvUS) at LatencyBytes, the
+	// smallest size both measured (at most LatencyUpTo bytes); Hops is
+	// 2·⌈log₂ Ranks⌉.
+	HasLatency   bool
+	LatencyBytes int64
+	AllReduceUS  float64
+	SendRecvUS   float64
+	Hops         int
+	LatencyRatio float64
+	LatencyWhy   string
+}
+
+// Summarize computes r's goal ratios.
+func Summarize(r Result) Summary {
+	s := Summary{Ranks: r.Ranks}
+	ar, sr := map[int64]Row{}, map[int64]Row{}
+	for _, row := range r.rowsOf("allreduce") {
+		ar[row.Bytes] = row
+	}
+	for _, row := range r.rowsOf("sendrecv") {
+		sr[row.Bytes] = row
+	}
+	var common []int64
+	for _, row := range r.rowsOf("allreduce") {
+		if _, ok := sr[row.Bytes]; ok {
+			common = append(common, row.Bytes)
+		}
+	}
+
+	s.BandwidthWhy = fmt.Sprintf("needs allreduce and sendrecv at the same size ≥ %s", FormatSize(BandwidthFrom))
+	for _, b := range common {
+		if b >= BandwidthFrom && b > s.BandwidthBytes && sr[b].BusBW > 0 {
+			s.HasBandwidth, s.BandwidthBytes = true, b
+		}
+	}
+	if s.HasBandwidth {
+		s.AllReduceBusBW, s.SendRecvBusBW = ar[s.BandwidthBytes].BusBW, sr[s.BandwidthBytes].BusBW
+		s.BandwidthRatio = s.AllReduceBusBW / s.SendRecvBusBW
+		s.BandwidthWhy = ""
+	}
+
+	s.LatencyWhy = fmt.Sprintf("needs allreduce and sendrecv at the same size ≤ %d B", LatencyUpTo)
+	if r.Ranks < 2 {
+		s.LatencyWhy = "needs at least 2 ranks"
+	} else {
+		for _, b := range common {
+			if b <= LatencyUpTo && (!s.HasLatency || b < s.LatencyBytes) && sr[b].TimeUS > 0 {
+				s.HasLatency, s.LatencyBytes = true, b
+			}
+		}
+	}
+	if s.HasLatency {
+		s.AllReduceUS, s.SendRecvUS = ar[s.LatencyBytes].TimeUS, sr[s.LatencyBytes].TimeUS
+		s.Hops = 2 * bits.Len(uint(r.Ranks-1)) // 2·⌈log₂ N⌉
+		s.LatencyRatio = s.AllReduceUS / (float64(s.Hops) * s.SendRecvUS)
+		s.LatencyWhy = ""
+	}
+	return s
+}
+
+// BandwidthMet and LatencyMet report whether the goals are met (false when
+// not measured).
+func (s Summary) BandwidthMet() bool { return s.HasBandwidth && s.BandwidthRatio >= BandwidthGoal }
+func (s Summary) LatencyMet() bool   { return s.HasLatency && s.LatencyRatio <= LatencyGoal }
+
+// Format prints the ratios with PASS or BELOW labels. They are
+// informational: a run below a goal is not an error.
+func (s Summary) Format(w io.Writer) error {
+	label := func(ok bool) string {
+		if ok {
+			return "PASS"
+		}
+		return "BELOW"
+	}
+	out := fmt.Sprintf("# Summary: speed goals on %d ranks (informational)\n", s.Ranks)
+	if s.HasBandwidth {
+		out += fmt.Sprintf("#   bandwidth: allreduce busbw / sendrecv busbw at %s = %.2f / %.2f GB/s = %.2f (goal ≥ %.2f)  %s\n",
+			FormatSize(s.BandwidthBytes), s.AllReduceBusBW, s.SendRecvBusBW, s.BandwidthRatio, BandwidthGoal, label(s.BandwidthMet()))
+	} else {
+		out += fmt.Sprintf("#   bandwidth: n/a (%s)\n", s.BandwidthWhy)
+	}
+	if s.HasLatency {
+		out += fmt.Sprintf("#   latency:   allreduce time / (2·⌈log2 %d⌉ × sendrecv time) at %d B = %.2f / (%d × %.2f) us = %.2f (goal ≤ %.2f)  %s\n",
+			s.Ranks, s.LatencyBytes, s.AllReduceUS, s.Hops, s.SendRecvUS, s.LatencyRatio, LatencyGoal, label(s.LatencyMet()))
+	} else {
+		out += fmt.Sprintf("#   latency:   n/a (%s)\n", s.LatencyWhy)
+	}
+	_, err := io.WriteString(w, out)
+	return err
+}

@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestSummarize(t *testing.T) {
+	rows := func(op string, pts ...[3]float64) []Row { // {bytes, time µs, busbw}
+		var out []Row
+		for _, p := range pts {
+			out = append(out, Row{Op: op, Bytes: int64(p[0]), TimeUS: p[1], BusBW: p[2]})
+		}
+		return out
+	}
+	var res Result
+	res.Ranks = 4
+	res.Rows = append(res.Rows, rows("allreduce", [3]float64{8, 150, 0}, [3]float64{16 << 20, 0, 0.9}, [3]float64{32 << 20, 0, 0.9}, [3]float64{64 << 20, 0, 0.8})...)
+	res.Rows = append(res.Rows, rows("sendrecv", [3]float64{8, 50, 0}, [3]float64{16 << 20, 0, 1}, [3]float64{32 << 20, 0, 1})...)
+
+	s := Summarize(res)
+	// Bandwidth: the largest size ≥ 16 MiB that both have is 32 MiB.
+	if !s.HasBandwidth || s.BandwidthBytes != 32<<20 || math.Abs(s.BandwidthRatio-0.9) > 1e-12 || !s.BandwidthMet() {
+		t.Errorf("bandwidth: %+v", s)
+	}
+	// Latency: 150 / (2·⌈log₂ 4⌉ · 50) = 0.75.
+	if !s.HasLatency || s.LatencyBytes != 8 || s.Hops != 4 || math.Abs(s.LatencyRatio-0.75) > 1e-12 || !s.LatencyMet() {
+		t.Errorf("latency: %+v", s)
+	}
+	var b bytes.Buffer
+	if err := s.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"= 0.90 (goal ≥ 0.85)  PASS", "= 0.75 (goal ≤ 1.00)  PASS", "at 32M", "(4 × 50.00) us"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("Format output lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	// Below both goals, on 5 ranks (⌈log₂ 5⌉ = 3 hops each way).
+	res.Ranks = 5
+	res.Rows[2].BusBW = 0.5   // allreduce 32 MiB
+	res.Rows[0].TimeUS = 1000 // allreduce 8 B
+	s = Summarize(res)
+	if s.Hops != 6 || math.Abs(s.LatencyRatio-1000.0/300) > 1e-12 || s.LatencyMet() || s.BandwidthMet() {
+		t.Errorf("below: %+v", s)
+	}
+	b.Reset()
+	s.Format(&b)
+	if strings.Count(b.String(), "BELOW") != 2 {
+		t.Errorf("want two BELOW labels:\n%s", b.String())
+	}
+}
+
+func TestSummarizeMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		res  Result
+	}{
+		{"no sendrecv", Result{Ranks: 4, Rows: []Row{{Op: "allreduce", Bytes: 8, TimeUS: 1}, {Op: "allreduce", Bytes: 64 << 20, BusBW: 1}}}},
+		{"small sizes only", Result{Ranks: 4, Rows: []Row{{Op: "allreduce", Bytes: 1 << 20, TimeUS: 9, BusBW: 1}, {Op: "sendrecv", Bytes: 1 << 20, TimeUS: 9, BusBW: 1}}}},
+		{"one rank", Result{Ranks: 1, Rows: []Row{{Op: "allreduce", Bytes: 8, TimeUS: 1}, {Op: "sendrecv", Bytes: 8, TimeUS: 1}}}},
+	} {
+		s := Summarize(tc.res)
+		if s.HasBandwidth || s.HasLatency || s.BandwidthMet() || s.LatencyMet() {
+			t.Errorf("%s: %+v, want neither ratio", tc.name, s)
+		}
+		var b bytes.Buffer
+		s.Format(&b)
+		if strings.Count(b.String(), "n/a (") != 2 {
+			t.Errorf("%s: want two n/a lines:\n%s", tc.name, b.String())
+		}
+	}
+}

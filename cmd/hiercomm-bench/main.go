@@ -1,0 +1,370 @@
+// Command hiercomm-bench is hiercomm's main job: it measures the
+// collectives of a local world the way nccl-tests does and prints
+// nccl-tests' tables and the project's speed-goal ratios.
+//
+// With no arguments it reads its embedded default (default.json: 4 ranks
+// over QUIC, allreduce, allgather, reducescatter, broadcast and sendrecv
+// from 8 B to 64 MiB, results checked), starts 4 processes of itself with
+// nexar.StartLocal, and each joins the world with nexar.JoinLocal and runs
+// bench.Run. Rank 0 hands its result (every rank's is the same) back in a
+// JSON file, and this process prints it: the tables on stdout, logs on
+// stderr. It exits 0 on success, 1 when a rank fails or a result is wrong,
+// 2 on bad usage.
+//
+// Flags override the default, and -config FILE overrides it with a JSON
+// file of the same fields (flags still win):
+//
+//	hiercomm-bench -np 2 -network tcp -ops allreduce -b 1M -e 256M
+//	hiercomm-bench -inprocess -network memory -check=false
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hiercomm/hiercomm/bench"
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar"
+)
+
+//go:embed default.json
+var defaultConfig string
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// options is what the command line says beyond the Config.
+type options struct {
+	cfg     bench.Config
+	jsonOut string // write the Result as JSON here
+	verbose bool
+}
+
+// run is the whole command; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err != nil {
+		log.Error("hiercomm-bench: bad arguments", "err", err)
+		return 2
+	}
+	spec, err := o.cfg.Spec()
+	if err == nil {
+		err = spec.Validate(o.cfg.Ranks)
+	}
+	if err != nil {
+		log.Error("hiercomm-bench: bad configuration", "err", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(o.cfg.Timeout))
+		defer cancel()
+	}
+
+	var res bench.Result
+	switch {
+	case nexar.IsLocalChild():
+		err = runChild(ctx, o, spec, log)
+		if err != nil {
+			log.Error("hiercomm-bench: rank failed", "err", err)
+			return 1
+		}
+		return 0
+	case o.cfg.InProcess:
+		res, err = runInProcess(ctx, o.cfg, spec, log)
+	default:
+		res, err = runProcesses(ctx, o, args, stderr, log)
+	}
+	if err != nil {
+		log.Error("hiercomm-bench: failed", "err", err)
+		return 1
+	}
+	return report(res, o, stdout, log)
+}
+
+// parseArgs resolves the configuration: the embedded default, then the
+// -config file, then the flags that were given.
+func parseArgs(args []string, stderr io.Writer) (options, error) {
+	var o options
+	if err := bench.LoadConfig(strings.NewReader(defaultConfig), &o.cfg); err != nil {
+		return o, fmt.Errorf("embedded default: %w", err) // a build bug
+	}
+	d := o.cfg
+	fs := flag.NewFlagSet("hiercomm-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: hiercomm-bench [flags]\n\n"+
+			"Measures hiercomm's collectives on a local world, nccl-tests style.\n"+
+			"With no flags: %d processes over %s, %s, %s … %s.\n\n",
+			d.Ranks, d.Network, strings.Join(d.Ops, ","), bench.FormatSize(int64(d.MinBytes)), bench.FormatSize(int64(d.MaxBytes)))
+		fs.PrintDefaults()
+	}
+	configFile := fs.String("config", "", "JSON `file` with the fields of the embedded default; flags override it")
+	np := fs.Int("np", d.Ranks, "number of ranks")
+	network := fs.String("network", d.Network, "transport: quic or tcp (memory with -inprocess)")
+	ops := fs.String("ops", strings.Join(d.Ops, ","), "comma-separated operations: "+strings.Join(bench.OpNames(), ", "))
+	minBytes := fs.String("b", bench.FormatSize(int64(d.MinBytes)), "smallest size (K, M, G suffixes)")
+	maxBytes := fs.String("e", bench.FormatSize(int64(d.MaxBytes)), "largest size")
+	factor := fs.Int("f", d.Factor, "size multiplication factor")
+	dtype := fs.String("dtype", d.DType, "element type: f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64")
+	redop := fs.String("redop", d.RedOp, "reduction: sum prod min max avg")
+	root := fs.Int("root", d.Root, "root of broadcast and reduce")
+	warmup := fs.Int("w", d.Warmup, "warmup iterations per size (the -check run counts as one)")
+	iters := fs.Int("iters", d.Iters, "timed iterations per repeat (0: as many as fit -budget)")
+	repeats := fs.Int("repeats", d.Repeats, "timed repeats per size; the median is reported")
+	budget := fs.Duration("budget", time.Duration(d.Budget), "time per repeat when -iters is 0")
+	check := fs.Bool("check", d.Check, "verify every size's result with rank-distinct data (#wrong)")
+	inProcess := fs.Bool("inprocess", d.InProcess, "run the ranks as goroutines of this process, not as child processes")
+	timeout := fs.Duration("timeout", time.Duration(d.Timeout), "bound on the whole run (0: none)")
+	fs.StringVar(&o.jsonOut, "json", "", "also write the result as JSON to `file`")
+	fs.BoolVar(&o.verbose, "v", false, "log every measured row and the transport's debug events")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (every setting is a flag; see -h)", fs.Arg(0))
+	}
+	if *configFile != "" {
+		f, err := os.Open(*configFile)
+		if err != nil {
+			return o, err
+		}
+		err = bench.LoadConfig(f, &o.cfg)
+		f.Close()
+		if err != nil {
+			return o, fmt.Errorf("%s: %w", *configFile, err)
+		}
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		c := &o.cfg
+		switch f.Name {
+		case "np":
+			c.Ranks = *np
+		case "network":
+			c.Network = *network
+		case "ops":
+			c.Ops = strings.Split(*ops, ",")
+			for i := range c.Ops {
+				c.Ops[i] = strings.TrimSpace(c.Ops[i])
+			}
+		case "b", "e":
+			v, perr := bench.ParseSize(map[string]string{"b": *minBytes, "e": *maxBytes}[f.Name])
+			if perr != nil {
+				err = errors.Join(err, fmt.Errorf("-%s: %w", f.Name, perr))
+			}
+			if f.Name == "b" {
+				c.MinBytes = bench.Size(v)
+			} else {
+				c.MaxBytes = bench.Size(v)
+			}
+		case "f":
+			c.Factor = *factor
+		case "dtype":
+			c.DType = *dtype
+		case "redop":
+			c.RedOp = *redop
+		case "root":
+			c.Root = *root
+		case "w":
+			c.Warmup = *warmup
+		case "iters":
+			c.Iters = *iters
+		case "repeats":
+			c.Repeats = *repeats
+		case "budget":
+			c.Budget = bench.Duration(*budget)
+		case "check":
+			c.Check = *check
+		case "inprocess":
+			c.InProcess = *inProcess
+		case "timeout":
+			c.Timeout = bench.Duration(*timeout)
+		}
+	})
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case o.cfg.Ranks < 1:
+		return o, fmt.Errorf("-np %d: want at least 1 rank", o.cfg.Ranks)
+	case o.cfg.Network == "memory" && !o.cfg.InProcess && !nexar.IsLocalChild():
+		return o, errors.New("-network memory needs -inprocess (processes need quic or tcp)")
+	case o.cfg.Network != "quic" && o.cfg.Network != "tcp" && o.cfg.Network != "memory":
+		return o, fmt.Errorf("-network %q: want quic or tcp (or memory with -inprocess)", o.cfg.Network)
+	}
+	return o, nil
+}
+
+// runProcesses starts the ranks as child processes of this program (the
+// same arguments, plus where rank 0 writes the result) and reads rank 0's
+// result once every rank has exited cleanly.
+func runProcesses(ctx context.Context, o options, args []string, stderr io.Writer, log *slog.Logger) (bench.Result, error) {
+	f, err := os.CreateTemp("", "hiercomm-bench-*.json")
+	if err != nil {
+		return bench.Result{}, err
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+
+	log.Info("starting local job", "ranks", o.cfg.Ranks, "network", o.cfg.Network, "ops", strings.Join(o.cfg.Ops, ","))
+	start := time.Now()
+	// A later -json wins, so the children write where this process reads.
+	childArgs := append(append([]string(nil), args...), "-json", path)
+	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+		Ranks: o.cfg.Ranks, Network: o.cfg.Network, Args: childArgs, Stdout: stderr, Stderr: stderr,
+	})
+	if err != nil {
+		return bench.Result{}, err
+	}
+	if err := job.Wait(); err != nil {
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return bench.Result{}, fmt.Errorf("the run took longer than -timeout %v, so the local job was stopped (%w); raise -timeout or measure less (-e, -ops)", time.Duration(o.cfg.Timeout), err)
+		case ctx.Err() != nil:
+			return bench.Result{}, fmt.Errorf("interrupted; the local job was stopped (%w)", err)
+		}
+		return bench.Result{}, fmt.Errorf("local job: %w; the ranks' logs above say why", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return bench.Result{}, err
+	}
+	var res bench.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return bench.Result{}, fmt.Errorf("reading rank 0's result: %w", err)
+	}
+	log.Info("local job done", "elapsed", time.Since(start).Round(time.Millisecond))
+	return res, nil
+}
+
+// runChild is one rank of a local job.
+func runChild(ctx context.Context, o options, spec bench.Spec, log *slog.Logger) error {
+	c, err := nexar.JoinLocal(ctx, nexar.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("joining the local job: %w", err)
+	}
+	if c.Rank() == 0 { // StartLocal prefixes the children's lines with their rank
+		spec.Progress = progress(log)
+	}
+	res, err := bench.Run(ctx, c, spec)
+	if cerr := c.Close(); err == nil && cerr != nil && !errors.Is(cerr, comm.ErrClosed) {
+		log.Warn("closing the communicator", "err", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Rank() == 0 && o.jsonOut != "" {
+		return writeJSON(o.jsonOut, res)
+	}
+	return nil
+}
+
+// runInProcess runs every rank as a goroutine of this process.
+func runInProcess(ctx context.Context, cfg bench.Config, spec bench.Spec, log *slog.Logger) (bench.Result, error) {
+	opt := nexar.Options{Logger: log}
+	var comms []*nexar.Comm
+	var err error
+	if cfg.Network == "memory" {
+		comms, err = nexar.NewMemoryWorld(cfg.Ranks, opt)
+	} else {
+		comms, err = nexar.NewLocalWorld(ctx, cfg.Ranks, cfg.Network, opt)
+	}
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer nexar.CloseAll(comms)
+	log.Info("running in process", "ranks", cfg.Ranks, "network", cfg.Network, "ops", strings.Join(cfg.Ops, ","))
+	results := make([]bench.Result, len(comms))
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		s := spec
+		if r == 0 {
+			s.Progress = progress(log)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[r], errs[r] = bench.Run(ctx, c, s)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			return bench.Result{}, fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return results[0], nil
+}
+
+// progress logs each operation as its sweep begins, and each row at debug
+// level.
+func progress(log *slog.Logger) func(bench.Row) {
+	var op string
+	return func(r bench.Row) {
+		if r.Op != op {
+			op = r.Op
+			log.Info("measuring", "op", r.Op)
+		}
+		log.Debug("measured", "op", r.Op, "bytes", r.Bytes, "iters", r.Iters, "time_us", r.TimeUS, "busbw_GBps", r.BusBW, "wrong", r.Wrong)
+	}
+}
+
+// report prints the tables and the summary; a wrong result is a failure.
+func report(res bench.Result, o options, stdout io.Writer, log *slog.Logger) int {
+	where := fmt.Sprintf("%d processes", res.Ranks)
+	if o.cfg.InProcess {
+		where = fmt.Sprintf("%d ranks in one process", res.Ranks)
+	}
+	fmt.Fprintf(stdout, "# hiercomm-bench: nexar over %s, %s on 127.0.0.1\n#\n", o.cfg.Network, where)
+	if err := res.Format(stdout); err != nil {
+		log.Error("hiercomm-bench: writing the tables", "err", err)
+		return 1
+	}
+	if err := bench.Summarize(res).Format(stdout); err != nil {
+		return 1
+	}
+	if o.jsonOut != "" {
+		if err := writeJSON(o.jsonOut, res); err != nil {
+			log.Error("hiercomm-bench: writing JSON", "err", err)
+			return 1
+		}
+	}
+	if w := res.Wrong(); w > 0 {
+		log.Error("hiercomm-bench: wrong results", "elements", w, "hint", "the rows with #wrong > 0 name the operations and sizes")
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(path string, res bench.Result) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,153 @@
+package commtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// mismatchCase is a collective that the ranks disagree on.
+type mismatchCase struct {
+	name string
+	call func(b *builder, rank, size int) comm.Call
+}
+
+const mismatchN = 1024
+
+func allReduce(b *builder, dt comm.DType, n int, op comm.ReduceOp) comm.Call {
+	return comm.Call{Kind: comm.KindAllReduce, Send: b.buf(dt, n), Recv: b.buf(dt, n), Op: op}
+}
+
+func broadcast(b *builder, dt comm.DType, n, root int) comm.Call {
+	x := b.buf(dt, n)
+	return comm.Call{Kind: comm.KindBroadcast, Send: x, Recv: x, Root: root}
+}
+
+var mismatchCases = []mismatchCase{
+	{"AllReduce vs Broadcast", func(b *builder, rank, size int) comm.Call {
+		if rank == 0 {
+			return allReduce(b, comm.F32, mismatchN, comm.Sum)
+		}
+		return broadcast(b, comm.F32, mismatchN, 0)
+	}},
+	{"counts differ", func(b *builder, rank, size int) comm.Call {
+		if rank == size-1 {
+			return allReduce(b, comm.F32, mismatchN-24, comm.Sum)
+		}
+		return allReduce(b, comm.F32, mismatchN, comm.Sum)
+	}},
+	{"dtypes differ", func(b *builder, rank, size int) comm.Call {
+		if rank == 0 {
+			return allReduce(b, comm.F64, mismatchN, comm.Sum)
+		}
+		return allReduce(b, comm.F32, mismatchN, comm.Sum)
+	}},
+	{"ops differ", func(b *builder, rank, size int) comm.Call {
+		if rank == 1 {
+			return allReduce(b, comm.F32, mismatchN, comm.Max)
+		}
+		return allReduce(b, comm.F32, mismatchN, comm.Sum)
+	}},
+	{"roots differ", func(b *builder, rank, size int) comm.Call {
+		if rank == 0 {
+			return broadcast(b, comm.F32, mismatchN, 0)
+		}
+		return broadcast(b, comm.F32, mismatchN, size-1)
+	}},
+	{"Gather vs Scatter", func(b *builder, rank, size int) comm.Call {
+		if rank == 0 {
+			return comm.Call{Kind: comm.KindGather, Send: b.buf(comm.F32, mismatchN), Recv: b.buf(comm.F32, size*mismatchN), Root: 0}
+		}
+		return comm.Call{Kind: comm.KindScatter, Recv: b.buf(comm.F32, mismatchN), Root: 0}
+	}},
+}
+
+// MismatchRank checks that ranks which disagree on a collective are told so;
+// every rank of the world must call it, and the world must have 2 ranks or
+// more (with one rank it returns nil at once). Each case runs on a fresh
+// Split of c (every rank, color 0, key rank), closed afterwards: rank 0
+// calls AllReduce(1024×f32) while the others call Broadcast; one rank's
+// count differs; dtypes differ; ops differ; roots differ; rank 0 calls
+// Gather while the others call Scatter. Every rank must return, within
+// Options.Timeout, an error with errors.Is(err, comm.ErrMismatch) whose
+// *comm.MismatchError has Local equal to its own call's Signature.
+//
+// A mismatch may abort the communicator it happens on, so c must only be
+// able to Split after a child's mismatch (as the contract requires: a
+// child never affects its parent); callers should still treat c as spent
+// and Close it afterwards.
+func MismatchRank(ctx context.Context, c comm.Communicator, opt Options) error {
+	o := opt.withDefaults()
+	rank, size := c.Rank(), c.Size()
+	r := newReport("Mismatch", rank, o)
+	if size < 2 {
+		return nil
+	}
+	for _, mc := range mismatchCases {
+		name := "Mismatch/" + mc.name
+		r.ran++
+		if !mismatchStep(ctx, c, mc, name, o, r) {
+			r.stopped = fmt.Sprintf("stopped after %s", mc.name)
+			break
+		}
+	}
+	o.Log("commtest Mismatch: rank %d: %d cases, %d failed", rank, r.ran, r.failed)
+	return r.err()
+}
+
+// mismatchStep runs one case and reports false when the run must stop.
+func mismatchStep(ctx context.Context, c comm.Communicator, mc mismatchCase, name string, o Options, r *report) bool {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	return guard(ctx, r, name, o, func(r *report) bool { return mismatchBody(ctx, c, mc, name, o, r) })
+}
+
+func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, name string, o Options, r *report) bool {
+	rank, size := c.Rank(), c.Size()
+	child, err := c.Split(ctx, 0, rank)
+	if err != nil {
+		r.callFailed(name+" (Split for a fresh communicator)", err)
+		return false
+	}
+	if child == nil {
+		r.fail(name, "Split(0, %d) returned no communicator", rank)
+		return false
+	}
+	defer func() {
+		if err := child.Close(); err != nil {
+			r.fail(name, "Close of the child after the mismatch: %v", err)
+		}
+	}()
+	a := &arena{mem: o.Memory}
+	defer a.free()
+	b := &builder{a: a}
+	call := mc.call(b, rank, size)
+	if b.err != nil {
+		r.fail(name, "%v", b.err)
+		return false
+	}
+	err = child.Start(ctx, call).Wait()
+	var me *comm.MismatchError
+	switch {
+	case err == nil:
+		r.fail(name, "this rank called %v and returned no error; want a *comm.MismatchError", call.Signature())
+	case !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &me):
+		r.fail(name, "this rank called %v and got %v; want a *comm.MismatchError (comm.ErrMismatch)", call.Signature(), err)
+	case me.Local != call.Signature():
+		r.fail(name, "MismatchError.Local is %v; this rank called %v (%v)", me.Local, call.Signature(), err)
+	}
+	return true
+}
+
+// RunMismatch runs MismatchRank on every rank of an in-process world. The
+// communicators may be unusable afterwards: give it a world you then Close.
+func RunMismatch(t *testing.T, comms []comm.Communicator, opt Options) {
+	t.Helper()
+	if len(comms) < 2 {
+		t.Skip("commtest: RunMismatch needs 2 ranks or more")
+	}
+	runRankSuite(t, comms, opt, MismatchRank)
+}

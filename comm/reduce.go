@@ -1,0 +1,433 @@
+package comm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// The CPU reduction kernels: one step of a reduction, dst = dst op src,
+// elementwise over raw host bytes. Every transport that reduces on the host
+// (nexar, shm, hierarchy's staging) calls them, so they are the inner loop of
+// every collective; see docs/reductions.md for the measured speeds.
+//
+// Semantics, the same on every path so that every algorithm gives the same
+// bits for the same order of steps:
+//
+//   - Sum and Prod follow IEEE 754 (round to nearest even) on f32 and f64.
+//   - f16 and bf16 widen both operands to float32 (exactly), operate in
+//     float32 and round the result to nearest even back to 16 bits: every
+//     pairwise step rounds, as NCCL does. A reduction over P ranks therefore
+//     rounds P-1 times; the order of the steps is the algorithm's.
+//   - Min and Max propagate NaN: if dst is NaN the result is dst, else if src
+//     is NaN the result is src (bits kept as they are). Otherwise they order
+//     -0 below +0, so min(-0, +0) is -0 and max(-0, +0) is +0 whichever
+//     operand comes first: Min and Max are exactly commutative (but for
+//     which of two NaNs wins).
+//   - Integer Sum and Prod wrap around (two's complement).
+//   - Avg is Sum during the reduction; the caller divides once at the end
+//     with FinishAvg. Avg on integer dtypes is refused.
+
+// ReduceFunc returns the kernel that computes dst[i] = dst[i] op src[i] for
+// every element of dst, viewing both as elements of dt (little-endian, as
+// the host; aligned for dt, as Go allocations are). dst and src must have the
+// same length, a multiple of dt.Size(); the kernel panics otherwise, since a
+// caller that gets this wrong has a bug. They may be the same memory but must
+// not otherwise overlap. The kernel keeps no state and may be called from
+// several goroutines at once.
+//
+// For Avg it returns the Sum kernel: divide once at the end with FinishAvg.
+// It returns an error when op is not defined on dt (see CanReduce).
+func ReduceFunc(dt DType, op ReduceOp) (func(dst, src []byte), error) {
+	if err := CanReduce(dt, op); err != nil {
+		return nil, err
+	}
+	if op == Avg {
+		op = Sum
+	}
+	return kernels[dt][op], nil
+}
+
+// kernels[dt][op] is the kernel for dt and op (nil where undefined).
+var kernels = [U64 + 1][Avg + 1]func(dst, src []byte){
+	F32: {
+		Sum:  typed(F32, sumLoop[float32]),
+		Prod: typed(F32, prodLoop[float32]),
+		Min:  typed(F32, func(d, s []uint32) { minMax32(d, s, 0) }),
+		Max:  typed(F32, func(d, s []uint32) { minMax32(d, s, -1) }),
+	},
+	F64: {
+		Sum:  typed(F64, sumLoop[float64]),
+		Prod: typed(F64, prodLoop[float64]),
+		Min:  typed(F64, func(d, s []uint64) { minMax64(d, s, 0) }),
+		Max:  typed(F64, func(d, s []uint64) { minMax64(d, s, -1) }),
+	},
+	F16: {
+		Sum:  typed(F16, sumF16),
+		Prod: typed(F16, prodF16),
+		Min:  typed(F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, 0) }),
+		Max:  typed(F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, -1) }),
+	},
+	BF16: {
+		Sum:  typed(BF16, sumBF16),
+		Prod: typed(BF16, prodBF16),
+		Min:  typed(BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, 0) }),
+		Max:  typed(BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, -1) }),
+	},
+	I8: {
+		Sum:  typed(I8, sumBytes),
+		Prod: typed(I8, prodLoop[int8]),
+		Min:  typed(I8, minLoop[int8]),
+		Max:  typed(I8, maxLoop[int8]),
+	},
+	U8: {
+		Sum:  typed(U8, sumBytes),
+		Prod: typed(U8, prodLoop[uint8]),
+		Min:  typed(U8, minLoop[uint8]),
+		Max:  typed(U8, maxLoop[uint8]),
+	},
+	I32: {
+		Sum:  typed(I32, sumLoop[int32]),
+		Prod: typed(I32, prodLoop[int32]),
+		Min:  typed(I32, minLoop[int32]),
+		Max:  typed(I32, maxLoop[int32]),
+	},
+	U32: {
+		Sum:  typed(U32, sumLoop[uint32]),
+		Prod: typed(U32, prodLoop[uint32]),
+		Min:  typed(U32, minLoop[uint32]),
+		Max:  typed(U32, maxLoop[uint32]),
+	},
+	I64: {
+		Sum:  typed(I64, sumLoop[int64]),
+		Prod: typed(I64, prodLoop[int64]),
+		Min:  typed(I64, minLoop[int64]),
+		Max:  typed(I64, maxLoop[int64]),
+	},
+	U64: {
+		Sum:  typed(U64, sumLoop[uint64]),
+		Prod: typed(U64, prodLoop[uint64]),
+		Min:  typed(U64, minLoop[uint64]),
+		Max:  typed(U64, maxLoop[uint64]),
+	},
+}
+
+// typed adapts a loop over []T to raw bytes, checking the lengths once.
+func typed[T any](dt DType, loop func(d, s []T)) func(dst, src []byte) {
+	size := dt.Size()
+	return func(dst, src []byte) {
+		if len(dst) != len(src) || len(dst)%size != 0 {
+			panic(fmt.Sprintf("comm: %v reduce kernel called with %d and %d bytes (want equal lengths, a multiple of %d)",
+				dt, len(dst), len(src), size))
+		}
+		loop(view[T](dst), view[T](src))
+	}
+}
+
+// view is b as a []T: host memory from Go slices, so aligned for T. Fewer
+// bytes than one T give nil without touching the pointer, which may then be
+// the end of its allocation (a *T there would point outside it).
+func view[T any](b []byte) []T {
+	var z T
+	n := len(b) / int(unsafe.Sizeof(z))
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+type integer interface {
+	int8 | uint8 | int32 | uint32 | int64 | uint64
+}
+
+type number interface {
+	integer | float32 | float64
+}
+
+// The loops below re-slice src to len(dst) so the compiler drops the bounds
+// checks, and unroll by eight: more work per iteration makes them faster
+// than the plain loop with the data in cache and, as much, less sensitive to
+// where the linker happens to place them (a plain loop's speed was seen to
+// change by 1.6× with the layout of the binary around it).
+
+func sumLoop[T number](d, s []T) {
+	for len(d) >= 8 && len(s) >= 8 {
+		d[0] += s[0]
+		d[1] += s[1]
+		d[2] += s[2]
+		d[3] += s[3]
+		d[4] += s[4]
+		d[5] += s[5]
+		d[6] += s[6]
+		d[7] += s[7]
+		d, s = d[8:], s[8:]
+	}
+	s = s[:len(d)]
+	for i := range d {
+		d[i] += s[i]
+	}
+}
+
+func prodLoop[T number](d, s []T) {
+	for len(d) >= 8 && len(s) >= 8 {
+		d[0] *= s[0]
+		d[1] *= s[1]
+		d[2] *= s[2]
+		d[3] *= s[3]
+		d[4] *= s[4]
+		d[5] *= s[5]
+		d[6] *= s[6]
+		d[7] *= s[7]
+		d, s = d[8:], s[8:]
+	}
+	s = s[:len(d)]
+	for i := range d {
+		d[i] *= s[i]
+	}
+}
+
+func minLoop[T integer](d, s []T) {
+	s = s[:len(d)]
+	for i := range d {
+		d[i] = min(d[i], s[i])
+	}
+}
+
+func maxLoop[T integer](d, s []T) {
+	s = s[:len(d)]
+	for i := range d {
+		d[i] = max(d[i], s[i])
+	}
+}
+
+// sumBytes is Sum for i8 and u8 (two's complement makes them the same): eight
+// lanes per 64-bit word, adding the low seven bits of each lane and fixing
+// the top bit with an xor so that no carry crosses a lane. Bytes go one at a
+// time until dst is 8-byte aligned; then, if src is aligned too (the usual
+// case: whole buffers from Go allocations, or the same offset into both),
+// word by word; otherwise through unaligned little-endian loads.
+func sumBytes(d, s []uint8) {
+	s = s[:len(d)]
+	head := min(len(d), int(-uintptr(unsafe.Pointer(unsafe.SliceData(d)))&7))
+	for i := range head {
+		d[i] += s[i]
+	}
+	d, s = d[head:], s[head:]
+	n := len(d) &^ 7
+	if uintptr(unsafe.Pointer(unsafe.SliceData(s)))&7 == 0 {
+		dw, sw := view[uint64](d[:n]), view[uint64](s[:n])
+		sw = sw[:len(dw)]
+		for i, b := range sw {
+			dw[i] = sumLanes8(dw[i], b)
+		}
+	} else {
+		for i := 0; i < n; i += 8 {
+			binary.LittleEndian.PutUint64(d[i:], sumLanes8(binary.LittleEndian.Uint64(d[i:]), binary.LittleEndian.Uint64(s[i:])))
+		}
+	}
+	d, s = d[n:], s[n:]
+	s = s[:len(d)]
+	for i := range d {
+		d[i] += s[i]
+	}
+}
+
+// sumLanes8 adds the eight bytes of a and b lane by lane, wrapping.
+func sumLanes8(a, b uint64) uint64 {
+	const hi = 0x8080808080808080
+	return (a&^hi + b&^hi) ^ (a^b)&hi
+}
+
+// Min and Max on floats compare bit patterns mapped to a total order
+// (-NaN < -Inf < … < -0 < +0 < … < +Inf < +NaN, by flipping the magnitude
+// bits of negatives) with every NaN mapped below everything: "keep the
+// smaller key, dst on a tie" then propagates dst's NaN, else src's, without a
+// branch. flip is 0 for Min and -1 for Max, which reverses the order of the
+// non-NaN keys. nanAbove is the largest non-NaN magnitude (the Inf bits).
+
+func minMax16(d, s []uint16, nanAbove uint16, flip int16) {
+	key := func(b uint16) int16 {
+		k := int16(b) ^ int16(b)>>15&0x7fff ^ flip
+		if b&0x7fff > nanAbove {
+			k = math.MinInt16
+		}
+		return k
+	}
+	s = s[:len(d)]
+	for i, x := range s {
+		y := d[i]
+		if key(x) < key(y) {
+			y = x
+		}
+		d[i] = y
+	}
+}
+
+func minMax32(d, s []uint32, flip int32) {
+	key := func(b uint32) int32 {
+		k := int32(b) ^ int32(b)>>31&0x7fffffff ^ flip
+		if b&0x7fffffff > 0x7f800000 {
+			k = math.MinInt32
+		}
+		return k
+	}
+	s = s[:len(d)]
+	for i, x := range s {
+		y := d[i]
+		if key(x) < key(y) {
+			y = x
+		}
+		d[i] = y
+	}
+}
+
+func minMax64(d, s []uint64, flip int64) {
+	key := func(b uint64) int64 {
+		k := int64(b) ^ int64(b)>>63&0x7fffffffffffffff ^ flip
+		if b&0x7fffffffffffffff > 0x7ff0000000000000 {
+			k = math.MinInt64
+		}
+		return k
+	}
+	s = s[:len(d)]
+	for i, x := range s {
+		y := d[i]
+		if key(x) < key(y) {
+			y = x
+		}
+		d[i] = y
+	}
+}
+
+// f16 and bf16 Sum and Prod: widen exactly, operate in float32, round once
+// to nearest even.
+
+func sumF16(d, s []Float16) {
+	t := f16ToF32
+	s = s[:len(d)]
+	for i, x := range s {
+		b := math.Float32bits(t[d[i]] + t[x])
+		h, ok := float16FromNormal(b)
+		if !ok {
+			h = float16FromRare(b)
+		}
+		d[i] = h
+	}
+}
+
+func prodF16(d, s []Float16) {
+	t := f16ToF32
+	s = s[:len(d)]
+	for i, x := range s {
+		b := math.Float32bits(t[d[i]] * t[x])
+		h, ok := float16FromNormal(b)
+		if !ok {
+			h = float16FromRare(b)
+		}
+		d[i] = h
+	}
+}
+
+func sumBF16(d, s []BFloat16) {
+	s = s[:len(d)]
+	for i, x := range s {
+		d[i] = BFloat16From(d[i].Float32() + x.Float32())
+	}
+}
+
+func prodBF16(d, s []BFloat16) {
+	s = s[:len(d)]
+	for i, x := range s {
+		d[i] = BFloat16From(d[i].Float32() * x.Float32())
+	}
+}
+
+// FinishAvg divides every element of buf (elements of dt) by n, the number
+// of contributions summed into it, rounding once to nearest even: f32 and
+// f64 divide in their own type; f16 and bf16 divide in float64 and round to
+// 16 bits in one step, which is exact (a float64 quotient of 16-bit values
+// cannot land on a 16-bit rounding boundary unless the true quotient does).
+// It panics when dt is not a float type or n < 1: Avg is refused on integers
+// before any data moves, so either is a bug.
+func FinishAvg(dt DType, buf []byte, n int) {
+	if !dt.IsFloat() || n < 1 || len(buf)%dt.Size() != 0 {
+		panic(fmt.Sprintf("comm.FinishAvg(%v, %d bytes, %d): want a float dtype, whole elements and n ≥ 1", dt, len(buf), n))
+	}
+	if n == 1 {
+		return
+	}
+	switch dt {
+	case F32:
+		// n ≤ 2^24 converts exactly; beyond that no one has that many ranks.
+		div := float32(n)
+		v := view[float32](buf)
+		for i, x := range v {
+			v[i] = x / div
+		}
+	case F64:
+		div := float64(n)
+		v := view[float64](buf)
+		for i, x := range v {
+			v[i] = x / div
+		}
+	case F16:
+		div := float64(n)
+		v := view[Float16](buf)
+		for i, x := range v {
+			v[i] = Float16FromFloat64(float64(x.Float32()) / div)
+		}
+	case BF16:
+		div := float64(n)
+		v := view[BFloat16](buf)
+		for i, x := range v {
+			v[i] = BFloat16FromFloat64(float64(x.Float32()) / div)
+		}
+	}
+}
+
+// FillIdentity sets every element of buf (elements of dt) to the identity of
+// op: 0 for Sum and Avg, 1 for Prod, +Inf (floats) or the largest value
+// (integers) for Min, -Inf or the smallest value for Max. ExScan gives it to
+// rank 0, which has no prefix. It panics on an invalid dtype or op, or a buf
+// that is not whole elements.
+//
+// The float zero is +0, what every user expects on ExScan's rank 0. Strictly,
+// IEEE addition's identity is -0 (+0 + -0 is +0): an algorithm that starts an
+// accumulator from FillIdentity turns a sum of -0s into +0; one that needs
+// the sign of a zero sum right starts from the first operand instead.
+func FillIdentity(dt DType, op ReduceOp, buf []byte) {
+	if !dt.Valid() || !op.Valid() || len(buf)%dt.Size() != 0 {
+		panic(fmt.Sprintf("comm.FillIdentity(%v, %v, %d bytes): want a valid dtype and op and whole elements", dt, op, len(buf)))
+	}
+	if len(buf) == 0 {
+		return
+	}
+	// The identity of one element, little-endian, then doubled across buf.
+	var one uint64
+	switch op {
+	case Prod:
+		one = identityProd[dt]
+	case Min:
+		one = identityMin[dt]
+	case Max:
+		one = identityMax[dt]
+	}
+	size := dt.Size()
+	var elem [8]byte
+	binary.LittleEndian.PutUint64(elem[:], one)
+	copy(buf, elem[:size])
+	for filled := size; filled < len(buf); filled *= 2 {
+		copy(buf[filled:], buf[:filled])
+	}
+}
+
+// The bits of the identity of Prod, Min and Max, by dtype (Sum's is 0).
+var (
+	identityProd = [U64 + 1]uint64{F32: 0x3f800000, F64: 0x3ff0000000000000, F16: 0x3c00, BF16: 0x3f80,
+		I8: 1, U8: 1, I32: 1, U32: 1, I64: 1, U64: 1}
+	identityMin = [U64 + 1]uint64{F32: 0x7f800000, F64: 0x7ff0000000000000, F16: 0x7c00, BF16: 0x7f80,
+		I8: math.MaxInt8, U8: math.MaxUint8, I32: math.MaxInt32, U32: math.MaxUint32, I64: math.MaxInt64, U64: math.MaxUint64}
+	identityMax = [U64 + 1]uint64{F32: 0xff800000, F64: 0xfff0000000000000, F16: 0xfc00, BF16: 0xff80,
+		I8: 0x80, U8: 0, I32: 0x80000000, U32: 0, I64: 1 << 63, U64: 0}
+)
