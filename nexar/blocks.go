@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hiercomm/hiercomm/comm"
+
 	"golang.org/x/sync/errgroup"
 )
 
@@ -108,7 +110,8 @@ func (o *op) recvMsg(peer, tag int, dst []byte, es int, red func(dst, src []byte
 // sizeError is a frame whose length differs from what the schedule expects:
 // the two ranks disagree on the call in a way the Signature did not show.
 func (o *op) sizeError(peer, got, want int) error {
-	return &peerFault{peer: peer, err: fmt.Errorf("nexar: rank %d sent a frame of %d bytes where %d were expected in %v #%d (the ranks disagree on the call)", peer, got, want, o.sig, o.seq)}
+	return &comm.MismatchError{Peer: peer, Seq: o.seq, Local: o.sig,
+		Reported: fmt.Sprintf("rank %d sent a frame of %d bytes where this rank's call expects %d", peer, got, want)}
 }
 
 // waitCtx returns the cause once ctx is done.

@@ -215,7 +215,12 @@ func (c *Comm) startCollective(ctx context.Context, sig comm.Signature, verr err
 	}
 	c.started++
 	o := c.newOp(ctx, c.started, sig)
-	c.ops[o.seq] = o
+	if verr == nil {
+		// A rejected call is not registered: it takes its number and its
+		// peers are told, but no frame of theirs can be matched to it
+		// (they are dropped as late frames of a failed collective).
+		c.ops[o.seq] = o
+	}
 	ahead := c.ahead[o.seq]
 	delete(c.ahead, o.seq)
 	c.mu.Unlock()

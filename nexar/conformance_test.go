@@ -82,3 +82,29 @@ func TestSuitesMemory(t *testing.T) {
 		})
 	}
 }
+
+func TestMismatchSuiteMemory(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			cs, err := nexar.NewMemoryWorld(n, nexar.Options{ProbeAfter: 50 * time.Millisecond, Timeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nexar.CloseAll(cs)
+			commtest.RunMismatch(t, asComms(cs), commtest.Options{Timeout: 30 * time.Second})
+		})
+	}
+}
+
+func TestFusedMemory(t *testing.T) {
+	for _, n := range []int{1, 3, 4} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			cs, err := nexar.NewMemoryWorld(n, nexar.Options{Timeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nexar.CloseAll(cs)
+			commtest.RunFused(t, asComms(cs), commtest.Options{Timeout: 30 * time.Second})
+		})
+	}
+}

@@ -128,7 +128,11 @@ func (o *op) finish() error {
 	c := o.c
 	c.mu.Lock()
 	delete(c.ops, o.seq)
-	c.recent[o.seq%uint64(len(c.recent))] = doneSig{seq: o.seq, sig: o.sig}
+	if o.err == nil {
+		// Kept to compare with late frames and probes; a collective that
+		// failed here expects late frames from peers that had not heard.
+		c.recent[o.seq%uint64(len(c.recent))] = doneSig{seq: o.seq, sig: o.sig}
+	}
 	if o.err != nil {
 		for k, f := range c.arrived {
 			if k.kind == FrameData && k.seq == o.seq {
@@ -185,7 +189,14 @@ func (o *op) recv(peer int, step uint32) ([]byte, error) {
 }
 
 func (o *op) recvFrame(peer int, step uint32) (frame, error) {
-	return o.c.await(o.ctx, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o)
+	f, err := o.c.await(o.ctx, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o)
+	if err == nil && !sigMatch(o.sig, f.h.Sig) {
+		// Frames that came before this rank started the collective are
+		// checked here, as they are taken.
+		putBuf(f.payload)
+		return frame{}, &comm.MismatchError{Peer: peer, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}
+	}
+	return f, err
 }
 
 // await waits for the frame k from peer; p, when not nil, is the collective

@@ -207,8 +207,9 @@ var badCases = []badCase{
 // place, an AllToAll in place, bad AllToAllV counts. That rank must get an
 // error with errors.Is(err, comm.ErrInvalidArgument) whose *comm.ArgError
 // names the argument as comm.Validate does; every other rank of a
-// collective must get an error with errors.Is(err, comm.ErrPeerAbandoned)
-// (and not a timeout: they must be told, not wait) within Options.Timeout.
+// collective must either finish (its part needed nothing from the bad rank)
+// or get an error with errors.Is(err, comm.ErrPeerAbandoned) — not a
+// timeout: they must be told, not wait — within Options.Timeout.
 // After each case an AllReduce on every rank must succeed and be right.
 func BadInputRank(ctx context.Context, c comm.Communicator, opt Options) error {
 	o := opt.withDefaults()
@@ -283,7 +284,9 @@ func badBody(ctx context.Context, c comm.Communicator, bc badCase, bad int, o Op
 	}
 	switch {
 	case err == nil:
-		r.fail(name, "rank %d passed a bad argument, yet this rank's call returned no error; want comm.ErrPeerAbandoned", bad)
+		// A rank whose part needs nothing from the bad rank (it only
+		// sends, or its frames had all arrived) may finish; what matters
+		// is that no rank waits for the bad one.
 	case errors.Is(err, comm.ErrTimeout) || errors.Is(err, comm.ErrCanceled):
 		r.fail(name, "rank %d passed a bad argument and this rank waited until its context ended: %v; want comm.ErrPeerAbandoned at once", bad, err)
 	case !errors.Is(err, comm.ErrPeerAbandoned):

@@ -73,7 +73,9 @@ var mismatchCases = []mismatchCase{
 // count differs; dtypes differ; ops differ; roots differ; rank 0 calls
 // Gather while the others call Scatter. Every rank must return, within
 // Options.Timeout, an error with errors.Is(err, comm.ErrMismatch) whose
-// *comm.MismatchError has Local equal to its own call's Signature.
+// *comm.MismatchError has Local equal to its own call's Signature — or, if
+// its part only sent and so finished before any peer could object, nil,
+// after which its next call on that communicator must report the mismatch.
 //
 // A mismatch may abort the communicator it happens on, so c must only be
 // able to Split after a child's mismatch (as the contract requires: a
@@ -130,10 +132,18 @@ func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, nam
 		return false
 	}
 	err = child.Start(ctx, call).Wait()
+	if err == nil {
+		// A rank whose part of the collective only sends may finish before
+		// a peer sees the mismatch; the communicator is then aborted and
+		// its next call must say why.
+		err = child.Barrier(ctx)
+		if !errors.Is(err, comm.ErrMismatch) {
+			r.fail(name, "this rank called %v and returned no error, and its next call returned %v; want the mismatch (comm.ErrMismatch)", call.Signature(), err)
+		}
+		return true
+	}
 	var me *comm.MismatchError
 	switch {
-	case err == nil:
-		r.fail(name, "this rank called %v and returned no error; want a *comm.MismatchError", call.Signature())
 	case !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &me):
 		r.fail(name, "this rank called %v and got %v; want a *comm.MismatchError (comm.ErrMismatch)", call.Signature(), err)
 	case me.Local != call.Signature():
