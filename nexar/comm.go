@@ -103,38 +103,29 @@ func (c *Comm) commRank(worldRank int) int {
 	return c.index[worldRank]
 }
 
-// abort makes every later call fail fast with cause; operations in flight
-// fail when they wait on a dead peer or their own sends fail.
-//
-// A mismatch or a crashed peer fails the operations in flight as well: after
-// a mismatch the ranks no longer agree on what the sequence numbers mean,
-// and after a crash a survivor may be waiting on a live rank that already
-// gave up. A peer that closed cleanly (ErrPeerClosed) delivered every frame
-// it sent, so operations in flight go on and fail only if they wait on it.
+// abort makes every later call fail fast with cause, and fails the
+// operations in flight: after a mismatch the ranks no longer agree on what
+// the sequence numbers mean, and after a crash a survivor may be waiting on
+// a live rank that already gave up. The first abort of a communicator is
+// announced to its live peers (but for a mismatch, which travels as
+// per-collective notices that keep its type), so that every survivor names
+// the root cause even if it first hears of a cascade of clean closes.
 func (c *Comm) abort(cause error) {
-	closedOnly := errors.Is(cause, ErrPeerClosed)
 	c.mu.Lock()
 	first := c.aborted == nil
-	// A crash is the better explanation than a clean close it caused.
-	if first || (!closedOnly && errors.Is(c.aborted, ErrPeerClosed)) {
+	if first {
 		c.aborted = &comm.AbortedError{Cause: cause}
 	}
 	aborted := c.aborted
-	var inflight []*op
-	if !closedOnly {
-		for _, o := range c.ops {
-			inflight = append(inflight, o)
-		}
+	inflight := make([]*op, 0, len(c.ops))
+	for _, o := range c.ops {
+		inflight = append(inflight, o)
 	}
 	c.mu.Unlock()
 	for _, o := range inflight {
 		o.fail(aborted, true) // the peers waiting on this rank learn why
 	}
-	if first && !closedOnly && !errors.Is(cause, comm.ErrMismatch) {
-		// Tell the live peers why, before anyone closes: otherwise a
-		// survivor may first hear of a cascade of clean closes and blame
-		// the wrong rank. Each rank relays once per communicator.
-		// (Mismatches travel as per-collective notices that keep their type.)
+	if first && !errors.Is(cause, comm.ErrMismatch) {
 		c.announceAbort(cause)
 	}
 }

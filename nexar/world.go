@@ -67,8 +67,9 @@ func (w *world) Deliver(src int, h Header, payload []byte) {
 	c.deliver(src, h, payload)
 }
 
-// PeerFailed implements Handler: every communicator that includes the peer
-// refuses new calls from now on, and operations waiting on it fail.
+// PeerFailed implements Handler: a crashed peer aborts every communicator
+// that includes it; operations waiting on a peer that is gone (crashed or
+// closed) fail.
 func (w *world) PeerFailed(peer int, err error) {
 	w.mu.Lock()
 	if _, ok := w.dead[peer]; ok {
@@ -86,10 +87,13 @@ func (w *world) PeerFailed(peer int, err error) {
 	}
 	w.mu.Unlock()
 	if errors.Is(err, ErrPeerClosed) {
+		// A clean close delivered every frame the peer sent, so nothing
+		// is aborted: an operation fails only if it waits for a frame that
+		// will now never come, or sends to the peer.
 		w.log.Debug("nexar: peer closed", "rank", w.rank, "peer", peer)
-	} else {
-		w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
+		return
 	}
+	w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
 	for _, c := range hit {
 		c.abort(err)
 	}
