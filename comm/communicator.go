@@ -6,11 +6,24 @@ import "context"
 //
 // Every rank must start the same collectives in the same order (Send and Recv
 // are matched by peer and tag instead). A call whose arguments other ranks
-// disagree with ends on every rank with a *MismatchError; a deadline or
-// cancel of ctx on any rank ends the collective on every rank with an error;
-// a peer that dies makes every later call fail with ErrAborted. Arguments
-// that are wrong on their own (lengths, roots, dtypes) are an *ArgError on
-// the rank that made them, and the others are told, so no one waits forever.
+// disagree with ends with a *MismatchError on every rank that takes part in
+// it, and aborts the communicator; a rank whose part only sent may have
+// finished first and gets the mismatch from its next call. A deadline or
+// cancel of ctx on any rank ends the collective on every rank with an
+// error; a peer that dies makes every call in flight and every later call
+// fail (ErrAborted). Arguments that are wrong on their own (lengths, roots,
+// dtypes) are an *ArgError on the rank that made them; the call still takes
+// its place in the order, and the others are told, so no one waits forever.
+//
+// Results: send buffers are never written (but in place, where the send is
+// the recv); every element of a recv buffer is written; data-moving
+// collectives are bit-exact, and a reducing collective gives every rank the
+// same bits. Scan is inclusive; ExScan gives rank 0 the op's identity (0 for
+// sum, 1 for prod, +Inf or the type's maximum for min, −Inf or its minimum
+// for max). Messages from one sender with one tag are received in the order
+// they were sent; messages with different tags may be received in any
+// order; a Recv whose buffer differs in dtype or length from the message is
+// a mismatch error on the receiver.
 //
 // Methods may be called from several goroutines; the order in which
 // collectives are started is their order on the communicator, so concurrent

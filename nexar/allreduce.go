@@ -35,8 +35,6 @@ func ringAllReduce(o *op, buf []byte, k kernel) error {
 	n := len(buf) / k.es
 	_, maxBlock := blockRange(n, P, 0)
 	S := segmentsFor(maxBlock, o.segBytes(k.es)/k.es)
-	right, left := mod(r+1, P), mod(r-1, P)
-	stages := 2 * (P - 1)
 	segment := func(block, s int) []byte {
 		off, ln := blockRange(n, P, block)
 		so, sl := blockRange(ln, S, s)
@@ -54,53 +52,23 @@ func ringAllReduce(o *op, buf []byte, k kernel) error {
 		}
 		return mod(r-(t-P+1), P)
 	}
-	ready := make(chan struct{}, stages*S) // one token per received segment
-	sender := func() error {
-		for t := range stages {
-			for s := range S {
-				if t > 0 {
-					select {
-					case <-ready:
-					case <-o.ctx.Done():
-						return waitCtx(o.ctx)
-					}
-				}
-				if err := o.send(right, uint32(t*S+s), segment(sendBlock(t), s)); err != nil {
-					return err
-				}
+	return o.ringPipeline(2*(P-1), S,
+		func(t, s int) []byte { return segment(sendBlock(t), s) },
+		func(t, s int, p []byte) error {
+			dst := segment(recvBlock(t), s)
+			if len(p) != len(dst) {
+				return o.sizeError(mod(r-1, P), len(p), len(dst))
 			}
-		}
-		return nil
-	}
-	receiver := func() error {
-		for t := range stages {
-			for s := range S {
-				p, err := o.recv(left, uint32(t*S+s))
-				if err != nil {
-					return err
-				}
-				dst := segment(recvBlock(t), s)
-				if len(p) != len(dst) {
-					putBuf(p)
-					return o.sizeError(left, len(p), len(dst))
-				}
-				if t < P-1 {
-					k.red(dst, p)
-					if t == P-2 && k.avg {
-						comm.FinishAvg(k.dt, dst, P)
-					}
-				} else {
-					copy(dst, p)
-				}
-				putBuf(p)
-				if t < stages-1 {
-					ready <- struct{}{}
-				}
+			if t >= P-1 {
+				copy(dst, p)
+				return nil
 			}
-		}
-		return nil
-	}
-	return o.parallel(sender, receiver)
+			k.red(dst, p)
+			if t == P-2 && k.avg {
+				comm.FinishAvg(k.dt, dst, P)
+			}
+			return nil
+		})
 }
 
 // doublingAllReduce is recursive doubling, the latency-optimal schedule for

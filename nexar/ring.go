@@ -99,15 +99,33 @@ func ringAllGather(o *op, buf []byte, es int) error {
 	}
 	n := len(buf) / es / P
 	S := segmentsFor(n, o.segBytes(es)/es)
-	right, left := mod(r+1, P), mod(r-1, P)
 	part := func(block, s int) []byte {
 		so, sl := blockRange(n, S, s)
 		base := block * n
 		return buf[(base+so)*es : (base+so+sl)*es]
 	}
-	ready := make(chan struct{}, (P-1)*S)
+	return o.ringPipeline(P-1, S,
+		func(t, s int) []byte { return part(mod(r-t, P), s) },
+		func(t, s int, p []byte) error {
+			dst := part(mod(r-t-1, P), s)
+			if len(p) != len(dst) {
+				return o.sizeError(mod(r-1, P), len(p), len(dst))
+			}
+			copy(dst, p)
+			return nil
+		})
+}
+
+// ringPipeline runs a ring schedule of stages × S segments: segment s of
+// stage t, out(t, s), goes to the right neighbour as soon as segment s of
+// stage t−1 has arrived from the left and been handled by in(t−1, s, …),
+// so sending, receiving and handling overlap. in must not keep the payload.
+func (o *op) ringPipeline(stages, S int, out func(t, s int) []byte, in func(t, s int, payload []byte) error) error {
+	P, r := o.size(), o.rank()
+	right, left := mod(r+1, P), mod(r-1, P)
+	ready := make(chan struct{}, stages*S) // one token per handled segment
 	sender := func() error {
-		for t := range P - 1 {
+		for t := range stages {
 			for s := range S {
 				if t > 0 {
 					select {
@@ -116,7 +134,7 @@ func ringAllGather(o *op, buf []byte, es int) error {
 						return waitCtx(o.ctx)
 					}
 				}
-				if err := o.send(right, uint32(t*S+s), part(mod(r-t, P), s)); err != nil {
+				if err := o.send(right, uint32(t*S+s), out(t, s)); err != nil {
 					return err
 				}
 			}
@@ -124,20 +142,18 @@ func ringAllGather(o *op, buf []byte, es int) error {
 		return nil
 	}
 	receiver := func() error {
-		for t := range P - 1 {
+		for t := range stages {
 			for s := range S {
 				p, err := o.recv(left, uint32(t*S+s))
 				if err != nil {
 					return err
 				}
-				dst := part(mod(r-t-1, P), s)
-				if len(p) != len(dst) {
-					putBuf(p)
-					return o.sizeError(left, len(p), len(dst))
-				}
-				copy(dst, p)
+				err = in(t, s, p)
 				putBuf(p)
-				if t < P-2 {
+				if err != nil {
+					return err
+				}
+				if t < stages-1 {
 					ready <- struct{}{}
 				}
 			}

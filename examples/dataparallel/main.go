@@ -16,13 +16,12 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"math"
 	"math/rand/v2"
-	"os"
 	"unsafe"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/examples/internal/launch"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -31,21 +30,7 @@ func main() {
 	steps := flag.Int("steps", 200, "training steps")
 	network := flag.String("network", "quic", "quic or tcp")
 	flag.Parse()
-	if !nexar.IsLocalChild() {
-		job, err := nexar.StartLocal(context.Background(), nexar.LocalSpec{Ranks: *np, Network: *network, Args: os.Args[1:]})
-		if err == nil {
-			err = job.Wait()
-		}
-		if err != nil {
-			slog.Error("dataparallel failed", "err", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if err := train(*steps); err != nil {
-		slog.Error("training failed", "err", err)
-		os.Exit(1)
-	}
+	launch.Main(*np, *network, func() error { return train(*steps) })
 }
 
 // The model: y = W·x + b with W 4×16 and b 4, the "layers" a trainer would

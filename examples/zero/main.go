@@ -12,33 +12,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math"
-	"os"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/examples/internal/launch"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
 func main() {
 	np := flag.Int("np", 4, "number of ranks (processes)")
 	steps := flag.Int("steps", 300, "training steps")
+	network := flag.String("network", "quic", "quic or tcp")
 	flag.Parse()
-	if !nexar.IsLocalChild() {
-		job, err := nexar.StartLocal(context.Background(), nexar.LocalSpec{Ranks: *np, Args: os.Args[1:]})
-		if err == nil {
-			err = job.Wait()
-		}
-		if err != nil {
-			slog.Error("zero failed", "err", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if err := train(*steps); err != nil {
-		slog.Error("training failed", "err", err)
-		os.Exit(1)
-	}
+	launch.Main(*np, *network, func() error { return train(*steps) })
 }
 
 // The toy objective: every rank r pulls the parameters towards its own
