@@ -138,7 +138,7 @@ func (c *Comm) announceAbort(cause error) {
 		if p == c.rank {
 			continue
 		}
-		if dead, _ := c.w.peerErr(wr); dead != nil {
+		if _, dead := c.w.peerState(wr); dead != nil {
 			continue
 		}
 		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: failOther}, []byte(reason))

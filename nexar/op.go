@@ -232,7 +232,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 		probe = timer.C
 	}
 	for {
-		dead, died := c.w.peerErr(c.members[peer])
+		died, dead := c.w.peerState(c.members[peer])
 		if dead != nil && peer != c.rank {
 			return abandon(&peerFault{peer: peer, err: dead})
 		}

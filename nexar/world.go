@@ -99,12 +99,12 @@ func (w *world) PeerFailed(peer int, err error) {
 	}
 }
 
-// peerErr returns the failure of a peer (world rank), or nil while it lives,
-// and a channel that is closed when the next peer dies.
-func (w *world) peerErr(peer int) (error, <-chan struct{}) {
+// peerState returns a channel that is closed when the next peer dies, and
+// the failure of peer (a world rank), or nil while it lives.
+func (w *world) peerState(peer int) (<-chan struct{}, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.dead[peer], w.deathCh
+	return w.deathCh, w.dead[peer]
 }
 
 // register makes c reachable and hands it the frames that arrived for it
@@ -144,14 +144,14 @@ func (w *world) unregister(c *Comm) {
 // send writes a frame to a world rank.
 func (w *world) send(ctx context.Context, peer int, h Header, payload []byte) error {
 	h.Len = uint32(len(payload))
-	if err, _ := w.peerErr(peer); err != nil {
+	if _, err := w.peerState(peer); err != nil {
 		return err
 	}
 	if err := w.tr.Send(ctx, peer, h, payload); err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if err2, _ := w.peerErr(peer); err2 != nil {
+		if _, err2 := w.peerState(peer); err2 != nil {
 			return err2
 		}
 		if errors.As(err, new(*comm.PeerError)) {
