@@ -5,8 +5,9 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: test bench demo lint fuzz
 
-test: ## every package's tests, with the race detector (about 6 minutes on 2 cores)
+test: ## every package's tests with the race detector, then conformance over QUIC processes at every world size
 	$(GO) test -race -timeout 15m ./...
+	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 	$(GO) run ./cmd/hiercomm-bench
