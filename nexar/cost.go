@@ -18,8 +18,10 @@ type CostModel struct {
 	ReduceBytesPerSec float64
 }
 
-// DefaultCost is measured on loopback QUIC on a 2-core machine (see
-// docs/algorithms.md); pass your own for other fabrics.
+// DefaultCost is a rough model of loopback QUIC on a 2-core machine (one-way
+// latency of tens of µs, about 1 GB/s per link); it is not calibrated per
+// transport yet. Pass your own for other fabrics: every rank must pass the
+// same one.
 var DefaultCost = CostModel{Latency: 50 * time.Microsecond, BytesPerSec: 1e9, ReduceBytesPerSec: 4e9}
 
 func (m CostModel) t(messages, bytes, reduced float64) float64 {
