@@ -11,7 +11,7 @@ func Validate(c Call, rank, size int) error {
 	bad := func(arg, format string, a ...any) error {
 		return &ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
 	}
-	if c.Kind == 0 || c.Kind > KindRecv || c.Kind == KindSplit {
+	if c.Kind == 0 || c.Kind > KindRecv { // KindSplit (after KindRecv) is a method, not a Call
 		return bad("kind", "%v is not an operation Start can run", c.Kind)
 	}
 	if c.Kind.Rooted() && (c.Root < 0 || c.Root >= size) {

@@ -60,9 +60,9 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 	if network == "" {
 		network = "quic"
 	}
-	sock := map[string]string{"quic": "udp", "tcp": "tcp"}[network]
-	if sock == "" {
-		return nil, fmt.Errorf("nexar.NewLocalWorld: unknown network %q (want quic or tcp)", network)
+	sock, err := socketNetwork(network)
+	if err != nil {
+		return nil, err
 	}
 	cfgs, err := LocalConfigs(sock, n, NetConfig{JobKey: []byte("hiercomm-local-world-in-process!"), JobID: "local-in-process"})
 	if err != nil {

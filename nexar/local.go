@@ -213,48 +213,47 @@ func (j *LocalJob) killAll() {
 	}
 }
 
-// prebind binds n loopback sockets on kernel-chosen ports.
-func prebind(network string, n int) (files []*os.File, addrs []string, err error) {
-	defer func() {
+// socketNetwork is the socket type a transport network runs on.
+func socketNetwork(network string) (string, error) {
+	switch network {
+	case "quic":
+		return "udp", nil
+	case "tcp":
+		return "tcp", nil
+	}
+	return "", fmt.Errorf("nexar: unknown network %q (want quic or tcp)", network)
+}
+
+// prebind binds n loopback sockets on kernel-chosen ports (LocalConfigs)
+// and returns them as files, to hand to child processes.
+func prebind(network string, n int) ([]*os.File, []string, error) {
+	sock, err := socketNetwork(network)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfgs, err := LocalConfigs(sock, n, NetConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make([]*os.File, 0, n)
+	for _, cfg := range cfgs {
+		var f *os.File
+		if cfg.PacketConn != nil {
+			f, err = cfg.PacketConn.(*net.UDPConn).File()
+			cfg.PacketConn.Close()
+		} else {
+			f, err = cfg.Listener.(*net.TCPListener).File()
+			cfg.Listener.Close()
+		}
 		if err != nil {
 			for _, f := range files {
 				f.Close()
 			}
-		}
-	}()
-	for range n {
-		var f *os.File
-		var addr string
-		switch network {
-		case "quic":
-			pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-			if err != nil {
-				return files, nil, fmt.Errorf("nexar: binding a UDP socket: %w", err)
-			}
-			addr = pc.LocalAddr().String()
-			f, err = pc.(*net.UDPConn).File()
-			pc.Close()
-			if err != nil {
-				return files, nil, err
-			}
-		case "tcp":
-			ln, err := net.Listen("tcp4", "127.0.0.1:0")
-			if err != nil {
-				return files, nil, fmt.Errorf("nexar: binding a TCP socket: %w", err)
-			}
-			addr = ln.Addr().String()
-			f, err = ln.(*net.TCPListener).File()
-			ln.Close()
-			if err != nil {
-				return files, nil, err
-			}
-		default:
-			return files, nil, fmt.Errorf("nexar: unknown network %q (want quic or tcp)", network)
+			return nil, nil, fmt.Errorf("nexar: handing a bound socket to a child: %w", err)
 		}
 		files = append(files, f)
-		addrs = append(addrs, addr)
 	}
-	return files, addrs, nil
+	return files, cfgs[0].Addrs, nil
 }
 
 // LocalConfig reads the world a local job's launcher gave this process

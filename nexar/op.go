@@ -163,11 +163,7 @@ func (o *op) size() int { return len(o.c.members) }
 
 // send writes one frame of this collective to peer.
 func (o *op) send(peer int, step uint32, payload []byte) error {
-	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
-	if err := o.c.w.send(o.ctx, o.c.members[peer], h, payload); err != nil {
-		return &peerFault{peer: peer, err: err}
-	}
-	return nil
+	return o.sendCount(peer, step, payload, o.sig.Count)
 }
 
 // sendCount is send with the Signature's Count replaced (AllToAllV frames
