@@ -123,6 +123,10 @@ type RemoteError struct {
 	// Timeout and Canceled say whether the peer's context ended, so that
 	// errors.Is(err, ErrTimeout) holds on every rank of a timed-out collective.
 	Timeout, Canceled bool
+	// PeerFailed says the peer ended it because some rank failed, so that
+	// errors.Is(err, ErrPeerFailed) holds on every survivor, also on one
+	// that first hears of the failure from another survivor.
+	PeerFailed bool
 }
 
 func (e *RemoteError) Error() string {
@@ -130,7 +134,8 @@ func (e *RemoteError) Error() string {
 }
 
 func (e *RemoteError) Is(target error) bool {
-	return target == ErrPeerAbandoned || (e.Timeout && target == ErrTimeout) || (e.Canceled && target == ErrCanceled)
+	return target == ErrPeerAbandoned || (e.Timeout && target == ErrTimeout) || (e.Canceled && target == ErrCanceled) ||
+		(e.PeerFailed && target == ErrPeerFailed)
 }
 
 // AbortedError is the error of every call on a communicator that an earlier

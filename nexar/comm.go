@@ -130,6 +130,22 @@ func (c *Comm) abort(cause error) {
 	}
 }
 
+// PeerFailed reports that the process of world rank peer is gone, as a
+// detector outside the transport saw it (the cluster layer's membership
+// failure detector): every communicator of this process that includes peer
+// is aborted with a *comm.PeerError naming it and cause, and operations
+// waiting on it fail at once. It may be called on any communicator of the
+// world; a later report of the same peer, from here or from the transport,
+// changes nothing. Out-of-range ranks and this process's own rank are
+// ignored.
+func (c *Comm) PeerFailed(peer int, cause error) {
+	w := c.w
+	if peer < 0 || peer >= w.size || peer == w.rank {
+		return
+	}
+	w.PeerFailed(peer, &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: cause})
+}
+
 // announceAbort sends every live peer a failure notice for sequence 0,
 // which means "this communicator is aborted on my side, because …".
 func (c *Comm) announceAbort(cause error) {
@@ -141,7 +157,7 @@ func (c *Comm) announceAbort(cause error) {
 		if _, dead := c.w.peerState(wr); dead != nil {
 			continue
 		}
-		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: failOther}, []byte(reason))
+		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: failCode(cause)}, []byte(reason))
 	}
 }
 
@@ -334,7 +350,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 func (c *Comm) onFail(f frame) {
 	defer putBuf(f.payload)
 	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
-		c.abort(&comm.RemoteError{Peer: f.src, Reason: "its side of the communicator was aborted: " + string(f.payload)})
+		c.abort(&comm.RemoteError{Peer: f.src, Reason: "its side of the communicator was aborted: " + string(f.payload), PeerFailed: f.h.Step == failPeer})
 		return
 	}
 	c.mu.Lock()

@@ -3,6 +3,7 @@ package nexar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +277,50 @@ func TestSplitsRunConcurrentlyWithoutCrossTalk(t *testing.T) {
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A failure reported from outside the transport (the membership failure
+// detector) ends the collectives waiting on the dead rank, on the world and
+// on its splits, with an error that names it.
+func TestPeerFailedFromOutsideAbortsWaitingCollectives(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: time.Minute})
+	ctx := context.Background()
+	splits := make([]*Comm, 3)
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		s, err := c.Split(ctx, 0, r)
+		splits[r] = s.(*Comm)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("declared dead by the failure detector")
+	var checked sync.WaitGroup // both survivors saw their AllReduce stuck
+	checked.Add(2)
+	errs = onEveryRank(cs, func(r int, c *Comm) error {
+		if r == 1 { // alive for the transport, but silent: only the detector can tell
+			return nil
+		}
+		w := c.Start(ctx, comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 8)), Recv: comm.Host(make([]float32, 8)), Op: comm.Sum})
+		time.Sleep(50 * time.Millisecond)
+		if done, err := w.Test(); done {
+			checked.Done()
+			return fmt.Errorf("AllReduce ended without rank 1: %v", err)
+		}
+		checked.Done()
+		checked.Wait()
+		splits[r].PeerFailed(1, cause) // reported on a split: the whole world learns it
+		c.PeerFailed(1, cause)         // twice: no change
+		return w.Wait()
+	})
+	for _, r := range []int{0, 2} {
+		err := errs[r]
+		if !errors.Is(err, comm.ErrPeerFailed) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), cause.Error()) {
+			t.Errorf("rank %d: got %v, want a failure naming rank 1 and its cause", r, err)
+		}
+		if err := splits[r].Barrier(ctx); !errors.Is(err, comm.ErrAborted) {
+			t.Errorf("rank %d: split after the failure: got %v, want ErrAborted", r, err)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package nexar
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,12 +9,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
-	"time"
+
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
 // A local job is N processes of one program on this host, joined over real
@@ -26,10 +23,10 @@ import (
 // world from the environment below. The cluster layer's launcher replaces
 // this for real deployments.
 const (
-	envLocalRank    = "HIERCOMM_LOCAL_RANK"
-	envLocalAddrs   = "HIERCOMM_LOCAL_ADDRS"
-	envLocalNetwork = "HIERCOMM_LOCAL_NETWORK"
-	envLocalKey     = "HIERCOMM_LOCAL_KEY"
+	envLocalRank    = "HIERCOMM_NEXAR_RANK"
+	envLocalAddrs   = "HIERCOMM_NEXAR_ADDRS"
+	envLocalNetwork = "HIERCOMM_NEXAR_NETWORK"
+	envLocalKey     = "HIERCOMM_NEXAR_KEY"
 	localSocketFD   = 3
 )
 
@@ -55,13 +52,7 @@ type LocalSpec struct {
 
 // LocalJob is a running local job.
 type LocalJob struct {
-	keep  bool
-	errs  []error // per rank, once done is closed
-	procs []*exec.Cmd
-	done  chan struct{}     // closed when every process has exited
-	pipes []*sync.WaitGroup // per process: its output copiers, done when its pipes close
-	mu    sync.Mutex        // guards first
-	first error             // the first rank's failure
+	g *procgroup.Group
 }
 
 // IsLocalChild reports whether this process was started by StartLocal.
@@ -83,12 +74,6 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 		}
 		spec.Path = p
 	}
-	if spec.Stdout == nil {
-		spec.Stdout = os.Stdout
-	}
-	if spec.Stderr == nil {
-		spec.Stderr = os.Stderr
-	}
 	files, addrs, err := prebind(spec.Network, spec.Ranks)
 	if err != nil {
 		return nil, err
@@ -102,115 +87,55 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	j := &LocalJob{done: make(chan struct{}), keep: spec.KeepOthers}
-	var outMu sync.Mutex // one line at a time across all children
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
 	for i := range spec.Ranks {
-		cmd := exec.CommandContext(ctx, spec.Path, spec.Args...)
-		cmd.Env = append(append(os.Environ(), spec.Env...),
-			envLocalRank+"="+strconv.Itoa(i),
-			envLocalAddrs+"="+strings.Join(addrs, ","),
-			envLocalNetwork+"="+spec.Network,
-			envLocalKey+"="+hex.EncodeToString(key))
-		cmd.ExtraFiles = []*os.File{files[i]}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		cmd.WaitDelay = 5 * time.Second
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			j.killAll()
-			return nil, err
-		}
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			j.killAll()
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			j.killAll()
-			return nil, fmt.Errorf("nexar.StartLocal: starting rank %d (%s): %w", i, spec.Path, err)
-		}
-		j.procs = append(j.procs, cmd)
-		pipes := new(sync.WaitGroup)
-		j.pipes = append(j.pipes, pipes)
-		prefix := fmt.Sprintf("[rank %d] ", i)
-		for _, p := range []struct {
-			r io.Reader
-			w io.Writer
-		}{{stdout, spec.Stdout}, {stderr, spec.Stderr}} {
-			pipes.Add(1)
-			go func() {
-				defer pipes.Done()
-				sc := bufio.NewScanner(p.r)
-				sc.Buffer(make([]byte, 64<<10), 1<<20)
-				for sc.Scan() {
-					outMu.Lock()
-					fmt.Fprintf(p.w, "%s%s\n", prefix, sc.Bytes())
-					outMu.Unlock()
-				}
-			}()
-		}
+		pg.Procs = append(pg.Procs, procgroup.Proc{
+			Path: spec.Path,
+			Args: spec.Args,
+			Env: append(append(os.Environ(), spec.Env...),
+				envLocalRank+"="+strconv.Itoa(i),
+				envLocalAddrs+"="+strings.Join(addrs, ","),
+				envLocalNetwork+"="+spec.Network,
+				envLocalKey+"="+hex.EncodeToString(key)),
+			Files:  []*os.File{files[i]},
+			Prefix: fmt.Sprintf("[rank %d] ", i),
+		})
 	}
-	go j.watch()
-	return j, nil
+	g, err := procgroup.Start(ctx, pg)
+	if err != nil {
+		return nil, fmt.Errorf("nexar.StartLocal: %w", err)
+	}
+	return &LocalJob{g: g}, nil
 }
 
-// watch waits for every process; the first failure kills the rest.
-func (j *LocalJob) watch() {
-	var wg sync.WaitGroup
-	j.errs = make([]error, len(j.procs))
-	for i, cmd := range j.procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			j.pipes[i].Wait() // exec: read the pipes to the end before Wait
-			if err := cmd.Wait(); err != nil {
-				err = fmt.Errorf("rank %d (pid %d): %w", i, cmd.Process.Pid, err)
-				j.mu.Lock()
-				j.errs[i] = err
-				if j.first == nil {
-					j.first = err
-				}
-				j.mu.Unlock()
-				if !j.keep {
-					j.killAll()
-				}
-			}
-		}()
+// rankError names the rank of a process's failure.
+func rankError(err error) error {
+	var pe *procgroup.ExitError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("rank %d (pid %d): %w", pe.Index, pe.Pid, pe.Err)
 	}
-	wg.Wait()
-	close(j.done)
+	return err
 }
 
 // Wait waits for every process and returns the first failure.
-func (j *LocalJob) Wait() error {
-	<-j.done
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.first
-}
+func (j *LocalJob) Wait() error { return rankError(j.g.Wait()) }
 
 // Errors waits for every process and returns each rank's failure (nil for
 // a rank that exited 0).
 func (j *LocalJob) Errors() []error {
-	<-j.done
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]error(nil), j.errs...)
+	errs := j.g.Errors()
+	for i, err := range errs {
+		errs[i] = rankError(err)
+	}
+	return errs
 }
 
 // Kill sends SIGKILL to one rank, for fault tests.
 func (j *LocalJob) Kill(rank int) error {
-	if rank < 0 || rank >= len(j.procs) {
-		return fmt.Errorf("nexar.LocalJob.Kill: rank %d out of range [0, %d)", rank, len(j.procs))
+	if rank < 0 || rank >= j.g.Len() {
+		return fmt.Errorf("nexar.LocalJob.Kill: rank %d out of range [0, %d)", rank, j.g.Len())
 	}
-	return j.procs[rank].Process.Kill()
-}
-
-func (j *LocalJob) killAll() {
-	for _, cmd := range j.procs {
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
-		}
-	}
+	return j.g.Kill(rank)
 }
 
 // socketNetwork is the socket type a transport network runs on.

@@ -17,7 +17,26 @@ const (
 	failCanceled
 	failInvalid
 	failMismatch
+	failPeer // some rank failed (crashed, or declared dead)
 )
+
+// failCode is the FrameFail Step that tells peers why err ended a
+// collective (or, at sequence 0, the communicator).
+func failCode(err error) uint32 {
+	switch {
+	case errors.Is(err, comm.ErrInvalidArgument):
+		return failInvalid
+	case errors.Is(err, comm.ErrMismatch):
+		return failMismatch
+	case errors.Is(err, comm.ErrTimeout):
+		return failTimeout
+	case errors.Is(err, comm.ErrCanceled):
+		return failCanceled
+	case errors.Is(err, comm.ErrPeerFailed):
+		return failPeer
+	}
+	return failOther
+}
 
 // controlTimeout bounds the sending of failure notices and probe answers.
 const controlTimeout = 5 * time.Second
@@ -68,17 +87,7 @@ func (o *op) fail(err error, notify bool) {
 }
 
 func (o *op) notify(err error) {
-	why := failOther
-	switch {
-	case errors.Is(err, comm.ErrInvalidArgument):
-		why = failInvalid
-	case errors.Is(err, comm.ErrMismatch):
-		why = failMismatch
-	case errors.Is(err, comm.ErrTimeout):
-		why = failTimeout
-	case errors.Is(err, comm.ErrCanceled):
-		why = failCanceled
-	}
+	why := failCode(err)
 	reason := err.Error()
 	if len(reason) > 4096 {
 		reason = reason[:4096]
@@ -108,6 +117,8 @@ func (o *op) remoteFailure(f frame) error {
 		return &comm.RemoteError{Peer: f.src, Reason: reason, Timeout: true}
 	case failCanceled:
 		return &comm.RemoteError{Peer: f.src, Reason: reason, Canceled: true}
+	case failPeer:
+		return &comm.RemoteError{Peer: f.src, Reason: reason, PeerFailed: true}
 	}
 	return &comm.RemoteError{Peer: f.src, Reason: reason}
 }

@@ -1,0 +1,216 @@
+// Package procgroup runs the processes of a local job: start them, copy
+// their output line by line with a prefix naming each, and when one fails,
+// kill the rest. Both local launchers (nexar's single-host test worlds and
+// the cluster layer's emulated nodes) use it. It imports the standard
+// library only and knows nothing of ranks' meaning, sockets or collectives.
+package procgroup
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proc describes one process of a group.
+type Proc struct {
+	// Path is the program, Args its arguments (without the program name).
+	Path string
+	Args []string
+	// Env is the complete environment of the process.
+	Env []string
+	// Files become the child's file descriptors 3, 4, ... (exec.Cmd's
+	// ExtraFiles). The group does not close them; the caller may close its
+	// copies once Start returns.
+	Files []*os.File
+	// Prefix is written before every line of the process's output.
+	Prefix string
+}
+
+// Spec describes a group.
+type Spec struct {
+	Procs []Proc
+	// Stdout and Stderr receive the processes' output, one whole prefixed
+	// line at a time. If nil, default to os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+	// KeepOthers, for fault tests, lets the others run on when one fails
+	// (by default they are killed).
+	KeepOthers bool
+}
+
+// Group is a running group of processes.
+type Group struct {
+	keep  bool
+	procs []*exec.Cmd
+	pipes []*sync.WaitGroup // per process: its output copiers, done when its pipes close
+	done  chan struct{}     // closed when every process has exited
+
+	mu    sync.Mutex // guards errs and first
+	errs  []error    // per process
+	first int        // index of the first process that failed, or -1
+}
+
+// Start starts every process of spec. A process that fails to start kills
+// the ones already started. The processes die with ctx, and with this
+// process (Linux parent-death signal).
+func Start(ctx context.Context, spec Spec) (*Group, error) {
+	if len(spec.Procs) == 0 {
+		return nil, errors.New("procgroup: no processes to start")
+	}
+	if spec.Stdout == nil {
+		spec.Stdout = os.Stdout
+	}
+	if spec.Stderr == nil {
+		spec.Stderr = os.Stderr
+	}
+	g := &Group{keep: spec.KeepOthers, done: make(chan struct{}), first: -1, errs: make([]error, len(spec.Procs))}
+	var outMu sync.Mutex // one line at a time across all processes
+	for _, p := range spec.Procs {
+		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
+		cmd.Env = p.Env
+		cmd.ExtraFiles = p.Files
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.WaitDelay = 5 * time.Second
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			g.KillAll()
+			return nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			g.KillAll()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			g.KillAll()
+			return nil, fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)
+		}
+		g.procs = append(g.procs, cmd)
+		pipes := new(sync.WaitGroup)
+		g.pipes = append(g.pipes, pipes)
+		for _, s := range []struct {
+			r io.Reader
+			w io.Writer
+		}{{stdout, spec.Stdout}, {stderr, spec.Stderr}} {
+			pipes.Add(1)
+			go func() {
+				defer pipes.Done()
+				sc := bufio.NewScanner(s.r)
+				sc.Buffer(make([]byte, 64<<10), 1<<20)
+				for sc.Scan() {
+					outMu.Lock()
+					fmt.Fprintf(s.w, "%s%s\n", p.Prefix, sc.Bytes())
+					outMu.Unlock()
+				}
+				_, _ = io.Copy(io.Discard, s.r) // a line over 1 MiB: keep draining
+			}()
+		}
+	}
+	go g.watch()
+	return g, nil
+}
+
+// watch waits for every process; the first failure kills the rest.
+func (g *Group) watch() {
+	var wg sync.WaitGroup
+	for i, cmd := range g.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.pipes[i].Wait() // exec: read the pipes to the end before Wait
+			if err := cmd.Wait(); err != nil {
+				g.mu.Lock()
+				g.errs[i] = &ExitError{Index: i, Pid: cmd.Process.Pid, Err: err}
+				if g.first < 0 {
+					g.first = i
+				}
+				g.mu.Unlock()
+				if !g.keep {
+					g.KillAll()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(g.done)
+}
+
+// ExitError is the failure of one process of a group.
+type ExitError struct {
+	Index int // position in Spec.Procs
+	Pid   int
+	Err   error // from exec.Cmd.Wait; an *exec.ExitError when the process ran
+}
+
+func (e *ExitError) Error() string { return fmt.Sprintf("pid %d: %v", e.Pid, e.Err) }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode is the process's exit status, 128+signal when a signal killed
+// it (the shell's convention), or 1 when it did not run.
+func (e *ExitError) ExitCode() int {
+	var ee *exec.ExitError
+	if !errors.As(e.Err, &ee) {
+		return 1
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if c := ee.ExitCode(); c > 0 {
+		return c
+	}
+	return 1
+}
+
+// Wait waits for every process and returns the first failure, an
+// *ExitError, or nil when every process exited 0.
+func (g *Group) Wait() error {
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.first < 0 {
+		return nil
+	}
+	return g.errs[g.first]
+}
+
+// Errors waits for every process and returns each one's failure (nil for
+// a process that exited 0).
+func (g *Group) Errors() []error {
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]error(nil), g.errs...)
+}
+
+// Len is the number of processes.
+func (g *Group) Len() int { return len(g.procs) }
+
+// Pid is process i's pid.
+func (g *Group) Pid(i int) int { return g.procs[i].Process.Pid }
+
+// Kill sends SIGKILL to process i, for fault tests.
+func (g *Group) Kill(i int) error {
+	if i < 0 || i >= len(g.procs) {
+		return fmt.Errorf("procgroup: process %d out of range [0, %d)", i, len(g.procs))
+	}
+	return g.procs[i].Process.Kill()
+}
+
+// Signal sends sig to every process still running (a launcher forwards
+// SIGINT and SIGTERM this way).
+func (g *Group) Signal(sig os.Signal) {
+	for _, cmd := range g.procs {
+		if cmd.Process != nil {
+			_ = cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// KillAll sends SIGKILL to every process.
+func (g *Group) KillAll() { g.Signal(syscall.SIGKILL) }
