@@ -19,6 +19,10 @@ import (
 type Config struct {
 	// Ranks is the number of ranks (processes, or goroutines in process).
 	Ranks int `json:"ranks"`
+	// Nodes is the number of emulated nodes the processes are spread over
+	// (cluster.StartLocal: node n is 127.0.0.(n+1)); Ranks must be a
+	// multiple of it. Ignored in process. If zero, 1.
+	Nodes int `json:"nodes"`
 	// Network is the transport between the ranks: "quic" or "tcp" ("memory"
 	// for ranks in one process only).
 	Network string `json:"network"`

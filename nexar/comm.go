@@ -144,6 +144,9 @@ func (c *Comm) PeerFailed(peer int, cause error) {
 		return
 	}
 	w.PeerFailed(peer, &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: cause})
+	if d, ok := w.tr.(peerDropper); ok {
+		d.DropPeer(peer, cause)
+	}
 }
 
 // announceAbort sends every live peer a failure notice for sequence 0,

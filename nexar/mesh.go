@@ -201,6 +201,16 @@ func (m *mesh) fail(p *peer, cause error, async bool) {
 	m.report(perr, async)
 }
 
+// dropPeer cuts peer's links because a detector outside the transport
+// declared it dead: later sends to it fail at once, and Close does not
+// wait for a close protocol it will never run.
+func (m *mesh) dropPeer(peer int, cause error) {
+	if peer < 0 || peer >= len(m.peers) || m.peers[peer] == nil {
+		return
+	}
+	m.fail(m.peers[peer], cause, false)
+}
+
 // report tells the handler that a peer failed or closed, unless the mesh is
 // still forming (the constructor returns the error instead) or closing.
 func (m *mesh) report(perr *comm.PeerError, async bool) {

@@ -431,3 +431,6 @@ func peerAddr(m *mesh, peer int) string {
 	}
 	return m.cfg.Addrs[peer]
 }
+
+// DropPeer implements peerDropper.
+func (t *quicTransport) DropPeer(peer int, cause error) { t.m.dropPeer(peer, cause) }

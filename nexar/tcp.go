@@ -379,3 +379,6 @@ func (t *tcpTransport) describe(err error) error {
 	}
 	return err
 }
+
+// DropPeer implements peerDropper.
+func (t *tcpTransport) DropPeer(peer int, cause error) { t.m.dropPeer(peer, cause) }

@@ -103,3 +103,10 @@ type Handler interface {
 	// Send, and must not block.
 	PeerFailed(peer int, err error)
 }
+
+// peerDropper is implemented by transports that can cut a peer which a
+// detector outside them (the cluster's membership) declared dead, so that
+// sends to it fail at once and Close does not wait for it.
+type peerDropper interface {
+	DropPeer(peer int, cause error)
+}

@@ -3,10 +3,11 @@
 // nccl-tests' tables and the project's speed-goal ratios.
 //
 // With no arguments it reads its embedded default (default.json: 4 ranks
-// over QUIC, allreduce, allgather, reducescatter, broadcast and sendrecv
-// from 8 B to 64 MiB, results checked), starts 4 processes of itself with
-// nexar.StartLocal, and each joins the world with nexar.JoinLocal and runs
-// bench.Run. Rank 0 hands its result (every rank's is the same) back in a
+// on 2 emulated nodes over QUIC, allreduce, allgather, reducescatter,
+// broadcast and sendrecv from 8 B to 64 MiB, results checked), starts 4
+// processes of itself with cluster.StartLocal (the local multi-node
+// launcher of `hiercomm run`), and each joins the job with hiercomm.Init —
+// memberlist membership, topology, QUIC mesh — and runs bench.Run. Rank 0 hands its result (every rank's is the same) back in a
 // JSON file, and this process prints it: the tables on stdout, logs on
 // stderr. It exits 0 on success, 1 when a rank fails or a result is wrong,
 // 2 on bad usage.
@@ -14,7 +15,7 @@
 // Flags override the default, and -config FILE overrides it with a JSON
 // file of the same fields (flags still win):
 //
-//	hiercomm-bench -np 2 -network tcp -ops allreduce -b 1M -e 256M
+//	hiercomm-bench -np 2 -nodes 1 -network tcp -ops allreduce -b 1M -e 256M
 //	hiercomm-bench -inprocess -network memory -check=false
 package main
 
@@ -34,7 +35,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/bench"
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nexar"
 )
@@ -85,7 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var res bench.Result
 	switch {
-	case nexar.IsLocalChild():
+	case cluster.IsLocalChild():
 		err = runChild(ctx, o, spec, log)
 		if err != nil {
 			log.Error("hiercomm-bench: rank failed", "err", err)
@@ -123,6 +126,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	configFile := fs.String("config", "", "JSON `file` with the fields of the embedded default; flags override it")
 	np := fs.Int("np", d.Ranks, "number of ranks")
+	nodes := fs.Int("nodes", d.Nodes, "number of emulated nodes the ranks are spread over (-np must be a multiple)")
 	network := fs.String("network", d.Network, "transport: quic or tcp (memory with -inprocess)")
 	ops := fs.String("ops", strings.Join(d.Ops, ","), "comma-separated operations: "+strings.Join(bench.OpNames(), ", "))
 	minBytes := fs.String("b", bench.FormatSize(int64(d.MinBytes)), "smallest size (K, M, G suffixes)")
@@ -163,6 +167,8 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		switch f.Name {
 		case "np":
 			c.Ranks = *np
+		case "nodes":
+			c.Nodes = *nodes
 		case "network":
 			c.Network = *network
 		case "ops":
@@ -210,7 +216,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case o.cfg.Ranks < 1:
 		return o, fmt.Errorf("-np %d: want at least 1 rank", o.cfg.Ranks)
-	case o.cfg.Network == "memory" && !o.cfg.InProcess && !nexar.IsLocalChild():
+	case o.cfg.Nodes < 0 || (o.cfg.Nodes > 0 && o.cfg.Ranks%o.cfg.Nodes != 0 && !o.cfg.InProcess):
+		return o, fmt.Errorf("-np %d on -nodes %d: the ranks must split evenly over the nodes", o.cfg.Ranks, o.cfg.Nodes)
+	case o.cfg.Network == "memory" && !o.cfg.InProcess && !cluster.IsLocalChild():
 		return o, errors.New("-network memory needs -inprocess (processes need quic or tcp)")
 	case o.cfg.Network != "quic" && o.cfg.Network != "tcp" && o.cfg.Network != "memory":
 		return o, fmt.Errorf("-network %q: want quic or tcp (or memory with -inprocess)", o.cfg.Network)
@@ -230,12 +238,21 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 	f.Close()
 	defer os.Remove(path)
 
-	log.Info("starting local job", "ranks", o.cfg.Ranks, "network", o.cfg.Network, "ops", strings.Join(o.cfg.Ops, ","))
+	nodes := max(o.cfg.Nodes, 1)
+	layout := make([]int, nodes)
+	for n := range layout {
+		layout[n] = o.cfg.Ranks / nodes
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return bench.Result{}, err
+	}
+	log.Info("starting local job", "ranks", o.cfg.Ranks, "nodes", nodes, "network", o.cfg.Network, "ops", strings.Join(o.cfg.Ops, ","))
 	start := time.Now()
 	// A later -json wins, so the children write where this process reads.
 	childArgs := append(append([]string(nil), args...), "-json", path)
-	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
-		Ranks: o.cfg.Ranks, Network: o.cfg.Network, Args: childArgs, Stdout: stderr, Stderr: stderr,
+	job, err := cluster.StartLocal(ctx, cluster.LocalSpec{
+		RanksPerNode: layout, Network: o.cfg.Network, Path: exe, Args: childArgs, Stdout: stderr, Stderr: stderr,
 	})
 	if err != nil {
 		return bench.Result{}, err
@@ -263,11 +280,12 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 
 // runChild is one rank of a local job.
 func runChild(ctx context.Context, o options, spec bench.Spec, log *slog.Logger) error {
-	c, err := nexar.JoinLocal(ctx, nexar.Options{Logger: log})
+	c, err := hiercomm.Init(ctx, hiercomm.Options{Logger: log, Collectives: nexar.Options{Logger: log}})
 	if err != nil {
 		return fmt.Errorf("joining the local job: %w", err)
 	}
 	if c.Rank() == 0 { // StartLocal prefixes the children's lines with their rank
+		log.Info("topology: " + strings.ReplaceAll(c.Topology().String(), "\n", "; "))
 		spec.Progress = progress(log)
 	}
 	res, err := bench.Run(ctx, c, spec)

@@ -1,0 +1,812 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Launch is what the launch environment says about this process: who it is
+// in the world, where the others can be found, and the job's secret.
+// LoadLaunch fills one from the environment; a caller with explicit options
+// builds one itself (Style "explicit") or overrides fields of the loaded one.
+// Either way, Resolve validates it and fills the defaults before use; a
+// Launch is a plain value and Resolve returns a copy.
+type Launch struct {
+	// Style says where the values came from: StyleExplicit, StyleTorchrun,
+	// StyleSlurm, StyleKubernetes, StyleLocal or StyleSingle. If empty,
+	// Resolve sets StyleExplicit.
+	Style string
+	// Rank is this process's global rank, in [0, WorldSize), or -1 to let
+	// membership assign ranks (every process of the world must then use -1).
+	// The zero value is rank 0.
+	Rank int
+	// WorldSize is the number of processes in the job; at least 1. There is
+	// no default: zero is an error.
+	WorldSize int
+	// LocalRank is this process's index among the processes of its host,
+	// >= 0. Processes of one host must use 0, 1, ... without gaps.
+	LocalRank int
+	// Host identifies the node: processes with the same Host are on the same
+	// machine and talk through the intra-node path. If empty, Resolve uses
+	// the machine's host name.
+	Host string
+	// Device is the accelerator ordinal this process drives, or -1 for none.
+	// The zero value is device 0; LoadLaunch sets -1 unless HIERCOMM_DEVICE
+	// is set.
+	Device int
+	// Seeds are the gossip addresses (host:port) a process contacts to
+	// join. A host may be a DNS name with several addresses (a Kubernetes
+	// headless Service); each is tried. The list may name this process
+	// itself. Required when WorldSize > 1.
+	Seeds []string
+	// Addr is the IP address or host name this process binds and
+	// advertises (no port). If empty, the caller chooses one with IfSpec
+	// (see IfaceSpec and SelectAddr).
+	Addr string
+	// IfSpec chooses the network interface when Addr is empty, in
+	// NCCL_SOCKET_IFNAME syntax (see ParseIfSpec). If empty, the default
+	// choice: any interface but docker* and lo*, else loopback.
+	IfSpec string
+	// GossipPort is the port this process binds for gossip: the seed
+	// process(es) bind the port the Seeds name, the others 0. If zero, the
+	// kernel picks a free port. Resolve sets it to 0 for a world of 1,
+	// which needs no seed.
+	GossipPort int
+	// JobID names the job; it is bound into the gossip encryption and the
+	// data-plane certificates, so jobs sharing a key still never mix. 1 to
+	// 128 letters, digits, '.', '_', '-' or '~'. If empty, defaults to
+	// DefaultJobID.
+	JobID string
+	// Key is the secret every process of the job shares, at least
+	// MinKeyLen bytes. Required when WorldSize > 1.
+	Key []byte
+	// Network is the data-plane transport: "quic" (encrypted) or "tcp"
+	// (authenticated, not encrypted; for trusted fabrics). If empty,
+	// defaults to "quic".
+	Network string
+	// JoinTimeout bounds the whole join, until every process of the world
+	// is present. If zero, defaults to DefaultJoinTimeout.
+	JoinTimeout time.Duration
+	// Inherited reports that the sockets were bound by the parent (the local
+	// launcher, `hiercomm run`) and are open in this process as file
+	// descriptors 3 (gossip TCP), 4 (gossip UDP) and 5 (data); the caller
+	// takes them with LauncherSockets instead of binding. GossipPort is then
+	// informational.
+	Inherited bool
+
+	// ifVar is the variable IfSpec was read from, for error messages.
+	ifVar string
+}
+
+// Launch styles: Launch.Style values.
+const (
+	// StyleExplicit: the caller filled the Launch itself.
+	StyleExplicit = "explicit"
+	// StyleTorchrun: RANK, WORLD_SIZE, ... as torchrun (and torch's env://)
+	// set them.
+	StyleTorchrun = "torchrun"
+	// StyleSlurm: SLURM_PROCID, SLURM_NTASKS, ... as srun sets them.
+	StyleSlurm = "slurm"
+	// StyleKubernetes: HIERCOMM_K8S_SERVICE names a headless Service whose
+	// pods are the job's processes.
+	StyleKubernetes = "kubernetes"
+	// StyleLocal is for a Launch the local launcher builds itself. A child
+	// of `hiercomm run` reads its launcher's torchrun or Slurm variables, so
+	// LoadLaunch reports StyleTorchrun or StyleSlurm with Inherited set.
+	StyleLocal = "local"
+	// StyleSingle: no launcher found; a world of one process.
+	StyleSingle = "single"
+)
+
+// Defaults and limits of Launch.
+const (
+	DefaultJobID       = "hiercomm"
+	DefaultNetwork     = "quic"
+	DefaultJoinTimeout = 2 * time.Minute
+	// DefaultPort is the seed gossip port when neither HIERCOMM_PORT nor
+	// the launcher (MASTER_PORT) gives one; torchrun's default too.
+	DefaultPort = 29500
+	// MinKeyLen is the shortest job key accepted, in bytes.
+	MinKeyLen = 16
+)
+
+// Environment variables LoadLaunch reads. docs/environment.md describes
+// each; a test checks that it lists every one.
+const (
+	// hiercomm's own; they override what a launcher style says.
+	EnvJobID           = "HIERCOMM_JOB_ID"
+	EnvJobKey          = "HIERCOMM_JOB_KEY"
+	EnvJobKeyFile      = "HIERCOMM_JOB_KEY_FILE"
+	EnvNetwork         = "HIERCOMM_NETWORK"
+	EnvSocketIfname    = "HIERCOMM_SOCKET_IFNAME"
+	EnvAddr            = "HIERCOMM_ADDR"
+	EnvPort            = "HIERCOMM_PORT"
+	EnvSeeds           = "HIERCOMM_SEEDS"
+	EnvHostID          = "HIERCOMM_HOST_ID"
+	EnvDevice          = "HIERCOMM_DEVICE"
+	EnvJoinTimeout     = "HIERCOMM_JOIN_TIMEOUT"
+	EnvK8sService      = "HIERCOMM_K8S_SERVICE"
+	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
+
+	// NCCL's interface choice, read when HIERCOMM_SOCKET_IFNAME is unset.
+	EnvNCCLSocketIfname = "NCCL_SOCKET_IFNAME"
+
+	// torchrun (and torch's env:// rendezvous).
+	EnvRank            = "RANK"
+	EnvWorldSize       = "WORLD_SIZE"
+	EnvLocalRank       = "LOCAL_RANK"
+	EnvLocalWorldSize  = "LOCAL_WORLD_SIZE"
+	EnvMasterAddr      = "MASTER_ADDR"
+	EnvMasterPort      = "MASTER_PORT"
+	EnvGroupRank       = "GROUP_RANK"
+	EnvTorchAgentStore = "TORCHELASTIC_USE_AGENT_STORE"
+
+	// Slurm (srun).
+	EnvSlurmProcID       = "SLURM_PROCID"
+	EnvSlurmNTasks       = "SLURM_NTASKS"
+	EnvSlurmLocalID      = "SLURM_LOCALID"
+	EnvSlurmNodeID       = "SLURM_NODEID"
+	EnvSlurmStepNodeList = "SLURM_STEP_NODELIST"
+	EnvSlurmJobNodeList  = "SLURM_JOB_NODELIST"
+	EnvSlurmNodeList     = "SLURM_NODELIST"
+	EnvSlurmdNodeName    = "SLURMD_NODENAME"
+	EnvSlurmJobID        = "SLURM_JOB_ID"
+
+	// Kubernetes indexed Job.
+	EnvJobCompletionIndex = "JOB_COMPLETION_INDEX"
+)
+
+// envVars lists every variable LoadLaunch may read.
+var envVars = []string{
+	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
+	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvK8sService,
+	EnvLauncherSockets, EnvNCCLSocketIfname,
+	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
+	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
+	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmNodeID,
+	EnvSlurmStepNodeList, EnvSlurmJobNodeList, EnvSlurmNodeList,
+	EnvSlurmdNodeName, EnvSlurmJobID,
+	EnvJobCompletionIndex,
+}
+
+// hostname returns the machine's host name. It is a variable so tests can
+// make it deterministic; nothing else assigns it.
+var hostname = os.Hostname
+
+// lookupHostname returns the host name, or an error that says it is
+// missing.
+func lookupHostname() (string, error) {
+	h, err := hostname()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("the host name cannot be found (%v)", err)
+	case h == "":
+		return "", errors.New("the host name is empty")
+	}
+	return h, nil
+}
+
+// EnvError is a launch-environment variable whose value, or absence,
+// LoadLaunch cannot use.
+type EnvError struct {
+	Var   string // the variable at fault, e.g. "RANK"
+	Value string // its value as read ("" when unset); never the job key
+	// Reason is the whole explanation: it names Var and Value, what is
+	// wrong and what to do.
+	Reason string
+}
+
+func (e *EnvError) Error() string { return "cluster: launch environment: " + e.Reason }
+
+// env reads the environment for LoadLaunch and builds its errors. An empty
+// value counts as unset: getenv cannot tell them apart.
+type env struct {
+	getenv func(string) string
+}
+
+func (e env) get(name string) string { return strings.TrimSpace(e.getenv(name)) }
+
+func (e env) isSet(name string) bool { return e.get(name) != "" }
+
+func (e env) errorf(name, format string, a ...any) error {
+	return &EnvError{Var: name, Value: e.get(name), Reason: fmt.Sprintf(format, a...)}
+}
+
+// notSet reports a required variable that is missing; why says why it is
+// needed and what to do.
+func (e env) notSet(name, why string) error {
+	return e.errorf(name, "%s is not set: %s", name, why)
+}
+
+// intVar parses name as a decimal integer in [lo, hi]; ok is false when it
+// is unset. what names the range for the message, e.g. "[0, WORLD_SIZE=4)".
+func (e env) intVar(name string, lo, hi int, what string) (v int, ok bool, err error) {
+	s := e.get(name)
+	if s == "" {
+		return 0, false, nil
+	}
+	v, perr := strconv.Atoi(s)
+	if perr != nil {
+		return 0, true, e.errorf(name, "%s=%s is not an integer", name, s)
+	}
+	if v < lo || v > hi {
+		return 0, true, e.errorf(name, "%s=%s is not in %s", name, s, what)
+	}
+	return v, true, nil
+}
+
+// portVar parses name as a TCP/UDP port (1 to 65535).
+func (e env) portVar(name string) (port int, ok bool, err error) {
+	s := e.get(name)
+	if s == "" {
+		return 0, false, nil
+	}
+	p, perr := strconv.Atoi(s)
+	if perr != nil || p < 1 || p > 65535 {
+		return 0, true, e.errorf(name, "%s=%s is not a port (1 to 65535)", name, s)
+	}
+	return p, true, nil
+}
+
+// hostVar checks that name holds an IP address or a host name, without a
+// port.
+func (e env) hostVar(name string) (string, error) {
+	s := e.get(name)
+	if s == "" || validHost(s) {
+		return s, nil
+	}
+	if h, _, err := net.SplitHostPort(s); err == nil && validHost(h) {
+		return "", e.errorf(name, "%s=%s has a port; give the host alone (ports are set apart: %s, or %s under torchrun)", name, s, EnvPort, EnvMasterPort)
+	}
+	return "", e.errorf(name, "%s=%s is not an IP address or host name", name, s)
+}
+
+// LoadLaunch reads the launch environment through getenv (os.Getenv in
+// programs, a map in tests). It is the one place in hiercomm that reads
+// environment variables; docs/environment.md lists them all.
+//
+// The style is chosen by precedence: HIERCOMM_K8S_SERVICE (kubernetes),
+// then RANK (torchrun; a torchrun started under srun sets RANK for its
+// workers, so it wins over Slurm), then SLURM_PROCID (slurm), then WORLD_SIZE
+// alone (torchrun, which then reports the missing RANK); with none of them
+// the world is this process alone (single). hiercomm's own HIERCOMM_*
+// variables override what the style says.
+//
+// Besides getenv, LoadLaunch reads HIERCOMM_JOB_KEY_FILE and, when no
+// host id is given, the host name. Every value it reads is checked: an
+// error is an *EnvError naming the variable, its value and what to do.
+// Checks that need the whole Launch (a key for a world of more than one,
+// seeds) are Resolve's, so a caller may still fill those fields from its
+// own options; the returned Launch is not resolved.
+func LoadLaunch(getenv func(string) string) (Launch, error) {
+	e := env{getenv: getenv}
+	l := Launch{Device: -1}
+
+	// The seed gossip port: HIERCOMM_PORT, else the style's.
+	port, portSet, err := e.portVar(EnvPort)
+	if err != nil {
+		return Launch{}, err
+	}
+	if !portSet {
+		port = DefaultPort
+	}
+
+	switch {
+	case e.isSet(EnvK8sService):
+		err = e.kubernetes(&l, port)
+	case e.isSet(EnvRank), !e.isSet(EnvSlurmProcID) && e.isSet(EnvWorldSize):
+		err = e.torchrun(&l, port, portSet)
+	case e.isSet(EnvSlurmProcID):
+		err = e.slurm(&l, port)
+	default:
+		err = e.single(&l)
+	}
+	if err != nil {
+		return Launch{}, err
+	}
+	if err := e.own(&l); err != nil {
+		return Launch{}, err
+	}
+	if l.Host == "" {
+		h, err := lookupHostname()
+		if err != nil {
+			return Launch{}, &EnvError{Var: EnvHostID, Reason: fmt.Sprintf("%s is not set and %v: set %s to a name that is the same for every process of this node", EnvHostID, err, EnvHostID)}
+		}
+		l.Host = h
+	}
+	return l, nil
+}
+
+// torchrun reads torchrun's variables (also what torch's env:// rendezvous
+// needs: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+func (e env) torchrun(l *Launch, port int, portSet bool) error {
+	l.Style = StyleTorchrun
+	if !e.isSet(EnvRank) {
+		return e.notSet(EnvRank, fmt.Sprintf("%s=%s is, so this looks like a torchrun-style launch; set RANK to this process's global rank too, or unset WORLD_SIZE", EnvWorldSize, e.get(EnvWorldSize)))
+	}
+	if !e.isSet(EnvWorldSize) {
+		return e.notSet(EnvWorldSize, fmt.Sprintf("%s=%s is; set WORLD_SIZE to the number of processes of the job", EnvRank, e.get(EnvRank)))
+	}
+	ws, _, err := e.intVar(EnvWorldSize, 1, 1<<31-1, "[1, 2^31)")
+	if err != nil {
+		return err
+	}
+	rank, _, err := e.intVar(EnvRank, 0, ws-1, fmt.Sprintf("[0, WORLD_SIZE=%d)", ws))
+	if err != nil {
+		return err
+	}
+	local, _, err := e.intVar(EnvLocalRank, 0, ws-1, fmt.Sprintf("[0, WORLD_SIZE=%d)", ws))
+	if err != nil {
+		return err
+	}
+	if _, _, err := e.intVar(EnvLocalWorldSize, local+1, ws, fmt.Sprintf("[LOCAL_RANK+1=%d, WORLD_SIZE=%d]", local+1, ws)); err != nil {
+		return err
+	}
+	l.Rank, l.WorldSize, l.LocalRank = rank, ws, local
+	if g, ok, err := e.intVar(EnvGroupRank, 0, ws-1, fmt.Sprintf("[0, WORLD_SIZE=%d)", ws)); err != nil {
+		return err
+	} else if ok {
+		l.Host = "node-" + strconv.Itoa(g)
+	}
+
+	// torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True) holds
+	// MASTER_PORT for its own store on rank 0's node, so gossip takes the
+	// next port there; HIERCOMM_PORT, when set, is used as given.
+	if !portSet {
+		p, ok, err := e.portVar(EnvMasterPort)
+		if err != nil {
+			return err
+		}
+		if ok {
+			port = p
+			if agentStore(e.get(EnvTorchAgentStore)) {
+				if p == 65535 {
+					return e.errorf(EnvMasterPort, "%s=%d leaves no port for gossip: with %s=%s torchrun's agent holds MASTER_PORT and hiercomm uses MASTER_PORT+1; pick a lower --master-port or set %s", EnvMasterPort, p, EnvTorchAgentStore, e.get(EnvTorchAgentStore), EnvPort)
+				}
+				port = p + 1
+			}
+		}
+	}
+	addr, err := e.hostVar(EnvMasterAddr)
+	if err != nil {
+		return err
+	}
+	if addr != "" {
+		l.Seeds = []string{net.JoinHostPort(addr, strconv.Itoa(port))}
+	} else if ws > 1 && !e.isSet(EnvSeeds) {
+		return e.notSet(EnvMasterAddr, fmt.Sprintf("a world of WORLD_SIZE=%d needs the address of rank 0's node; set MASTER_ADDR to it (torchrun does), or list gossip seeds in %s", ws, EnvSeeds))
+	}
+	if rank == 0 {
+		l.GossipPort = port
+	}
+	return nil
+}
+
+// agentStore reports whether TORCHELASTIC_USE_AGENT_STORE says the agent
+// holds MASTER_PORT (torchrun writes "True" or "False").
+func agentStore(v string) bool { return strings.EqualFold(v, "true") || v == "1" }
+
+// slurm reads srun's variables.
+func (e env) slurm(l *Launch, port int) error {
+	l.Style = StyleSlurm
+	started := fmt.Sprintf("SLURM_PROCID=%s is set, but srun sets every SLURM_* variable of a job step; start the processes with srun", e.get(EnvSlurmProcID))
+	for _, name := range []string{EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmNodeID} {
+		if !e.isSet(name) {
+			return e.notSet(name, started)
+		}
+	}
+	n, _, err := e.intVar(EnvSlurmNTasks, 1, 1<<31-1, "[1, 2^31)")
+	if err != nil {
+		return err
+	}
+	rank, _, err := e.intVar(EnvSlurmProcID, 0, n-1, fmt.Sprintf("[0, SLURM_NTASKS=%d)", n))
+	if err != nil {
+		return err
+	}
+	local, _, err := e.intVar(EnvSlurmLocalID, 0, n-1, fmt.Sprintf("[0, SLURM_NTASKS=%d)", n))
+	if err != nil {
+		return err
+	}
+	node, _, err := e.intVar(EnvSlurmNodeID, 0, n-1, fmt.Sprintf("[0, SLURM_NTASKS=%d)", n))
+	if err != nil {
+		return err
+	}
+	l.Rank, l.WorldSize, l.LocalRank = rank, n, local
+
+	// The seed is the first node of the step; SLURM_NODEID counts from it.
+	listVar := ""
+	for _, name := range []string{EnvSlurmStepNodeList, EnvSlurmJobNodeList, EnvSlurmNodeList} {
+		if e.isSet(name) {
+			listVar = name
+			break
+		}
+	}
+	switch {
+	case listVar != "":
+		hosts, err := ExpandHostList(e.get(listVar))
+		if err != nil {
+			return e.errorf(listVar, "%s=%s is not a Slurm host list: %v", listVar, e.get(listVar), err)
+		}
+		if node >= len(hosts) {
+			return e.errorf(EnvSlurmNodeID, "%s=%d is not in [0, %d), the nodes of %s=%s", EnvSlurmNodeID, node, len(hosts), listVar, e.get(listVar))
+		}
+		for _, h := range hosts {
+			if !validHost(h) {
+				return e.errorf(listVar, "%s=%s names %q, which is not a host name", listVar, e.get(listVar), h)
+			}
+		}
+		l.Seeds = []string{net.JoinHostPort(hosts[0], strconv.Itoa(port))}
+	case n > 1 && !e.isSet(EnvSeeds):
+		return e.notSet(EnvSlurmStepNodeList, fmt.Sprintf("neither are SLURM_JOB_NODELIST and SLURM_NODELIST, so the first node (the gossip seed) is unknown; %s, or list gossip seeds in %s", started, EnvSeeds))
+	}
+	if node == 0 && local == 0 {
+		l.GossipPort = port
+	}
+
+	if h := e.get(EnvSlurmdNodeName); h != "" {
+		l.Host = h
+	} else {
+		l.Host = "slurm-node-" + strconv.Itoa(node)
+	}
+	if id := e.get(EnvSlurmJobID); id != "" {
+		l.JobID = sanitizeJobID("slurm-" + id)
+	}
+	return nil
+}
+
+// kubernetes reads the variables of a pod behind a headless Service.
+func (e env) kubernetes(l *Launch, port int) error {
+	l.Style = StyleKubernetes
+	svc, err := e.hostVar(EnvK8sService)
+	if err != nil {
+		return err
+	}
+	if !e.isSet(EnvWorldSize) {
+		return e.notSet(EnvWorldSize, fmt.Sprintf("%s=%s is, and the world size must be known before anyone joins; set WORLD_SIZE to the number of processes (pods × processes per pod)", EnvK8sService, svc))
+	}
+	ws, _, err := e.intVar(EnvWorldSize, 1, 1<<31-1, "[1, 2^31)")
+	if err != nil {
+		return err
+	}
+	local, _, err := e.intVar(EnvLocalRank, 0, ws-1, fmt.Sprintf("[0, WORLD_SIZE=%d)", ws))
+	if err != nil {
+		return err
+	}
+	lws, lwsSet, err := e.intVar(EnvLocalWorldSize, local+1, ws, fmt.Sprintf("[LOCAL_RANK+1=%d, WORLD_SIZE=%d]", local+1, ws))
+	if err != nil {
+		return err
+	}
+	l.WorldSize, l.LocalRank = ws, local
+	l.Rank = -1
+	within := fmt.Sprintf("[0, WORLD_SIZE=%d)", ws)
+	if r, ok, err := e.intVar(EnvRank, 0, ws-1, within); err != nil {
+		return err
+	} else if ok {
+		l.Rank = r
+	} else if lwsSet && lws == 1 || !lwsSet && !e.isSet(EnvLocalRank) {
+		// One process per pod: an indexed Job's completion index is the
+		// rank. With LOCAL_RANK set and LOCAL_WORLD_SIZE not, a pod may run
+		// several processes, and every process must make the same choice
+		// (all given ranks or all -1), so membership assigns.
+		if r, ok, err := e.intVar(EnvJobCompletionIndex, 0, ws-1, within+" (one process per pod: the index is the rank; set completions to WORLD_SIZE)"); err != nil {
+			return err
+		} else if ok {
+			l.Rank = r
+		}
+	}
+	l.Seeds = []string{net.JoinHostPort(svc, strconv.Itoa(port))}
+	if local == 0 {
+		l.GossipPort = port
+	}
+	return nil
+}
+
+// single is the world of one process started by hand.
+func (e env) single(l *Launch) error {
+	l.Style = StyleSingle
+	if e.isSet(EnvSeeds) {
+		return e.errorf(EnvSeeds, "%s=%s is set, but no launcher variables give this process's rank and the world size (no RANK, SLURM_PROCID or %s); set RANK and WORLD_SIZE too, or unset %s for a single process", EnvSeeds, e.get(EnvSeeds), EnvK8sService, EnvSeeds)
+	}
+	l.Rank, l.WorldSize, l.LocalRank = 0, 1, 0
+	return nil
+}
+
+// own applies hiercomm's variables, which override the style's values.
+func (e env) own(l *Launch) error {
+	if id := e.get(EnvJobID); id != "" {
+		if !validJobID(id) {
+			return e.errorf(EnvJobID, "%s=%s: use 1 to 128 letters, digits, '.', '_', '-' or '~' (the id is bound into certificates)", EnvJobID, id)
+		}
+		l.JobID = id
+	}
+	if err := e.key(l); err != nil {
+		return err
+	}
+	if n := e.get(EnvNetwork); n != "" {
+		if n != "quic" && n != "tcp" {
+			return e.errorf(EnvNetwork, "%s=%s: use quic (encrypted, the default) or tcp (trusted fabrics)", EnvNetwork, n)
+		}
+		l.Network = n
+	}
+	for _, name := range []string{EnvSocketIfname, EnvNCCLSocketIfname} {
+		if s := e.get(name); s != "" {
+			if _, err := ParseIfSpec(s); err != nil {
+				return e.errorf(name, "%s=%s: %v", name, s, err)
+			}
+			l.IfSpec, l.ifVar = s, name
+			break
+		}
+	}
+	addr, err := e.hostVar(EnvAddr)
+	if err != nil {
+		return err
+	}
+	l.Addr = addr
+	if s := e.get(EnvSeeds); s != "" {
+		seeds, err := parseSeeds(s)
+		if err != nil {
+			return e.errorf(EnvSeeds, "%s=%s: %v", EnvSeeds, s, err)
+		}
+		l.Seeds = seeds
+	}
+	if h := e.get(EnvHostID); h != "" {
+		l.Host = h
+	}
+	if d, ok, err := e.intVar(EnvDevice, -1, 1<<20, "[-1, 2^20] (-1: no accelerator)"); err != nil {
+		return err
+	} else if ok {
+		l.Device = d
+	}
+	if s := e.get(EnvJoinTimeout); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return e.errorf(EnvJoinTimeout, "%s=%s is not a positive Go duration such as 90s or 5m", EnvJoinTimeout, s)
+		}
+		l.JoinTimeout = d
+	}
+	switch s := e.get(EnvLauncherSockets); s {
+	case "", "0":
+	case "1":
+		l.Inherited = true
+	default:
+		return e.errorf(EnvLauncherSockets, "%s=%s: only `hiercomm run` sets it, to 1; unset it", EnvLauncherSockets, s)
+	}
+	return nil
+}
+
+// key reads the job key from HIERCOMM_JOB_KEY or HIERCOMM_JOB_KEY_FILE.
+// Errors never carry the key: not in the message, not in EnvError.Value.
+func (e env) key(l *Launch) error {
+	// The key is used byte for byte, not trimmed like other values.
+	k, file := e.getenv(EnvJobKey), e.get(EnvJobKeyFile)
+	keyErr := func(name, format string, a ...any) error {
+		v := ""
+		if name == EnvJobKeyFile {
+			v = file
+		}
+		return &EnvError{Var: name, Value: v, Reason: fmt.Sprintf(format, a...)}
+	}
+	howTo := fmt.Sprintf("make one with `export %s=$(openssl rand -hex 32)`", EnvJobKey)
+	if k != "" && file != "" {
+		return keyErr(EnvJobKey, "both %s and %s=%s are set; set only one", EnvJobKey, EnvJobKeyFile, file)
+	}
+	if file == "" {
+		if k != "" && len(k) < MinKeyLen {
+			return keyErr(EnvJobKey, "%s has %d bytes, need at least %d; %s", EnvJobKey, len(k), MinKeyLen, howTo)
+		}
+		if k != "" {
+			l.Key = []byte(k)
+		}
+		return nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return keyErr(EnvJobKeyFile, "%s=%s cannot be read: %v; every process needs the same key file (make one with `openssl rand -hex 32 > %s`)", EnvJobKeyFile, file, err, file)
+	}
+	// One trailing newline, as echo and editors leave, is not part of the key.
+	k = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if len(k) < MinKeyLen {
+		return keyErr(EnvJobKeyFile, "%s=%s holds a key of %d bytes, need at least %d; make one with `openssl rand -hex 32 > %s`", EnvJobKeyFile, file, len(k), MinKeyLen, file)
+	}
+	l.Key = []byte(k)
+	return nil
+}
+
+// parseSeeds parses a comma-separated list of host:port.
+func parseSeeds(s string) ([]string, error) {
+	var seeds []string
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if err := checkSeed(item); err != nil {
+			return nil, err
+		}
+		seeds = append(seeds, item)
+	}
+	return seeds, nil
+}
+
+// checkSeed checks one host:port.
+func checkSeed(s string) error {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("seed %q is not host:port", s)
+	}
+	if !validHost(h) {
+		return fmt.Errorf("seed %q: %q is not an IP address or host name", s, h)
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("seed %q: %q is not a port (1 to 65535)", s, p)
+	}
+	return nil
+}
+
+// validHost reports whether s is an IP address or a syntactically valid
+// host name (letters, digits, '-', '_' and dots between labels).
+func validHost(s string) bool {
+	if net.ParseIP(s) != nil {
+		return true
+	}
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// validJobID reports whether id may be a job id: 1 to 128 of
+// [A-Za-z0-9._~-] (nexar binds it into certificates).
+func validJobID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !jobIDByte(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func jobIDByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == '~'
+}
+
+// sanitizeJobID turns a launcher's job id into a valid one: other bytes
+// become '-', and it is cut to 128 bytes.
+func sanitizeJobID(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		if !jobIDByte(c) {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	return string(b)
+}
+
+// IfaceSpec parses l.IfSpec. The result's Source names the variable it was
+// read from (HIERCOMM_SOCKET_IFNAME or NCCL_SOCKET_IFNAME; the former when
+// neither was set), or "IfSpec" for an explicit Launch, so SelectAddr's
+// errors point at the setting to change.
+func (l Launch) IfaceSpec() (IfSpec, error) {
+	s, err := ParseIfSpec(l.IfSpec)
+	if err != nil {
+		return IfSpec{}, err
+	}
+	switch {
+	case l.ifVar != "":
+		s.Source = l.ifVar
+	case l.Style == "" || l.Style == StyleExplicit:
+		s.Source = "IfSpec"
+	default:
+		s.Source = EnvSocketIfname
+	}
+	return s, nil
+}
+
+// Resolve returns a copy of l, validated, with the defaults its fields
+// document filled in. It does no I/O except looking up the host name when
+// Host is empty. Errors name the field, its value and what to do.
+func (l Launch) Resolve() (Launch, error) {
+	bad := func(format string, a ...any) (Launch, error) {
+		return Launch{}, fmt.Errorf("cluster: invalid Launch: "+format, a...)
+	}
+	switch l.Style {
+	case "":
+		l.Style = StyleExplicit
+	case StyleExplicit, StyleTorchrun, StyleSlurm, StyleKubernetes, StyleLocal, StyleSingle:
+	default:
+		return bad("Style %q is not one of explicit, torchrun, slurm, kubernetes, local, single", l.Style)
+	}
+	if l.WorldSize < 1 {
+		return bad("WorldSize %d: a world has at least 1 process", l.WorldSize)
+	}
+	if l.Rank < -1 || l.Rank >= l.WorldSize {
+		return bad("Rank %d is not in [-1, WorldSize %d) (-1: membership assigns ranks)", l.Rank, l.WorldSize)
+	}
+	if l.LocalRank < 0 || l.LocalRank >= l.WorldSize {
+		return bad("LocalRank %d is not in [0, WorldSize %d)", l.LocalRank, l.WorldSize)
+	}
+	if l.Device < -1 {
+		return bad("Device %d: use an accelerator ordinal >= 0, or -1 for none", l.Device)
+	}
+	if l.Host == "" {
+		h, err := lookupHostname()
+		if err != nil {
+			return bad("Host is empty and %v: set Host (or %s) to a name that is the same for every process of this node", err, EnvHostID)
+		}
+		l.Host = h
+	}
+	for i, s := range l.Seeds {
+		if err := checkSeed(s); err != nil {
+			return bad("Seeds[%d]: %v", i, err)
+		}
+	}
+	if l.WorldSize > 1 && len(l.Seeds) == 0 {
+		return bad("Seeds is empty: a world of %d needs at least one gossip seed (host:port) to join; launchers give one (MASTER_ADDR, the Slurm node list, %s), or set %s", l.WorldSize, EnvK8sService, EnvSeeds)
+	}
+	if l.Addr != "" && !validHost(l.Addr) {
+		return bad("Addr %q is not an IP address or host name (give no port)", l.Addr)
+	}
+	if _, err := ParseIfSpec(l.IfSpec); err != nil {
+		return bad("IfSpec %q: %v", l.IfSpec, err)
+	}
+	if l.GossipPort < 0 || l.GossipPort > 65535 {
+		return bad("GossipPort %d is not in [0, 65535] (0: the kernel picks)", l.GossipPort)
+	}
+	if l.WorldSize == 1 {
+		// Nobody looks for a world of one: no fixed port to collide on.
+		l.GossipPort = 0
+	}
+	if l.JobID == "" {
+		l.JobID = DefaultJobID
+	}
+	if !validJobID(l.JobID) {
+		return bad("JobID %q: use 1 to 128 letters, digits, '.', '_', '-' or '~' (it is bound into certificates)", l.JobID)
+	}
+	switch {
+	case len(l.Key) == 0 && l.WorldSize > 1:
+		return bad("no job key: a world of %d needs a secret shared by every process, at least %d bytes; make one with `export %s=$(openssl rand -hex 32)` (or write it to a file named by %s) before launching", l.WorldSize, MinKeyLen, EnvJobKey, EnvJobKeyFile)
+	case len(l.Key) > 0 && len(l.Key) < MinKeyLen:
+		return bad("Key has %d bytes, need at least %d; make one with `export %s=$(openssl rand -hex 32)`", len(l.Key), MinKeyLen, EnvJobKey)
+	}
+	switch l.Network {
+	case "":
+		l.Network = DefaultNetwork
+	case "quic", "tcp":
+	default:
+		return bad("Network %q: use quic (encrypted, the default) or tcp (trusted fabrics)", l.Network)
+	}
+	if l.JoinTimeout < 0 {
+		return bad("JoinTimeout %v is negative", l.JoinTimeout)
+	}
+	if l.JoinTimeout == 0 {
+		l.JoinTimeout = DefaultJoinTimeout
+	}
+	l.Seeds = slices.Clone(l.Seeds)
+	l.Key = slices.Clone(l.Key)
+	return l, nil
+}

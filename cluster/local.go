@@ -1,0 +1,506 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/hiercomm/hiercomm/internal/procgroup"
+)
+
+// A local job emulates a cluster on this host, the way users try things
+// before they have one (`hiercomm run`): node n is the address 127.0.0.(n+1)
+// with its own host id, and its ranks are processes started with the
+// variables a real launcher would set (torchrun's, Slurm's or a Kubernetes
+// indexed Job's). The launcher binds every process's sockets itself, on
+// ports the kernel picks, and hands them over as file descriptors 3
+// (gossip TCP), 4 (gossip UDP) and 5 (data), so no two processes or jobs
+// ever race for a port. Everything after that is the real path: the
+// children read the environment with LoadLaunch, join through memberlist and
+// get their ranks from the topology.
+
+// Inherited socket file descriptors (LocalSpec's children).
+const (
+	fdGossipTCP = 3
+	fdGossipUDP = 4
+	fdData      = 5
+)
+
+// IsLocalChild reports whether this process was started by StartLocal
+// (its launcher sockets are on file descriptors 3 to 5).
+func IsLocalChild() bool { return os.Getenv(EnvLauncherSockets) == "1" }
+
+// LocalSpec describes a local job of emulated nodes.
+type LocalSpec struct {
+	// RanksPerNode is the number of processes on each emulated node; its
+	// length is the number of nodes. Entries may differ (heterogeneous
+	// nodes). Required; at most 254 nodes.
+	RanksPerNode []int
+	// Style is the set of variables the children get: "torchrun", "slurm"
+	// or "kubernetes". If empty, defaults to "torchrun".
+	Style string
+	// Placement is how global ranks map to nodes: "block" (node 0 has ranks
+	// 0..G-1, the default) or "cyclic" (round-robin over the nodes, as
+	// Slurm's -m cyclic). Kubernetes style assigns ranks in the cluster
+	// layer and accepts only "block".
+	Placement string
+	// Network is the data plane: "quic" or "tcp". If empty, defaults to
+	// "quic".
+	Network string
+	// JobID is the job's id. If empty, a random "local-…" id.
+	JobID string
+	// Path is the program; Args its arguments. Path is required.
+	Path string
+	Args []string
+	// Env is added to this process's environment for every child.
+	Env []string
+	// Stdout and Stderr receive the children's output, each line prefixed
+	// with "[rank r] ". If nil, default to os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+	// KeepOthers, for fault tests, lets the others run on when one fails
+	// (by default they are killed).
+	KeepOthers bool
+}
+
+// LocalJob is a running local job.
+type LocalJob struct {
+	g     *procgroup.Group
+	ranks []int // process index → the rank it was started as
+}
+
+// localProc is one process of a local job before it starts.
+type localProc struct {
+	node, local, rank int
+	ip                string
+	gossip            Sockets
+	data              DataSocket
+}
+
+// StartLocal starts a local job. When one process fails, the others are
+// killed (unless KeepOthers); Wait returns the first failure.
+func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
+	procs, err := spec.plan()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range procs {
+			p.gossip.Close()
+			p.data.Close()
+		}
+	}()
+	if spec.Style == "kubernetes" {
+		err = bindPods(procs)
+	} else {
+		err = bindGossipAll(procs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range procs {
+		if procs[i].data, err = BindData(spec.Network, procs[i].ip, 0); err != nil {
+			return nil, fmt.Errorf("cluster.StartLocal: %w", err)
+		}
+	}
+	keyBytes := make([]byte, 32)
+	if _, err := rand.Read(keyBytes); err != nil {
+		return nil, err
+	}
+	key := hex.EncodeToString(keyBytes)
+	jobID := spec.JobID
+	if jobID == "" {
+		jobID = "local-" + key[:12]
+	}
+	seed := procs[0].gossip.TCP.Addr().(*net.TCPAddr)
+	for _, p := range procs {
+		if p.rank == 0 {
+			seed = p.gossip.TCP.Addr().(*net.TCPAddr)
+		}
+	}
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
+	job := &LocalJob{}
+	for _, p := range procs {
+		files, err := p.files()
+		if err != nil {
+			closeFiles(pg.Procs)
+			return nil, fmt.Errorf("cluster.StartLocal: handing sockets to a child: %w", err)
+		}
+		env := append(os.Environ(), spec.Env...)
+		env = append(env,
+			EnvJobID+"="+jobID,
+			EnvJobKey+"="+key,
+			EnvNetwork+"="+spec.Network,
+			EnvAddr+"="+p.ip,
+			EnvLauncherSockets+"=1",
+		)
+		env = append(env, spec.styleEnv(p, len(procs), seed)...)
+		pg.Procs = append(pg.Procs, procgroup.Proc{
+			Path:   spec.Path,
+			Args:   spec.Args,
+			Env:    env,
+			Files:  files,
+			Prefix: fmt.Sprintf("[rank %d] ", p.rank),
+		})
+		job.ranks = append(job.ranks, p.rank)
+	}
+	g, err := procgroup.Start(ctx, pg)
+	closeFiles(pg.Procs)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.StartLocal: %w", err)
+	}
+	job.g = g
+	return job, nil
+}
+
+// plan validates spec (filling its defaults) and lays out the processes:
+// node by node, with the rank each is started as.
+func (spec *LocalSpec) plan() ([]localProc, error) {
+	bad := func(format string, a ...any) ([]localProc, error) {
+		return nil, fmt.Errorf("cluster.StartLocal: "+format, a...)
+	}
+	nodes := len(spec.RanksPerNode)
+	if nodes == 0 {
+		return bad("RanksPerNode is empty: give the number of ranks on each node")
+	}
+	if nodes > 254 {
+		return bad("%d nodes: at most 254 can be emulated (one 127.0.0.x address each)", nodes)
+	}
+	for n, g := range spec.RanksPerNode {
+		if g < 1 {
+			return bad("node %d has %d ranks, want at least 1", n, g)
+		}
+	}
+	switch spec.Style {
+	case "":
+		spec.Style = "torchrun"
+	case "torchrun", "slurm", "kubernetes":
+	default:
+		return bad("Style %q: want torchrun, slurm or kubernetes", spec.Style)
+	}
+	switch spec.Placement {
+	case "":
+		spec.Placement = "block"
+	case "block":
+	case "cyclic":
+		if spec.Style == "kubernetes" {
+			return bad("Placement cyclic: Kubernetes style gets its ranks from the cluster layer, which places them by node (use block)")
+		}
+	default:
+		return bad("Placement %q: want block or cyclic", spec.Placement)
+	}
+	switch spec.Network {
+	case "":
+		spec.Network = "quic"
+	case "quic", "tcp":
+	default:
+		return bad("Network %q: want quic or tcp", spec.Network)
+	}
+	if spec.Path == "" {
+		return bad("Path is empty: which program should run?")
+	}
+	var procs []localProc
+	for n, g := range spec.RanksPerNode {
+		for l := range g {
+			procs = append(procs, localProc{node: n, local: l, ip: fmt.Sprintf("127.0.0.%d", n+1)})
+		}
+	}
+	if spec.Placement == "block" {
+		for i := range procs {
+			procs[i].rank = i
+		}
+		return procs, nil
+	}
+	// Cyclic: local index 0 of every node, then local index 1, ...
+	rank := 0
+	for l := 0; rank < len(procs); l++ {
+		for i := range procs {
+			if procs[i].local == l {
+				procs[i].rank = rank
+				rank++
+			}
+		}
+	}
+	return procs, nil
+}
+
+// bindGossipAll binds every process's gossip sockets on kernel-chosen
+// ports.
+func bindGossipAll(procs []localProc) error {
+	for i := range procs {
+		var err error
+		if procs[i].gossip, err = BindGossip(procs[i].ip, 0); err != nil {
+			return fmt.Errorf("cluster.StartLocal: %w", err)
+		}
+	}
+	return nil
+}
+
+// bindPods binds the gossip sockets of a Kubernetes-style job: local rank
+// 0 of every pod (node) listens on the same port, as the pods of a
+// headless Service do, so the Service name resolves to every pod's seed.
+// The port is the kernel's choice for the first pod; if it is taken on
+// another pod's address, the whole choice is retried.
+func bindPods(procs []localProc) error {
+	var err error
+	for range 20 {
+		err = bindPodsOnce(procs)
+		if err == nil {
+			return nil
+		}
+		for i := range procs {
+			procs[i].gossip.Close()
+			procs[i].gossip = Sockets{}
+		}
+	}
+	return fmt.Errorf("cluster.StartLocal: binding one gossip port on every pod: %w", err)
+}
+
+func bindPodsOnce(procs []localProc) error {
+	port := 0
+	for i := range procs {
+		p := &procs[i]
+		want := 0
+		if p.local == 0 {
+			want = port
+		}
+		var err error
+		if p.gossip, err = BindGossip(p.ip, want); err != nil {
+			return err
+		}
+		if p.local == 0 && port == 0 {
+			port = p.gossip.TCP.Addr().(*net.TCPAddr).Port
+		}
+	}
+	return nil
+}
+
+// styleEnv is the launcher's variables for process p of a world of n.
+func (spec *LocalSpec) styleEnv(p localProc, n int, seed *net.TCPAddr) []string {
+	g := spec.RanksPerNode[p.node]
+	switch spec.Style {
+	case "slurm":
+		return []string{
+			"SLURM_PROCID=" + strconv.Itoa(p.rank),
+			"SLURM_NTASKS=" + strconv.Itoa(n),
+			"SLURM_LOCALID=" + strconv.Itoa(p.local),
+			"SLURM_NODEID=" + strconv.Itoa(p.node),
+			"SLURM_JOB_ID=" + strconv.Itoa(os.Getpid()),
+			// Slurm's host-list syntax; the first host is the seed.
+			fmt.Sprintf("SLURM_STEP_NODELIST=127.0.0.[1-%d]", len(spec.RanksPerNode)),
+			"SLURMD_NODENAME=" + p.ip,
+			EnvPort + "=" + strconv.Itoa(seed.Port),
+		}
+	case "kubernetes":
+		return []string{
+			// A headless Service's name resolves to every pod; here
+			// "localhost" resolves to the first pod's address.
+			EnvK8sService + "=localhost",
+			EnvPort + "=" + strconv.Itoa(seed.Port),
+			"WORLD_SIZE=" + strconv.Itoa(n),
+			"LOCAL_RANK=" + strconv.Itoa(p.local),
+			// One process per pod: the index is the rank. Several: the
+			// cluster layer assigns ranks node by node.
+			"LOCAL_WORLD_SIZE=" + strconv.Itoa(g),
+			"JOB_COMPLETION_INDEX=" + strconv.Itoa(p.node),
+			EnvHostID + "=pod-" + strconv.Itoa(p.node),
+		}
+	}
+	return []string{
+		"RANK=" + strconv.Itoa(p.rank),
+		"WORLD_SIZE=" + strconv.Itoa(n),
+		"LOCAL_RANK=" + strconv.Itoa(p.local),
+		"LOCAL_WORLD_SIZE=" + strconv.Itoa(g),
+		"GROUP_RANK=" + strconv.Itoa(p.node),
+		"MASTER_ADDR=" + seed.IP.String(),
+		"MASTER_PORT=" + strconv.Itoa(seed.Port),
+	}
+}
+
+// files are p's sockets as the child's descriptors 3, 4 and 5.
+func (p *localProc) files() ([]*os.File, error) {
+	var files []*os.File
+	fail := func(err error) ([]*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, err
+	}
+	add := func(f *os.File, err error) error {
+		if err == nil {
+			files = append(files, f)
+		}
+		return err
+	}
+	if err := add(p.gossip.TCP.File()); err != nil {
+		return fail(err)
+	}
+	if err := add(p.gossip.UDP.File()); err != nil {
+		return fail(err)
+	}
+	switch {
+	case p.data.Packet != nil:
+		if err := add(p.data.Packet.(*net.UDPConn).File()); err != nil {
+			return fail(err)
+		}
+	case p.data.Listener != nil:
+		if err := add(p.data.Listener.(*net.TCPListener).File()); err != nil {
+			return fail(err)
+		}
+	default:
+		return fail(errors.New("no data socket bound"))
+	}
+	return files, nil
+}
+
+func closeFiles(procs []procgroup.Proc) {
+	for _, p := range procs {
+		for _, f := range p.Files {
+			f.Close()
+		}
+	}
+}
+
+// rankError names the rank of a process's failure.
+func (j *LocalJob) rankError(err error) error {
+	var pe *procgroup.ExitError
+	if errors.As(err, &pe) {
+		return &LocalExitError{Rank: j.ranks[pe.Index], err: pe}
+	}
+	return err
+}
+
+// LocalExitError is the failure of one process of a local job.
+type LocalExitError struct {
+	Rank int // the rank the process was started as
+	err  *procgroup.ExitError
+}
+
+func (e *LocalExitError) Error() string { return fmt.Sprintf("rank %d (%v)", e.Rank, e.err) }
+func (e *LocalExitError) Unwrap() error { return e.err }
+
+// ExitCode is the process's exit status (128+signal when a signal killed it).
+func (e *LocalExitError) ExitCode() int { return e.err.ExitCode() }
+
+// Wait waits for every process and returns the first failure, a
+// *LocalExitError, or nil when every process exited 0.
+func (j *LocalJob) Wait() error { return j.rankError(j.g.Wait()) }
+
+// Errors waits for every process and returns each rank's failure (nil for
+// a rank that exited 0), indexed by rank.
+func (j *LocalJob) Errors() []error {
+	byProc := j.g.Errors()
+	errs := make([]error, len(byProc))
+	for i, err := range byProc {
+		errs[j.ranks[i]] = j.rankError(err)
+	}
+	return errs
+}
+
+// Kill sends SIGKILL to the process started as rank, for fault tests.
+func (j *LocalJob) Kill(rank int) error {
+	for i, r := range j.ranks {
+		if r == rank {
+			return j.g.Kill(i)
+		}
+	}
+	return fmt.Errorf("cluster.LocalJob.Kill: no rank %d (world of %d)", rank, len(j.ranks))
+}
+
+// Signal sends sig to every process still running.
+func (j *LocalJob) Signal(sig os.Signal) { j.g.Signal(sig) }
+
+// LauncherSockets returns the sockets a local job's launcher handed this
+// process (file descriptors 3, 4 and 5), for network "quic" or "tcp". It is
+// called only when the environment says they are there
+// (HIERCOMM_LAUNCHER_SOCKETS=1).
+func LauncherSockets(network string) (Sockets, DataSocket, error) {
+	file := func(fd int, what string) (*os.File, error) {
+		f := os.NewFile(uintptr(fd), what)
+		if f == nil {
+			return nil, fmt.Errorf("cluster: file descriptor %d (%s from the launcher) is not open; was this process started by `hiercomm run`?", fd, what)
+		}
+		return f, nil
+	}
+	var g Sockets
+	var d DataSocket
+	fail := func(err error) (Sockets, DataSocket, error) {
+		g.Close()
+		d.Close()
+		return Sockets{}, DataSocket{}, err
+	}
+	f, err := file(fdGossipTCP, "gossip TCP socket")
+	if err != nil {
+		return fail(err)
+	}
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return fail(fmt.Errorf("cluster: fd %d is not the launcher's gossip TCP socket: %w", fdGossipTCP, err))
+	}
+	var ok bool
+	if g.TCP, ok = ln.(*net.TCPListener); !ok {
+		ln.Close()
+		return fail(fmt.Errorf("cluster: fd %d is not a TCP listener", fdGossipTCP))
+	}
+	if f, err = file(fdGossipUDP, "gossip UDP socket"); err != nil {
+		return fail(err)
+	}
+	pc, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		return fail(fmt.Errorf("cluster: fd %d is not the launcher's gossip UDP socket: %w", fdGossipUDP, err))
+	}
+	if g.UDP, ok = pc.(*net.UDPConn); !ok {
+		pc.Close()
+		return fail(fmt.Errorf("cluster: fd %d is not a UDP socket", fdGossipUDP))
+	}
+	if f, err = file(fdData, "data socket"); err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	switch network {
+	case "quic":
+		if d.Packet, err = net.FilePacketConn(f); err != nil {
+			return fail(fmt.Errorf("cluster: fd %d is not the launcher's UDP data socket (network quic): %w", fdData, err))
+		}
+		d.Addr = d.Packet.LocalAddr().String()
+	case "tcp":
+		if d.Listener, err = net.FileListener(f); err != nil {
+			return fail(fmt.Errorf("cluster: fd %d is not the launcher's TCP data socket (network tcp): %w", fdData, err))
+		}
+		d.Addr = d.Listener.Addr().String()
+	default:
+		return fail(fmt.Errorf("cluster: network %q, want quic or tcp", network))
+	}
+	return g, d, nil
+}
+
+// SplitRanksPerNode parses a --ranks-per-node value for n nodes: one count
+// for every node ("2") or one per node ("2,3").
+func SplitRanksPerNode(nodes int, s string) ([]int, error) {
+	parts := strings.Split(s, ",")
+	var g []int
+	for _, p := range parts {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("ranks per node %q: want a count ≥ 1 or a comma list of them", s)
+		}
+		g = append(g, v)
+	}
+	if len(g) == 1 && nodes > 0 {
+		for len(g) < nodes {
+			g = append(g, g[0])
+		}
+	}
+	if nodes > 0 && len(g) != nodes {
+		return nil, fmt.Errorf("ranks per node %q gives %d nodes, but --nodes is %d", s, len(g), nodes)
+	}
+	return g, nil
+}

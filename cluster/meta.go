@@ -1,0 +1,292 @@
+package cluster
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+// Member metadata.
+//
+// Each member publishes, in memberlist's node metadata, a small JSON object:
+//
+//	{"v":1,"job":"train-42","rank":-1,"host":"node-3","local":1,"device":1,"addr":"10.0.0.7:29600"}
+//
+// v is the format version; a member that reads another version reports it
+// instead of guessing (every process of a job must run the same hiercomm).
+// Fields may be added within a version (decoders ignore unknown ones); a
+// change of meaning is a new version. The member's Name is memberlist's node
+// name and is not repeated here. memberlist caps metadata at
+// memberlist.MetaMaxSize (512) bytes: encodeMeta refuses more, naming the
+// fields that take the room.
+
+// metaVersion is the version of the metadata this build writes and reads.
+const metaVersion = 1
+
+type memberMeta struct {
+	V      int    `json:"v"`
+	Job    string `json:"job"`
+	Rank   int    `json:"rank"`
+	Host   string `json:"host"`
+	Local  int    `json:"local"`
+	Device int    `json:"device"`
+	Addr   string `json:"addr,omitempty"`
+}
+
+// errMetaVersion is wrapped by decodeMeta's error for metadata of another
+// version.
+var errMetaVersion = errors.New("member metadata of another version")
+
+// encodeMeta is the metadata of member m of job.
+func encodeMeta(job string, m topology.Member) ([]byte, error) {
+	b, err := json.Marshal(memberMeta{V: metaVersion, Job: job, Rank: m.Rank, Host: m.Host, Local: m.Local, Device: m.Device, Addr: m.Addr})
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("the member metadata takes %d bytes, memberlist allows %d: shorten the job id (%d bytes), the host id (%d bytes) or the address (%d bytes)",
+			len(b), memberlist.MetaMaxSize, len(job), len(m.Host), len(m.Addr))
+	}
+	return b, nil
+}
+
+// decodeMeta reads metadata written by encodeMeta. The member's Name is
+// left empty.
+func decodeMeta(b []byte) (job string, m topology.Member, err error) {
+	if len(b) == 0 {
+		return "", m, errors.New("no member metadata (not a hiercomm process?)")
+	}
+	var v struct {
+		V int `json:"v"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "", m, fmt.Errorf("member metadata is not valid: %w", err)
+	}
+	if v.V != metaVersion {
+		return "", m, fmt.Errorf("%w: version %d, this process reads %d: run the same hiercomm version in every process of a job", errMetaVersion, v.V, metaVersion)
+	}
+	var mm memberMeta
+	if err := json.Unmarshal(b, &mm); err != nil {
+		return "", m, fmt.Errorf("member metadata is not valid: %w", err)
+	}
+	if mm.Job == "" {
+		return "", m, errors.New("member metadata has no job id")
+	}
+	return mm.Job, topology.Member{Rank: mm.Rank, Host: mm.Host, Local: mm.Local, Device: mm.Device, Addr: mm.Addr}, nil
+}
+
+// The record of the members.
+//
+// Each process keeps a view of its job's members, built from the metadata
+// memberlist delivers with every join and update. Join judges it (evaluate,
+// join.go); failure.go turns departures after formation into Failures.
+
+// memberState is a member's state as memberlist last reported it.
+type memberState int
+
+const (
+	stateAlive memberState = iota
+	stateLeft              // gone, after its leave notice
+	stateDead              // gone without a notice: declared dead
+)
+
+// seenMember is a member of this job seen during the join.
+type seenMember struct {
+	member topology.Member // Name set
+	state  memberState
+	since  time.Time // when it left or died
+}
+
+// view is this process's record of the job's members. memberlist feeds it
+// through the Delegate and EventDelegate methods below, one call at a time
+// and possibly while holding memberlist's own locks, so view never calls
+// into memberlist; Join reads it through evaluate.
+type view struct {
+	jobID       string
+	self        string
+	worldSize   int
+	meta        []byte
+	log         *slog.Logger
+	disp        *dispatcher
+	changed     chan struct{}                    // capacity 1: the record changed (for Join's loop)
+	notices     *memberlist.TransmitLimitedQueue // leave notices to gossip (failure.go)
+	leaveWindow time.Duration                    // how long a member gone without a leave notice may wait for one
+
+	mu        sync.Mutex
+	seen      map[string]*seenMember     // guarded by mu: this job's members seen before formation, by name
+	foreign   map[string]string          // guarded by mu: members not counted, by name, with the reason (warned once)
+	formed    bool                       // guarded by mu
+	world     map[string]topology.Member // guarded by mu: after formation, the world's members by name
+	leaving   map[string]bool            // guarded by mu: members whose leave notice arrived
+	pending   map[string]*time.Timer     // guarded by mu: world members gone without a notice, awaiting one
+	closing   bool                       // guarded by mu: this process is leaving; nothing more is recorded
+	failed    map[string]bool            // guarded by mu: names in failures
+	failures  []*Failure                 // guarded by mu
+	callbacks []func(*Failure)           // guarded by mu
+}
+
+func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
+	return &view{
+		jobID:     cfg.JobID,
+		self:      self,
+		worldSize: cfg.WorldSize,
+		meta:      meta,
+		log:       cfg.Logger,
+		disp:      disp,
+		changed:   make(chan struct{}, 1),
+		notices: &memberlist.TransmitLimitedQueue{
+			NumNodes:       func() int { return cfg.WorldSize },
+			RetransmitMult: noticeRetransmitMult,
+		},
+		leaveWindow: leaveWindow(cfg.Detector),
+		seen:        make(map[string]*seenMember),
+		foreign:     make(map[string]string),
+		leaving:     make(map[string]bool),
+		pending:     make(map[string]*time.Timer),
+		failed:      make(map[string]bool),
+	}
+}
+
+func (v *view) signal() {
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+}
+
+// NodeMeta is this process's metadata; encodeMeta kept it within the limit.
+func (v *view) NodeMeta(limit int) []byte { return v.meta }
+
+// The rest of memberlist.Delegate: no state rides on push/pull syncs. The
+// only user messages are leave notices (NotifyMsg, GetBroadcasts in
+// failure.go).
+
+func (v *view) LocalState(join bool) []byte            { return nil }
+func (v *view) MergeRemoteState(buf []byte, join bool) {}
+
+// member decodes n's metadata; ok is false (and the node recorded as
+// foreign, warned once) if n is not a member of this job.
+func (v *view) member(n *memberlist.Node) (m topology.Member, ok bool) {
+	job, m, err := decodeMeta(n.Meta)
+	why := ""
+	switch {
+	case err != nil:
+		why = err.Error()
+	case job != v.jobID:
+		// Impossible with keys derived from the job id, unless a key
+		// was reused with another derivation: be safe.
+		why = fmt.Sprintf("it belongs to job %q", job)
+	default:
+		m.Name = n.Name
+		return m, true
+	}
+	if _, warned := v.foreign[n.Name]; !warned {
+		desc := fmt.Sprintf("%s at %s (%s)", n.Name, n.Address(), why)
+		v.foreign[n.Name] = desc
+		v.log.Warn("cluster: ignoring a gossip member that is not of this job: "+desc, "job", v.jobID)
+	}
+	return m, false
+}
+
+// NotifyJoin records a member that became alive.
+func (v *view) NotifyJoin(n *memberlist.Node) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m, ok := v.member(n)
+	if !ok {
+		return
+	}
+	if v.formed {
+		if w, ok := v.world[n.Name]; ok {
+			if t, ok := v.pending[n.Name]; ok {
+				t.Stop()
+				delete(v.pending, n.Name)
+				v.log.Warn("cluster: a member declared dead refuted it and is alive again: "+describeMember(w), "job", v.jobID)
+			} else if v.failed[n.Name] {
+				v.log.Warn("cluster: a member declared dead is alive again; it stays failed: "+describeMember(w), "job", v.jobID)
+			}
+			return
+		}
+		v.log.Warn("cluster: a process of this job joined after the world formed; ignored (membership is not elastic): "+describeMember(m), "job", v.jobID)
+		return
+	}
+	v.seen[n.Name] = &seenMember{member: m}
+	v.signal()
+}
+
+// NotifyUpdate records a member whose metadata changed. hiercomm never
+// changes a member's metadata once it is up.
+func (v *view) NotifyUpdate(n *memberlist.Node) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m, ok := v.member(n)
+	if !ok {
+		return
+	}
+	if v.formed {
+		if _, ok := v.world[n.Name]; ok {
+			v.log.Warn("cluster: a member changed its metadata after the world formed; ignored: "+describeMember(m), "job", v.jobID)
+		}
+		return
+	}
+	if s, ok := v.seen[n.Name]; ok {
+		s.member = m
+		v.signal()
+	}
+}
+
+// aliveCount is the number of this job's members alive before formation.
+func (v *view) aliveCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, s := range v.seen {
+		if s.state == stateAlive {
+			n++
+		}
+	}
+	return n
+}
+
+// snapshot returns the members of the job seen before formation, in claim
+// order, descriptions of those among them that left or died, and of the
+// foreign nodes seen.
+func (v *view) snapshot() (seen []topology.Member, lost, foreign []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var ss []*seenMember
+	for _, s := range v.seen {
+		ss = append(ss, s)
+	}
+	slices.SortFunc(ss, func(a, b *seenMember) int { return compareClaims(a.member, b.member) })
+	for _, s := range ss {
+		seen = append(seen, s.member)
+		switch s.state {
+		case stateLeft:
+			lost = append(lost, describeMember(s.member)+" left")
+		case stateDead:
+			lost = append(lost, describeMember(s.member)+" was declared dead (it left no notice)")
+		}
+	}
+	for _, f := range v.foreign {
+		foreign = append(foreign, f)
+	}
+	slices.Sort(foreign)
+	return seen, lost, foreign
+}
+
+// compareClaims orders members by rank claim, host, local index and name:
+// every process lists a member set in the same order.
+func compareClaims(a, b topology.Member) int {
+	return cmp.Or(cmp.Compare(a.Rank, b.Rank), strings.Compare(a.Host, b.Host),
+		cmp.Compare(a.Local, b.Local), strings.Compare(a.Name, b.Name))
+}

@@ -1,0 +1,187 @@
+// Command hiercomm is the operator's tool around hiercomm jobs.
+//
+//	hiercomm run [flags] -- PROGRAM [ARGS...]
+//	    Start a job of emulated nodes on this host: --nodes N nodes with
+//	    --ranks-per-node G processes each (or a comma list, one count per
+//	    node), every process started with the variables a real launcher
+//	    sets (--env torchrun, slurm or kubernetes). Node n is 127.0.0.(n+1)
+//	    with its own host id. Each output line is prefixed with its rank;
+//	    when one process fails the others are stopped and hiercomm exits
+//	    with its code. PROGRAM may be a Go package directory (./examples/allreduce):
+//	    it is built once first.
+//	hiercomm topology FILE
+//	    Check a topology dumped as JSON and print it as a table.
+//	hiercomm keygen
+//	    Print a random job key for HIERCOMM_JOB_KEY.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+const usage = `usage:
+  hiercomm run [--nodes N] [--ranks-per-node G|G0,G1,...] [--env torchrun|slurm|kubernetes]
+               [--placement block|cyclic] [--network quic|tcp] [--job-id ID] -- PROGRAM [ARGS...]
+  hiercomm topology FILE
+  hiercomm keygen
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var code int
+	switch os.Args[1] {
+	case "run":
+		code = run(os.Args[2:])
+	case "topology":
+		code = showTopology(os.Args[2:])
+	case "keygen":
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			fmt.Fprintln(os.Stderr, "hiercomm keygen:", err)
+			os.Exit(1)
+		}
+		fmt.Println(hex.EncodeToString(key))
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "hiercomm: unknown command %q\n%s", os.Args[1], usage)
+		code = 2
+	}
+	os.Exit(code)
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("hiercomm run", flag.ContinueOnError)
+	nodes := fs.Int("nodes", 1, "number of emulated nodes")
+	perNode := fs.String("ranks-per-node", "1", "processes per node: one count, or a comma list with one count per node")
+	style := fs.String("env", "torchrun", "launcher variables the processes get: torchrun, slurm or kubernetes")
+	placement := fs.String("placement", "block", "rank placement: block (node-major) or cyclic (round-robin over nodes)")
+	network := fs.String("network", "quic", "data plane: quic or tcp")
+	jobID := fs.String("job-id", "", "job id (default: a random local-… id)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	prog := fs.Args()
+	if len(prog) == 0 {
+		fmt.Fprintf(os.Stderr, "hiercomm run: no program given\n%s", usage)
+		return 2
+	}
+	layout, err := cluster.SplitRanksPerNode(*nodes, *perNode)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+		return 2
+	}
+	path, cleanup, err := program(prog[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+		return 1
+	}
+	defer cleanup()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	job, err := cluster.StartLocal(ctx, cluster.LocalSpec{
+		RanksPerNode: layout,
+		Style:        *style,
+		Placement:    *placement,
+		Network:      *network,
+		JobID:        *jobID,
+		Path:         path,
+		Args:         prog[1:],
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+		return 1
+	}
+	// Ctrl-C or a scheduler's SIGTERM: pass it on, give the processes a
+	// moment to leave the cluster cleanly, then kill what is left.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan error, 1)
+	go func() { done <- job.Wait() }()
+	for {
+		select {
+		case sig := <-sigs:
+			fmt.Fprintf(os.Stderr, "hiercomm run: %v: stopping the job\n", sig)
+			job.Signal(syscall.SIGTERM)
+			time.AfterFunc(10*time.Second, cancel)
+			continue
+		case err = <-done:
+		}
+		break
+	}
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+	var ee *cluster.LocalExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return 1
+}
+
+// program resolves what to run: a Go package directory is built once (so
+// N processes don't each compile it), anything else is run as given.
+func program(p string) (path string, cleanup func(), err error) {
+	st, statErr := os.Stat(p)
+	if statErr != nil || !st.IsDir() {
+		if lp, err := exec.LookPath(p); err == nil {
+			return lp, func() {}, nil
+		}
+		return p, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "hiercomm-run-")
+	if err != nil {
+		return "", nil, err
+	}
+	out := filepath.Join(dir, filepath.Base(filepath.Clean(p)))
+	build := exec.Command("go", "build", "-o", out, "./"+filepath.Clean(p))
+	if filepath.IsAbs(p) {
+		build = exec.Command("go", "build", "-o", out, p)
+	}
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building %s: %w", p, err)
+	}
+	return out, func() { os.RemoveAll(dir) }, nil
+}
+
+func showTopology(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintf(os.Stderr, "hiercomm topology: want one FILE\n%s", usage)
+		return 2
+	}
+	f, err := os.Open(args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hiercomm topology:", err)
+		return 1
+	}
+	defer f.Close()
+	t, err := topology.Load(f)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hiercomm topology: %s: %v\n", args[0], err)
+		return 1
+	}
+	fmt.Print(t)
+	return 0
+}

@@ -1,0 +1,261 @@
+// Package hiercomm is the one call a Go trainer makes to get a working
+// communicator on a cluster:
+//
+//	w, err := hiercomm.Init(ctx, hiercomm.Options{})
+//	if err != nil { ... }
+//	defer w.Close()
+//	err = w.AllReduce(ctx, comm.Host(grads), comm.Host(grads), comm.Sum)
+//
+// Init reads the launch environment (hiercomm run, torchrun, Slurm,
+// Kubernetes; see docs/environment.md), joins the job's encrypted
+// membership, computes the topology every rank agrees on, and connects the
+// inter-node mesh. The World it returns is a comm.Communicator plus the
+// topology: which ranks share a node, this rank's local rank, the leads.
+//
+// This package is the only place that wires the parts together: it imports
+// comm, topology, cluster and nexar, and none of them imports it.
+package hiercomm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+// Options configure Init. The zero value reads everything from the
+// environment.
+type Options struct {
+	// Launch says who this process is and how to find the others
+	// (explicit options: Style "explicit"). If nil, it is read from the
+	// environment with cluster.LoadLaunch.
+	Launch *cluster.Launch
+	// Getenv replaces os.Getenv when the environment is read (tests,
+	// embedding). If nil, defaults to os.Getenv.
+	Getenv func(string) string
+	// Detector tunes the membership failure detector. Zero fields take
+	// cluster's defaults; cluster.Detector.Bound says how long a dead
+	// process may go unnoticed.
+	Detector cluster.Detector
+	// FailureTimeout is how long a peer's data connection may stay silent
+	// before the transport declares it failed. If zero, defaults to
+	// nexar.DefaultFailureTimeout.
+	FailureTimeout time.Duration
+	// ConnectTimeout bounds the forming of the data mesh once membership is
+	// complete. If zero, defaults to nexar.DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// Collectives tunes the collectives (timeouts, segment size, cost
+	// model); its Logger defaults to Logger.
+	Collectives nexar.Options
+	// Logger receives progress ("7/16 ranks joined"), warnings and failures.
+	// If nil, defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// World is this process's place in the job: a comm.Communicator over every
+// rank, and the topology.
+type World struct {
+	comm.Communicator
+	topo    *topology.Topology
+	rank    int
+	cluster *cluster.Cluster // nil for a world of one
+	launch  cluster.Launch
+	log     *slog.Logger
+}
+
+// Init joins this process to its job and returns its World. It fails
+// within the launch's join timeout (membership) plus ConnectTimeout (data
+// mesh), or when ctx ends, with an error that says what was missing.
+func Init(ctx context.Context, opt Options) (*World, error) {
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opt.Collectives.Logger == nil {
+		opt.Collectives.Logger = log
+	}
+	var l cluster.Launch
+	if opt.Launch != nil {
+		l = *opt.Launch
+	} else {
+		getenv := opt.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		var err error
+		if l, err = cluster.LoadLaunch(getenv); err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
+	}
+	l, err := l.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	if l.WorldSize == 1 && !l.Inherited {
+		return initSingle(l, opt, log)
+	}
+	gossip, data, err := bindSockets(l, log)
+	if err != nil {
+		return nil, fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	log.Debug("hiercomm: joining", "style", l.Style, "job", l.JobID, "world_size", l.WorldSize,
+		"gossip", gossip.TCP.Addr().String(), "data", data.Addr, "seeds", l.Seeds)
+	cl, err := cluster.Join(ctx, cluster.Config{
+		JobID:       l.JobID,
+		Key:         l.Key,
+		Self:        topology.Member{Rank: l.Rank, Host: l.Host, Local: l.LocalRank, Device: l.Device, Addr: data.Addr},
+		WorldSize:   l.WorldSize,
+		Seeds:       l.Seeds,
+		Gossip:      gossip,
+		JoinTimeout: l.JoinTimeout,
+		Detector:    opt.Detector,
+		Logger:      log,
+	})
+	if err != nil {
+		data.Close()
+		return nil, fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	topo, rank := cl.Topology(), cl.Rank()
+	addrs := make([]string, topo.Size())
+	for r, m := range topo.Members() {
+		addrs[r] = m.Addr
+	}
+	c, err := nexar.Connect(ctx, nexar.Config{
+		Net: nexar.NetConfig{
+			Rank:           rank,
+			Addrs:          addrs,
+			JobKey:         l.Key,
+			JobID:          l.JobID,
+			FailureTimeout: opt.FailureTimeout,
+			ConnectTimeout: opt.ConnectTimeout,
+			PacketConn:     data.Packet,
+			Listener:       data.Listener,
+			Logger:         log,
+		},
+		Network: l.Network,
+		Options: opt.Collectives,
+	})
+	if err != nil {
+		leaveSoon(cl)
+		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
+	}
+	// The failure detector sees processes that stop answering without
+	// closing anything (a kill -9, a hung host, a cut cable): every
+	// communicator that includes the dead rank is aborted with an error
+	// naming it, on every survivor.
+	cl.OnFailure(func(f *cluster.Failure) { c.PeerFailed(f.Rank, f) })
+	log.Info("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
+		"local_rank", topo.LocalRank(rank), "local_size", topo.LocalSize(rank), "network", l.Network, "style", l.Style)
+	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}, nil
+}
+
+// initSingle is a world of one process: no membership, no sockets.
+func initSingle(l cluster.Launch, opt Options, log *slog.Logger) (*World, error) {
+	if l.Style == "single" {
+		log.Info("hiercomm: no launcher environment found (torchrun, Slurm, Kubernetes or hiercomm run); running as a world of 1")
+	}
+	topo, err := topology.New([]topology.Member{{Rank: 0, Host: l.Host, Local: l.LocalRank, Device: l.Device, Name: l.Host}})
+	if err != nil {
+		return nil, fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	cs, err := nexar.NewMemoryWorld(1, opt.Collectives)
+	if err != nil {
+		return nil, fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	return &World{Communicator: cs[0], topo: topo, launch: l, log: log}, nil
+}
+
+// bindSockets returns the gossip and data sockets: the ones the local
+// launcher handed over, or new ones on the address the launch names or the
+// interface selection picks.
+func bindSockets(l cluster.Launch, log *slog.Logger) (cluster.Sockets, cluster.DataSocket, error) {
+	if l.Inherited {
+		return cluster.LauncherSockets(l.Network)
+	}
+	ip, err := chooseIP(l, log)
+	if err != nil {
+		return cluster.Sockets{}, cluster.DataSocket{}, err
+	}
+	gossip, err := cluster.BindGossip(ip, l.GossipPort)
+	if err != nil {
+		return cluster.Sockets{}, cluster.DataSocket{}, err
+	}
+	data, err := cluster.BindData(l.Network, ip, 0)
+	if err != nil {
+		gossip.Close()
+		return cluster.Sockets{}, cluster.DataSocket{}, err
+	}
+	return gossip, data, nil
+}
+
+// chooseIP is the address this process binds and announces: the launch's
+// Addr (an IP or a host name), or the interface selection's pick.
+func chooseIP(l cluster.Launch, log *slog.Logger) (string, error) {
+	if l.Addr != "" {
+		if ip := net.ParseIP(l.Addr); ip != nil {
+			return ip.String(), nil
+		}
+		ips, err := net.LookupIP(l.Addr)
+		if err != nil || len(ips) == 0 {
+			return "", fmt.Errorf("address %q (%s) does not resolve: %v", l.Addr, cluster.EnvAddr, err)
+		}
+		return ips[0].String(), nil
+	}
+	spec, err := cluster.ParseIfSpec(l.IfSpec)
+	if err != nil {
+		return "", err
+	}
+	ifaces, err := cluster.SystemIfaces()
+	if err != nil {
+		return "", fmt.Errorf("listing network interfaces: %w", err)
+	}
+	ip, name, err := cluster.SelectAddr(spec, ifaces)
+	if err != nil {
+		return "", err
+	}
+	log.Debug("hiercomm: interface chosen", "interface", name, "ip", ip.String(), "spec", spec.String())
+	return ip.String(), nil
+}
+
+func leaveSoon(cl *cluster.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = cl.Leave(ctx)
+}
+
+// Topology is the job's topology: nodes, local ranks, leads, rails. Every
+// rank holds the same one.
+func (w *World) Topology() *topology.Topology { return w.topo }
+
+// Node is the index of this rank's node.
+func (w *World) Node() int { return w.topo.NodeOf(w.rank) }
+
+// LocalRank is this rank's index among the ranks of its node.
+func (w *World) LocalRank() int { return w.topo.LocalRank(w.rank) }
+
+// LocalSize is the number of ranks on this rank's node.
+func (w *World) LocalSize() int { return w.topo.LocalSize(w.rank) }
+
+// JobID is the job's id.
+func (w *World) JobID() string { return w.launch.JobID }
+
+// Close closes the communicator (its splits fail from then on) and leaves
+// the membership gracefully, so the others do not count this process as
+// failed. It waits at most a few seconds for the leave to spread.
+func (w *World) Close() error {
+	err := w.Communicator.Close()
+	if w.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = errors.Join(err, w.cluster.Leave(ctx))
+	}
+	return err
+}

@@ -1,0 +1,294 @@
+package hiercomm_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// These tests start real processes through the local launcher (emulated
+// nodes, the variables of each launcher style) and run hiercomm.Init in
+// each. The test binary is the program: envRole says which part to play.
+const envRole = "HIERCOMM_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		if err := child(role); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func child(role string) error {
+	switch role {
+	case "agree":
+		return agree()
+	case "kill":
+		return killed()
+	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+// fastDetector makes a dead process show within a few seconds on loopback.
+var fastDetector = cluster.Detector{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, GossipInterval: 50 * time.Millisecond}
+
+// envInt reads the first of names that is set, or -1.
+func envInt(names ...string) int {
+	for _, n := range names {
+		if v, err := strconv.Atoi(os.Getenv(n)); err == nil {
+			return v
+		}
+	}
+	return -1
+}
+
+// agree joins the job, checks that the topology says what the launcher
+// set up, that every rank holds the same topology and sees the others
+// where they are, and that an AllReduce of rank-distinct data is exact.
+func agree() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(ctx, hiercomm.Options{})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	t, rank := w.Topology(), w.Rank()
+	if want := envInt("RANK", "SLURM_PROCID"); want >= 0 && rank != want {
+		return fmt.Errorf("rank %d, but the launcher started this process as rank %d", rank, want)
+	}
+	if want := envInt("GROUP_RANK", "SLURM_NODEID", "JOB_COMPLETION_INDEX"); w.Node() != want {
+		return fmt.Errorf("rank %d: node %d, but it runs on emulated node %d", rank, w.Node(), want)
+	}
+	if want := envInt("LOCAL_RANK", "SLURM_LOCALID"); w.LocalRank() != want {
+		return fmt.Errorf("rank %d: local rank %d, want %d", rank, w.LocalRank(), want)
+	}
+	if want := envInt("WORLD_SIZE", "SLURM_NTASKS"); w.Size() != want || t.Size() != want {
+		return fmt.Errorf("rank %d: world of %d (topology %d), want %d", rank, w.Size(), t.Size(), want)
+	}
+	dump, err := t.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	h := fnv.New64a()
+	h.Write(dump)
+	// Every rank sends what it knows of itself; every rank checks all of
+	// it against its own topology.
+	const fields = 6
+	mine := []int64{int64(rank), int64(w.Node()), int64(w.LocalRank()), int64(w.LocalSize()), int64(t.Lead(w.Node())), int64(h.Sum64() >> 1)}
+	all := make([]int64, fields*w.Size())
+	if err := w.AllGather(ctx, comm.Host(mine), comm.Host(all)); err != nil {
+		return err
+	}
+	for r := range w.Size() {
+		got := all[r*fields : (r+1)*fields]
+		node := t.NodeOf(r)
+		want := []int64{int64(r), int64(node), int64(t.LocalRank(r)), int64(t.LocalSize(r)), int64(t.Lead(node)), mine[5]}
+		if !slicesEqual(got, want) {
+			return fmt.Errorf("rank %d: rank %d reports [rank node local localSize lead topoHash] = %v, this rank's topology says %v", rank, r, got, want)
+		}
+	}
+	n := 100003
+	x := make([]int64, n)
+	for i := range x {
+		x[i] = int64(rank*n + i)
+	}
+	if err := w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err != nil {
+		return err
+	}
+	p := int64(w.Size())
+	for i, v := range x {
+		if want := int64(n)*p*(p-1)/2 + p*int64(i); v != want {
+			return fmt.Errorf("rank %d: AllReduce element %d = %d, want %d", rank, i, v, want)
+		}
+	}
+	if rank == 0 {
+		fmt.Println(t)
+	}
+	fmt.Printf("agree ok: rank %d node %d local %d/%d\n", rank, w.Node(), w.LocalRank(), w.LocalSize())
+	return nil
+}
+
+func slicesEqual(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// killed joins, then rank 1 waits to be killed while the others start an
+// AllReduce that cannot finish without it. The transport's own timeout is
+// long, so only the membership failure detector can end it.
+func killed() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(ctx, hiercomm.Options{Detector: fastDetector, FailureTimeout: time.Minute})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Barrier(ctx); err != nil {
+		return err
+	}
+	fmt.Println("kill-ready")
+	if w.Rank() == 1 {
+		<-ctx.Done()
+		return errors.New("rank 1 was not killed")
+	}
+	x := make([]float32, 1000)
+	err = w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+	if !errors.Is(err, comm.ErrPeerFailed) || !strings.Contains(err.Error(), "rank 1") {
+		return fmt.Errorf("rank %d: AllReduce with rank 1 dead returned %v, want a failure naming rank 1", w.Rank(), err)
+	}
+	fmt.Printf("failure seen: %v\n", err)
+	return nil
+}
+
+// lines is an io.Writer that keeps the output and counts lines that
+// contain a marker.
+type lines struct {
+	mu     sync.Mutex
+	out    strings.Builder
+	marker string
+	count  int
+	ch     chan struct{} // gets a value for every marker line
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out.Write(p)
+	sc := bufio.NewScanner(strings.NewReader(string(p)))
+	for sc.Scan() {
+		if l.marker != "" && strings.Contains(sc.Text(), l.marker) {
+			l.count++
+			select {
+			case l.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.out.String()
+}
+
+func startJob(t *testing.T, ctx context.Context, spec cluster.LocalSpec, role string, out io.Writer) *cluster.LocalJob {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Path, spec.Args = exe, []string{"-test.run=^$"}
+	spec.Env = append(spec.Env, envRole+"="+role)
+	spec.Stdout, spec.Stderr = out, out
+	job, err := cluster.StartLocal(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
+	cases := []struct {
+		name      string
+		layout    []int
+		style     string
+		placement string
+		network   string
+	}{
+		{"torchrun 2x2", []int{2, 2}, "torchrun", "block", "quic"},
+		{"slurm 2x2 cyclic", []int{2, 2}, "slurm", "cyclic", "quic"},
+		{"kubernetes 2x2", []int{2, 2}, "kubernetes", "block", "quic"},
+		{"torchrun 2+3", []int{2, 3}, "torchrun", "block", "tcp"},
+		{"slurm 3x1", []int{1, 1, 1}, "slurm", "block", "tcp"},
+		{"kubernetes 1x3", []int{3}, "kubernetes", "block", "quic"},
+		{"kubernetes 3x1 indexed", []int{1, 1, 1}, "kubernetes", "block", "quic"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			out := &lines{marker: "agree ok", ch: make(chan struct{}, 1)}
+			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: tc.layout, Style: tc.style, Placement: tc.placement, Network: tc.network}, "agree", out)
+			if err := job.Wait(); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			n := 0
+			for _, g := range tc.layout {
+				n += g
+			}
+			if out.count != n {
+				t.Fatalf("%d of %d ranks reported agreement\n%s", out.count, n, out)
+			}
+			t.Log(out)
+		})
+	}
+}
+
+func TestKilledProcessIsReportedOnEverySurvivor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out := &lines{marker: "kill-ready", ch: make(chan struct{}, 8)}
+	const n = 4
+	job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{2, 2}, KeepOthers: true}, "kill", out)
+	for range n {
+		select {
+		case <-out.ch:
+		case <-ctx.Done():
+			t.Fatalf("the job never got ready\n%s", out)
+		}
+	}
+	killedAt := time.Now()
+	if err := job.Kill(1); err != nil {
+		t.Fatal(err)
+	}
+	errs := job.Errors()
+	took := time.Since(killedAt)
+	for r, err := range errs {
+		if r == 1 {
+			if err == nil {
+				t.Errorf("rank 1 exited 0, want killed")
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if t.Failed() {
+		t.Fatal(out)
+	}
+	bound := fastDetector.Bound(n)
+	t.Logf("every survivor reported rank 1 %v after the kill (detector bound %v)\n%s", took, bound, out)
+	// The processes also leave and exit in this time, so allow a margin
+	// for a loaded 2-core machine; this checks boundedness, not speed.
+	if took > bound+20*time.Second {
+		t.Errorf("the survivors took %v to report the dead rank, the detector's bound is %v", took, bound)
+	}
+}
