@@ -17,12 +17,15 @@
 package hiercomm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
@@ -152,6 +155,11 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	// communicator that includes the dead rank is aborted with an error
 	// naming it, on every survivor.
 	cl.OnFailure(func(f *cluster.Failure) { c.PeerFailed(f.Rank, f) })
+	if rank == 0 && l.TopoDumpFile != "" {
+		if err := dumpTopology(l.TopoDumpFile, topo); err != nil {
+			log.Warn("hiercomm: could not write the topology dump", "file", l.TopoDumpFile, "err", err)
+		}
+	}
 	log.Info("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
 		"local_rank", topo.LocalRank(rank), "local_size", topo.LocalSize(rank), "network", l.Network, "style", l.Style)
 	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}, nil
@@ -209,7 +217,7 @@ func chooseIP(l cluster.Launch, log *slog.Logger) (string, error) {
 		}
 		return ips[0].String(), nil
 	}
-	spec, err := cluster.ParseIfSpec(l.IfSpec)
+	spec, err := l.IfaceSpec()
 	if err != nil {
 		return "", err
 	}
@@ -217,12 +225,70 @@ func chooseIP(l cluster.Launch, log *slog.Logger) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listing network interfaces: %w", err)
 	}
+	// The seed process must listen where the seeds point (MASTER_ADDR, the
+	// first Slurm host): if a seed on this process's port resolves to an
+	// address of this machine, that address wins over interface selection.
+	if ip := seedIPHere(l.Seeds, l.GossipPort, ifaces, net.LookupIP); ip != "" {
+		log.Debug("hiercomm: binding the seed address", "ip", ip)
+		return ip, nil
+	}
 	ip, name, err := cluster.SelectAddr(spec, ifaces)
 	if err != nil {
 		return "", err
 	}
+	if spec.IsDefault() && ip.IsLoopback() {
+		log.Warn("hiercomm: no network interface but loopback is up; other hosts cannot reach this process (set "+cluster.EnvSocketIfname+" or "+cluster.EnvAddr+" on a multi-host job)",
+			"interface", name, "ip", ip.String())
+	}
 	log.Debug("hiercomm: interface chosen", "interface", name, "ip", ip.String(), "spec", spec.String())
 	return ip.String(), nil
+}
+
+// seedIPHere returns the address of this machine that a seed with port
+// names, or "" when this process binds no seed port or no seed is here.
+func seedIPHere(seeds []string, port int, ifaces []cluster.Iface, lookup func(string) ([]net.IP, error)) string {
+	if port == 0 {
+		return ""
+	}
+	for _, s := range seeds {
+		host, p, err := net.SplitHostPort(s)
+		if err != nil || p != strconv.Itoa(port) {
+			continue
+		}
+		ips := []net.IP{net.ParseIP(host)}
+		if ips[0] == nil {
+			if ips, err = lookup(host); err != nil {
+				continue
+			}
+		}
+		for _, ip := range ips {
+			for _, ifc := range ifaces {
+				if !ifc.Up {
+					continue
+				}
+				for _, a := range ifc.Addrs {
+					if a.Equal(ip) {
+						return ip.String()
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// dumpTopology writes topo as JSON to path.
+func dumpTopology(path string, topo *topology.Topology) error {
+	b, err := topo.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	return os.WriteFile(path, out.Bytes(), 0o644)
 }
 
 func leaveSoon(cl *cluster.Cluster) {

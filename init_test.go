@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // These tests start real processes through the local launcher (emulated
@@ -41,12 +43,29 @@ func child(role string) error {
 		return agree()
 	case "kill":
 		return killed()
+	case "initclose":
+		// A rank with nothing to do may leave right after joining; the
+		// others, maybe still forming the mesh, must not fail for it.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		w, err := hiercomm.Init(ctx, hiercomm.Options{})
+		if err != nil {
+			return err
+		}
+		return w.Close()
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
 
-// fastDetector makes a dead process show within a few seconds on loopback.
-var fastDetector = cluster.Detector{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, GossipInterval: 50 * time.Millisecond}
+// testDetector makes a dead process show within a few seconds on
+// loopback; with HIERCOMM_TEST_DEFAULT_DETECTOR=1 (inherited by the
+// children) the kill test measures the default timings instead.
+func testDetector() cluster.Detector {
+	if os.Getenv("HIERCOMM_TEST_DEFAULT_DETECTOR") == "1" {
+		return cluster.Detector{}
+	}
+	return cluster.Detector{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, GossipInterval: 50 * time.Millisecond}
+}
 
 // envInt reads the first of names that is set, or -1.
 func envInt(names ...string) int {
@@ -143,7 +162,7 @@ func slicesEqual(a, b []int64) bool {
 func killed() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w, err := hiercomm.Init(ctx, hiercomm.Options{Detector: fastDetector, FailureTimeout: time.Minute})
+	w, err := hiercomm.Init(ctx, hiercomm.Options{Detector: testDetector(), FailureTimeout: 5 * time.Minute})
 	if err != nil {
 		return err
 	}
@@ -235,7 +254,9 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			out := &lines{marker: "agree ok", ch: make(chan struct{}, 1)}
-			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: tc.layout, Style: tc.style, Placement: tc.placement, Network: tc.network}, "agree", out)
+			dump := filepath.Join(t.TempDir(), "topo.json")
+			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: tc.layout, Style: tc.style, Placement: tc.placement, Network: tc.network,
+				Env: []string{cluster.EnvTopoDumpFile + "=" + dump}}, "agree", out)
 			if err := job.Wait(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
@@ -246,8 +267,32 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 			if out.count != n {
 				t.Fatalf("%d of %d ranks reported agreement\n%s", out.count, n, out)
 			}
+			f, err := os.Open(dump)
+			if err != nil {
+				t.Fatalf("rank 0 wrote no topology dump: %v", err)
+			}
+			defer f.Close()
+			topo, err := topology.Load(f)
+			if err != nil {
+				t.Fatalf("the topology dump does not load: %v", err)
+			}
+			if topo.Size() != n || topo.NumNodes() != len(tc.layout) {
+				t.Errorf("the dump has %d ranks on %d nodes, want %d on %d", topo.Size(), topo.NumNodes(), n, len(tc.layout))
+			}
 			t.Log(out)
 		})
+	}
+}
+
+func TestInitThenCloseAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for range 3 {
+		out := &lines{}
+		job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{2, 2}}, "initclose", out)
+		if err := job.Wait(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
 	}
 }
 
@@ -284,7 +329,7 @@ func TestKilledProcessIsReportedOnEverySurvivor(t *testing.T) {
 	if t.Failed() {
 		t.Fatal(out)
 	}
-	bound := fastDetector.Bound(n)
+	bound := testDetector().Bound(n)
 	t.Logf("every survivor reported rank 1 %v after the kill (detector bound %v)\n%s", took, bound, out)
 	// The processes also leave and exit in this time, so allow a margin
 	// for a loaded 2-core machine; this checks boundedness, not speed.

@@ -300,6 +300,23 @@ func (v *view) announceLeave() <-chan struct{} {
 	return done
 }
 
+// nobodyListening reports whether every other world member has already
+// left or failed, so that this process's own leave notice has no one to
+// reach and waiting for it to go out would only wait out the timeout.
+func (v *view) nobodyListening() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.formed {
+		return false
+	}
+	for name := range v.world {
+		if name != v.self && !v.leaving[name] && !v.failed[name] {
+			return false
+		}
+	}
+	return true
+}
+
 // NotifyMsg receives a leave notice: it is recorded, passed on, and
 // settles a member that is already gone.
 func (v *view) NotifyMsg(b []byte) {

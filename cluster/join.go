@@ -572,15 +572,30 @@ func (c *Cluster) leave(ctx context.Context) error {
 		if c.ml.NumMembers() > 1 {
 			// The notice goes first: memberlist's own leave message
 			// cannot be told from a death (see failure.go).
+			// At the end of a job everyone leaves at once: stop waiting
+			// for the notice to go out once nobody is left to hear it.
 			wait := time.NewTimer(time.Until(deadline))
-			select {
-			case <-c.view.announceLeave():
-			case <-wait.C:
-			case <-ctx.Done():
+			poll := time.NewTicker(c.cfg.Detector.GossipInterval)
+			sent := c.view.announceLeave()
+		notice:
+			for {
+				select {
+				case <-sent:
+					break notice
+				case <-poll.C:
+					if c.view.nobodyListening() || c.ml.NumMembers() <= 1 {
+						break notice
+					}
+				case <-wait.C:
+					break notice
+				case <-ctx.Done():
+					break notice
+				}
 			}
 			wait.Stop()
+			poll.Stop()
 		}
-		if left := time.Until(deadline); ctx.Err() == nil && left > 0 {
+		if left := time.Until(deadline); ctx.Err() == nil && left > 0 && !c.view.nobodyListening() {
 			if err := c.ml.Leave(left); err != nil {
 				errs = append(errs, fmt.Errorf("cluster: leave: %w (the others may see this process's exit as a failure)", err))
 			}

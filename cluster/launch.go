@@ -80,6 +80,10 @@ type Launch struct {
 	// takes them with LauncherSockets instead of binding. GossipPort is then
 	// informational.
 	Inherited bool
+	// TopoDumpFile, if set, is where rank 0 writes the job's topology as
+	// JSON once the world is formed (NCCL_TOPO_DUMP_FILE's counterpart);
+	// `hiercomm topology FILE` prints it.
+	TopoDumpFile string
 
 	// ifVar is the variable IfSpec was read from, for error messages.
 	ifVar string
@@ -132,6 +136,7 @@ const (
 	EnvHostID          = "HIERCOMM_HOST_ID"
 	EnvDevice          = "HIERCOMM_DEVICE"
 	EnvJoinTimeout     = "HIERCOMM_JOIN_TIMEOUT"
+	EnvTopoDumpFile    = "HIERCOMM_TOPO_DUMP_FILE"
 	EnvK8sService      = "HIERCOMM_K8S_SERVICE"
 	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
 
@@ -166,7 +171,7 @@ const (
 // envVars lists every variable LoadLaunch may read.
 var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
-	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvK8sService,
+	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvK8sService,
 	EnvLauncherSockets, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
@@ -564,6 +569,7 @@ func (e env) own(l *Launch) error {
 	} else if ok {
 		l.Device = d
 	}
+	l.TopoDumpFile = e.get(EnvTopoDumpFile)
 	if s := e.get(EnvJoinTimeout); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {

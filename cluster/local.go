@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
@@ -413,8 +414,8 @@ func (j *LocalJob) Kill(rank int) error {
 	return fmt.Errorf("cluster.LocalJob.Kill: no rank %d (world of %d)", rank, len(j.ranks))
 }
 
-// Signal sends sig to every process still running.
-func (j *LocalJob) Signal(sig os.Signal) { j.g.Signal(sig) }
+// Signal sends sig to every process still running (and what it started).
+func (j *LocalJob) Signal(sig syscall.Signal) { j.g.Signal(sig) }
 
 // LauncherSockets returns the sockets a local job's launcher handed this
 // process (file descriptors 3, 4 and 5), for network "quic" or "tcp". It is

@@ -455,12 +455,22 @@ func (m *mesh) form(ctx context.Context, dial func(ctx context.Context, p *peer,
 	accepting.Wait()
 	if err == nil {
 		m.formed.Store(true)
+		var closed []*comm.PeerError
 		for _, p := range m.peers {
 			if p != nil {
 				if perr := p.err.Load(); perr != nil {
-					return fmt.Errorf("nexar: rank %d: %w", m.cfg.Rank, perr)
+					if !errors.Is(perr, ErrPeerClosed) {
+						return fmt.Errorf("nexar: rank %d: %w", m.cfg.Rank, perr)
+					}
+					// It connected and then closed cleanly (a rank with
+					// nothing to do may close right after joining): the
+					// mesh formed; the handler learns it is gone.
+					closed = append(closed, perr)
 				}
 			}
+		}
+		for _, perr := range closed {
+			m.h.PeerFailed(perr.Peer, perr)
 		}
 		m.log.Debug("nexar: mesh formed", "rank", m.cfg.Rank, "size", len(m.peers), "conns_per_peer", m.cfg.ConnsPerPeer, "took", time.Since(start))
 		return nil

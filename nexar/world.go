@@ -120,8 +120,8 @@ func (w *world) register(c *Comm) error {
 	delete(w.early, c.id)
 	var deadErr error
 	for _, p := range c.members {
-		if err := w.dead[p]; err != nil {
-			deadErr = err
+		if err := w.dead[p]; err != nil && !errors.Is(err, ErrPeerClosed) {
+			deadErr = err // a clean close aborts nothing (see PeerFailed)
 		}
 	}
 	w.mu.Unlock()

@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -83,7 +84,17 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "hiercomm run: no program given\n%s", usage)
 		return 2
 	}
-	layout, err := cluster.SplitRanksPerNode(*nodes, *perNode)
+	// A list of counts gives the number of nodes itself unless --nodes says it.
+	n := 0
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "nodes" {
+			n = *nodes
+		}
+	})
+	if n == 0 && !strings.Contains(*perNode, ",") {
+		n = *nodes
+	}
+	layout, err := cluster.SplitRanksPerNode(n, *perNode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
 		return 2
@@ -182,6 +193,6 @@ func showTopology(args []string) int {
 		fmt.Fprintf(os.Stderr, "hiercomm topology: %s: %v\n", args[0], err)
 		return 1
 	}
-	fmt.Print(t)
+	fmt.Println(t)
 	return 0
 }

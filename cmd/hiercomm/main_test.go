@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // The test binary doubles as the program `hiercomm run` starts: with
@@ -68,6 +71,10 @@ func TestRunSucceedsAndSetsTheEnvironment(t *testing.T) {
 	if code := run([]string{"--nodes", "2", "--ranks-per-node", "1,2", "--", os.Args[0], "-test.run=^$"}); code != 0 {
 		t.Fatalf("hiercomm run exited %d, want 0", code)
 	}
+	// A list of counts needs no --nodes.
+	if code := run([]string{"--ranks-per-node", "1,2", "--", os.Args[0], "-test.run=^$"}); code != 0 {
+		t.Fatalf("hiercomm run --ranks-per-node 1,2 exited %d, want 0", code)
+	}
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
@@ -80,5 +87,36 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		if code := run(args); code == 0 {
 			t.Errorf("hiercomm run %v exited 0, want an error", args)
 		}
+	}
+}
+
+func TestTopologyPrintsADumpAndRejectsABadOne(t *testing.T) {
+	topo, err := topology.New([]topology.Member{
+		{Rank: 0, Host: "a", Local: 0, Device: -1}, {Rank: 1, Host: "a", Local: 1, Device: -1},
+		{Rank: 2, Host: "b", Local: 0, Device: -1}, {Rank: 3, Host: "b", Local: 1, Device: -1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := topo.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(good, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"version":1,"members":[{"rank":0,"host":"a","local":1,"device":-1}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := showTopology([]string{good}); code != 0 {
+		t.Errorf("hiercomm topology on a good dump exited %d", code)
+	}
+	if code := showTopology([]string{bad}); code != 1 {
+		t.Errorf("hiercomm topology on a dump with a missing local index exited %d, want 1", code)
+	}
+	if code := showTopology(nil); code != 2 {
+		t.Errorf("hiercomm topology without a file exited %d, want 2", code)
 	}
 }

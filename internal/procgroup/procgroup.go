@@ -6,7 +6,7 @@
 package procgroup
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,8 +48,7 @@ type Spec struct {
 type Group struct {
 	keep  bool
 	procs []*exec.Cmd
-	pipes []*sync.WaitGroup // per process: its output copiers, done when its pipes close
-	done  chan struct{}     // closed when every process has exited
+	done  chan struct{} // closed when every process has exited
 
 	mu    sync.Mutex // guards errs and first
 	errs  []error    // per process
@@ -70,50 +69,68 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 		spec.Stderr = os.Stderr
 	}
 	g := &Group{keep: spec.KeepOthers, done: make(chan struct{}), first: -1, errs: make([]error, len(spec.Procs))}
-	var outMu sync.Mutex // one line at a time across all processes
+	outMu := new(sync.Mutex) // one line at a time across all processes
 	for _, p := range spec.Procs {
 		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
 		cmd.Env = p.Env
 		cmd.ExtraFiles = p.Files
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		// Each process leads its own process group, so that stopping it
+		// stops what it started too (a shell's children, a helper that
+		// holds its output open).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		// exec copies the output; once the process has exited, Wait waits
+		// at most this long for whatever else still holds it open.
 		cmd.WaitDelay = 5 * time.Second
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			g.KillAll()
-			return nil, err
-		}
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			g.KillAll()
-			return nil, err
-		}
+		cmd.Stdout = &lineWriter{prefix: p.Prefix, out: spec.Stdout, mu: outMu}
+		cmd.Stderr = &lineWriter{prefix: p.Prefix, out: spec.Stderr, mu: outMu}
 		if err := cmd.Start(); err != nil {
 			g.KillAll()
 			return nil, fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)
 		}
 		g.procs = append(g.procs, cmd)
-		pipes := new(sync.WaitGroup)
-		g.pipes = append(g.pipes, pipes)
-		for _, s := range []struct {
-			r io.Reader
-			w io.Writer
-		}{{stdout, spec.Stdout}, {stderr, spec.Stderr}} {
-			pipes.Add(1)
-			go func() {
-				defer pipes.Done()
-				sc := bufio.NewScanner(s.r)
-				sc.Buffer(make([]byte, 64<<10), 1<<20)
-				for sc.Scan() {
-					outMu.Lock()
-					fmt.Fprintf(s.w, "%s%s\n", p.Prefix, sc.Bytes())
-					outMu.Unlock()
-				}
-				_, _ = io.Copy(io.Discard, s.r) // a line over 1 MiB: keep draining
-			}()
-		}
 	}
 	go g.watch()
 	return g, nil
+}
+
+// lineWriter writes whole lines, each prefixed, to out; a last line
+// without a newline is written by flush.
+type lineWriter struct {
+	prefix string
+	out    io.Writer
+	mu     *sync.Mutex // shared by every lineWriter of the group
+	buf    []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.emit(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 1<<20 { // a line over 1 MiB goes out in pieces
+		w.emit(w.buf)
+		w.buf = nil
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) emit(line []byte) {
+	w.mu.Lock()
+	fmt.Fprintf(w.out, "%s%s\n", w.prefix, line)
+	w.mu.Unlock()
+}
+
+func (w *lineWriter) flush() {
+	if len(w.buf) > 0 {
+		w.emit(w.buf)
+		w.buf = nil
+	}
 }
 
 // watch waits for every process; the first failure kills the rest.
@@ -123,8 +140,10 @@ func (g *Group) watch() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.pipes[i].Wait() // exec: read the pipes to the end before Wait
-			if err := cmd.Wait(); err != nil {
+			err := cmd.Wait()
+			cmd.Stdout.(*lineWriter).flush()
+			cmd.Stderr.(*lineWriter).flush()
+			if err != nil {
 				g.mu.Lock()
 				g.errs[i] = &ExitError{Index: i, Pid: cmd.Process.Pid, Err: err}
 				if g.first < 0 {
@@ -194,20 +213,20 @@ func (g *Group) Len() int { return len(g.procs) }
 // Pid is process i's pid.
 func (g *Group) Pid(i int) int { return g.procs[i].Process.Pid }
 
-// Kill sends SIGKILL to process i, for fault tests.
+// Kill sends SIGKILL to process i and its process group, for fault tests.
 func (g *Group) Kill(i int) error {
 	if i < 0 || i >= len(g.procs) {
 		return fmt.Errorf("procgroup: process %d out of range [0, %d)", i, len(g.procs))
 	}
-	return g.procs[i].Process.Kill()
+	return syscall.Kill(-g.procs[i].Process.Pid, syscall.SIGKILL)
 }
 
-// Signal sends sig to every process still running (a launcher forwards
-// SIGINT and SIGTERM this way).
-func (g *Group) Signal(sig os.Signal) {
+// Signal sends sig to every process still running and to what it started
+// (its process group); a launcher forwards SIGINT and SIGTERM this way.
+func (g *Group) Signal(sig syscall.Signal) {
 	for _, cmd := range g.procs {
 		if cmd.Process != nil {
-			_ = cmd.Process.Signal(sig)
+			_ = syscall.Kill(-cmd.Process.Pid, sig)
 		}
 	}
 }

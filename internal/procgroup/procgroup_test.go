@@ -3,8 +3,12 @@ package procgroup
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,8 +34,10 @@ func TestFirstFailureStopsTheRestAndKeepsItsCode(t *testing.T) {
 	var out syncBuf
 	g, err := Start(context.Background(), Spec{
 		Procs: []Proc{
-			{Path: "/bin/sh", Args: []string{"-c", "echo one; echo two; exit 3"}, Prefix: "[a] "},
-			{Path: "/bin/sh", Args: []string{"-c", "sleep 60"}, Prefix: "[b] "},
+			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.5; echo one; printf 'two'; exit 3"}, Prefix: "[a] "},
+			// A grandchild holds the output open: stopping the shell
+			// must stop it too.
+			{Path: "/bin/sh", Args: []string{"-c", "sleep 60 & echo $!; wait"}, Prefix: "[b] "},
 		},
 		Stdout: &out, Stderr: &out,
 	})
@@ -52,8 +58,26 @@ func TestFirstFailureStopsTheRestAndKeepsItsCode(t *testing.T) {
 	if !errors.As(errs[1], &killed) || killed.ExitCode() != 128+9 {
 		t.Errorf("process 1: %v, want killed by SIGKILL (137)", errs[1])
 	}
-	if got := out.String(); got != "[a] one\n[a] two\n" {
-		t.Errorf("output %q, want each line prefixed", got)
+	var grandchild int
+	for _, line := range strings.Split(out.String(), "\n") {
+		if pid, ok := strings.CutPrefix(line, "[b] "); ok {
+			grandchild, _ = strconv.Atoi(pid)
+		}
+	}
+	if grandchild == 0 {
+		t.Fatalf("no grandchild pid in %q", out.String())
+	}
+	// Its output closed as it died; the exit itself may take a moment more.
+	for deadline := time.Now().Add(5 * time.Second); alive(grandchild) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(grandchild) {
+		t.Errorf("the grandchild %d outlived the group", grandchild)
+		syscall.Kill(grandchild, syscall.SIGKILL)
+	}
+	a := strings.ReplaceAll(out.String(), fmt.Sprintf("[b] %d\n", grandchild), "")
+	if a != "[a] one\n[a] two\n" {
+		t.Errorf("output %q, want each line prefixed", a)
 	}
 }
 
@@ -81,4 +105,16 @@ func TestStartFailureNamesTheProgram(t *testing.T) {
 	if _, err := Start(context.Background(), Spec{}); err == nil {
 		t.Error("an empty group started")
 	}
+}
+
+// alive reports whether pid runs (a zombie, dead but not yet reaped by
+// whoever inherited it, does not count).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
