@@ -34,6 +34,12 @@ type Result struct {
 	Ranks int
 	Spec  Spec
 	Rows  []Row
+	// Nodes is the number of nodes the ranks ran on, when the caller knows
+	// it (0: unknown). The intra-node goals are judged on 1.
+	Nodes int `json:",omitempty"`
+	// Copy is the single-thread copy() bandwidth measured in the same run
+	// (MeasureCopy), when the caller measured it.
+	Copy []CopyRow `json:",omitempty"`
 }
 
 // Wrong is the number of wrong elements over every checked row, or -1 when

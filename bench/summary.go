@@ -48,6 +48,19 @@ type Summary struct {
 	Hops         int
 	LatencyRatio float64
 	LatencyWhy   string
+
+	// HasIntra: the run was on one node and measured copy(): the
+	// shared-memory goals. IntraRatio is the smallest AllReduce busbw ÷
+	// copy() GB/s over the sizes in [IntraFrom, IntraUpTo] that both
+	// measured, at IntraBytes; Intra8BUS is the 8-byte AllReduce time.
+	HasIntra     bool
+	IntraBytes   int64
+	IntraBusBW   float64
+	IntraCopyGBs float64
+	IntraRatio   float64
+	HasIntra8B   bool
+	Intra8BUS    float64
+	IntraWhy     string
 }
 
 // Summarize computes r's goal ratios.
@@ -95,7 +108,43 @@ func Summarize(r Result) Summary {
 		s.LatencyRatio = s.AllReduceUS / (float64(s.Hops) * s.SendRecvUS)
 		s.LatencyWhy = ""
 	}
+	s.summarizeIntra(r, ar)
 	return s
+}
+
+// summarizeIntra fills the shared-memory goals' fields.
+func (s *Summary) summarizeIntra(r Result, ar map[int64]Row) {
+	if r.Nodes != 1 {
+		s.IntraWhy = "judged on single-node runs"
+		return
+	}
+	if row, ok := ar[8]; ok {
+		s.HasIntra8B, s.Intra8BUS = true, row.TimeUS
+	}
+	if len(r.Copy) == 0 {
+		s.IntraWhy = "needs the copy() baseline"
+		return
+	}
+	for _, c := range r.Copy {
+		row, ok := ar[c.Bytes]
+		if !ok || c.Bytes < IntraFrom || c.Bytes > IntraUpTo || c.GBs <= 0 {
+			continue
+		}
+		if ratio := row.BusBW / c.GBs; !s.HasIntra || ratio < s.IntraRatio {
+			s.HasIntra, s.IntraBytes, s.IntraBusBW, s.IntraCopyGBs, s.IntraRatio = true, c.Bytes, row.BusBW, c.GBs, ratio
+		}
+	}
+	if !s.HasIntra {
+		s.IntraWhy = fmt.Sprintf("needs allreduce at a copy() size in %s–%s", FormatSize(IntraFrom), FormatSize(IntraUpTo))
+	}
+}
+
+// IntraMet reports whether the shared-memory bandwidth goal is met, and
+// Intra8BMet the latency goal (on IntraLatencyRanks ranks; false when not
+// measured).
+func (s Summary) IntraMet() bool { return s.HasIntra && s.IntraRatio >= IntraBandwidthGoal }
+func (s Summary) Intra8BMet() bool {
+	return s.HasIntra8B && s.Ranks == IntraLatencyRanks && s.Intra8BUS < IntraLatencyGoalUS
 }
 
 // BandwidthMet and LatencyMet report whether the goals are met (false when
@@ -124,6 +173,21 @@ func (s Summary) Format(w io.Writer) error {
 			s.Ranks, s.LatencyBytes, s.AllReduceUS, s.Hops, s.SendRecvUS, s.LatencyRatio, LatencyGoal, label(s.LatencyMet()))
 	} else {
 		out += fmt.Sprintf("#   latency:   n/a (%s)\n", s.LatencyWhy)
+	}
+	switch {
+	case s.HasIntra:
+		out += fmt.Sprintf("#   intra bandwidth: min allreduce busbw / copy() over %s–%s: %.2f / %.2f GB/s at %s = %.2f (goal ≥ %.2f)  %s\n",
+			FormatSize(IntraFrom), FormatSize(IntraUpTo), s.IntraBusBW, s.IntraCopyGBs, FormatSize(s.IntraBytes), s.IntraRatio, IntraBandwidthGoal, label(s.IntraMet()))
+	case s.IntraWhy != "judged on single-node runs":
+		out += fmt.Sprintf("#   intra bandwidth: n/a (%s)\n", s.IntraWhy)
+	}
+	if s.HasIntra8B {
+		goal := fmt.Sprintf("goal < %.0f us on %d ranks", IntraLatencyGoalUS, IntraLatencyRanks)
+		verdict := label(s.Intra8BMet())
+		if s.Ranks != IntraLatencyRanks {
+			verdict = "(other world size)"
+		}
+		out += fmt.Sprintf("#   intra latency:   allreduce at 8 B = %.2f us (%s)  %s\n", s.Intra8BUS, goal, verdict)
 	}
 	_, err := io.WriteString(w, out)
 	return err

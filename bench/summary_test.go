@@ -74,3 +74,60 @@ func TestSummarizeMissing(t *testing.T) {
 		}
 	}
 }
+
+func TestSummarizeIntra(t *testing.T) {
+	res := Result{Ranks: 4, Nodes: 1}
+	for _, r := range []Row{
+		{Op: "allreduce", Bytes: 8, TimeUS: 3.5},
+		{Op: "allreduce", Bytes: 1 << 20, BusBW: 4},
+		{Op: "allreduce", Bytes: 4 << 20, BusBW: 3},
+		{Op: "allreduce", Bytes: 64 << 20, BusBW: 0.1}, // outside 1–16 MiB: not judged
+	} {
+		res.Rows = append(res.Rows, r)
+	}
+	res.Copy = []CopyRow{{Bytes: 1 << 20, GBs: 8}, {Bytes: 4 << 20, GBs: 6}, {Bytes: 16 << 20, GBs: 5}}
+	s := Summarize(res)
+	// 4/8 = 0.5 at 1 MiB, 3/6 = 0.5 at 4 MiB: the minimum is 0.5 (the first found).
+	if !s.HasIntra || math.Abs(s.IntraRatio-0.5) > 1e-12 || !s.IntraMet() {
+		t.Errorf("intra bandwidth: %+v", s)
+	}
+	if !s.HasIntra8B || s.Intra8BUS != 3.5 || !s.Intra8BMet() {
+		t.Errorf("intra latency: %+v", s)
+	}
+	var b bytes.Buffer
+	s.Format(&b)
+	for _, want := range []string{"intra bandwidth", "= 0.50 (goal ≥ 0.40)  PASS", "allreduce at 8 B = 3.50 us (goal < 5 us on 4 ranks)  PASS"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("Format output lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	res.Rows[2].BusBW = 2 // 2/6 = 0.33 at 4 MiB
+	res.Rows[0].TimeUS = 9
+	s = Summarize(res)
+	if s.IntraBytes != 4<<20 || s.IntraMet() || s.Intra8BMet() {
+		t.Errorf("below: %+v", s)
+	}
+
+	res.Nodes = 2
+	if s = Summarize(res); s.HasIntra || s.HasIntra8B {
+		t.Errorf("a two-node run was judged by the intra-node goals: %+v", s)
+	}
+	b.Reset()
+	s.Format(&b)
+	if strings.Contains(b.String(), "intra") {
+		t.Errorf("a two-node run prints intra goals:\n%s", b.String())
+	}
+}
+
+func TestMeasureCopy(t *testing.T) {
+	rows := MeasureCopy([]int64{1 << 10, 64 << 10}, 3)
+	if len(rows) != 2 || rows[0].Bytes != 1<<10 || rows[1].Bytes != 64<<10 {
+		t.Fatalf("rows %+v", rows)
+	}
+	for _, r := range rows {
+		if r.GBs <= 0 || math.IsInf(r.GBs, 0) {
+			t.Errorf("copy of %d bytes: %v GB/s", r.Bytes, r.GBs)
+		}
+	}
+}

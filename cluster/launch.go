@@ -80,6 +80,11 @@ type Launch struct {
 	// takes them with LauncherSockets instead of binding. GossipPort is then
 	// informational.
 	Inherited bool
+	// Intra chooses the communicator between the ranks of one node: "shm"
+	// (shared memory), "nexar" (the network transport, as between nodes) or
+	// "" / "auto" (shared memory for host memory when a node has several
+	// ranks). Resolve refuses anything else.
+	Intra string
 	// TopoDumpFile, if set, is where rank 0 writes the job's topology as
 	// JSON once the world is formed (NCCL_TOPO_DUMP_FILE's counterpart);
 	// `hiercomm topology FILE` prints it.
@@ -137,6 +142,7 @@ const (
 	EnvDevice          = "HIERCOMM_DEVICE"
 	EnvJoinTimeout     = "HIERCOMM_JOIN_TIMEOUT"
 	EnvTopoDumpFile    = "HIERCOMM_TOPO_DUMP_FILE"
+	EnvIntra           = "HIERCOMM_INTRA"
 	EnvK8sService      = "HIERCOMM_K8S_SERVICE"
 	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
 
@@ -171,7 +177,7 @@ const (
 // envVars lists every variable LoadLaunch may read.
 var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
-	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvK8sService,
+	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvIntra, EnvK8sService,
 	EnvLauncherSockets, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
@@ -376,6 +382,12 @@ func (e env) own(l *Launch) error {
 		l.Device = d
 	}
 	l.TopoDumpFile = e.get(EnvTopoDumpFile)
+	switch v := e.get(EnvIntra); v {
+	case "", "auto", "shm", "nexar":
+		l.Intra = v
+	default:
+		return e.errorf(EnvIntra, "%s=%s: use auto (the default: shared memory between the ranks of a node), shm or nexar", EnvIntra, v)
+	}
 	if s := e.get(EnvJoinTimeout); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
@@ -611,6 +623,13 @@ func (l Launch) Resolve() (Launch, error) {
 	case "quic", "tcp":
 	default:
 		return bad("Network %q: use quic (encrypted, the default) or tcp (trusted fabrics)", l.Network)
+	}
+	switch l.Intra {
+	case "":
+		l.Intra = "auto"
+	case "auto", "shm", "nexar":
+	default:
+		return bad("Intra %q: use auto (shared memory between the ranks of a node, the default), shm or nexar", l.Intra)
 	}
 	if l.JoinTimeout < 0 {
 		return bad("JoinTimeout %v is negative", l.JoinTimeout)

@@ -322,6 +322,7 @@ func TestLoadLaunchErrors(t *testing.T) {
 		{"kubernetes service with a port", with(k8s, "HIERCOMM_K8S_SERVICE", "svc:29500"), "HIERCOMM_K8S_SERVICE", "HIERCOMM_K8S_SERVICE=svc:29500 has a port"},
 
 		{"HIERCOMM_PORT zero", with(torch, "HIERCOMM_PORT", "0"), "HIERCOMM_PORT", "HIERCOMM_PORT=0 is not a port"},
+		{"HIERCOMM_INTRA unknown", with(torch, "HIERCOMM_INTRA", "nccl"), "HIERCOMM_INTRA", "HIERCOMM_INTRA=nccl: use auto"},
 		{"HIERCOMM_PORT text", map[string]string{"HIERCOMM_PORT": "http"}, "HIERCOMM_PORT", "HIERCOMM_PORT=http is not a port"},
 		{"HIERCOMM_JOB_ID bad characters", map[string]string{"HIERCOMM_JOB_ID": "my job"}, "HIERCOMM_JOB_ID", "HIERCOMM_JOB_ID=my job: use 1 to 128"},
 		{"HIERCOMM_JOB_ID too long", map[string]string{"HIERCOMM_JOB_ID": strings.Repeat("a", 129)}, "HIERCOMM_JOB_ID", "HIERCOMM_JOB_ID=aaaa"},
@@ -402,14 +403,14 @@ func TestLaunchResolveDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Launch{Style: "explicit", WorldSize: 1, Host: "testhost", Device: -1, JobID: "hiercomm", Network: "quic", JoinTimeout: 2 * time.Minute}
+	want := Launch{Style: "explicit", WorldSize: 1, Host: "testhost", Device: -1, JobID: "hiercomm", Network: "quic", Intra: "auto", JoinTimeout: 2 * time.Minute}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Resolve =\n%+v\nwant\n%+v", got, want)
 	}
 
 	// Given values stay; the result does not share the caller's slices.
 	in := Launch{Style: "slurm", Rank: -1, WorldSize: 4, LocalRank: 1, Host: "h", Device: 3, Seeds: []string{"a:1", "[::1]:2"},
-		Addr: "10.0.0.2", IfSpec: "ib", GossipPort: 29500, JobID: "j", Key: []byte(testKey), Network: "tcp", JoinTimeout: time.Second, Inherited: true}
+		Addr: "10.0.0.2", IfSpec: "ib", GossipPort: 29500, JobID: "j", Key: []byte(testKey), Network: "tcp", Intra: "nexar", JoinTimeout: time.Second, Inherited: true}
 	got, err = in.Resolve()
 	if err != nil {
 		t.Fatal(err)

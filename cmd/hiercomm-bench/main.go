@@ -247,6 +247,9 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 	if err != nil {
 		return bench.Result{}, err
 	}
+	// The memory ceiling the intra-node goals are judged against, measured
+	// before the job starts so nothing competes with it.
+	copyRows := bench.MeasureCopy(bench.CopySizes, 5)
 	log.Info("starting local job", "ranks", o.cfg.Ranks, "nodes", nodes, "network", o.cfg.Network, "ops", strings.Join(o.cfg.Ops, ","))
 	start := time.Now()
 	// A later -json wins, so the children write where this process reads.
@@ -275,6 +278,7 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 		return bench.Result{}, fmt.Errorf("reading rank 0's result: %w", err)
 	}
 	log.Info("local job done", "elapsed", time.Since(start).Round(time.Millisecond))
+	res.Nodes, res.Copy = nodes, copyRows
 	return res, nil
 }
 
@@ -358,7 +362,18 @@ func report(res bench.Result, o options, stdout io.Writer, log *slog.Logger) int
 	if o.cfg.InProcess {
 		where = fmt.Sprintf("%d ranks in one process", res.Ranks)
 	}
-	fmt.Fprintf(stdout, "# hiercomm-bench: nexar over %s, %s on 127.0.0.1\n#\n", o.cfg.Network, where)
+	if res.Nodes > 0 {
+		where = fmt.Sprintf("%d processes on %d emulated node(s)", res.Ranks, res.Nodes)
+	}
+	fmt.Fprintf(stdout, "# hiercomm-bench: hiercomm.Init over %s, %s\n", o.cfg.Network, where)
+	if len(res.Copy) > 0 {
+		fmt.Fprint(stdout, "# copy() single thread:")
+		for _, c := range res.Copy {
+			fmt.Fprintf(stdout, " %s %.2f GB/s", bench.FormatSize(c.Bytes), c.GBs)
+		}
+		fmt.Fprintln(stdout)
+	}
+	fmt.Fprintln(stdout, "#")
 	if err := res.Format(stdout); err != nil {
 		log.Error("hiercomm-bench: writing the tables", "err", err)
 		return 1
