@@ -5,9 +5,9 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: test bench demo lint fuzz
 
-test: ## every package's tests with the race detector, then conformance over QUIC processes at every world size
+test: 
 	$(GO) test -race -timeout 15m ./...
-	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/
+	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/ ./shm/
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 	$(GO) run ./cmd/hiercomm-bench

@@ -127,6 +127,15 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	topo, rank := cl.Topology(), cl.Rank()
+	if useSHM(l, topo, log) {
+		data.Close() // published, but no one dials it: every rank is here
+		c, err := connectSHM(ctx, l, topo, rank, opt, log)
+		if err != nil {
+			leaveSoon(cl)
+			return nil, err
+		}
+		return ready(c, cl, topo, rank, l, log, "shm"), nil
+	}
 	addrs := make([]string, topo.Size())
 	for r, m := range topo.Members() {
 		addrs[r] = m.Addr
@@ -150,19 +159,33 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		leaveSoon(cl)
 		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
 	}
+	return ready(c, cl, topo, rank, l, log, l.Network), nil
+}
+
+// peerFailer is a communicator that can be told of a rank the membership
+// failure detector declared dead (nexar.Comm).
+type peerFailer interface {
+	PeerFailed(rank int, cause error)
+}
+
+// ready wires membership failures into c, writes the topology dump, and
+// returns the World.
+func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, rank int, l cluster.Launch, log *slog.Logger, via string) *World {
 	// The failure detector sees processes that stop answering without
 	// closing anything (a kill -9, a hung host, a cut cable): every
 	// communicator that includes the dead rank is aborted with an error
 	// naming it, on every survivor.
-	cl.OnFailure(func(f *cluster.Failure) { c.PeerFailed(f.Rank, f) })
+	if pf, ok := c.(peerFailer); ok {
+		cl.OnFailure(func(f *cluster.Failure) { pf.PeerFailed(f.Rank, f) })
+	}
 	if rank == 0 && l.TopoDumpFile != "" {
 		if err := dumpTopology(l.TopoDumpFile, topo); err != nil {
 			log.Warn("hiercomm: could not write the topology dump", "file", l.TopoDumpFile, "err", err)
 		}
 	}
 	log.Info("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
-		"local_rank", topo.LocalRank(rank), "local_size", topo.LocalSize(rank), "network", l.Network, "style", l.Style)
-	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}, nil
+		"local_rank", topo.LocalRank(rank), "local_size", topo.LocalSize(rank), "via", via, "style", l.Style)
+	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}
 }
 
 // initSingle is a world of one process: no membership, no sockets.

@@ -140,7 +140,7 @@ func agree() error {
 	if rank == 0 {
 		fmt.Println(t)
 	}
-	fmt.Printf("agree ok: rank %d node %d local %d/%d\n", rank, w.Node(), w.LocalRank(), w.LocalSize())
+	fmt.Printf("agree ok: rank %d node %d local %d/%d via %T\n", rank, w.Node(), w.LocalRank(), w.LocalSize(), w.Communicator)
 	return nil
 }
 
@@ -240,14 +240,18 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 		style     string
 		placement string
 		network   string
+		via       string // the communicator's type, as %T prints it
+		env       []string
 	}{
-		{"torchrun 2x2", []int{2, 2}, "torchrun", "block", "quic"},
-		{"slurm 2x2 cyclic", []int{2, 2}, "slurm", "cyclic", "quic"},
-		{"kubernetes 2x2", []int{2, 2}, "kubernetes", "block", "quic"},
-		{"torchrun 2+3", []int{2, 3}, "torchrun", "block", "tcp"},
-		{"slurm 3x1", []int{1, 1, 1}, "slurm", "block", "tcp"},
-		{"kubernetes 1x3", []int{3}, "kubernetes", "block", "quic"},
-		{"kubernetes 3x1 indexed", []int{1, 1, 1}, "kubernetes", "block", "quic"},
+		{"torchrun 2x2", []int{2, 2}, "torchrun", "block", "quic", "*nexar.Comm", nil},
+		{"slurm 2x2 cyclic", []int{2, 2}, "slurm", "cyclic", "quic", "*nexar.Comm", nil},
+		{"kubernetes 2x2", []int{2, 2}, "kubernetes", "block", "quic", "*nexar.Comm", nil},
+		{"torchrun 2+3", []int{2, 3}, "torchrun", "block", "tcp", "*nexar.Comm", nil},
+		{"slurm 3x1", []int{1, 1, 1}, "slurm", "block", "tcp", "*nexar.Comm", nil},
+		{"kubernetes 1x3", []int{3}, "kubernetes", "block", "quic", "*shm.Comm", nil},
+		{"kubernetes 3x1 indexed", []int{1, 1, 1}, "kubernetes", "block", "quic", "*nexar.Comm", nil},
+		{"torchrun 1x4 shared memory", []int{4}, "torchrun", "block", "quic", "*shm.Comm", nil},
+		{"slurm 1x3 intra nexar", []int{3}, "slurm", "block", "tcp", "*nexar.Comm", []string{cluster.EnvIntra + "=nexar"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -256,7 +260,7 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 			out := &lines{marker: "agree ok", ch: make(chan struct{}, 1)}
 			dump := filepath.Join(t.TempDir(), "topo.json")
 			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: tc.layout, Style: tc.style, Placement: tc.placement, Network: tc.network,
-				Env: []string{cluster.EnvTopoDumpFile + "=" + dump}}, "agree", out)
+				Env: append([]string{cluster.EnvTopoDumpFile + "=" + dump}, tc.env...)}, "agree", out)
 			if err := job.Wait(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
@@ -266,6 +270,9 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 			}
 			if out.count != n {
 				t.Fatalf("%d of %d ranks reported agreement\n%s", out.count, n, out)
+			}
+			if got := strings.Count(out.String(), "via "+tc.via+"\n"); got != n {
+				t.Errorf("%d of %d ranks ran on %s\n%s", got, n, tc.via, out)
 			}
 			f, err := os.Open(dump)
 			if err != nil {
@@ -287,9 +294,9 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 func TestInitThenCloseAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	for range 3 {
+	for _, layout := range [][]int{{2, 2}, {2, 2}, {3}, {3}} { // network, then shared memory
 		out := &lines{}
-		job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{2, 2}}, "initclose", out)
+		job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: layout}, "initclose", out)
 		if err := job.Wait(); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -297,11 +304,23 @@ func TestInitThenCloseAtOnce(t *testing.T) {
 }
 
 func TestKilledProcessIsReportedOnEverySurvivor(t *testing.T) {
+	// Two nodes: the ranks talk over QUIC, whose own timeout is set long,
+	// so the membership failure detector must find the dead rank. One
+	// node: shared memory, which watches its peers' processes itself.
+	for _, tc := range []struct {
+		name   string
+		layout []int
+	}{{"2x2 network", []int{2, 2}}, {"1x4 shared memory", []int{4}}} {
+		t.Run(tc.name, func(t *testing.T) { killOne(t, tc.layout) })
+	}
+}
+
+func killOne(t *testing.T, layout []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out := &lines{marker: "kill-ready", ch: make(chan struct{}, 8)}
 	const n = 4
-	job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{2, 2}, KeepOthers: true}, "kill", out)
+	job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: layout, KeepOthers: true}, "kill", out)
 	for range n {
 		select {
 		case <-out.ch:

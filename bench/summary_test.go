@@ -76,15 +76,12 @@ func TestSummarizeMissing(t *testing.T) {
 }
 
 func TestSummarizeIntra(t *testing.T) {
-	res := Result{Ranks: 4, Nodes: 1}
-	for _, r := range []Row{
+	res := Result{Ranks: 4, Nodes: 1, Rows: []Row{
 		{Op: "allreduce", Bytes: 8, TimeUS: 3.5},
 		{Op: "allreduce", Bytes: 1 << 20, BusBW: 4},
 		{Op: "allreduce", Bytes: 4 << 20, BusBW: 3},
 		{Op: "allreduce", Bytes: 64 << 20, BusBW: 0.1}, // outside 1–16 MiB: not judged
-	} {
-		res.Rows = append(res.Rows, r)
-	}
+	}}
 	res.Copy = []CopyRow{{Bytes: 1 << 20, GBs: 8}, {Bytes: 4 << 20, GBs: 6}, {Bytes: 16 << 20, GBs: 5}}
 	s := Summarize(res)
 	// 4/8 = 0.5 at 1 MiB, 3/6 = 0.5 at 4 MiB: the minimum is 0.5 (the first found).

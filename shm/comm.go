@@ -1,0 +1,249 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Comm is one rank of a shared-memory communicator. It implements
+// comm.Communicator; its methods may be called from several goroutines.
+//
+// Collectives run one at a time, in the order they were started, on an
+// executor: the goroutine of a blocking call when nothing else is queued
+// (no hand-off, for latency), else a goroutine that drains the queue.
+// Send and Recv run on a point-to-point engine of their own, so they
+// neither wait for nor block the collectives.
+type Comm struct {
+	comm.Blocking
+	cfg   Config
+	name  string
+	rank  int
+	size  int
+	seg   *segment
+	me    procID
+	words []rankWords // every rank's control words, by rank
+	mine  rankWords   // words[rank]
+	// inProcess: every rank is a goroutine of this process (NewLocal), so
+	// waiting yields to the Go scheduler only.
+	inProcess bool
+	spin      int // busy checks before a wait yields (see spinChecks)
+
+	mu      sync.Mutex // guards the fields below
+	seq     uint64     // sequence number of the last collective started
+	queue   []*op      // collectives started and not yet executed
+	running bool       // an executor owns x and drains queue
+	aborted error      // *comm.AbortedError, once an earlier failure aborted the communicator
+	closed  bool
+	splits  int // Split calls, for the children's names
+
+	x   execState // owned by the running executor (handed over under mu)
+	p2p *p2pEngine
+
+	users   sync.WaitGroup // goroutines that touch the mapping: executors, the p2p engine, the heartbeat
+	closing atomic.Bool    // set by Close: every wait ends with comm.ErrClosed
+	killed  atomic.Bool    // test hook: the rank behaves as a process that died
+	stopHB  chan struct{}
+}
+
+// New attaches this process as rank cfg.Rank of the communicator
+// cfg.Namespace on this host, and returns when all cfg.Size ranks have
+// (within cfg.ConnectTimeout and ctx).
+func New(ctx context.Context, cfg Config) (*Comm, error) {
+	if !supported {
+		return nil, fmt.Errorf("shm: not supported on %s: shared-memory communicators need Linux", runtime.GOOS)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	return attach(ctx, cfg, segmentPath(cfg.Namespace, "world"), "world")
+}
+
+// NewLocal returns n communicators in this process (goroutine ranks, each
+// with its own mapping of the segment) — tests and simulations. cfg gives
+// the options; its Namespace, Rank and Size are ignored.
+func NewLocal(ctx context.Context, namespace string, n int, cfg Config) ([]*Comm, error) {
+	if !supported {
+		return nil, fmt.Errorf("shm: not supported on %s: shared-memory communicators need Linux", runtime.GOOS)
+	}
+	cfg.Namespace, cfg.Rank, cfg.Size = namespace, 0, n
+	if _, err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cs := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			rc := cfg
+			rc.Rank = r
+			cs[r], errs[r] = New(ctx, rc)
+			if errs[r] != nil {
+				cancel() // the others stop waiting for this rank
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		CloseAll(cs)
+		return nil, err
+	}
+	return cs, nil
+}
+
+// CloseAll closes the communicators of one process's ranks at once.
+func CloseAll(cs []*Comm) error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		if c != nil {
+			wg.Go(func() { errs[i] = c.Close() })
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// attach creates (rank 0) or opens the segment at path, registers this
+// rank, waits for the others and unlinks the file.
+func attach(ctx context.Context, cfg Config, path, name string) (*Comm, error) {
+	me := selfIdentity()
+	var seg *segment
+	var err error
+	if cfg.Rank == 0 {
+		seg, err = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), me, cfg.Logger)
+	} else {
+		seg, err = openSegment(ctx, path, cfg.Size)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Comm, error) {
+		if seg.created {
+			seg.unlink()
+		}
+		seg.unmap()
+		return nil, err
+	}
+	if err := seg.register(cfg.Rank, me); err != nil {
+		return fail(err)
+	}
+	c := newComm(cfg, name, seg, me)
+	if err := seg.waitAttached(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	seg.unlink()
+	c.attached()
+	return c, nil
+}
+
+// attached completes c once every rank has registered.
+func (c *Comm) attached() {
+	c.spin = spinChecks
+	if c.size > runtime.NumCPU() {
+		c.spin = spinOver
+	}
+	c.inProcess = true
+	for r := range c.size {
+		if readProc(c.seg.mem, c.seg.l.ctl(r)+cProc).pid != c.me.pid {
+			c.inProcess = false
+		}
+	}
+}
+
+func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
+	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, seg: seg, me: me, stopHB: make(chan struct{})}
+	c.Blocking = comm.Blocking{S: c}
+	c.words = make([]rankWords, c.size)
+	for r := range c.size {
+		c.words[r] = wordsOf(seg.mem, seg.l, r)
+	}
+	c.mine = c.words[c.rank]
+	c.x = execState{watch: newWatch(c.size)}
+	c.p2p = newP2P(c)
+	c.users.Add(1)
+	go c.heartbeat(c.stopHB)
+	return c
+}
+
+// Rank implements comm.Communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size implements comm.Communicator.
+func (c *Comm) Size() int { return c.size }
+
+// Name is the communicator's name in errors and logs ("world",
+// "world/split#1(color 0)").
+func (c *Comm) Name() string { return c.name }
+
+func (c *Comm) String() string {
+	return fmt.Sprintf("shm.Comm(%s, rank %d of %d)", c.name, c.rank, c.size)
+}
+
+// Close implements comm.Communicator: operations in flight fail with
+// comm.ErrClosed, the peers see this rank closed (their operations that
+// need it fail with a *comm.PeerError), and the segment is unmapped once
+// nothing of this rank touches it. Close is idempotent.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	queued := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	c.closing.Store(true)
+	for _, o := range queued {
+		o.work.Complete(c.opError(o, comm.ErrClosed))
+	}
+	c.p2p.close()
+	close(c.stopHB)
+	c.users.Wait()
+	if !c.killed.Load() {
+		c.setState(stateClosed)
+	}
+	if c.seg.created {
+		c.seg.unlink() // only if setup failed before the unlink
+	}
+	c.seg.unmap()
+	return nil
+}
+
+// abort makes every later call fail fast with cause, fails the
+// point-to-point operations in flight, and tells the peers (abort record):
+// after a failure in the middle of a collective the ranks no longer agree
+// on where they are. Only goroutines counted in users call it.
+func (c *Comm) abort(cause error) {
+	c.mu.Lock()
+	if c.aborted != nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.aborted = &comm.AbortedError{Cause: cause}
+	aborted := c.aborted
+	c.mu.Unlock()
+	c.cfg.Logger.Warn("shm: communicator aborted", "comm", c.name, "rank", c.rank, "cause", cause)
+	if !c.killed.Load() {
+		c.writeAbort(cause)
+	}
+	c.p2p.fail(aborted)
+}
+
+// kill is a test hook: from now on this rank behaves like a process that
+// died. Its heartbeat stops, it never writes the segment again, and its
+// operations in flight end with errKilled; peers notice by the heartbeat,
+// within FailureTimeout. Close still releases its resources.
+func (c *Comm) kill() { c.killed.Store(true) }

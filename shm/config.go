@@ -1,0 +1,102 @@
+package shm
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures one rank of a shared-memory communicator. It is copied
+// by New, never modified in the caller's hands.
+type Config struct {
+	// Namespace names the job and communicator on this host: segment files
+	// are /dev/shm/hiercomm-<Namespace>-*. Every rank of one communicator
+	// uses the same value; concurrent jobs must use different ones
+	// (hiercomm.Init derives it from the job id, a hash of the job key and
+	// the host id). Letters, digits, '.', '_', '-' only, 1..100 bytes. Required.
+	Namespace string
+	// Rank in [0, Size); Size >= 1.
+	Rank, Size int
+	// SlotBytes is each rank's staging area in the segment. If zero, 4 MiB.
+	// Rank 0's value is the one used: the others take it from the segment.
+	// At least 8 KiB. Larger slots mean fewer steps for large messages.
+	SlotBytes int
+	// Timeout bounds each operation (like nexar.Options.Timeout). If zero, 10m.
+	Timeout time.Duration
+	// FailureTimeout: how long a peer may be unresponsive (its process gone,
+	// or its heartbeat stopped) before it is declared failed. If zero, 5s.
+	// A process that is gone is usually seen much sooner, by its pid.
+	FailureTimeout time.Duration
+	// ConnectTimeout bounds New: all Size ranks must attach within it. If zero, 60s.
+	ConnectTimeout time.Duration
+	// Logger receives the communicator's logs. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Config's zero fields.
+const (
+	DefaultSlotBytes      = 4 << 20
+	DefaultTimeout        = 10 * time.Minute
+	DefaultFailureTimeout = 5 * time.Second
+	DefaultConnectTimeout = 60 * time.Second
+
+	minSlotBytes = 8 << 10
+	maxSize      = 4096
+)
+
+// withDefaults returns a copy of c with its zero fields filled, or an error
+// naming the first field that is wrong.
+func (c Config) withDefaults() (Config, error) {
+	if c.SlotBytes == 0 {
+		c.SlotBytes = DefaultSlotBytes
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.FailureTimeout == 0 {
+		c.FailureTimeout = DefaultFailureTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if err := checkNamespace(c.Namespace); err != nil {
+		return c, err
+	}
+	switch {
+	case c.Size < 1 || c.Size > maxSize:
+		return c, fmt.Errorf("shm.Config: Size %d is outside [1, %d]", c.Size, maxSize)
+	case c.Rank < 0 || c.Rank >= c.Size:
+		return c, fmt.Errorf("shm.Config: Rank %d is outside [0, Size %d)", c.Rank, c.Size)
+	case c.SlotBytes < minSlotBytes:
+		return c, fmt.Errorf("shm.Config: SlotBytes %d is below the minimum %d", c.SlotBytes, minSlotBytes)
+	case c.Timeout < 0:
+		return c, fmt.Errorf("shm.Config: Timeout %v is negative", c.Timeout)
+	case c.FailureTimeout < 0:
+		return c, fmt.Errorf("shm.Config: FailureTimeout %v is negative", c.FailureTimeout)
+	case c.ConnectTimeout < 0:
+		return c, fmt.Errorf("shm.Config: ConnectTimeout %v is negative", c.ConnectTimeout)
+	}
+	// Whole cache lines per half slot, so that every part starts aligned for
+	// every dtype and two ranks never write the same line.
+	c.SlotBytes &^= 2*lineBytes - 1
+	return c, nil
+}
+
+// checkNamespace accepts 1..100 bytes of letters, digits, '.', '_' and '-',
+// so that a namespace is a safe piece of a file name.
+func checkNamespace(ns string) error {
+	if len(ns) == 0 || len(ns) > 100 {
+		return fmt.Errorf("shm.Config: Namespace %q must be 1 to 100 bytes", ns)
+	}
+	for i := 0; i < len(ns); i++ {
+		b := ns[i]
+		ok := b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-'
+		if !ok {
+			return fmt.Errorf("shm.Config: Namespace %q has %q at byte %d; use letters, digits, '.', '_' and '-' only", ns, b, i)
+		}
+	}
+	return nil
+}

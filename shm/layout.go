@@ -1,0 +1,184 @@
+package shm
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// Where everything sits in a segment. All offsets are from the start of the
+// mapping, which is page-aligned, so an offset aligned for a type is an
+// address aligned for it; the hot words of different writers are on
+// different lines (lineBytes covers a pair of cache lines, since adjacent-line
+// prefetch couples neighbours).
+//
+//	header        one page: magic, version, size, slot and ring sizes, creator
+//	control[P]    per rank: step counter, bell, state, sleepers, identity,
+//	              heartbeat, p2p bell, abort record, two meta parts
+//	ringCtl[P×P]  per (sender, receiver): tail (sender's line), head (receiver's)
+//	slots[P]      per rank: two parts of SlotBytes/2, the staging of steps
+//	rings[P×P]    per (sender, receiver): the bytes of Send/Recv messages
+//
+// Every word is written by one rank only (its owner: the rank of the
+// control block, the sender for a tail, the receiver for a head), except
+// the sleeper counts, which waiters add to.
+
+const (
+	lineBytes = 128
+	pageBytes = 4096
+
+	segMagic   = 0x314d485352454948 // "HIERSHM1", little-endian
+	segVersion = 1
+)
+
+// Header fields. hMagic and hCreator keep their places in every version, so
+// that a stale file of another version can still be judged.
+const (
+	hMagic     = 0  // u64
+	hVersion   = 8  // u32
+	hSize      = 12 // u32
+	hSlotBytes = 16 // u64
+	hRingBytes = 24 // u64
+	hTotal     = 32 // u64
+	hCreator   = 64 // procID: pid, start, pid namespace (3 × u64)
+)
+
+// Control block fields, from the start of a rank's block.
+const (
+	cPosted      = 0             // u64: the last step this rank posted
+	cBell        = 8             // u32: bumped at every post and state change; futex word
+	cState       = 12            // u32: stateFree, stateAttached, stateClosed, stateAborted
+	cSleepers    = lineBytes     // u32: waiters asleep on cBell
+	cProc        = 2 * lineBytes // procID of the attached process (3 × u64)
+	cHeartbeat   = 3 * lineBytes // u64: bumped every FailureTimeout/5
+	cP2PBell     = 4 * lineBytes // u32: bumped when a ring to or from this rank moves
+	cP2PSleepers = 5 * lineBytes // u32
+	cAbort       = 6 * lineBytes // abort record, see aCode…
+	cMeta        = 2048          // two meta parts
+)
+
+// Abort record fields, from cAbort: why the rank aborted, the failed peer
+// it names (or -1), the last step it posted, and the cause as text.
+const (
+	aCode     = 0  // u32
+	aPeer     = 4  // i32
+	aLen      = 8  // u32
+	aStep     = 16 // u64
+	aText     = 32
+	abortText = cMeta - cAbort - aText
+)
+
+// Meta part fields: what a rank says about the collective of its header step.
+const (
+	mSeq       = 0  // u64
+	mStatus    = 8  // u32
+	mKind      = 12 // u8, then dtype u8, op u8
+	mRoot      = 16 // i32
+	mCount     = 24 // i64
+	mReasonLen = 32 // u32
+	mReason    = 64 // up to maxReason bytes
+	mCounts    = 512
+	maxReason  = mCounts - mReason
+)
+
+// Rank states.
+const (
+	stateFree uint32 = iota
+	stateAttached
+	stateClosed
+	stateAborted
+)
+
+// procID names a process on the host: pid, start time (clock ticks since
+// boot) and pid namespace, so that a reused pid is not taken for its
+// predecessor.
+type procID struct{ pid, start, ns uint64 }
+
+// layout is the geometry of a segment for P ranks.
+type layout struct {
+	P                       int
+	slotBytes, ringBytes    int
+	metaBytes, ctlBytes     int
+	ctlOff, ringCtlOff      int
+	slotsOff, ringsOff, end int
+}
+
+func alignUp(n, a int) int { return (n + a - 1) / a * a }
+
+// newLayout computes the geometry; slotBytes is a multiple of 2·lineBytes.
+// A ring gets a share of a slot's size (at most a quarter of it, at least a
+// page), so that the rings of all P² pairs take half what the slots do: 8
+// ranks with the default slots need 48 MiB, inside Docker's default 64 MiB
+// /dev/shm.
+func newLayout(P, slotBytes int) layout {
+	l := layout{P: P, slotBytes: slotBytes}
+	l.ringBytes = max(pageBytes, min(slotBytes/4, slotBytes/(2*P))&^(pageBytes-1))
+	l.metaBytes = alignUp(mCounts+16*P, lineBytes)
+	l.ctlBytes = alignUp(cMeta+2*l.metaBytes, pageBytes)
+	l.ctlOff = pageBytes
+	l.ringCtlOff = l.ctlOff + P*l.ctlBytes
+	l.slotsOff = alignUp(l.ringCtlOff+P*P*2*lineBytes, pageBytes)
+	l.ringsOff = l.slotsOff + P*slotBytes
+	l.end = l.ringsOff + P*P*l.ringBytes
+	return l
+}
+
+// layoutOf reads the geometry from a segment's header.
+func layoutOf(mem []byte) layout {
+	P := int(atomic.LoadUint32(u32At(mem, hSize)))
+	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))))
+	l.ringBytes = int(atomic.LoadUint64(u64At(mem, hRingBytes)))
+	l.ringsOff = l.slotsOff + P*l.slotBytes
+	l.end = l.ringsOff + P*P*l.ringBytes
+	return l
+}
+
+func u32At(mem []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
+func u64At(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
+
+func (l layout) ctl(r int) int               { return l.ctlOff + r*l.ctlBytes }
+func (l layout) meta(r int, part uint64) int { return l.ctl(r) + cMeta + int(part)*l.metaBytes }
+func (l layout) slot(r int) int              { return l.slotsOff + r*l.slotBytes }
+func (l layout) ringCtl(src, dst int) int    { return l.ringCtlOff + (src*l.P+dst)*2*lineBytes }
+func (l layout) ring(src, dst int) int       { return l.ringsOff + (src*l.P+dst)*l.ringBytes }
+
+// rankWords are the shared words of one rank's control block.
+type rankWords struct {
+	posted      *uint64
+	bell        *uint32
+	state       *uint32
+	sleepers    *uint32
+	heartbeat   *uint64
+	p2pBell     *uint32
+	p2pSleepers *uint32
+}
+
+func wordsOf(mem []byte, l layout, r int) rankWords {
+	b := l.ctl(r)
+	return rankWords{
+		posted:      u64At(mem, b+cPosted),
+		bell:        u32At(mem, b+cBell),
+		state:       u32At(mem, b+cState),
+		sleepers:    u32At(mem, b+cSleepers),
+		heartbeat:   u64At(mem, b+cHeartbeat),
+		p2pBell:     u32At(mem, b+cP2PBell),
+		p2pSleepers: u32At(mem, b+cP2PSleepers),
+	}
+}
+
+// readProc and writeProc move a procID in and out of shared memory. A
+// reader may see the pid before the rest (register claims a block with a
+// compare-and-swap on the pid word, then writes the rest); a procID whose
+// namespace is still 0 is "unknown", never taken for gone.
+func readProc(mem []byte, off int) procID {
+	return procID{
+		pid:   atomic.LoadUint64(u64At(mem, off)),
+		start: atomic.LoadUint64(u64At(mem, off+8)),
+		ns:    atomic.LoadUint64(u64At(mem, off+16)),
+	}
+}
+
+func writeProc(mem []byte, off int, p procID) {
+	atomic.StoreUint64(u64At(mem, off+8), p.start)
+	atomic.StoreUint64(u64At(mem, off+16), p.ns)
+	atomic.StoreUint64(u64At(mem, off), p.pid)
+}

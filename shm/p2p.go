@@ -1,0 +1,267 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Send and Recv. Each rank sends to each other rank through a ring of its
+// own (ring.go); messages to one rank go in the order their Sends were
+// started, so messages with one tag are received in order (MPI's
+// non-overtaking rule). The receiving side matches a message to the oldest
+// Recv posted for its sender and tag; a message no Recv waits for is
+// drained into memory of its own (unexpected), so a rank blocked sending
+// never stops the rank it sends to from sending to it: two ranks can Send
+// to each other before either Recvs. A Send is done once its message is
+// all in the ring (or, to itself, copied).
+//
+// One engine goroutine per communicator moves the frames while any Send or
+// Recv is pending, sleeping on this rank's p2p bell, which peers ring when
+// they fill a ring to it or drain one from it.
+
+type p2pKey struct{ peer, tag int }
+
+type sendOp struct {
+	ctx    context.Context
+	stop   context.CancelFunc
+	work   *comm.Work
+	peer   int
+	tag    int
+	dtype  comm.DType
+	count  int
+	data   []byte // nil once the Work is done early (the buffer is the caller's again)
+	size   int
+	off    int  // bytes in the ring so far
+	begun  bool // the begin frame is in the ring
+	cancel bool // the Work ended early; a cancel frame is owed
+}
+
+type recvOp struct {
+	ctx   context.Context
+	stop  context.CancelFunc
+	work  *comm.Work
+	peer  int
+	tag   int
+	dtype comm.DType
+	count int
+	buf   []byte
+	msg   *message // the message arriving into buf
+}
+
+// message is one arriving (or arrived) message.
+type message struct {
+	src, tag int
+	dtype    comm.DType
+	count    int64
+	size     int     // bytes
+	data     []byte  // the matched Recv's buffer, or memory of its own; nil when discarded
+	got      int     // bytes so far
+	recv     *recvOp // the Recv it is matched to; nil while unexpected
+	// refused is the Recv it was matched to but does not fit: its bytes
+	// are dropped, and the Recv fails with a mismatch once they are all
+	// here (or gets the next message, if the Send is cancelled part way).
+	refused *recvOp
+	discard bool // its bytes are dropped
+}
+
+func (m *message) done() bool { return m.got == m.size }
+
+type p2pEngine struct {
+	c     *Comm
+	out   []ring // by destination
+	in    []ring // by source
+	watch *watch // owned by the engine goroutine
+
+	mu         sync.Mutex // guards the fields below
+	sends      [][]*sendOp
+	recvs      map[p2pKey][]*recvOp
+	unexpected map[p2pKey][]*message
+	inbound    []*message // by source: the message whose frames are coming
+	nrecv      int        // Recvs not done
+	running    bool
+	failed     error // set by close or abort: every pending and later operation fails with it
+}
+
+func newP2P(c *Comm) *p2pEngine {
+	e := &p2pEngine{c: c, watch: newWatch(c.size),
+		out: make([]ring, c.size), in: make([]ring, c.size),
+		sends: make([][]*sendOp, c.size), inbound: make([]*message, c.size),
+		recvs: map[p2pKey][]*recvOp{}, unexpected: map[p2pKey][]*message{}}
+	for q := range c.size {
+		e.out[q] = c.ringBetween(c.rank, q)
+		e.in[q] = c.ringBetween(q, c.rank)
+	}
+	return e
+}
+
+func (e *p2pEngine) opError(call comm.Call, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		err = comm.ContextError(err)
+	}
+	peer := call.Peer
+	if p := peerOf(err); p >= 0 {
+		peer = p
+	}
+	return &comm.OpError{Rank: e.c.rank, Peer: peer, Kind: call.Kind, Comm: e.c.name, Err: err}
+}
+
+// start begins a Send or Recv.
+func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
+	c := e.c
+	if err := comm.Validate(call, c.rank, c.size); err != nil {
+		return comm.Failed(e.opError(call, err))
+	}
+	if err := comm.RequireHost(call); err != nil {
+		return comm.Failed(e.opError(call, err))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed != nil {
+		return comm.Failed(e.opError(call, e.failed))
+	}
+	w := comm.NewWork()
+	if call.Kind == comm.KindSend {
+		b := call.Send
+		if call.Peer == c.rank {
+			e.deliverSelfLocked(call)
+			w.Complete(nil)
+			return w
+		}
+		ctx, stop := context.WithTimeout(ctx, c.cfg.Timeout)
+		e.sends[call.Peer] = append(e.sends[call.Peer], &sendOp{ctx: ctx, stop: stop, work: w, peer: call.Peer, tag: call.Tag,
+			dtype: b.DType(), count: b.Len(), data: b.Bytes(), size: b.ByteLen()})
+	} else {
+		b := call.Recv
+		ctx, stop := context.WithTimeout(ctx, c.cfg.Timeout)
+		r := &recvOp{ctx: ctx, stop: stop, work: w, peer: call.Peer, tag: call.Tag, dtype: b.DType(), count: b.Len(), buf: b.Bytes()}
+		e.nrecv++
+		if !e.matchUnexpectedLocked(r) {
+			k := p2pKey{r.peer, r.tag}
+			e.recvs[k] = append(e.recvs[k], r)
+		}
+	}
+	e.wakeLocked()
+	return w
+}
+
+// wakeLocked makes sure the engine runs and looks at its work again.
+func (e *p2pEngine) wakeLocked() {
+	if e.sendsPending() == 0 && e.nrecv == 0 {
+		return
+	}
+	if !e.running {
+		e.running = true
+		e.c.users.Add(1)
+		go e.loop()
+		return
+	}
+	chime(e.c.mine.p2pBell, e.c.mine.p2pSleepers)
+}
+
+// chime bumps a bell and wakes its sleepers, if any.
+func chime(bell, sleepers *uint32) {
+	atomic.AddUint32(bell, 1)
+	if atomic.LoadUint32(sleepers) != 0 {
+		futexWakeAll(bell)
+	}
+}
+
+func (e *p2pEngine) sendsPending() int {
+	n := 0
+	for _, q := range e.sends {
+		n += len(q)
+	}
+	return n
+}
+
+// deliverSelfLocked is a Send to this rank: copied now, into the oldest
+// matching Recv or as an unexpected message.
+func (e *p2pEngine) deliverSelfLocked(call comm.Call) {
+	b := call.Send
+	m := &message{src: e.c.rank, tag: call.Tag, dtype: b.DType(), count: int64(b.Len()), size: b.ByteLen()}
+	k := p2pKey{m.src, m.tag}
+	if rs := e.recvs[k]; len(rs) > 0 {
+		r := rs[0]
+		e.popRecv(k)
+		if !fits(r, m) {
+			e.finishRecv(r, mismatch(r, m))
+			return
+		}
+		copy(r.buf, b.Bytes())
+		e.finishRecv(r, nil)
+		return
+	}
+	m.data = append([]byte(nil), b.Bytes()...)
+	m.got = len(m.data)
+	e.unexpected[k] = append(e.unexpected[k], m)
+}
+
+// fits reports whether message m is what Recv r expects.
+func fits(r *recvOp, m *message) bool { return m.dtype == r.dtype && m.count == int64(r.count) }
+
+// mismatch is the error of a Recv r given message m that does not fit.
+func mismatch(r *recvOp, m *message) error {
+	local := comm.Signature{Kind: comm.KindRecv, DType: r.dtype, Root: -1, Count: int64(r.count)}
+	remote := comm.Signature{Kind: comm.KindSend, DType: m.dtype, Root: -1, Count: m.count}
+	return &comm.MismatchError{Peer: m.src, Local: local, Remote: remote,
+		Reported: fmt.Sprintf("rank %d sent %d×%v with tag %d, but this Recv expects %d×%v", m.src, m.count, m.dtype, m.tag, r.count, r.dtype)}
+}
+
+// matchLocked gives message m, arriving or arrived, to Recv r: its bytes
+// go to r's buffer from now on, or, if it does not fit, are dropped and r
+// fails once m is complete.
+func (e *p2pEngine) matchLocked(r *recvOp, m *message) {
+	if !fits(r, m) {
+		m.refused, m.discard, m.data = r, true, nil
+		if m.done() {
+			e.finishRecv(r, mismatch(r, m))
+		}
+		return
+	}
+	copy(r.buf, m.data[:m.got])
+	m.data, m.recv, r.msg = r.buf, r, m
+	if m.done() {
+		r.msg = nil
+		e.finishRecv(r, nil)
+	}
+}
+
+// matchUnexpectedLocked gives r the oldest unexpected message of its
+// sender and tag, if there is one.
+func (e *p2pEngine) matchUnexpectedLocked(r *recvOp) bool {
+	k := p2pKey{r.peer, r.tag}
+	ms := e.unexpected[k]
+	if len(ms) == 0 {
+		return false
+	}
+	m := ms[0]
+	e.unexpected[k] = ms[1:]
+	if len(e.unexpected[k]) == 0 {
+		delete(e.unexpected, k)
+	}
+	e.matchLocked(r, m)
+	return true
+}
+
+func (e *p2pEngine) finishRecv(r *recvOp, err error) {
+	e.nrecv--
+	r.stop()
+	if err != nil {
+		err = e.opError(comm.Call{Kind: comm.KindRecv, Peer: r.peer}, err)
+	}
+	r.work.Complete(err)
+}
+
+func (e *p2pEngine) finishSend(s *sendOp, err error) {
+	s.stop()
+	if err != nil {
+		err = e.opError(comm.Call{Kind: comm.KindSend, Peer: s.peer}, err)
+	}
+	s.work.Complete(err)
+	s.data = nil
+}

@@ -1,0 +1,258 @@
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// stepper runs the steps of one collective on this rank. The first step is
+// also the header: with it every rank publishes, in its meta part, the
+// collective's sequence number, its Signature and its status (go, or why it
+// refuses), and checks everyone else's after the wait. So a bad argument,
+// an expired context or a mismatch is known to every rank after exactly one
+// step, and they all agree on how many steps the collective took.
+type stepper struct {
+	c      *Comm
+	o      *op
+	b      *bound
+	header bool // the header step is done
+	// counts is written into the meta part with the header: AllToAllV's
+	// send and recv counts, Split's color and key.
+	counts []int64
+	broken bool // a failure after this rank's header said go
+}
+
+// Header statuses.
+const (
+	statusGo uint32 = iota + 1
+	statusInvalid
+	statusTimeout
+	statusCanceled
+	statusOther
+)
+
+func statusOf(err error) uint32 {
+	switch {
+	case errors.Is(err, comm.ErrInvalidArgument):
+		return statusInvalid
+	case errors.Is(err, comm.ErrTimeout):
+		return statusTimeout
+	case errors.Is(err, comm.ErrCanceled):
+		return statusCanceled
+	}
+	return statusOther
+}
+
+// half is the size of a slot's part.
+func (s *stepper) half() int { return s.c.seg.l.slotBytes / 2 }
+
+// part is rank q's part of step g.
+func (s *stepper) part(q int, g uint64) []byte {
+	l := &s.c.seg.l
+	off := l.slot(q) + int(g%2)*(l.slotBytes/2)
+	return s.c.seg.mem[off : off+l.slotBytes/2 : off+l.slotBytes/2]
+}
+
+// cur is the step of the last call to step: after it returns, the parts
+// of step cur are readable.
+func (s *stepper) cur() uint64 { return s.c.x.g }
+
+// read is rank q's part of the current step.
+func (s *stepper) read(q int) []byte { return s.part(q, s.cur()) }
+
+// next is this rank's part of the next step, which it may write once the
+// current step's wait is over (every peer has finished with it).
+func (s *stepper) next() []byte { return s.part(s.c.rank, s.cur()+1) }
+
+// ensureSeen waits, if this rank refused the previous collective without
+// waiting, until every peer has posted the last step, so that the part the
+// next step writes is no longer read.
+func (s *stepper) ensureSeen(b *bound) error {
+	x := &s.c.x
+	if x.seen >= x.g {
+		return nil
+	}
+	if err := s.c.waitAll(b, x.g, x.watch); err != nil {
+		return err
+	}
+	x.seen = x.g
+	return nil
+}
+
+// step runs one step: write (if not nil) fills this rank's part, then the
+// rank posts the step and waits for every peer. The first call is the
+// header step.
+func (s *stepper) step(write func(part []byte)) error {
+	c, x := s.c, &s.c.x
+	if err := s.ensureSeen(s.b); err != nil {
+		// Even before the header: the peers wait for a header this rank
+		// can no longer post in its place.
+		s.broken = true
+		return err
+	}
+	g := x.g + 1
+	if !s.header {
+		s.writeMeta(g, statusGo, "")
+	}
+	if write != nil {
+		write(s.part(c.rank, g))
+	}
+	c.post(g)
+	x.g = g
+	if err := c.waitAll(s.b, g, x.watch); err != nil {
+		s.broken = true
+		return err
+	}
+	x.seen = g
+	if !s.header {
+		s.header = true
+		return s.checkHeaders(g)
+	}
+	return nil
+}
+
+// refuse runs the header step of a collective this rank refuses, with the
+// reason for its peers, and returns at once: the wait for the peers moves
+// to the next collective (ensureSeen). Only consecutive refusals wait
+// here, with the refused call's context if it is still alive.
+func (s *stepper) refuse(why error) error {
+	c, x := s.c, &s.c.x
+	if x.seen < x.g {
+		b := s.b
+		if b.ctx.Err() != nil {
+			b = &bound{ctx: context.Background(), timeout: b.timeout}
+		}
+		if err := s.ensureSeen(b); err != nil {
+			s.broken = true
+			return err
+		}
+	}
+	g := x.g + 1
+	s.writeMeta(g, statusOf(why), why.Error())
+	c.post(g)
+	x.g = g
+	return why
+}
+
+// writeMeta fills this rank's meta part of step g. Plain stores: the post
+// that follows publishes them.
+func (s *stepper) writeMeta(g uint64, status uint32, reason string) {
+	l := &s.c.seg.l
+	off := l.meta(s.c.rank, g%2)
+	m := s.c.seg.mem[off : off+l.metaBytes]
+	sig := s.o.sig
+	binary.LittleEndian.PutUint64(m[mSeq:], s.o.seq)
+	binary.LittleEndian.PutUint32(m[mStatus:], status)
+	m[mKind], m[mKind+1], m[mKind+2] = byte(sig.Kind), byte(sig.DType), byte(sig.Op)
+	binary.LittleEndian.PutUint32(m[mRoot:], uint32(sig.Root))
+	binary.LittleEndian.PutUint64(m[mCount:], uint64(sig.Count))
+	n := copy(m[mReason:mReason+maxReason], reason)
+	binary.LittleEndian.PutUint32(m[mReasonLen:], uint32(n))
+	for i, v := range s.counts {
+		binary.LittleEndian.PutUint64(m[mCounts+8*i:], uint64(v))
+	}
+}
+
+// peerMeta is what rank q published with its header.
+type peerMeta struct {
+	seq    uint64
+	status uint32
+	sig    comm.Signature
+	reason string
+}
+
+func (s *stepper) meta(q int, g uint64) peerMeta {
+	l := &s.c.seg.l
+	off := l.meta(q, g%2)
+	m := s.c.seg.mem[off : off+l.metaBytes]
+	n := min(int(binary.LittleEndian.Uint32(m[mReasonLen:])), maxReason)
+	return peerMeta{
+		seq:    binary.LittleEndian.Uint64(m[mSeq:]),
+		status: binary.LittleEndian.Uint32(m[mStatus:]),
+		sig: comm.Signature{Kind: comm.Kind(m[mKind]), DType: comm.DType(m[mKind+1]), Op: comm.ReduceOp(m[mKind+2]),
+			Root: int32(binary.LittleEndian.Uint32(m[mRoot:])), Count: int64(binary.LittleEndian.Uint64(m[mCount:]))},
+		reason: string(m[mReason : mReason+n]),
+	}
+}
+
+// peerCount is entry i of rank q's counts in its header.
+func (s *stepper) peerCount(q int, g uint64, i int) int64 {
+	l := &s.c.seg.l
+	off := l.meta(q, g%2) + mCounts + 8*i
+	return int64(binary.LittleEndian.Uint64(s.c.seg.mem[off:]))
+}
+
+// checkHeaders compares every peer's header of step g with this rank's.
+// A peer that refused makes the collective fail here with a
+// *comm.RemoteError (checked first: its Signature may be anything); a
+// different Signature is a *comm.MismatchError. Every rank sees the same
+// headers, so every rank reaches the same verdict. A peer that aborted
+// while it waited in this very header step (it posted, then its context
+// ended) has left the collective: a rank that arrives after it gave up
+// fails too, instead of completing a collective the others abandoned.
+func (s *stepper) checkHeaders(g uint64) error {
+	var mismatch, left error
+	for q := range s.c.size {
+		if q == s.c.rank {
+			continue
+		}
+		m := s.meta(q, g)
+		switch {
+		case m.seq != s.o.seq:
+			if mismatch == nil {
+				mismatch = &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig,
+					Reported: fmt.Sprintf("rank %d was at collective #%d when this rank was at #%d", q, m.seq, s.o.seq)}
+			}
+		case m.status != statusGo:
+			return &comm.RemoteError{Peer: q, Reason: m.reason, Timeout: m.status == statusTimeout, Canceled: m.status == statusCanceled}
+		case m.sig != s.o.sig:
+			if mismatch == nil {
+				mismatch = &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig, Remote: m.sig}
+			}
+		case left == nil && s.c.abortedHere(q, g):
+			// q posted this header, then gave up waiting for the others
+			// (its context ended): it has left this collective.
+			left = s.c.abortError(q)
+		}
+	}
+	if mismatch != nil {
+		return mismatch
+	}
+	if left != nil {
+		return left
+	}
+	if s.o.sig.Kind == comm.KindAllToAllV {
+		return s.checkCounts(g)
+	}
+	return nil
+}
+
+// checkCounts checks that what every rank sends every other is what that
+// one expects (AllToAllV), on every pair, so that every rank agrees.
+func (s *stepper) checkCounts(g uint64) error {
+	P := s.c.size
+	for i := range P {
+		for j := range P {
+			sent, want := s.peerCount(i, g, j), s.peerCount(j, g, P+i)
+			if sent != want {
+				peer := i
+				if peer == s.c.rank {
+					peer = j
+				}
+				return &comm.MismatchError{Peer: peer, Seq: s.o.seq, Local: s.o.sig, Remote: s.o.sig,
+					Reported: fmt.Sprintf("rank %d sends %d elements to rank %d, which expects %d", i, sent, j, want)}
+			}
+		}
+	}
+	return nil
+}
+
+// abortedHere reports whether peer q aborted while waiting in step g.
+func (c *Comm) abortedHere(q int, g uint64) bool {
+	at, aborted := c.abortedAt(q)
+	return aborted && at == g
+}

@@ -1,0 +1,208 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// The step protocol. Every rank has a step counter (posted) in its control
+// block, which only it writes. A collective is a sequence of steps; in step
+// g a rank writes its part g%2 of its slot (and, on the first step of a
+// collective, its meta part g%2), posts g, and waits until every peer has
+// posted g; then it reads its peers' parts g%2. A rank writes part g%2
+// again at step g+2, after it has seen every peer post g+1, which a peer
+// does only after it has finished reading step g: two parts give one
+// synchronization per step. Steps are numbered across collectives, so the
+// invariant runs on from one collective to the next.
+//
+// Waiting is a bounded spin, then yielding (runtime.Gosched for rank
+// goroutines of one process, sched_yield for processes: with more ranks
+// than cores, the rank we wait for may need this core), then sleeping on the
+// futex of the peer's bell with a short timeout, so that a cancelled
+// context, a closed communicator and a dead peer are noticed. A poster only
+// makes the wake system call when someone sleeps.
+
+// Wait policy. Variables, not constants, so that a benchmark can tune them.
+// Measured on 2 cores: spinning pays when every rank has a core (2 ranks:
+// under 1 µs per 8-byte AllReduce, against several µs when yielding at
+// once), and only delays the yield that lets a waiting rank run when there
+// are more ranks than cores. Yielding lasts long enough to cover the
+// imbalance of a large step (hundreds of µs) without a futex wake-up, which
+// costs tens of µs in a VM; a longer wait sleeps.
+var (
+	spinChecks = 100                    // checks before the first yield, when every rank can have a core
+	spinOver   = 4                      // the same, with more ranks than cores
+	yieldFor   = time.Millisecond       // yielding before sleeping
+	sleepMin   = 500 * time.Microsecond // first futex timeout; doubles
+	sleepMax   = 10 * time.Millisecond  // longest futex timeout
+)
+
+// errKilled is the error of a rank that a test "killed" (see kill).
+var errKilled = errors.New("shm: this rank was killed by a test hook")
+
+// post publishes step g.
+func (c *Comm) post(g uint64) {
+	atomic.StoreUint64(c.mine.posted, g)
+	atomic.AddUint32(c.mine.bell, 1)
+	if atomic.LoadUint32(c.mine.sleepers) != 0 {
+		futexWakeAll(c.mine.bell)
+	}
+}
+
+// ctxErr is the end of ctx as a comm error (ErrTimeout or ErrCanceled).
+func ctxErr(ctx context.Context) error {
+	if err := context.Cause(ctx); err != nil {
+		return comm.ContextError(err)
+	}
+	return nil
+}
+
+// bound is what ends a wait from outside: the operation's context and
+// Config.Timeout, kept as a plain deadline (a context with a timer per
+// collective would cost more than a small collective itself). The
+// deadline is set by the first wait that reads the clock, so a collective
+// that never waits long never reads it.
+type bound struct {
+	ctx      context.Context
+	timeout  time.Duration // 0: none
+	deadline time.Time
+}
+
+func (c *Comm) boundFor(ctx context.Context) *bound {
+	return &bound{ctx: ctx, timeout: c.cfg.Timeout}
+}
+
+// err is why the wait must end now, if it must.
+func (b *bound) err(now time.Time) error {
+	if b.ctx.Err() != nil {
+		return ctxErr(b.ctx)
+	}
+	if b.timeout <= 0 {
+		return nil
+	}
+	if b.deadline.IsZero() {
+		b.deadline = now.Add(b.timeout)
+	}
+	if now.After(b.deadline) {
+		return fmt.Errorf("%w: the operation took longer than Config.Timeout (%v)", comm.ErrTimeout, b.timeout)
+	}
+	return nil
+}
+
+// local reports why this rank must stop waiting, if it must.
+func (c *Comm) local() error {
+	if c.killed.Load() {
+		return errKilled
+	}
+	if c.closing.Load() {
+		return comm.ErrClosed
+	}
+	return nil
+}
+
+// waitAll waits until every peer has posted step g. It fails when b ends,
+// this rank closes, or a peer fails or gives up (see peerState, checkPeer).
+func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
+	q := 0 // peers below q are known to have posted g
+	// failed is p's failure, unless p posted g meanwhile: a peer may post
+	// g, see a mismatch or a failure there, abort, close or even exit
+	// between the read of its counter and the look at its state, and its
+	// post, not its later state, is what this step is owed.
+	failed := func(err error, p int) error {
+		if err != nil && atomic.LoadUint64(c.words[p].posted) >= g {
+			return nil
+		}
+		return err
+	}
+	behind := func() (bool, error) {
+		for ; q < c.size; q++ {
+			if q == c.rank || atomic.LoadUint64(c.words[q].posted) >= g {
+				continue
+			}
+			if err := failed(c.peerState(q), q); err != nil {
+				return true, err
+			}
+			return true, nil
+		}
+		return false, nil
+	}
+	var start time.Time
+	sleep := sleepMin
+	spin := c.spin
+	yielded := 0 // the clock is read every 8th yield only
+	for i := 0; ; i++ {
+		if wait, err := behind(); err != nil || !wait {
+			return err
+		}
+		if err := c.local(); err != nil {
+			return err
+		}
+		if i < spin {
+			continue
+		}
+		if i < yielded && (i-spin)%8 != 0 {
+			c.yield()
+			continue
+		}
+		now := time.Now()
+		if i == spin {
+			start = now
+		}
+		if err := b.err(now); err != nil {
+			return err
+		}
+		if now.Sub(start) < yieldFor {
+			yielded = i + 8
+			c.yield()
+			continue
+		}
+		// Any peer still behind may be the one that failed, not only q.
+		check := c.due(w, now)
+		for p := q + 1; p < c.size; p++ {
+			if p != c.rank && atomic.LoadUint64(c.words[p].posted) < g {
+				if err := failed(c.peerState(p), p); err != nil {
+					return err
+				}
+			}
+		}
+		for p := q; check && p < c.size; p++ {
+			if p != c.rank && atomic.LoadUint64(c.words[p].posted) < g {
+				if err := failed(c.checkPeer(w, p, now), p); err != nil {
+					return err
+				}
+			}
+		}
+		c.sleepOn(c.words[q].bell, c.words[q].sleepers, sleep, func() bool {
+			return atomic.LoadUint64(c.words[q].posted) >= g || atomic.LoadUint32(c.words[q].state) != stateAttached
+		})
+		sleep = min(2*sleep, sleepMax)
+	}
+}
+
+// yield lets the rank we wait for run: another goroutine of this process
+// (a rank of NewLocal), or another process (sched_yield), unless every
+// rank lives in this process.
+func (c *Comm) yield() {
+	runtime.Gosched()
+	if !c.inProcess {
+		osYield()
+	}
+}
+
+// sleepOn sleeps on a futex bell for at most d, unless ready already holds
+// once this waiter is counted among the sleepers (the poster bumps the
+// bell, then reads the count: one of the two sees the other).
+func (c *Comm) sleepOn(bell, sleepers *uint32, d time.Duration, ready func() bool) {
+	b := atomic.LoadUint32(bell)
+	atomic.AddUint32(sleepers, 1)
+	if !ready() {
+		futexSleep(bell, b, d)
+	}
+	atomic.AddUint32(sleepers, ^uint32(0))
+}
