@@ -28,7 +28,7 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 	if cfg.Net.Logger == nil {
 		cfg.Net.Logger = opt.Logger
 	}
-	w := newWorld(opt.Logger)
+	w := newWorld(opt.Logger, cfg.Net.Rank, len(cfg.Net.Addrs))
 	var tr Transport
 	switch cfg.Network {
 	case "", "quic":

@@ -20,7 +20,7 @@ func NewMemoryWorld(size int, opt Options) ([]*Comm, error) {
 	ws := make([]*world, size)
 	hs := make([]Handler, size)
 	for i := range ws {
-		ws[i] = newWorld(opt.Logger)
+		ws[i] = newWorld(opt.Logger, i, size)
 		hs[i] = ws[i]
 	}
 	for i, tr := range NewMemoryTransports(hs) {

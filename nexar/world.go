@@ -35,8 +35,14 @@ type frame struct {
 	payload []byte
 }
 
-func newWorld(log *slog.Logger) *world {
+// newWorld is rank's end of a world of size. Its rank and size are set
+// before the transport exists, because the transport may report a peer
+// (Handler.PeerFailed) from its own goroutines before its constructor has
+// returned it.
+func newWorld(log *slog.Logger, rank, size int) *world {
 	return &world{
+		rank:    rank,
+		size:    size,
 		log:     log,
 		comms:   map[uint64]*Comm{},
 		early:   map[uint64][]frame{},
@@ -46,8 +52,10 @@ func newWorld(log *slog.Logger) *world {
 	}
 }
 
+// attach gives w its transport, once the transport is formed; nothing on
+// the Handler path reads w.tr.
 func (w *world) attach(tr Transport) {
-	w.tr, w.rank, w.size = tr, tr.Rank(), tr.Size()
+	w.tr = tr
 }
 
 // Deliver implements Handler.
