@@ -23,7 +23,10 @@ type Comm struct {
 	opt     Options
 	owner   bool           // the world Comm: Close closes the Transport
 	done    chan struct{}  // closed by Close: every wait ends with comm.ErrClosed
-	notes   sync.WaitGroup // control frames being sent (failure notices, probe answers)
+	notes   sync.WaitGroup // control frames being sent (failure notices, probe answers); see note
+	notesMu sync.Mutex     // guards notesShut and orders notes.Add before Close's notes.Wait
+	// notesShut: Close is waiting for the notes, so no new one may start.
+	notesShut bool
 
 	mu      sync.Mutex           // guards everything below
 	started uint64               // sequence number of the last collective started
@@ -183,6 +186,9 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
+	c.notesMu.Lock()
+	c.notesShut = true
+	c.notesMu.Unlock()
 	c.notes.Wait() // each is bounded by controlTimeout
 	c.w.unregister(c)
 	c.mu.Lock()
@@ -417,10 +423,24 @@ func (c *Comm) onProbeReply(f frame) {
 // caller may be a transport's read loop, which must not block). Close
 // waits for such sends, so a rank's last word reaches its peers.
 func (c *Comm) notifyLater(peer int, h Header, payload []byte) {
+	c.note(func() { c.sendControl(peer, h, payload) })
+}
+
+// note runs f, a control frame's sending, on a goroutine Close waits for.
+// Once Close waits, no note starts (a failure detector or a peer may abort
+// this communicator while it closes); the peers learn of the close from
+// the transport instead.
+func (c *Comm) note(f func()) {
+	c.notesMu.Lock()
+	if c.notesShut {
+		c.notesMu.Unlock()
+		return
+	}
 	c.notes.Add(1)
+	c.notesMu.Unlock()
 	go func() {
 		defer c.notes.Done()
-		c.sendControl(peer, h, payload)
+		f()
 	}()
 }
 

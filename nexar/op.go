@@ -72,11 +72,7 @@ func (o *op) fail(err error, notify bool) {
 		o.err = err
 		o.cancel(err)
 		if notify {
-			o.c.notes.Add(1)
-			go func() {
-				defer o.c.notes.Done()
-				o.notify(err)
-			}()
+			o.c.note(func() { o.notify(err) })
 		}
 	})
 	if first && errors.Is(err, comm.ErrMismatch) {
