@@ -131,7 +131,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		data.Close() // published, but no one dials it: every rank is here
 		c, err := connectSHM(ctx, l, topo, rank, opt, log)
 		if err != nil {
-			leaveSoon(cl)
+			_ = leave(cl)
 			return nil, err
 		}
 		return ready(c, cl, topo, rank, l, log, "shm"), nil
@@ -156,7 +156,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		Options: opt.Collectives,
 	})
 	if err != nil {
-		leaveSoon(cl)
+		_ = leave(cl)
 		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
 	}
 	return ready(c, cl, topo, rank, l, log, l.Network), nil
@@ -314,10 +314,12 @@ func dumpTopology(path string, topo *topology.Topology) error {
 	return os.WriteFile(path, out.Bytes(), 0o644)
 }
 
-func leaveSoon(cl *cluster.Cluster) {
+// leave leaves the membership gracefully, so the others do not count this
+// process as failed, waiting at most a few seconds for the leave to spread.
+func leave(cl *cluster.Cluster) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = cl.Leave(ctx)
+	return cl.Leave(ctx)
 }
 
 // Topology is the job's topology: nodes, local ranks, leads, rails. Every
@@ -342,9 +344,7 @@ func (w *World) JobID() string { return w.launch.JobID }
 func (w *World) Close() error {
 	err := w.Communicator.Close()
 	if w.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err = errors.Join(err, w.cluster.Leave(ctx))
+		err = errors.Join(err, leave(w.cluster))
 	}
 	return err
 }

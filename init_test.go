@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,7 +120,7 @@ func agree() error {
 		got := all[r*fields : (r+1)*fields]
 		node := t.NodeOf(r)
 		want := []int64{int64(r), int64(node), int64(t.LocalRank(r)), int64(t.LocalSize(r)), int64(t.Lead(node)), mine[5]}
-		if !slicesEqual(got, want) {
+		if !slices.Equal(got, want) {
 			return fmt.Errorf("rank %d: rank %d reports [rank node local localSize lead topoHash] = %v, this rank's topology says %v", rank, r, got, want)
 		}
 	}
@@ -142,18 +143,6 @@ func agree() error {
 	}
 	fmt.Printf("agree ok: rank %d node %d local %d/%d via %T\n", rank, w.Node(), w.LocalRank(), w.LocalSize(), w.Communicator)
 	return nil
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // killed joins, then rank 1 waits to be killed while the others start an

@@ -148,6 +148,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			Env:    env,
 			Files:  files,
 			Prefix: fmt.Sprintf("[rank %d] ", p.rank),
+			Name:   fmt.Sprintf("rank %d", p.rank),
 		})
 		job.ranks = append(job.ranks, p.rank)
 	}
@@ -383,7 +384,7 @@ type LocalExitError struct {
 	err  *procgroup.ExitError
 }
 
-func (e *LocalExitError) Error() string { return fmt.Sprintf("rank %d (%v)", e.Rank, e.err) }
+func (e *LocalExitError) Error() string { return e.err.Error() }
 func (e *LocalExitError) Unwrap() error { return e.err }
 
 // ExitCode is the process's exit status (128+signal when a signal killed it).

@@ -99,6 +99,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 				envLocalKey+"="+hex.EncodeToString(key)),
 			Files:  []*os.File{files[i]},
 			Prefix: fmt.Sprintf("[rank %d] ", i),
+			Name:   fmt.Sprintf("rank %d", i),
 		})
 	}
 	g, err := procgroup.Start(ctx, pg)
@@ -108,27 +109,12 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	return &LocalJob{g: g}, nil
 }
 
-// rankError names the rank of a process's failure.
-func rankError(err error) error {
-	var pe *procgroup.ExitError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("rank %d (pid %d): %w", pe.Index, pe.Pid, pe.Err)
-	}
-	return err
-}
-
 // Wait waits for every process and returns the first failure.
-func (j *LocalJob) Wait() error { return rankError(j.g.Wait()) }
+func (j *LocalJob) Wait() error { return j.g.Wait() }
 
 // Errors waits for every process and returns each rank's failure (nil for
 // a rank that exited 0).
-func (j *LocalJob) Errors() []error {
-	errs := j.g.Errors()
-	for i, err := range errs {
-		errs[i] = rankError(err)
-	}
-	return errs
-}
+func (j *LocalJob) Errors() []error { return j.g.Errors() }
 
 // Kill sends SIGKILL to one rank, for fault tests.
 func (j *LocalJob) Kill(rank int) error {

@@ -31,6 +31,9 @@ type Proc struct {
 	Files []*os.File
 	// Prefix is written before every line of the process's output.
 	Prefix string
+	// Name names the process in its ExitError ("rank 3"). If empty, the
+	// error names only its pid.
+	Name string
 }
 
 // Spec describes a group.
@@ -48,6 +51,7 @@ type Spec struct {
 type Group struct {
 	keep  bool
 	procs []*exec.Cmd
+	names []string      // Proc.Name of each
 	done  chan struct{} // closed when every process has exited
 
 	mu    sync.Mutex // guards errs and first
@@ -89,6 +93,7 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 			return nil, fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)
 		}
 		g.procs = append(g.procs, cmd)
+		g.names = append(g.names, p.Name)
 	}
 	go g.watch()
 	return g, nil
@@ -145,7 +150,7 @@ func (g *Group) watch() {
 			cmd.Stderr.(*lineWriter).flush()
 			if err != nil {
 				g.mu.Lock()
-				g.errs[i] = &ExitError{Index: i, Pid: cmd.Process.Pid, Err: err}
+				g.errs[i] = &ExitError{Index: i, Name: g.names[i], Pid: cmd.Process.Pid, Err: err}
 				if g.first < 0 {
 					g.first = i
 				}
@@ -162,12 +167,18 @@ func (g *Group) watch() {
 
 // ExitError is the failure of one process of a group.
 type ExitError struct {
-	Index int // position in Spec.Procs
+	Index int    // position in Spec.Procs
+	Name  string // Proc.Name
 	Pid   int
 	Err   error // from exec.Cmd.Wait; an *exec.ExitError when the process ran
 }
 
-func (e *ExitError) Error() string { return fmt.Sprintf("pid %d: %v", e.Pid, e.Err) }
+func (e *ExitError) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("pid %d: %v", e.Pid, e.Err)
+	}
+	return fmt.Sprintf("%s (pid %d): %v", e.Name, e.Pid, e.Err)
+}
 func (e *ExitError) Unwrap() error { return e.Err }
 
 // ExitCode is the process's exit status, 128+signal when a signal killed

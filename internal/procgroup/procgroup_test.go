@@ -34,7 +34,7 @@ func TestFirstFailureStopsTheRestAndKeepsItsCode(t *testing.T) {
 	var out syncBuf
 	g, err := Start(context.Background(), Spec{
 		Procs: []Proc{
-			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.5; echo one; printf 'two'; exit 3"}, Prefix: "[a] "},
+			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.5; echo one; printf 'two'; exit 3"}, Prefix: "[a] ", Name: "rank 0"},
 			// A grandchild holds the output open: stopping the shell
 			// must stop it too.
 			{Path: "/bin/sh", Args: []string{"-c", "sleep 60 & echo $!; wait"}, Prefix: "[b] "},
@@ -49,6 +49,9 @@ func TestFirstFailureStopsTheRestAndKeepsItsCode(t *testing.T) {
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Index != 0 || ee.ExitCode() != 3 {
 		t.Fatalf("Wait = %v, want process 0's exit status 3", err)
+	}
+	if !strings.HasPrefix(err.Error(), "rank 0 (pid ") {
+		t.Errorf("Wait = %q, want it to name the process", err)
 	}
 	if took := time.Since(start); took > 20*time.Second {
 		t.Errorf("the sleeping process was not stopped (%v)", took)
