@@ -26,6 +26,12 @@ import (
 // ever race for a port. Everything after that is the real path: the
 // children read the environment with LoadLaunch, join through memberlist and
 // get their ranks from the topology.
+//
+// With a Fabric (LocalSpec.Fabric), the nodes are not loopback addresses
+// but network namespaces joined by emulated, possibly rate-limited links:
+// the launcher binds each process's sockets inside its node's namespace at
+// the address the fabric gives the rank, advertises that address, and
+// starts the process through the fabric's Wrap so that it runs there too.
 
 // Inherited socket file descriptors (LocalSpec's children).
 const (
@@ -68,6 +74,12 @@ type LocalSpec struct {
 	// KeepOthers, for fault tests, lets the others run on when one fails
 	// (by default they are killed).
 	KeepOthers bool
+	// Fabric, if set, is the emulated network the nodes live in (see
+	// Fabric): rank (n, l) binds and advertises Fabric.Addr(n, l) inside
+	// node n, and runs under Fabric.Wrap(n). If nil, node n is
+	// 127.0.0.(n+1) on this host's loopback. The fabric must have been set
+	// up for RanksPerNode; the caller closes it after the job.
+	Fabric Fabric
 }
 
 // LocalJob is a running local job.
@@ -98,15 +110,19 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 		}
 	}()
 	if spec.Style == "kubernetes" {
-		err = bindPods(procs)
+		err = bindPods(procs, spec.inNode)
 	} else {
-		err = bindGossipAll(procs)
+		err = bindGossipAll(procs, spec.inNode)
 	}
 	if err != nil {
 		return nil, err
 	}
 	for i := range procs {
-		if procs[i].data, err = BindData(spec.Network, procs[i].ip, 0); err != nil {
+		p := &procs[i]
+		if err := spec.inNode(p.node, func() (err error) {
+			p.data, err = BindData(spec.Network, p.ip, 0)
+			return err
+		}); err != nil {
 			return nil, fmt.Errorf("cluster.StartLocal: %w", err)
 		}
 	}
@@ -142,9 +158,14 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			EnvLauncherSockets+"=1",
 		)
 		env = append(env, spec.styleEnv(p, len(procs), seed)...)
+		path, args := spec.Path, spec.Args
+		if spec.Fabric != nil {
+			wrap := spec.Fabric.Wrap(p.node)
+			path, args = wrap[0], append(append(wrap[1:len(wrap):len(wrap)], spec.Path), spec.Args...)
+		}
 		pg.Procs = append(pg.Procs, procgroup.Proc{
-			Path:   spec.Path,
-			Args:   spec.Args,
+			Path:   path,
+			Args:   args,
 			Env:    env,
 			Files:  files,
 			Prefix: fmt.Sprintf("[rank %d] ", p.rank),
@@ -209,8 +230,18 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	}
 	var procs []localProc
 	for n, g := range spec.RanksPerNode {
+		if spec.Fabric != nil && len(spec.Fabric.Wrap(n)) == 0 {
+			return bad("Fabric.Wrap(%d) is empty: the fabric has no node %d; was it set up for RanksPerNode %v?", n, n, spec.RanksPerNode)
+		}
 		for l := range g {
-			procs = append(procs, localProc{node: n, local: l, ip: fmt.Sprintf("127.0.0.%d", n+1)})
+			ip := fmt.Sprintf("127.0.0.%d", n+1)
+			if spec.Fabric != nil {
+				ip = spec.Fabric.Addr(n, l)
+				if a := net.ParseIP(ip); a == nil || a.IsUnspecified() {
+					return bad("Fabric.Addr(%d, %d) = %q is not an IP address to bind; was the fabric set up for RanksPerNode %v?", n, l, ip, spec.RanksPerNode)
+				}
+			}
+			procs = append(procs, localProc{node: n, local: l, ip: ip})
 		}
 	}
 	if spec.Placement == "block" {
@@ -232,12 +263,33 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	return procs, nil
 }
 
+// inNode runs fn where node's sockets are made: inside the fabric's
+// namespace of the node, or in this process's own network.
+func (spec *LocalSpec) inNode(node int, fn func() error) error {
+	if spec.Fabric == nil {
+		return fn()
+	}
+	return spec.Fabric.Do(node, fn)
+}
+
+// nodeAddr is the address that names node n in launcher variables (Slurm's
+// node list, the Kubernetes service): its first rank's.
+func (spec *LocalSpec) nodeAddr(n int) string {
+	if spec.Fabric == nil {
+		return fmt.Sprintf("127.0.0.%d", n+1)
+	}
+	return spec.Fabric.Addr(n, 0)
+}
+
 // bindGossipAll binds every process's gossip sockets on kernel-chosen
-// ports.
-func bindGossipAll(procs []localProc) error {
+// ports, each inside its node (in).
+func bindGossipAll(procs []localProc, in func(node int, fn func() error) error) error {
 	for i := range procs {
-		var err error
-		if procs[i].gossip, err = BindGossip(procs[i].ip, 0); err != nil {
+		p := &procs[i]
+		if err := in(p.node, func() (err error) {
+			p.gossip, err = BindGossip(p.ip, 0)
+			return err
+		}); err != nil {
 			return fmt.Errorf("cluster.StartLocal: %w", err)
 		}
 	}
@@ -249,10 +301,10 @@ func bindGossipAll(procs []localProc) error {
 // headless Service do, so the Service name resolves to every pod's seed.
 // The port is the kernel's choice for the first pod; if it is taken on
 // another pod's address, the whole choice is retried.
-func bindPods(procs []localProc) error {
+func bindPods(procs []localProc, in func(node int, fn func() error) error) error {
 	var err error
 	for range 20 {
-		err = bindPodsOnce(procs)
+		err = bindPodsOnce(procs, in)
 		if err == nil {
 			return nil
 		}
@@ -264,7 +316,7 @@ func bindPods(procs []localProc) error {
 	return fmt.Errorf("cluster.StartLocal: binding one gossip port on every pod: %w", err)
 }
 
-func bindPodsOnce(procs []localProc) error {
+func bindPodsOnce(procs []localProc, in func(node int, fn func() error) error) error {
 	port := 0
 	for i := range procs {
 		p := &procs[i]
@@ -272,8 +324,10 @@ func bindPodsOnce(procs []localProc) error {
 		if p.local == 0 {
 			want = port
 		}
-		var err error
-		if p.gossip, err = BindGossip(p.ip, want); err != nil {
+		if err := in(p.node, func() (err error) {
+			p.gossip, err = BindGossip(p.ip, want)
+			return err
+		}); err != nil {
 			return err
 		}
 		if p.local == 0 && port == 0 {
@@ -288,22 +342,35 @@ func (spec *LocalSpec) styleEnv(p localProc, n int, seed *net.TCPAddr) []string 
 	g := spec.RanksPerNode[p.node]
 	switch spec.Style {
 	case "slurm":
+		// Slurm's host-list syntax; the first host is the seed.
+		nodes := fmt.Sprintf("127.0.0.[1-%d]", len(spec.RanksPerNode))
+		if spec.Fabric != nil {
+			addrs := make([]string, len(spec.RanksPerNode))
+			for n := range addrs {
+				addrs[n] = spec.nodeAddr(n)
+			}
+			nodes = strings.Join(addrs, ",")
+		}
 		return []string{
 			"SLURM_PROCID=" + strconv.Itoa(p.rank),
 			"SLURM_NTASKS=" + strconv.Itoa(n),
 			"SLURM_LOCALID=" + strconv.Itoa(p.local),
 			"SLURM_NODEID=" + strconv.Itoa(p.node),
 			"SLURM_JOB_ID=" + strconv.Itoa(os.Getpid()),
-			// Slurm's host-list syntax; the first host is the seed.
-			fmt.Sprintf("SLURM_STEP_NODELIST=127.0.0.[1-%d]", len(spec.RanksPerNode)),
-			"SLURMD_NODENAME=" + p.ip,
+			"SLURM_STEP_NODELIST=" + nodes,
+			"SLURMD_NODENAME=" + spec.nodeAddr(p.node),
 			EnvPort + "=" + strconv.Itoa(seed.Port),
 		}
 	case "kubernetes":
+		// A headless Service's name resolves to every pod; here
+		// "localhost" resolves to the first pod's address. In a fabric,
+		// localhost is each node's own: name the first pod's address.
+		svc := "localhost"
+		if spec.Fabric != nil {
+			svc = spec.nodeAddr(0)
+		}
 		return []string{
-			// A headless Service's name resolves to every pod; here
-			// "localhost" resolves to the first pod's address.
-			EnvK8sService + "=localhost",
+			EnvK8sService + "=" + svc,
 			EnvPort + "=" + strconv.Itoa(seed.Port),
 			"WORLD_SIZE=" + strconv.Itoa(n),
 			"LOCAL_RANK=" + strconv.Itoa(p.local),

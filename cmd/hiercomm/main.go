@@ -8,7 +8,11 @@
 //	    with its own host id. Each output line is prefixed with its rank;
 //	    when one process fails the others are stopped and hiercomm exits
 //	    with its code. PROGRAM may be a Go package directory (./examples/allreduce):
-//	    it is built once first.
+//	    it is built once first. With --link-rate RATE (root only), the nodes
+//	    are network namespaces joined by links limited to RATE in each
+//	    direction (tc's syntax: 1gbit, 500mbit), one per rank, or one per
+//	    node with --link-per-node; within a node nothing is limited. The
+//	    namespaces are removed when the job ends, fails or is interrupted.
 //	hiercomm topology FILE
 //	    Check a topology dumped as JSON and print it as a table.
 //	hiercomm keygen
@@ -31,12 +35,14 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/internal/netemu"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
 const usage = `usage:
   hiercomm run [--nodes N] [--ranks-per-node G|G0,G1,...] [--env torchrun|slurm|kubernetes]
-               [--placement block|cyclic] [--network quic|tcp] [--job-id ID] -- PROGRAM [ARGS...]
+               [--placement block|cyclic] [--network quic|tcp] [--job-id ID]
+               [--link-rate RATE [--link-per-node]] -- PROGRAM [ARGS...]
   hiercomm topology FILE
   hiercomm keygen
 `
@@ -76,8 +82,20 @@ func run(args []string) int {
 	placement := fs.String("placement", "block", "rank placement: block (node-major) or cyclic (round-robin over nodes)")
 	network := fs.String("network", "quic", "data plane: quic or tcp")
 	jobID := fs.String("job-id", "", "job id (default: a random local-… id)")
+	linkRate := fs.String("link-rate", "", "emulate the nodes in network namespaces, with links limited to this rate each way (tc syntax: 1gbit, 500mbit); needs root")
+	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *linkPerNode && *linkRate == "" {
+		fmt.Fprintln(os.Stderr, "hiercomm run: --link-per-node needs --link-rate")
+		return 2
+	}
+	if *linkRate != "" {
+		if _, err := netemu.ParseRate(*linkRate); err != nil {
+			fmt.Fprintln(os.Stderr, "hiercomm run: --link-rate:", err)
+			return 2
+		}
 	}
 	prog := fs.Args()
 	if len(prog) == 0 {
@@ -108,7 +126,13 @@ func run(args []string) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	job, err := cluster.StartLocal(ctx, cluster.LocalSpec{
+	// Ctrl-C or a scheduler's SIGTERM: pass it on, give the processes a
+	// moment to leave the cluster cleanly, then kill what is left. Caught
+	// from before the fabric exists, so that it is always torn down.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	spec := cluster.LocalSpec{
 		RanksPerNode: layout,
 		Style:        *style,
 		Placement:    *placement,
@@ -116,16 +140,26 @@ func run(args []string) int {
 		JobID:        *jobID,
 		Path:         path,
 		Args:         prog[1:],
-	})
+	}
+	if *linkRate != "" {
+		fab, err := netemu.Setup(ctx, netemu.Config{RanksPerNode: layout, Rate: *linkRate, PerNode: *linkPerNode})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hiercomm run: --link-rate:", err)
+			return 1
+		}
+		defer func() {
+			if err := fab.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+			}
+		}()
+		fmt.Fprintln(os.Stderr, "hiercomm run: emulated network:", fab.Describe())
+		spec.Fabric = fab
+	}
+	job, err := cluster.StartLocal(ctx, spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
 		return 1
 	}
-	// Ctrl-C or a scheduler's SIGTERM: pass it on, give the processes a
-	// moment to leave the cluster cleanly, then kill what is left.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	done := make(chan error, 1)
 	go func() { done <- job.Wait() }()
 	for {

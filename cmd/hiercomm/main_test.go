@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hiercomm/hiercomm/internal/netemu"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -50,9 +53,43 @@ func TestMain(m *testing.M) {
 			}
 		}
 		os.Exit(0)
+	case "fabric":
+		// Each rank runs in its node's namespace (not the test's), at its
+		// own NIC's address, with its launcher sockets.
+		node, _ := strconv.Atoi(os.Getenv("GROUP_RANK"))
+		local, _ := strconv.Atoi(os.Getenv("LOCAL_RANK"))
+		if want := fmt.Sprintf("10.0.%d.%d", local, node+1); os.Getenv("HIERCOMM_ADDR") != want {
+			fmt.Printf("HIERCOMM_ADDR=%s, want %s\n", os.Getenv("HIERCOMM_ADDR"), want)
+			os.Exit(1)
+		}
+		if ns, _ := os.Readlink("/proc/self/ns/net"); ns == "" || ns == os.Getenv(envParentNS) {
+			fmt.Printf("network namespace %q, want another than the launcher's %s\n", ns, os.Getenv(envParentNS))
+			os.Exit(1)
+		}
+		for fd := 3; fd <= 5; fd++ {
+			var st syscall.Stat_t
+			if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+				fmt.Printf("fd %d is not a socket (%v)\n", fd, err)
+				os.Exit(1)
+			}
+		}
+		os.Exit(0)
+	case "sleep":
+		// Says it runs, then waits for the launcher to stop it.
+		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		time.Sleep(time.Minute)
+		os.Exit(0)
 	}
 	os.Exit(1)
 }
+
+const (
+	envParentNS = "HIERCOMM_CMD_TEST_PARENT_NS"
+	envDir      = "HIERCOMM_CMD_TEST_DIR"
+)
 
 func TestRunExitsWithTheFailingProcessCodeAndStopsTheOthers(t *testing.T) {
 	t.Setenv(envRole, "exit3-on-rank1")
@@ -83,6 +120,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--nodes", "2", "--ranks-per-node", "0", "--", "true"},
 		{"--nodes", "2"},
 		{"--env", "mpi", "--", "true"},
+		{"--link-per-node", "--", "true"},
+		{"--link-rate", "fast", "--", "true"},
+		{"--link-rate", "1gb", "--", "true"},
 	} {
 		if code := run(args); code == 0 {
 			t.Errorf("hiercomm run %v exited 0, want an error", args)
@@ -118,5 +158,89 @@ func TestTopologyPrintsADumpAndRejectsABadOne(t *testing.T) {
 	}
 	if code := showTopology(nil); code != 2 {
 		t.Errorf("hiercomm topology without a file exited %d, want 2", code)
+	}
+}
+
+// fabricLeft is this process's fabric namespaces still on the host.
+func fabricLeft(t *testing.T) []string {
+	t.Helper()
+	names, err := netemu.Namespaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []string
+	for _, ns := range names {
+		if strings.HasPrefix(ns, fmt.Sprintf("hcnet-%d-", os.Getpid())) {
+			mine = append(mine, ns)
+		}
+	}
+	return mine
+}
+
+func TestRunOnEmulatedLinks(t *testing.T) {
+	if err := netemu.Available(); err != nil {
+		t.Skip(err)
+	}
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envParentNS, self)
+	t.Setenv(envRole, "fabric")
+	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--", os.Args[0], "-test.run=^$"}); code != 0 {
+		t.Errorf("hiercomm run --link-rate 1gbit exited %d, want 0", code)
+	}
+	if left := fabricLeft(t); len(left) > 0 {
+		t.Errorf("after the job, namespaces %v are left", left)
+	}
+	// A failing job tears the fabric down too.
+	t.Setenv(envRole, "exit3-on-rank1")
+	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--link-per-node", "--", os.Args[0], "-test.run=^$"}); code != 3 {
+		t.Errorf("hiercomm run --link-rate with rank 1 failing exited %d, want 3", code)
+	}
+	if left := fabricLeft(t); len(left) > 0 {
+		t.Errorf("after a failed job, namespaces %v are left", left)
+	}
+}
+
+func TestRunOnEmulatedLinksTearsDownOnInterrupt(t *testing.T) {
+	if err := netemu.Available(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	t.Setenv(envRole, "sleep")
+	t.Setenv(envDir, dir)
+	codes := make(chan int, 1)
+	go func() {
+		codes <- run([]string{"--nodes", "2", "--ranks-per-node", "1", "--link-rate", "500mbit", "--", os.Args[0], "-test.run=^$"})
+	}()
+	// Once a rank runs, run has caught SIGINT (it does before it builds
+	// the fabric), so the signal goes to it, not to this test.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if ents, _ := os.ReadDir(dir); len(ents) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ranks never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := fabricLeft(t); len(left) != 3 {
+		t.Errorf("while the job runs, this process has namespaces %v, want a switch and 2 nodes", left)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-codes:
+		if code == 0 {
+			t.Errorf("an interrupted job exited 0")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hiercomm run did not stop on SIGINT")
+	}
+	if left := fabricLeft(t); len(left) > 0 {
+		t.Errorf("after SIGINT, namespaces %v are left", left)
 	}
 }
