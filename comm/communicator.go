@@ -68,6 +68,19 @@ type Communicator interface {
 	Close() error
 }
 
+// Aborter is a Communicator that can be aborted from outside, on every
+// rank: Abort fails the operations in flight with cause, makes every later
+// call fail fast with it (*AbortedError), and tells every live peer, whose
+// communicator is aborted in turn with a *RemoteError that keeps cause's
+// kind (errors.Is with ErrMismatch, ErrTimeout, ErrCanceled and
+// ErrPeerFailed holds there as here). A communicator composed of others
+// (hierarchy) aborts its parts this way when one of them fails, so that
+// every rank of every part learns of it in bounded time. Calls after the
+// first change nothing.
+type Aborter interface {
+	Abort(cause error)
+}
+
 // NoColor is the Split color of a rank that wants no new communicator.
 const NoColor = -1
 

@@ -127,6 +127,11 @@ type RemoteError struct {
 	// errors.Is(err, ErrPeerFailed) holds on every survivor, also on one
 	// that first hears of the failure from another survivor.
 	PeerFailed bool
+	// Mismatch says the peer ended it because ranks disagreed on a
+	// collective, so that errors.Is(err, ErrMismatch) holds on every rank,
+	// also on one that hears of it only through an aborted communicator
+	// (the parts of a composed communicator, see Aborter).
+	Mismatch bool
 }
 
 func (e *RemoteError) Error() string {
@@ -135,7 +140,7 @@ func (e *RemoteError) Error() string {
 
 func (e *RemoteError) Is(target error) bool {
 	return target == ErrPeerAbandoned || (e.Timeout && target == ErrTimeout) || (e.Canceled && target == ErrCanceled) ||
-		(e.PeerFailed && target == ErrPeerFailed)
+		(e.PeerFailed && target == ErrPeerFailed) || (e.Mismatch && target == ErrMismatch)
 }
 
 // AbortedError is the error of every call on a communicator that an earlier

@@ -113,7 +113,16 @@ func (c *Comm) commRank(worldRank int) int {
 // announced to its live peers (but for a mismatch, which travels as
 // per-collective notices that keep its type), so that every survivor names
 // the root cause even if it first hears of a cascade of clean closes.
-func (c *Comm) abort(cause error) {
+func (c *Comm) abort(cause error) { c.abortAs(cause, false) }
+
+// Abort implements comm.Aborter: the communicator is aborted with cause on
+// this rank and, through an announcement that keeps cause's kind (also a
+// mismatch's, unlike an abort nexar raises itself), on every live peer. A
+// communicator composed of this one and others (hierarchy) calls it when
+// another of its parts fails.
+func (c *Comm) Abort(cause error) { c.abortAs(cause, true) }
+
+func (c *Comm) abortAs(cause error, announceAlways bool) {
 	c.mu.Lock()
 	first := c.aborted == nil
 	if first {
@@ -128,7 +137,7 @@ func (c *Comm) abort(cause error) {
 	for _, o := range inflight {
 		o.fail(aborted, true) // the peers waiting on this rank learn why
 	}
-	if first && !errors.Is(cause, comm.ErrMismatch) {
+	if first && (announceAlways || !errors.Is(cause, comm.ErrMismatch)) {
 		c.announceAbort(cause)
 	}
 }
@@ -359,7 +368,9 @@ func (c *Comm) putLocked(k mkey, f frame) {
 func (c *Comm) onFail(f frame) {
 	defer putBuf(f.payload)
 	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
-		c.abort(&comm.RemoteError{Peer: f.src, Reason: "its side of the communicator was aborted: " + string(f.payload), PeerFailed: f.h.Step == failPeer})
+		c.abort(&comm.RemoteError{Peer: f.src, Reason: "its side of the communicator was aborted: " + string(f.payload),
+			PeerFailed: f.h.Step == failPeer, Mismatch: f.h.Step == failMismatch,
+			Timeout: f.h.Step == failTimeout, Canceled: f.h.Step == failCanceled})
 		return
 	}
 	c.mu.Lock()

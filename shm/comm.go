@@ -212,7 +212,12 @@ func (c *Comm) Close() error {
 	c.p2p.close()
 	close(c.stopHB)
 	c.users.Wait()
-	if !c.killed.Load() {
+	c.mu.Lock()
+	aborted := c.aborted != nil
+	c.mu.Unlock()
+	// An aborted rank stays aborted for its peers: they read why from its
+	// abort record (a mismatch stays a mismatch), not that it closed.
+	if !c.killed.Load() && !aborted {
 		c.setState(stateClosed)
 	}
 	if c.seg.created {
@@ -240,6 +245,23 @@ func (c *Comm) abort(cause error) {
 		c.writeAbort(cause)
 	}
 	c.p2p.fail(aborted)
+}
+
+// Abort implements comm.Aborter: the communicator is aborted with cause
+// here, and the peers read the abort record (which keeps cause's kind,
+// also a mismatch's) as soon as they wait for this rank. A communicator
+// composed of this one and others (hierarchy) calls it when another of its
+// parts fails.
+func (c *Comm) Abort(cause error) {
+	c.mu.Lock()
+	if c.aborted != nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.users.Add(1) // under mu while open: Close's Wait comes after
+	c.mu.Unlock()
+	defer c.users.Done()
+	c.abort(cause)
 }
 
 // kill is a test hook: from now on this rank behaves like a process that

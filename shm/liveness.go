@@ -178,5 +178,5 @@ func (c *Comm) abortError(q int) error {
 		return &comm.PeerError{Peer: peer, Err: fmt.Errorf("%s (seen by rank %d)", text, q)}
 	}
 	return &comm.RemoteError{Peer: q, Reason: "it aborted the communicator: " + text,
-		Timeout: code == codeTimeout, Canceled: code == codeCanceled, PeerFailed: code == codePeerFailed}
+		Timeout: code == codeTimeout, Canceled: code == codeCanceled, PeerFailed: code == codePeerFailed, Mismatch: code == codeMismatch}
 }
