@@ -30,6 +30,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -58,6 +59,9 @@ type Options struct {
 	// Collectives tunes the collectives (timeouts, segment size, cost
 	// model); its Logger defaults to Logger.
 	Collectives nexar.Options
+	// Hierarchy tunes the hierarchical communicator of a multi-node world
+	// (SmallBytes, ChunkBytes, Stager); its parts come from Init.
+	Hierarchy hierarchy.Config
 	// Logger receives progress ("7/16 ranks joined"), warnings and failures.
 	// If nil, defaults to slog.Default().
 	Logger *slog.Logger
@@ -127,7 +131,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	topo, rank := cl.Topology(), cl.Rank()
-	if useSHM(l, topo, log) {
+	if useSHM(l, topo) {
 		data.Close() // published, but no one dials it: every rank is here
 		c, err := connectSHM(ctx, l, topo, rank, opt, log)
 		if err != nil {
@@ -159,7 +163,16 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		_ = leave(cl)
 		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
 	}
-	return ready(c, cl, topo, rank, l, log, l.Network), nil
+	if !hierarchical(topo) {
+		return ready(c, cl, topo, rank, l, log, l.Network), nil
+	}
+	h, via, err := buildHierarchy(ctx, c, l, topo, rank, opt, log)
+	if err != nil {
+		c.Close()
+		_ = leave(cl)
+		return nil, err
+	}
+	return ready(h, cl, topo, rank, l, log, via), nil
 }
 
 // peerFailer is a communicator that can be told of a rank the membership

@@ -232,10 +232,11 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 		via       string // the communicator's type, as %T prints it
 		env       []string
 	}{
-		{"torchrun 2x2", []int{2, 2}, "torchrun", "block", "quic", "*nexar.Comm", nil},
-		{"slurm 2x2 cyclic", []int{2, 2}, "slurm", "cyclic", "quic", "*nexar.Comm", nil},
-		{"kubernetes 2x2", []int{2, 2}, "kubernetes", "block", "quic", "*nexar.Comm", nil},
-		{"torchrun 2+3", []int{2, 3}, "torchrun", "block", "tcp", "*nexar.Comm", nil},
+		{"torchrun 2x2", []int{2, 2}, "torchrun", "block", "quic", "*hierarchy.Comm", nil},
+		{"slurm 2x2 cyclic", []int{2, 2}, "slurm", "cyclic", "quic", "*hierarchy.Comm", nil},
+		{"kubernetes 2x2", []int{2, 2}, "kubernetes", "block", "quic", "*hierarchy.Comm", nil},
+		{"torchrun 2+3", []int{2, 3}, "torchrun", "block", "tcp", "*hierarchy.Comm", nil},
+		{"torchrun 2x2 intra nexar", []int{2, 2}, "torchrun", "block", "tcp", "*hierarchy.Comm", []string{cluster.EnvIntra + "=nexar"}},
 		{"slurm 3x1", []int{1, 1, 1}, "slurm", "block", "tcp", "*nexar.Comm", nil},
 		{"kubernetes 1x3", []int{3}, "kubernetes", "block", "quic", "*shm.Comm", nil},
 		{"kubernetes 3x1 indexed", []int{1, 1, 1}, "kubernetes", "block", "quic", "*nexar.Comm", nil},

@@ -10,25 +10,57 @@ import (
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
-// useSHM reports whether the ranks talk through shared memory: a world on
-// one node with several ranks, unless the launch asks for the network
-// transport. A multi-node world needs the hierarchical communicator to put
-// shared memory inside each node; until it exists, such a world is flat.
-func useSHM(l cluster.Launch, topo *topology.Topology, log *slog.Logger) bool {
-	oneNode := topo.NumNodes() == 1 && topo.Size() > 1
-	switch l.Intra {
-	case "nexar":
-		return false
-	case "shm":
-		if !oneNode {
-			log.Warn("hiercomm: shared memory carries only the ranks of one node, and this world spans several: using the network transport for every rank (" + cluster.EnvIntra + "=shm)")
+// useSHM reports whether a one-node world talks through shared memory
+// alone: a world on one node with several ranks, unless the launch asks
+// for the network transport. (A multi-node world is hierarchical, with
+// shared memory inside each node: see buildHierarchy.)
+func useSHM(l cluster.Launch, topo *topology.Topology) bool {
+	return l.Intra != "nexar" && topo.NumNodes() == 1 && topo.Size() > 1
+}
+
+// hierarchical reports whether the world gets the 2D communicator: more
+// than one node, and more than one rank on some node.
+func hierarchical(topo *topology.Topology) bool {
+	g, homogeneous := topo.RanksPerNode()
+	return topo.NumNodes() > 1 && (g > 1 || !homogeneous)
+}
+
+// buildHierarchy composes the hierarchical communicator over the flat
+// world: shared memory among the ranks of each node (or a split of the
+// world with HIERCOMM_INTRA=nexar) and one split of the world per rail.
+func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, string, error) {
+	var intra comm.Communicator
+	via := "hierarchy: nexar within nodes, " + l.Network + " between"
+	if l.Intra != "nexar" {
+		node := topo.Nodes()[topo.NodeOf(rank)]
+		c, err := shm.New(ctx, shm.Config{
+			Namespace:      shmNamespace(l, topo.Member(rank).Host),
+			Rank:           topo.LocalRank(rank),
+			Size:           len(node.Ranks),
+			Timeout:        opt.Collectives.Timeout,
+			FailureTimeout: opt.FailureTimeout,
+			ConnectTimeout: opt.ConnectTimeout,
+			Logger:         log,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("hiercomm.Init: joining rank %d to its node's shared memory: %w", rank, err)
 		}
+		intra = c
+		via = "hierarchy: shm within nodes, " + l.Network + " between"
 	}
-	return oneNode
+	h, err := hierarchy.Build(ctx, world, topo, intra, opt.Hierarchy)
+	if err != nil {
+		if intra != nil {
+			intra.Close()
+		}
+		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	return h, via, nil
 }
 
 // shmNamespace names the job's shared-memory segments on this host: the

@@ -1,0 +1,463 @@
+package hierarchy
+
+import (
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// run executes one collective (see the package doc for the algorithms).
+func (h *Comm) run(t *task) error {
+	defer h.cfg.Stager.Reset()
+	c := t.call
+	x := &phases{h: h, ctx: t.ctx, kind: c.Kind, seq: t.seq, sig: c.Signature()}
+	if t.verr != nil {
+		x.abandoned = h.opError(c.Kind, t.seq, -1, t.verr)
+		c = h.shapeOf(c)
+	}
+	op := c.Op
+	if op == comm.Avg {
+		// Summed through the phases, divided once at the end.
+		op = comm.Sum
+	}
+	switch {
+	case c.Kind == comm.KindBarrier && !h.flat:
+		h.barrier(x)
+	case c.Kind == comm.KindAllReduce && !h.flat && !h.homogeneous:
+		h.allReduceLeads(x, c.Send, c.Recv, op)
+	case c.Kind == comm.KindBroadcast && !h.flat && !h.homogeneous:
+		h.broadcastLeads(x, c.Send, c.Root)
+	case c.Kind == comm.KindReduce && !h.flat && !h.homogeneous:
+		h.reduceLeads(x, c.Send, c.Recv, op, c.Root)
+	case h.flat || !h.homogeneous:
+		x.do(h.worldPart(), c)
+		return x.err()
+	case c.Kind == comm.KindAllReduce:
+		if h.small(c.Send) {
+			h.allReduceLeads(x, c.Send, c.Recv, op)
+		} else {
+			h.allReduce2D(x, c.Send, c.Recv, op)
+		}
+	case c.Kind == comm.KindReduceScatter:
+		h.reduceScatter2D(x, c.Send, c.Recv, op)
+	case c.Kind == comm.KindAllGather:
+		h.allGather2D(x, c.Send, c.Recv)
+	case c.Kind == comm.KindBroadcast:
+		h.broadcast(x, c.Send, c.Root)
+	case c.Kind == comm.KindReduce:
+		h.reduce(x, c.Send, c.Recv, op, c.Root)
+	default:
+		x.do(h.worldPart(), c)
+		return x.err()
+	}
+	if c.Op == comm.Avg && x.ok() {
+		if out := avgTarget(c, h.rank); !out.IsZero() {
+			x.local("dividing for Avg", h.cfg.Stager.FinishAvg(out, h.size))
+		}
+	}
+	return x.err()
+}
+
+// shapeOf is a rejected call's stand-in: buffers of the lengths its
+// Signature implies (placeholders the poisoned operations never touch) and
+// a root in range, so that this rank issues the same operations as the
+// ranks whose calls are good. The operations of a collective depend only
+// on its kind, count and dtype size (and never on the root), so the
+// stand-in's are its peers' — but when the count itself is what is wrong
+// (a missing buffer of the large paths' sizes), for which no rank can do
+// better.
+func (h *Comm) shapeOf(c comm.Call) comm.Call {
+	sig := c.Signature()
+	dt := sig.DType
+	if !dt.Valid() {
+		dt = comm.U8
+	}
+	n := max(0, int(sig.Count))
+	ph := func(m int) comm.Buffer { return comm.Device(0, m, dt, 0) }
+	out := comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root}
+	if out.Root < 0 || out.Root >= h.size {
+		out.Root = 0
+	}
+	switch c.Kind {
+	case comm.KindAllReduce, comm.KindReduce:
+		out.Send, out.Recv = ph(n), ph(n)
+	case comm.KindBroadcast:
+		out.Send = ph(n)
+		out.Recv = out.Send
+	case comm.KindReduceScatter:
+		out.Send, out.Recv = ph(h.size*n), ph(n)
+	case comm.KindAllGather:
+		out.Send, out.Recv = ph(n), ph(h.size*n)
+	default:
+		return c // runs on the world part, which rejects it itself
+	}
+	return out
+}
+
+// avgTarget is the buffer an Avg divides on this rank: the result, where
+// this rank has one.
+func avgTarget(c comm.Call, rank int) comm.Buffer {
+	if c.Kind == comm.KindReduce && c.Root != rank {
+		return comm.Buffer{}
+	}
+	return c.Recv
+}
+
+// small reports whether a message of b's size takes the latency path.
+func (h *Comm) small(b comm.Buffer) bool {
+	return b.Len() < h.g || (h.cfg.SmallBytes > 0 && b.ByteLen() <= h.cfg.SmallBytes)
+}
+
+// chunks splits [0, n) into pieces of about ChunkBytes (each a multiple of
+// unit elements, which must divide n) for the pipelines; perUnitBytes is
+// the bytes the whole node moves per element of a piece.
+func (h *Comm) chunks(n, unit, bytesPerElem int) [][2]int {
+	per := h.cfg.ChunkBytes / max(1, bytesPerElem)
+	per = max(unit, per/unit*unit)
+	var out [][2]int
+	for off := 0; off < n; off += per {
+		out = append(out, [2]int{off, min(per, n-off)})
+	}
+	return out
+}
+
+// sliceOr is b.Slice(off, n), or the zero Buffer when b is (a rank that
+// has no result buffer: Reduce's non-roots).
+func sliceOr(b comm.Buffer, off, n int) comm.Buffer {
+	if b.IsZero() {
+		return b
+	}
+	return b.Slice(off, n)
+}
+
+// allReduceLeads is the lead-based AllReduce: intra Reduce to the lead,
+// AllReduce among the leads, intra Broadcast. It is the latency path, the
+// tail of the large path, and every size on heterogeneous nodes.
+func (h *Comm) allReduceLeads(x *phases, send, recv comm.Buffer, op comm.ReduceOp) {
+	lead := h.local == 0
+	var at comm.Buffer
+	if lead {
+		at = recv
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindReduce, Send: send, Recv: at, Op: op, Root: 0})
+	if lead {
+		x.do(h.railPart(), comm.Call{Kind: comm.KindAllReduce, Send: recv, Recv: recv, Op: op})
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: recv, Recv: recv, Root: 0})
+}
+
+// allReduce2D is the large AllReduce: per chunk, intra ReduceScatter into
+// a shard, AllReduce of the shard on this rank's rail, intra AllGather.
+// The intra part runs the ReduceScatters of every chunk, then the
+// AllGathers, while the rails work through the shards, so the tiers
+// overlap; the order of operations on each part is the same on every rank.
+// The last n mod G elements take the lead-based path.
+func (h *Comm) allReduce2D(x *phases, send, recv comm.Buffer, op comm.ReduceOp) {
+	main, cs, shards, rs := h.shardChunks(x, send, op)
+	n := send.Len()
+	ar := make([]pending, len(cs))
+	for k := range cs {
+		x.wait(rs[k])
+		if h.leadShardOnly && h.local != 0 {
+			continue
+		}
+		ar[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindAllReduce, Send: shards[k], Recv: shards[k], Op: op})
+	}
+	ag := make([]pending, len(cs))
+	for k, ch := range cs {
+		if ar[k].w != nil {
+			x.wait(ar[k])
+		}
+		ag[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: shards[k], Recv: recv.Slice(ch[0], ch[1])})
+	}
+	for k := range cs {
+		x.wait(ag[k])
+	}
+	if main < n {
+		h.allReduceLeads(x, send.Slice(main, n-main), recv.Slice(main, n-main), op)
+	}
+}
+
+// shardChunks splits send's first main = len − len mod G elements into
+// the chunks of a large path and starts, per chunk, an intra
+// ReduceScatter that leaves this rank the node's sum of its 1/G shard.
+func (h *Comm) shardChunks(x *phases, send comm.Buffer, op comm.ReduceOp) (main int, cs [][2]int, shards []comm.Buffer, rs []pending) {
+	G := h.g
+	main = send.Len() - send.Len()%G
+	cs = h.chunks(main, G, send.DType().Size())
+	shards = make([]comm.Buffer, len(cs))
+	rs = make([]pending, len(cs))
+	for k, ch := range cs {
+		shards[k] = x.alloc(send, ch[1]/G)
+		rs[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindReduceScatter, Send: send.Slice(ch[0], ch[1]), Recv: shards[k], Op: op})
+	}
+	return main, cs, shards, rs
+}
+
+// rankAt is the global rank of local rank l on node m (homogeneous nodes).
+func (h *Comm) rankAt(m, l int) int { return h.topo.Nodes()[m].Ranks[l] }
+
+// reduceScatter2D: rank r = (m, l) wants block r of the reduction. Per
+// chunk of every block, the send blocks are permuted so that those of rail
+// l's ranks (l, m) sit together in node order; an intra ReduceScatter
+// leaves local rank l the node's sum of rail l's blocks, and a
+// ReduceScatter on rail l hands node m's member its own block. Across
+// nodes each rank sends (N-1)/N of one block, no more.
+func (h *Comm) reduceScatter2D(x *phases, send, recv comm.Buffer, op comm.ReduceOp) {
+	G, N := h.g, h.topo.NumNodes()
+	n := recv.Len()
+	cs := h.chunks(n, 1, h.size*recv.DType().Size())
+	perm := make([]comm.Buffer, len(cs))
+	if x.ok() {
+		for k, ch := range cs {
+			perm[k] = x.alloc(send, h.size*ch[1])
+			h.permute(x, perm[k], send, n, ch, false)
+		}
+	}
+	rs := make([]pending, len(cs))
+	parts := make([]comm.Buffer, len(cs))
+	for k, ch := range cs {
+		parts[k] = x.alloc(send, N*ch[1])
+		rs[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindReduceScatter, Send: perm[k], Recv: parts[k], Op: op})
+	}
+	rr := make([]pending, len(cs))
+	for k, ch := range cs {
+		x.wait(rs[k])
+		rr[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindReduceScatter, Send: parts[k], Recv: recv.Slice(ch[0], ch[1]), Op: op})
+	}
+	for k := range cs {
+		x.wait(rr[k])
+	}
+	_ = G
+}
+
+// permute copies between the rank-order layout (block r of n elements at
+// r·n; this chunk is elements [off, off+c) of every block) and the rail
+// layout of the chunk (rank (m, l)'s piece at (l·N + m)·c). toRanks says
+// which way.
+func (h *Comm) permute(x *phases, railLayout, rankLayout comm.Buffer, n int, ch [2]int, toRanks bool) {
+	off, c := ch[0], ch[1]
+	N := h.topo.NumNodes()
+	for l := range h.g {
+		for m := range N {
+			a := railLayout.Slice((l*N+m)*c, c)
+			b := rankLayout.Slice(h.rankAt(m, l)*n+off, c)
+			var err error
+			if toRanks {
+				err = h.cfg.Stager.Copy(b, a)
+			} else {
+				err = h.cfg.Stager.Copy(a, b)
+			}
+			if !x.local("permuting blocks", err) {
+				return
+			}
+		}
+	}
+}
+
+// allGather2D is reduceScatter2D's inverse: per chunk, an AllGather on
+// the rail, an intra AllGather, and the permutation back to rank order.
+func (h *Comm) allGather2D(x *phases, send, recv comm.Buffer) {
+	N := h.topo.NumNodes()
+	n := send.Len()
+	cs := h.chunks(n, 1, h.size*send.DType().Size())
+	ra := make([]pending, len(cs))
+	parts := make([]comm.Buffer, len(cs))
+	for k, ch := range cs {
+		parts[k] = x.alloc(send, N*ch[1])
+		ra[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindAllGather, Send: send.Slice(ch[0], ch[1]), Recv: parts[k]})
+	}
+	ia := make([]pending, len(cs))
+	perm := make([]comm.Buffer, len(cs))
+	for k, ch := range cs {
+		x.wait(ra[k])
+		perm[k] = x.alloc(send, h.size*ch[1])
+		ia[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: parts[k], Recv: perm[k]})
+	}
+	for k, ch := range cs {
+		if x.wait(ia[k]) {
+			h.permute(x, perm[k], recv, n, ch, true)
+		}
+	}
+}
+
+// The rooted collectives have the same operations on every part whatever
+// the root (a node that is not the root's takes part with empty buffers):
+// a rank whose root is out of range rejects its call and must still issue
+// the operations its peers issue, without knowing the root.
+
+// broadcast: small, every rail broadcasts from the root's node (only the
+// root's rail with data) and every node broadcasts from the root's local
+// rank; large, per chunk the root's node scatters the chunk over its ranks,
+// every rail broadcasts its piece from the root's node, and every node
+// AllGathers the pieces.
+func (h *Comm) broadcast(x *phases, buf comm.Buffer, root int) {
+	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
+	if h.small(buf) {
+		h.broadcastSmall(x, buf, mr, lr)
+		return
+	}
+	G := h.g
+	n := buf.Len()
+	main := n - n%G
+	cs := h.chunks(main, G, buf.DType().Size())
+	pieces := make([]comm.Buffer, len(cs))
+	sc := make([]pending, len(cs))
+	for k, ch := range cs {
+		pieces[k] = x.alloc(buf, ch[1]/G)
+		call := comm.Call{Kind: comm.KindScatter, Send: buf.Slice(ch[0], 0), Recv: sliceOr(pieces[k], 0, 0), Root: lr}
+		if h.node == mr {
+			call.Recv = pieces[k]
+			if h.rank == root {
+				call.Send = buf.Slice(ch[0], ch[1])
+			}
+		}
+		sc[k] = x.start(h.intraPart(), call)
+	}
+	bc := make([]pending, len(cs))
+	for k := range cs {
+		x.wait(sc[k])
+		bc[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindBroadcast, Send: pieces[k], Recv: pieces[k], Root: mr})
+	}
+	ag := make([]pending, len(cs))
+	for k, ch := range cs {
+		x.wait(bc[k])
+		ag[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: pieces[k], Recv: buf.Slice(ch[0], ch[1])})
+	}
+	for k := range cs {
+		x.wait(ag[k])
+	}
+	if main < n {
+		h.broadcastSmall(x, buf.Slice(main, n-main), mr, lr)
+	}
+}
+
+func (h *Comm) broadcastSmall(x *phases, buf comm.Buffer, mr, lr int) {
+	onRail := buf
+	if h.local != lr {
+		onRail = buf.Slice(0, 0)
+	}
+	x.do(h.railPart(), comm.Call{Kind: comm.KindBroadcast, Send: onRail, Recv: onRail, Root: mr})
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: buf, Recv: buf, Root: lr})
+}
+
+// reduce: small, an intra Reduce to the root's local rank on every node,
+// then a Reduce on every rail to the root's node (the root's rail with
+// data); large, per chunk an intra ReduceScatter, a Reduce of each shard
+// on its rail to the root's node, and an intra Gather to the root.
+func (h *Comm) reduce(x *phases, send, recv comm.Buffer, op comm.ReduceOp, root int) {
+	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
+	if h.rank != root {
+		recv = comm.Buffer{}
+	}
+	if h.small(send) {
+		h.reduceSmall(x, send, recv, op, mr, lr)
+		return
+	}
+	main, cs, shards, rs := h.shardChunks(x, send, op)
+	n := send.Len()
+	rd := make([]pending, len(cs))
+	for k := range cs {
+		x.wait(rs[k])
+		var at comm.Buffer
+		if h.node == mr {
+			at = shards[k]
+		}
+		rd[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindReduce, Send: shards[k], Recv: at, Op: op, Root: mr})
+	}
+	ga := make([]pending, len(cs))
+	for k, ch := range cs {
+		x.wait(rd[k])
+		call := comm.Call{Kind: comm.KindGather, Send: sliceOr(shards[k], 0, 0), Root: lr}
+		if h.node == mr {
+			call.Send, call.Recv = shards[k], sliceOr(recv, ch[0], ch[1])
+		} else if h.local == lr {
+			call.Recv = sliceOr(shards[k], 0, 0)
+		}
+		ga[k] = x.start(h.intraPart(), call)
+	}
+	for k := range cs {
+		x.wait(ga[k])
+	}
+	if main < n {
+		h.reduceSmall(x, send.Slice(main, n-main), sliceOr(recv, main, n-main), op, mr, lr)
+	}
+}
+
+func (h *Comm) reduceSmall(x *phases, send, recv comm.Buffer, op comm.ReduceOp, mr, lr int) {
+	var at comm.Buffer
+	if h.local == lr {
+		at = recv
+		if at.IsZero() {
+			at = x.alloc(send, send.Len())
+		}
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindReduce, Send: send, Recv: at, Op: op, Root: lr})
+	onRail, out := at, recv
+	if h.local != lr {
+		onRail = send.Slice(0, 0)
+		out = comm.Buffer{}
+		if h.node == mr {
+			out = onRail
+		}
+	}
+	x.do(h.railPart(), comm.Call{Kind: comm.KindReduce, Send: onRail, Recv: out, Op: op, Root: mr})
+}
+
+// broadcastLeads is the lead-based Broadcast of heterogeneous nodes: the
+// root's node broadcasts from the root, the leads from the root's node's
+// lead, every other node from its lead. Every node takes part in both
+// intra phases (with an empty buffer where it has nothing to move), so the
+// operations do not depend on the root.
+func (h *Comm) broadcastLeads(x *phases, buf comm.Buffer, root int) {
+	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
+	first, firstRoot, last := buf.Slice(0, 0), 0, buf
+	if h.node == mr {
+		first, firstRoot, last = buf, lr, buf.Slice(0, 0)
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: first, Recv: first, Root: firstRoot})
+	if h.leads != nil {
+		x.do(h.railPart(), comm.Call{Kind: comm.KindBroadcast, Send: buf, Recv: buf, Root: mr})
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: last, Recv: last, Root: 0})
+}
+
+// reduceLeads is the lead-based Reduce of heterogeneous nodes: intra
+// Reduce to every node's lead, Reduce among the leads to the root's
+// node's, and on the root's node a Broadcast from its lead (the others
+// take part with an empty buffer).
+func (h *Comm) reduceLeads(x *phases, send, recv comm.Buffer, op comm.ReduceOp, root int) {
+	mr := h.topo.NodeOf(root)
+	var acc comm.Buffer // the node's sum, at the lead; then the result on the root's node
+	switch {
+	case h.rank == root:
+		acc = recv
+	case h.local == 0 || h.node == mr:
+		acc = x.alloc(send, send.Len())
+	}
+	var at comm.Buffer
+	if h.local == 0 {
+		at = acc
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindReduce, Send: send, Recv: at, Op: op, Root: 0})
+	if h.leads != nil {
+		var out comm.Buffer
+		if h.node == mr {
+			out = acc
+		}
+		x.do(h.railPart(), comm.Call{Kind: comm.KindReduce, Send: acc, Recv: out, Op: op, Root: mr})
+	}
+	last := send.Slice(0, 0)
+	if h.node == mr {
+		last = acc
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: last, Recv: last, Root: 0})
+}
+
+// barrier: the ranks of each node meet, then the leads, then each node
+// again, so no rank leaves before every rank arrived.
+func (h *Comm) barrier(x *phases) {
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBarrier})
+	if h.leads != nil {
+		x.do(h.railPart(), comm.Call{Kind: comm.KindBarrier})
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBarrier})
+}

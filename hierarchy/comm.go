@@ -1,0 +1,439 @@
+package hierarchy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSmallBytes is the largest AllReduce (and Broadcast, Reduce)
+	// that takes the latency path. Measured with 2 emulated nodes × 2 ranks
+	// (shm inside a node, QUIC between nodes over 500 Mbit/s and 1 Gbit/s
+	// tbf links, one per rank): the two paths trade wins between 64 and
+	// 512 KiB, and the 2D path wins clearly from 1 MiB; see
+	// docs/benchmarks.md.
+	DefaultSmallBytes = 512 << 10
+	// DefaultChunkBytes is the pipelining unit of the large paths, per
+	// node-wide chunk of the message.
+	DefaultChunkBytes = 4 << 20
+)
+
+// Config is what a hierarchical communicator is made of. Every rank of the
+// hierarchy must use the same Topology, SmallBytes and ChunkBytes (the
+// algorithm choice is computed from them).
+type Config struct {
+	// Topology is the job's shape; Rank is this process's rank in it.
+	// Required.
+	Topology *topology.Topology
+	Rank     int
+	// World holds every rank, with the Topology's rank numbers. It carries
+	// Send/Recv to other nodes and the collectives without a 2D algorithm.
+	// Required.
+	World comm.Communicator
+	// Intra holds the ranks of this node; its rank l is local rank l.
+	// Required.
+	Intra comm.Communicator
+	// Rail holds the ranks with this local rank, one per node that has it,
+	// in node order (topology.Topology.Rails). Required.
+	Rail comm.Communicator
+	// SmallBytes is the largest message that takes the latency-optimal
+	// paths. If zero, defaults to DefaultSmallBytes; negative: never.
+	SmallBytes int
+	// ChunkBytes is the pipelining unit of the large paths. If zero,
+	// defaults to DefaultChunkBytes.
+	ChunkBytes int
+	// Stager gives the large paths their scratch memory. If nil, defaults
+	// to host memory (NewHostStager), which serves host buffers.
+	Stager Stager
+	// Name names the communicator in errors. If empty, defaults to
+	// "hierarchy".
+	Name string
+	// Logger receives the communicator's logs. If nil, defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Comm is a hierarchical communicator. It owns its parts: Close closes
+// them.
+type Comm struct {
+	comm.Blocking
+	cfg   Config
+	topo  *topology.Topology
+	rank  int
+	size  int
+	node  int
+	local int
+	// g is the ranks per node; homogeneous says every node has g.
+	g           int
+	homogeneous bool
+	// flat: one node, or one rank per node; everything runs on World.
+	flat bool
+	// leadShardOnly is a test hook: the large AllReduce reduces only the
+	// lead's shard across nodes, as the reference stack's nexar-nccl did.
+	// The conformance suite must catch it.
+	leadShardOnly bool
+
+	world, intra, rail comm.Communicator
+	// leads is the rail of the leads (rail 0) on a lead, nil elsewhere.
+	leads comm.Communicator
+	// intraRanks[l] and railRanks[i] are the global ranks of the intra
+	// part's rank l and the rail's rank i.
+	intraRanks, railRanks []int
+	log                   *slog.Logger
+
+	mu      sync.Mutex // guards the fields below
+	seq     uint64     // collectives started (Split included)
+	queue   []*task    // started, not yet run by the executor
+	wake    chan struct{}
+	closed  bool
+	aborted error // the first failure that aborted the hierarchy
+	running bool  // the executor goroutine exists
+	done    chan struct{}
+}
+
+// task is a collective or Split waiting for the executor.
+type task struct {
+	ctx  context.Context
+	call comm.Call
+	seq  uint64
+	verr error
+	work *comm.Work
+	// split, when set, runs instead of a call.
+	split func(ctx context.Context) error
+}
+
+// New returns the hierarchical communicator of cfg's rank. It checks that
+// the parts match the topology (sizes and ranks) and fails with an error
+// that names the part otherwise.
+func New(cfg Config) (*Comm, error) {
+	if cfg.Topology == nil {
+		return nil, errors.New("hierarchy.New: Config.Topology is nil")
+	}
+	t := cfg.Topology
+	if cfg.Rank < 0 || cfg.Rank >= t.Size() {
+		return nil, fmt.Errorf("hierarchy.New: Config.Rank %d is not in [0, %d)", cfg.Rank, t.Size())
+	}
+	if cfg.World == nil || cfg.Intra == nil || cfg.Rail == nil {
+		return nil, fmt.Errorf("hierarchy.New: Config.World, Intra and Rail are all required (world %v, intra %v, rail %v)",
+			cfg.World != nil, cfg.Intra != nil, cfg.Rail != nil)
+	}
+	if cfg.SmallBytes == 0 {
+		cfg.SmallBytes = DefaultSmallBytes
+	}
+	if cfg.ChunkBytes == 0 {
+		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	if cfg.ChunkBytes < 0 {
+		return nil, fmt.Errorf("hierarchy.New: Config.ChunkBytes %d is negative", cfg.ChunkBytes)
+	}
+	if cfg.Stager == nil {
+		cfg.Stager = NewHostStager()
+	}
+	if cfg.Name == "" {
+		cfg.Name = "hierarchy"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := cfg.Rank
+	node, local := t.NodeOf(r), t.LocalRank(r)
+	g, homogeneous := t.RanksPerNode()
+	h := &Comm{
+		cfg: cfg, topo: t, rank: r, size: t.Size(), node: node, local: local,
+		g: g, homogeneous: homogeneous,
+		world: cfg.World, intra: cfg.Intra, rail: cfg.Rail,
+		intraRanks: t.Nodes()[node].Ranks,
+		railRanks:  t.Rails()[local],
+		log:        cfg.Logger,
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+	h.Blocking = comm.Blocking{S: h}
+	h.flat = t.NumNodes() == 1 || (homogeneous && g == 1)
+	if local == 0 {
+		h.leads = h.rail
+	}
+	check := func(part string, c comm.Communicator, rank, size int) error {
+		if c.Size() != size || c.Rank() != rank {
+			return fmt.Errorf("hierarchy.New: rank %d: the %s part is rank %d of %d, want rank %d of %d (build it with topology.Colors)",
+				r, part, c.Rank(), c.Size(), rank, size)
+		}
+		return nil
+	}
+	if err := check("world", h.world, r, t.Size()); err != nil {
+		return nil, err
+	}
+	if err := check("intra", h.intra, local, len(h.intraRanks)); err != nil {
+		return nil, err
+	}
+	if err := check("rail", h.rail, slices.Index(h.railRanks, r), len(h.railRanks)); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Build splits world into the intra and rail parts the topology describes
+// and returns the hierarchical communicator over them. If intra is not nil
+// it is the intra part (a shared-memory or NCCL communicator of this
+// node's ranks in local-rank order) and only the rails are split off. It is
+// a collective on world. The hierarchy owns world, intra and the rails.
+func Build(ctx context.Context, world comm.Communicator, t *topology.Topology, intra comm.Communicator, cfg Config) (*Comm, error) {
+	if t == nil || world == nil {
+		return nil, errors.New("hierarchy.Build: the world and its topology are required")
+	}
+	rank := world.Rank()
+	if world.Size() != t.Size() {
+		return nil, fmt.Errorf("hierarchy.Build: the world has %d ranks, the topology %d", world.Size(), t.Size())
+	}
+	col := t.Colors(rank)
+	var made []comm.Communicator
+	fail := func(err error) (*Comm, error) {
+		for _, c := range made {
+			c.Close()
+		}
+		return nil, fmt.Errorf("hierarchy.Build: rank %d: %w", rank, err)
+	}
+	if intra == nil {
+		c, err := world.Split(ctx, col.Intra, col.IntraKey)
+		if err != nil {
+			return fail(fmt.Errorf("splitting the intra-node part: %w", err))
+		}
+		intra = c
+		made = append(made, c)
+	}
+	rail, err := world.Split(ctx, col.Rail, col.RailKey)
+	if err != nil {
+		return fail(fmt.Errorf("splitting rail %d: %w", col.Rail, err))
+	}
+	made = append(made, rail)
+	cfg.Topology, cfg.Rank, cfg.World, cfg.Intra, cfg.Rail = t, rank, world, intra, rail
+	h, err := New(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	return h, nil
+}
+
+// Rank implements comm.Communicator.
+func (h *Comm) Rank() int { return h.rank }
+
+// Size implements comm.Communicator.
+func (h *Comm) Size() int { return h.size }
+
+// Topology is the shape the communicator was built for.
+func (h *Comm) Topology() *topology.Topology { return h.topo }
+
+// Flat is the world part: every rank, no hierarchy. Benchmarks compare the
+// two on the same processes; the hierarchy keeps owning it.
+func (h *Comm) Flat() comm.Communicator { return h.world }
+
+// Parts are the intra-node part and this rank's rail.
+func (h *Comm) Parts() (intra, rail comm.Communicator) { return h.intra, h.rail }
+
+func (h *Comm) String() string {
+	mode := "2D"
+	switch {
+	case h.flat:
+		mode = "flat"
+	case !h.homogeneous:
+		mode = "lead-based (heterogeneous nodes)"
+	}
+	return fmt.Sprintf("%s rank %d of %d (node %d, local rank %d; %s)", h.cfg.Name, h.rank, h.size, h.node, h.local, mode)
+}
+
+// Start implements comm.Communicator. Collectives run one at a time, in
+// the order they were started, on an executor goroutine; Send and Recv go
+// straight to the part that reaches the peer.
+func (h *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return h.startP2P(ctx, call)
+	}
+	verr := comm.Validate(call, h.rank, h.size)
+	if verr == nil {
+		verr = h.cfg.Stager.Check(call)
+	}
+	return h.enqueue(&task{ctx: ctx, call: call, verr: verr})
+}
+
+// enqueue numbers t and hands it to the executor.
+func (h *Comm) enqueue(t *task) *comm.Work {
+	t.work = comm.NewWork()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		t.work.Complete(h.opError(t.call.Kind, 0, -1, comm.ErrClosed))
+		return t.work
+	}
+	h.seq++
+	t.seq = h.seq
+	h.queue = append(h.queue, t)
+	if !h.running {
+		h.running = true
+		go h.execute()
+	}
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+	return t.work
+}
+
+// execute runs the queued tasks in order until Close.
+func (h *Comm) execute() {
+	defer close(h.done)
+	for {
+		h.mu.Lock()
+		if len(h.queue) == 0 {
+			if h.closed {
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Unlock()
+			<-h.wake
+			continue
+		}
+		t := h.queue[0]
+		h.queue = h.queue[1:]
+		closed, aborted := h.closed, h.aborted
+		h.mu.Unlock()
+		switch {
+		case closed:
+			t.work.Complete(h.opError(t.call.Kind, t.seq, -1, comm.ErrClosed))
+		case aborted != nil && t.verr == nil:
+			t.work.Complete(h.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted}))
+		case t.split != nil:
+			t.work.Complete(t.split(t.ctx))
+		default:
+			t.work.Complete(h.run(t))
+		}
+	}
+}
+
+// opError wraps err as an error of this rank's operation.
+func (h *Comm) opError(kind comm.Kind, seq uint64, peer int, err error) error {
+	return &comm.OpError{Rank: h.rank, Peer: peer, Kind: kind, Seq: seq, Comm: h.cfg.Name, Err: err}
+}
+
+// abort aborts the hierarchy and every part with cause; only the first
+// call has an effect. Parts that cannot be aborted from outside are closed,
+// so that their peers see an error rather than wait.
+func (h *Comm) abort(cause error) {
+	h.mu.Lock()
+	if h.aborted != nil || h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.aborted = cause
+	h.mu.Unlock()
+	h.log.Debug("hierarchy: aborted", "comm", h.cfg.Name, "rank", h.rank, "cause", cause)
+	for _, p := range h.partsOwned() {
+		if a, ok := p.(comm.Aborter); ok {
+			a.Abort(cause)
+		} else {
+			p.Close()
+		}
+	}
+}
+
+// Abort implements comm.Aborter: the hierarchy and its parts are aborted
+// with cause on every rank.
+func (h *Comm) Abort(cause error) { h.abort(cause) }
+
+// peerFailer is a part that can be told of a rank an outside failure
+// detector declared dead (nexar.Comm).
+type peerFailer interface {
+	PeerFailed(rank int, cause error)
+}
+
+// PeerFailed reports that the process of global rank peer is gone, as the
+// cluster layer's failure detector saw it: the world part (and with it
+// every communicator split from it) is told, and the hierarchy is aborted
+// with a *comm.PeerError naming the rank.
+func (h *Comm) PeerFailed(peer int, cause error) {
+	if peer < 0 || peer >= h.size || peer == h.rank {
+		return
+	}
+	if pf, ok := h.world.(peerFailer); ok {
+		pf.PeerFailed(peer, cause)
+	}
+	h.abort(&comm.PeerError{Peer: peer, Addr: h.topo.Member(peer).Addr, Err: cause})
+}
+
+// partsOwned lists the parts, rails and intra before the world.
+func (h *Comm) partsOwned() []comm.Communicator {
+	return []comm.Communicator{h.rail, h.intra, h.world}
+}
+
+// Close implements comm.Communicator: operations in flight and queued fail
+// with comm.ErrClosed, and the parts are closed.
+func (h *Comm) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	queued := h.queue
+	h.queue = nil
+	running := h.running
+	h.mu.Unlock()
+	for _, t := range queued {
+		t.work.Complete(h.opError(t.call.Kind, t.seq, -1, comm.ErrClosed))
+	}
+	var errs []error
+	for _, p := range h.partsOwned() {
+		if err := p.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if running {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+		<-h.done
+	}
+	return errors.Join(errs...)
+}
+
+// startP2P sends or receives directly: through the intra part to a rank of
+// this node, through the world to another node's. One pair of ranks always
+// uses the same part, so messages with one tag keep their order.
+func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
+	if err := comm.Validate(call, h.rank, h.size); err != nil {
+		return comm.Failed(h.opError(call.Kind, 0, call.Peer, err))
+	}
+	h.mu.Lock()
+	closed, aborted := h.closed, h.aborted
+	h.mu.Unlock()
+	switch {
+	case closed:
+		return comm.Failed(h.opError(call.Kind, 0, call.Peer, comm.ErrClosed))
+	case aborted != nil:
+		return comm.Failed(h.opError(call.Kind, 0, call.Peer, &comm.AbortedError{Cause: aborted}))
+	}
+	if h.topo.NodeOf(call.Peer) != h.node {
+		return h.world.Start(ctx, call)
+	}
+	peer := call.Peer
+	call.Peer = h.topo.LocalRank(peer)
+	sub := h.intra.Start(ctx, call)
+	w := comm.NewWork()
+	go func() {
+		err := sub.Wait()
+		if err != nil {
+			err = h.opError(call.Kind, 0, peer, fmt.Errorf("via the intra-node part (local rank %d): %w", call.Peer, err))
+		}
+		w.Complete(err)
+	}()
+	return w
+}

@@ -1,0 +1,185 @@
+package hierarchy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+// TestSuiteCatchesLeadShardOnly checks that the conformance suite fails a
+// hierarchy with the reference stack's defect (nexar-nccl: after the intra
+// ReduceScatter only the lead's shard is reduced across nodes), and passes
+// the same hierarchy without it: rank-distinct data makes the other G-1
+// shards wrong.
+func TestSuiteCatchesLeadShardOnly(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		errs := runAllReduceSuite(t, broken)
+		failed := 0
+		for _, err := range errs {
+			if err != nil {
+				failed++
+			}
+		}
+		switch {
+		case broken && failed == 0:
+			t.Fatal("the suite passed a hierarchy that reduces only the lead's shard across nodes")
+		case broken && !strings.Contains(errs[1].Error(), "AllReduce"):
+			t.Fatalf("rank 1's failure does not name the AllReduce: %v", errs[1])
+		case !broken && failed > 0:
+			t.Fatalf("the correct hierarchy failed: %v", errs)
+		}
+	}
+}
+
+// runAllReduceSuite runs the AllReduce cases of the suite on a 2×2
+// hierarchy with the large path forced, and returns each rank's verdict.
+func runAllReduceSuite(t *testing.T, leadShardOnly bool) []error {
+	t.Helper()
+	var ms []topology.Member
+	for r := range 4 {
+		ms = append(ms, topology.Member{Rank: r, Host: []string{"a", "b"}[r/2], Local: r % 2, Device: -1})
+	}
+	tp, err := topology.New(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := nexar.NewMemoryWorld(4, nexar.Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hs := make([]*Comm, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Go(func() {
+			hs[r], errs[r] = Build(ctx, ws[r], tp, nil, Config{SmallBytes: 64, ChunkBytes: 1024})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer func() {
+		for _, h := range hs {
+			h.Close()
+		}
+	}()
+	opt := commtest.Options{Kinds: []comm.Kind{comm.KindAllReduce}, DTypes: []comm.DType{comm.F32, comm.I64},
+		Ops: []comm.ReduceOp{comm.Sum}, Counts: []int{4099}, Timeout: 30 * time.Second}
+	for r := range 4 {
+		hs[r].leadShardOnly = leadShardOnly
+		wg.Go(func() { errs[r] = commtest.RunRank(ctx, hs[r], opt) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// counting is a part that records the kind and send bytes of every
+// collective started on it.
+type counting struct {
+	comm.Communicator
+	mu    sync.Mutex
+	kinds map[comm.Kind]int // send bytes by kind
+}
+
+func (c *counting) Start(ctx context.Context, call comm.Call) *comm.Work {
+	c.mu.Lock()
+	c.kinds[call.Kind] += call.Send.ByteLen()
+	c.mu.Unlock()
+	return c.Communicator.Start(ctx, call)
+}
+
+// TestReduceScatterIsNoAllReduce checks the inter-node traffic of the 2D
+// ReduceScatter (numr's hierarchical reduce_scatter ran a full AllReduce,
+// twice the traffic): on every rail only ReduceScatters run, of N blocks
+// per rank, which put (N-1)/N of them on the wire.
+func TestReduceScatterIsNoAllReduce(t *testing.T) {
+	const N, G, n = 2, 2, 1000
+	var ms []topology.Member
+	for r := range N * G {
+		ms = append(ms, topology.Member{Rank: r, Host: []string{"a", "b"}[r/G], Local: r % G, Device: -1})
+	}
+	tp, err := topology.New(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := nexar.NewMemoryWorld(N*G, nexar.Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hs := make([]*Comm, N*G)
+	rails := make([]*counting, N*G)
+	errs := make([]error, N*G)
+	var wg sync.WaitGroup
+	for r := range N * G {
+		wg.Go(func() {
+			col := tp.Colors(r)
+			intra, err := ws[r].Split(ctx, col.Intra, col.IntraKey)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			rail, err := ws[r].Split(ctx, col.Rail, col.RailKey)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			rails[r] = &counting{Communicator: rail, kinds: map[comm.Kind]int{}}
+			hs[r], errs[r] = New(Config{Topology: tp, Rank: r, World: ws[r], Intra: intra, Rail: rails[r]})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer func() {
+		for _, h := range hs {
+			h.Close()
+		}
+	}()
+	for r := range N * G {
+		wg.Go(func() {
+			send := make([]float64, N*G*n)
+			for i := range send {
+				send[i] = float64(r*len(send) + i)
+			}
+			recv := make([]float64, n)
+			errs[r] = hs[r].ReduceScatter(ctx, comm.Host(send), comm.Host(recv), comm.Sum)
+			for i, v := range recv {
+				want := 0.0
+				for q := range N * G {
+					want += float64(q*len(send) + r*n + i)
+				}
+				if v != want && errs[r] == nil {
+					errs[r] = fmt.Errorf("rank %d: recv[%d] = %v, want %v", r, i, v, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rails[r].kinds
+		if len(got) != 1 || got[comm.KindReduceScatter] != N*n*8 {
+			t.Errorf("rank %d: the rail ran %v (send bytes by kind); want only ReduceScatters of N·n = %d elements (%d bytes)", r, got, N*n, N*n*8)
+		}
+	}
+}

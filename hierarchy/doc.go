@@ -1,0 +1,64 @@
+// Package hierarchy is hiercomm's 2D communicator: a comm.Communicator
+// composed of an intra-node communicator (NCCL between the GPUs of a node,
+// shared memory between the processes of a CPU node, or any Communicator)
+// and an inter-node one per rail (local rank l of every node), over a
+// topology.Topology that says which rank is where.
+//
+// It never builds a transport: New takes its parts as values, and Build
+// makes the intra and rail parts by splitting a flat world communicator
+// (which also carries Send/Recv between nodes and the operations that have
+// no 2D algorithm). The root package wires nexar (world and rails) and shm
+// (intra) into it; tests wire in-memory worlds.
+//
+// # Algorithms
+//
+// With N nodes of G ranks each (homogeneous), global rank r = (node m,
+// local l), and rail l the ranks with local rank l in node order:
+//
+//   - AllReduce, large: intra ReduceScatter → every rail allreduces its 1/G
+//     shard across nodes (all G rails at once) → intra AllGather, pipelined
+//     in chunks so the intra and inter tiers overlap. The count is split
+//     into a part divisible by G and a tail of fewer than G elements, which
+//     takes the small path: exact for every count.
+//   - AllReduce, small (at most Config.SmallBytes): intra Reduce to the lead
+//     → the leads allreduce → intra Broadcast. Every rank picks the same
+//     path (the choice depends on the count and the Config only).
+//   - ReduceScatter: a local permutation puts the blocks of rail l's ranks
+//     together, an intra ReduceScatter leaves local rank l the node's sum of
+//     those N blocks, and a ReduceScatter on rail l hands every rank its own
+//     block. The inter-node tier carries (N-1)/N of one block per rank:
+//     no AllReduce underneath.
+//   - AllGather: the inverse (rail AllGather, intra AllGather, permutation).
+//   - Broadcast, large: the root's node scatters the message over its
+//     ranks, every rail broadcasts its piece across nodes, every node
+//     AllGathers; small: the root's rail, then every node's intra Broadcast.
+//   - Reduce: intra ReduceScatter → rail Reduce to the root's node → intra
+//     Gather to the root (large); intra Reduce → rail Reduce (small).
+//   - Barrier: intra, leads, intra.
+//   - Send/Recv go directly: through the intra part to a rank of this node,
+//     through the world to another node's.
+//   - Gather, Scatter, Scan, ExScan, AllToAll and AllToAllV run on the
+//     world communicator (flat).
+//   - Heterogeneous nodes (different G): AllReduce takes the lead-based path
+//     for every size, Barrier the same three phases; the other collectives
+//     run on the world communicator. Both are exact.
+//
+// Avg runs as Sum through the phases and is divided once at the end, so it
+// rounds once, as on a flat communicator.
+//
+// # Failures
+//
+// A collective is a fixed sequence of operations on the parts, the same on
+// every rank for the same call, so the parts' sequence numbers never
+// diverge. A bad argument on one rank is an *comm.ArgError there; that rank
+// still issues every operation of the sequence, each with arguments its
+// part rejects, so each part tells its peers (comm.ErrPeerAbandoned) and
+// they do the same for the rest of the sequence: every rank of the
+// hierarchy returns in bounded time and the communicator stays usable.
+// Anything else (a mismatch, a deadline, a dead peer, a closed part) aborts
+// the hierarchy: every part is aborted through comm.Aborter, which tells
+// its peers, so every rank of every part learns of it. A mismatch is
+// reported as a *comm.MismatchError whose Local is the caller's own call.
+//
+// hierarchy imports comm and topology only.
+package hierarchy

@@ -1,0 +1,5 @@
+//go:build !race
+
+package hierarchy_test
+
+const raceEnabled = false

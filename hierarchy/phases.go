@@ -1,0 +1,199 @@
+package hierarchy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// part is one of the communicators a collective's phases run on, as the
+// phases see it: a name for errors and the global rank of each of its
+// ranks.
+type part struct {
+	name  string
+	c     comm.Communicator
+	ranks []int // nil: the world (its ranks are global ranks)
+}
+
+func (h *Comm) intraPart() part {
+	return part{name: fmt.Sprintf("intra-node part (node %d)", h.node), c: h.intra, ranks: h.intraRanks}
+}
+
+func (h *Comm) railPart() part {
+	return part{name: fmt.Sprintf("rail %d", h.local), c: h.rail, ranks: h.railRanks}
+}
+
+func (h *Comm) worldPart() part { return part{name: "world", c: h.world} }
+
+// global maps a rank of p to its global rank (-1 stays -1).
+func (p part) global(r int) int {
+	if p.ranks == nil || r < 0 || r >= len(p.ranks) {
+		return r
+	}
+	return p.ranks[r]
+}
+
+// phases runs the operations of one collective on the parts and keeps the
+// ranks aligned whatever happens (see the package doc, Failures): once the
+// collective is abandoned, every later operation is still started, with
+// arguments its part rejects, so the part's peers are told; once it
+// failed otherwise, the hierarchy is aborted and later operations are not
+// started (their parts are aborted too, so no peer waits for them).
+type phases struct {
+	h    *Comm
+	ctx  context.Context
+	kind comm.Kind
+	seq  uint64
+	sig  comm.Signature
+	// abandoned is this rank's own *comm.ArgError or the first plain
+	// abandonment a part reported.
+	abandoned error
+	// fatal is the failure that aborted the hierarchy.
+	fatal error
+}
+
+// pending is a started operation of a phase.
+type pending struct {
+	p        part
+	w        *comm.Work
+	poisoned bool
+}
+
+// start starts c on p (see phases).
+func (x *phases) start(p part, c comm.Call) pending {
+	switch {
+	case x.fatal != nil:
+		return pending{}
+	case x.abandoned != nil:
+		return pending{p: p, w: p.c.Start(x.ctx, poison(c)), poisoned: true}
+	}
+	return pending{p: p, w: p.c.Start(x.ctx, c)}
+}
+
+// poison is c with no buffers: its part rejects it with an *comm.ArgError
+// here and tells the peers, who abandon the operation too. (Barrier has no
+// arguments to reject; no collective that can be abandoned uses it.)
+func poison(c comm.Call) comm.Call {
+	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
+}
+
+// wait waits for an operation and reports whether the collective is still
+// good: this operation and all before it succeeded.
+func (x *phases) wait(pd pending) bool {
+	if pd.w == nil {
+		return false
+	}
+	err := pd.w.Wait()
+	switch {
+	case pd.poisoned:
+		if err != nil && !errors.Is(err, comm.ErrInvalidArgument) {
+			x.fail(pd.p, err)
+		}
+		return false
+	case err == nil:
+		return x.ok()
+	case plainAbandon(err):
+		if x.abandoned == nil {
+			x.abandoned = x.h.opError(x.kind, x.seq, pd.p.global(peerOf(err)), fmt.Errorf("%s: %w", pd.p.name, err))
+		}
+		return false
+	}
+	x.fail(pd.p, err)
+	return false
+}
+
+// do starts c on p and waits for it.
+func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.start(p, c)) }
+
+// ok reports whether the collective is still good.
+func (x *phases) ok() bool { return x.fatal == nil && x.abandoned == nil }
+
+// local records the error of a local step (a copy, a division, an
+// allocation), which aborts the collective.
+func (x *phases) local(what string, err error) bool {
+	if err != nil {
+		x.fail(part{name: what}, err)
+		return false
+	}
+	return true
+}
+
+// alloc returns scratch memory like like, or a zero Buffer after a failure.
+func (x *phases) alloc(like comm.Buffer, n int) comm.Buffer {
+	if !x.ok() { // the operations that follow are poisoned: no buffers
+		return comm.Buffer{}
+	}
+	if x.fatal != nil {
+		return comm.Buffer{}
+	}
+	b, err := x.h.cfg.Stager.Alloc(like, n)
+	if err != nil {
+		x.local("allocating scratch memory", err)
+		return comm.Buffer{}
+	}
+	return b
+}
+
+// fail aborts the hierarchy because an operation on p failed with err. A
+// mismatch becomes a *comm.MismatchError for this rank's own call.
+func (x *phases) fail(p part, err error) {
+	if x.fatal != nil {
+		return
+	}
+	peer := p.global(peerOf(err))
+	var cause error
+	if errors.Is(err, comm.ErrMismatch) {
+		cause = &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Reported: fmt.Sprintf("%s: %v", p.name, err)}
+		x.fatal = x.h.opError(x.kind, x.seq, peer, cause)
+	} else {
+		x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
+		cause = x.fatal
+	}
+	x.h.abort(cause)
+}
+
+// err is the collective's result.
+func (x *phases) err() error {
+	if x.fatal != nil {
+		return x.fatal
+	}
+	return x.abandoned
+}
+
+// plainAbandon reports whether err says only that a peer abandoned the
+// operation because of its own bad argument: the part is still usable.
+func plainAbandon(err error) bool {
+	if !errors.Is(err, comm.ErrPeerAbandoned) {
+		return false
+	}
+	for _, e := range []error{comm.ErrTimeout, comm.ErrCanceled, comm.ErrPeerFailed, comm.ErrMismatch, comm.ErrAborted, comm.ErrClosed} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// peerOf is the peer an error names (a rank of the part that returned
+// it), or -1.
+func peerOf(err error) int {
+	var me *comm.MismatchError
+	if errors.As(err, &me) {
+		return me.Peer
+	}
+	var re *comm.RemoteError
+	if errors.As(err, &re) {
+		return re.Peer
+	}
+	var pe *comm.PeerError
+	if errors.As(err, &pe) {
+		return pe.Peer
+	}
+	var oe *comm.OpError
+	if errors.As(err, &oe) {
+		return oe.Peer
+	}
+	return -1
+}
