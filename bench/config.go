@@ -44,6 +44,19 @@ type Config struct {
 	Repeats  int      `json:"repeats"`
 	Budget   Duration `json:"budget"`
 	Check    bool     `json:"check"`
+	// LinkRate limits every inter-node link of a multi-node process run
+	// to this rate each way, tc style ("1gbit", "500mbit"): with emulated
+	// NICs (network namespaces, veth, tbf) when this process is root and
+	// they are available, otherwise with a rate-limiting wrapper around
+	// the inter-node communicators (Link). Empty or "off": loopback,
+	// unlimited.
+	LinkRate string `json:"linkRate"`
+	// SwitchFrom and SwitchTo bound the sizes at which a hierarchical run
+	// also measures the AllReduce's latency path against its 2D path
+	// (hierarchy.Config.SmallBytes forced either way). If zero, that
+	// measurement is skipped.
+	SwitchFrom Size `json:"switchFrom"`
+	SwitchTo   Size `json:"switchTo"`
 	// Timeout bounds the whole run. If zero, there is no bound but the
 	// communicator's own per-collective timeout.
 	Timeout Duration `json:"timeout"`

@@ -7,6 +7,11 @@
 // busbw = algbw × a per-collective factor that makes the figures comparable
 // with the link's bandwidth.
 //
+// RunCompare measures several communicators of the same ranks interleaved
+// (the hierarchical one and its flat world), and HierGoals, FormatTraffic
+// and Crossover read such a run; Link models a rate-limited inter-node
+// link where emulated NICs are not available.
+//
 // Summarize turns one run into the ratios the project's speed goals are
 // stated in (AllReduce bus bandwidth against the transport's own ceiling,
 // small-message AllReduce latency against the ideal number of hops).

@@ -21,6 +21,10 @@ type opDef struct {
 	// fraction of the size that crosses the busiest link of an ideal
 	// algorithm, so busbw is comparable with the link bandwidth.
 	busFactor func(p float64) float64
+	// viaAllReduce: a ReduceScatter composed as a full AllReduce into a
+	// scratch buffer and a copy of this rank's block (what numr does),
+	// measured against the communicator's own ReduceScatter.
+	viaAllReduce bool
 }
 
 var opDefs = map[string]opDef{
@@ -31,6 +35,10 @@ var opDefs = map[string]opDef{
 	"broadcast":     {name: "broadcast", kind: comm.KindBroadcast, busFactor: func(float64) float64 { return 1 }},
 	"reduce":        {name: "reduce", kind: comm.KindReduce, busFactor: func(float64) float64 { return 1 }},
 	"sendrecv":      {name: "sendrecv", kind: comm.KindSend, busFactor: func(float64) float64 { return 1 }},
+	// reducescatter_ar is ReduceScatter's result by AllReduce then copy; its
+	// busbw uses ReduceScatter's factor, so the two compare directly.
+	"reducescatter_ar": {name: "reducescatter_ar", kind: comm.KindReduceScatter, perRank: true, viaAllReduce: true,
+		busFactor: func(p float64) float64 { return (p - 1) / p }},
 }
 
 // OpNames lists the operations a Spec may name, sorted.
@@ -105,11 +113,16 @@ func (d opDef) layout(total, p, rank, root int) (nSend, nRecv int) {
 // size and sliced for each smaller one.
 type buffers struct {
 	send, recv []byte
+	scratch    []byte // the full AllReduce result of a viaAllReduce op
 }
 
 func newBuffers(d opDef, maxTotal, es, p, rank, root int) buffers {
 	ns, nr := d.layout(maxTotal, p, rank, root)
-	return buffers{send: make([]byte, ns*es), recv: make([]byte, nr*es)}
+	b := buffers{send: make([]byte, ns*es), recv: make([]byte, nr*es)}
+	if d.viaAllReduce {
+		b.scratch = make([]byte, maxTotal*es)
+	}
+	return b
 }
 
 // call is one operation of a given size, ready to run repeatedly.
@@ -118,8 +131,10 @@ type call struct {
 	send, recv comm.Buffer
 	op         comm.ReduceOp
 	root       int
-	right      int // sendrecv: the rank this one sends to
-	left       int // sendrecv: the rank this one receives from
+	rank       int
+	scratch    comm.Buffer // viaAllReduce: the AllReduce's result
+	right      int         // sendrecv: the rank this one sends to
+	left       int         // sendrecv: the rank this one receives from
 }
 
 // sendRecvTag is the tag of the sendrecv messages.
@@ -136,7 +151,12 @@ func newCall(d opDef, bufs buffers, dt comm.DType, op comm.ReduceOp, total, p, r
 	if err != nil {
 		return call{}, err
 	}
-	c := call{def: d, send: send, recv: recv, op: op, root: root, right: (rank + 1) % p, left: (rank + p - 1) % p}
+	c := call{def: d, send: send, recv: recv, op: op, root: root, rank: rank, right: (rank + 1) % p, left: (rank + p - 1) % p}
+	if d.viaAllReduce {
+		if c.scratch, err = comm.HostBytes(dt, bufs.scratch[:total*es]); err != nil {
+			return call{}, err
+		}
+	}
 	if d.kind == comm.KindBroadcast {
 		c.send = c.recv
 	}
@@ -154,6 +174,14 @@ func (c call) run(ctx context.Context, cm comm.Communicator) error {
 	case comm.KindAllGather:
 		return cm.AllGather(ctx, c.send, c.recv)
 	case comm.KindReduceScatter:
+		if c.def.viaAllReduce {
+			if err := cm.AllReduce(ctx, c.send, c.scratch, c.op); err != nil {
+				return err
+			}
+			n := c.recv.ByteLen()
+			copy(c.recv.Bytes(), c.scratch.Bytes()[c.rank*n:])
+			return nil
+		}
 		return cm.ReduceScatter(ctx, c.send, c.recv, c.op)
 	case comm.KindAllToAll:
 		return cm.AllToAll(ctx, c.send, c.recv)

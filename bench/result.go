@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -26,6 +27,17 @@ type Row struct {
 	// Wrong is the number of wrong elements summed over the ranks, or -1
 	// when the result was not checked.
 	Wrong int64
+	// Comm names the communicator the row was measured on (RunCompare's
+	// Contender.Name); empty for Run.
+	Comm string `json:",omitempty"`
+	// HasNet: Spec.Traffic was set, and NetBytes and NetBytesMax are the
+	// inter-node bytes sent per iteration by the average rank and by the
+	// busiest one, over the timed repeats (the Barrier before each repeat
+	// included, and whatever the counter counts besides payload: headers,
+	// acknowledgements).
+	HasNet      bool    `json:",omitempty"`
+	NetBytes    float64 `json:",omitempty"`
+	NetBytesMax float64 `json:",omitempty"`
 }
 
 // Result is the outcome of Run: the rows in the order they were measured,
@@ -40,6 +52,15 @@ type Result struct {
 	// Copy is the single-thread copy() bandwidth measured in the same run
 	// (MeasureCopy), when the caller measured it.
 	Copy []CopyRow `json:",omitempty"`
+	// Comms names the communicators of a RunCompare, in its order (empty
+	// for Run). Switch holds a second comparison run, the AllReduce paths
+	// of the hierarchy, when the caller measured one.
+	Comms  []string `json:",omitempty"`
+	Switch *Result  `json:",omitempty"`
+	// Limiter says how the inter-node links were limited, in words, when
+	// the caller knows ("tbf on veth, one 1gbit NIC per rank", "wrapper …",
+	// "none").
+	Limiter string `json:",omitempty"`
 }
 
 // Wrong is the number of wrong elements over every checked row, or -1 when
@@ -54,22 +75,37 @@ func (r Result) Wrong() int64 {
 	return total
 }
 
-// ops lists the operations of r's rows, in the order they first appear.
-func (r Result) ops() []string {
-	var out []string
+// table is one table of the output: an operation on a communicator.
+type table struct{ op, comm string }
+
+// tables lists the (operation, communicator) pairs of r's rows, in the
+// order they first appear.
+func (r Result) tables() []table {
+	var out []table
 	for _, row := range r.Rows {
-		if len(out) == 0 || out[len(out)-1] != row.Op {
-			out = append(out, row.Op)
+		t := table{row.Op, row.Comm}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// rowsOf returns the rows of one operation.
+// rowsOf returns the rows of one operation on the first communicator (the
+// only one of a Run).
 func (r Result) rowsOf(op string) []Row {
+	var name string
+	if len(r.Comms) > 0 {
+		name = r.Comms[0]
+	}
+	return r.rowsOn(op, name)
+}
+
+// rowsOn returns the rows of one operation on the named communicator.
+func (r Result) rowsOn(op, name string) []Row {
 	var out []Row
 	for _, row := range r.Rows {
-		if row.Op == op {
+		if row.Op == op && row.Comm == name {
 			out = append(out, row)
 		}
 	}
@@ -100,9 +136,13 @@ func (r Result) Format(w io.Writer) error {
 	if s.Check {
 		check = 1
 	}
-	for _, op := range r.ops() {
-		rows := r.rowsOf(op)
-		fmt.Fprintf(&b, "# hiercomm bench: %s_perf\n", op)
+	for _, t := range r.tables() {
+		rows := r.rowsOn(t.op, t.comm)
+		on := ""
+		if t.comm != "" {
+			on = " on " + t.comm
+		}
+		fmt.Fprintf(&b, "# hiercomm bench: %s_perf%s\n", t.op, on)
 		fmt.Fprintf(&b, "# nRanks %d minBytes %d maxBytes %d step: %d(factor) warmup iters: %d iters: %s repeats: %d(median) validation: %d\n",
 			r.Ranks, s.MinBytes, s.MaxBytes, s.Factor, s.Warmup, iters, s.Repeats, check)
 		b.WriteString("#\n")

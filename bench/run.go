@@ -27,12 +27,46 @@ import (
 // An error (a failed collective, a bad Spec) ends the run on every rank; the
 // Result holds the rows measured before it.
 func Run(ctx context.Context, c comm.Communicator, spec Spec) (Result, error) {
-	p, rank := c.Size(), c.Rank()
+	res, err := RunCompare(ctx, []Contender{{Comm: c}}, spec)
+	res.Comms = nil
+	return res, err
+}
+
+// Contender is one communicator of a RunCompare, and the name its rows
+// carry (Row.Comm).
+type Contender struct {
+	Name string
+	Comm comm.Communicator
+}
+
+// RunCompare measures spec on several communicators of the same ranks,
+// interleaved: for each operation and size, each contender in turn, so
+// that a slow moment of the machine falls on all of them alike. Every rank
+// must pass contenders of the same names in the same order; they must
+// have the same rank and size, and nothing else may use them meanwhile.
+// The rows are as Run's, with Row.Comm set; Result.Comms lists the names.
+func RunCompare(ctx context.Context, contenders []Contender, spec Spec) (Result, error) {
+	if len(contenders) == 0 {
+		return Result{}, fmt.Errorf("bench.RunCompare: no communicators")
+	}
+	c0 := contenders[0].Comm
+	p, rank := c0.Size(), c0.Rank()
+	res := Result{Ranks: p}
+	for i, ct := range contenders {
+		if ct.Comm.Size() != p || ct.Comm.Rank() != rank {
+			return res, fmt.Errorf("bench.RunCompare: %q is rank %d of %d, %q rank %d of %d: the contenders must hold the same ranks",
+				ct.Name, ct.Comm.Rank(), ct.Comm.Size(), contenders[0].Name, rank, p)
+		}
+		if slices.ContainsFunc(contenders[:i], func(o Contender) bool { return o.Name == ct.Name }) {
+			return res, fmt.Errorf("bench.RunCompare: two communicators named %q", ct.Name)
+		}
+		res.Comms = append(res.Comms, ct.Name)
+	}
 	s, err := spec.withDefaults(p)
 	if err != nil {
-		return Result{}, err
+		return res, err
 	}
-	res := Result{Ranks: p, Spec: s}
+	res.Spec = s
 	es := s.DType.Size()
 	for _, name := range s.Ops {
 		d := opDefs[name]
@@ -51,13 +85,20 @@ func Run(ctx context.Context, c comm.Communicator, spec Spec) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			row, err := measure(ctx, c, s, cl, g, b)
-			if err != nil {
-				return res, fmt.Errorf("bench: %s of %d bytes on %d ranks: %w", name, b, p, err)
-			}
-			res.Rows = append(res.Rows, row)
-			if s.Progress != nil {
-				s.Progress(row)
+			for _, ct := range contenders {
+				row, err := measure(ctx, ct.Comm, s, cl, g, b)
+				row.Comm = ct.Name
+				if err != nil {
+					on := ""
+					if ct.Name != "" {
+						on = " (" + ct.Name + ")"
+					}
+					return res, fmt.Errorf("bench: %s of %d bytes on %d ranks%s: %w", name, b, p, on, err)
+				}
+				res.Rows = append(res.Rows, row)
+				if s.Progress != nil {
+					s.Progress(row)
+				}
 			}
 		}
 	}
@@ -115,6 +156,13 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 		}
 	}
 
+	var net0 int64
+	if s.Traffic != nil {
+		var err error
+		if net0, err = s.Traffic(); err != nil {
+			return row, fmt.Errorf("reading the inter-node byte counter: %w", err)
+		}
+	}
 	times := make([]float64, repeats) // seconds per iteration, this rank
 	for k := range times {
 		if err := c.Barrier(ctx); err != nil {
@@ -127,6 +175,21 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 			}
 		}
 		times[k] = time.Since(t0).Seconds() / float64(iters)
+	}
+	if s.Traffic != nil {
+		net1, err := s.Traffic()
+		if err != nil {
+			return row, fmt.Errorf("reading the inter-node byte counter: %w", err)
+		}
+		per := float64(net1-net0) / float64(iters*repeats)
+		sum, most := []float64{per}, []float64{per}
+		if err := c.AllReduce(ctx, comm.Host(sum), comm.Host(sum), comm.Sum); err != nil {
+			return row, err
+		}
+		if err := c.AllReduce(ctx, comm.Host(most), comm.Host(most), comm.Max); err != nil {
+			return row, err
+		}
+		row.HasNet, row.NetBytes, row.NetBytesMax = true, sum[0]/float64(p), most[0]
 	}
 	if err := c.AllReduce(ctx, comm.Host(times), comm.Host(times), comm.Max); err != nil {
 		return row, err

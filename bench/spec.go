@@ -18,7 +18,9 @@ type Spec struct {
 	// Ops are the operations to measure, in order: "allreduce",
 	// "allgather", "reducescatter", "broadcast", "reduce", "alltoall" and
 	// "sendrecv" (each rank sends to rank+1 and receives from rank−1 at
-	// once: the transport's own ceiling). If nil, defaults to DefaultOps.
+	// once: the transport's own ceiling) and "reducescatter_ar"
+	// (ReduceScatter's result by a full AllReduce and a copy of this rank's
+	// block, as numr composes it). If nil, defaults to DefaultOps.
 	Ops []string
 	// MinBytes and MaxBytes bound the sizes, as nccl-tests' -b and -e; the
 	// sizes are MinBytes, MinBytes·Factor, … up to MaxBytes. A size is in
@@ -63,6 +65,12 @@ type Spec struct {
 	// Progress, if set, is called on every rank with each row as soon as it
 	// is measured (the same row on every rank).
 	Progress func(Row) `json:"-"`
+	// Traffic, if set, reads this rank's inter-node byte counter (bytes
+	// sent so far over its links to other nodes: a NIC's counter, or what
+	// a rate-limiting wrapper charged). Run reads it around each size's
+	// timed repeats and reports the bytes per iteration in Row.NetBytes.
+	// Every rank must set it or none. It must not block for long.
+	Traffic func() (int64, error) `json:"-"`
 }
 
 // DefaultOps is the operations a Spec with no Ops measures.

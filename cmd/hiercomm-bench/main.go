@@ -7,7 +7,11 @@
 // broadcast and sendrecv from 8 B to 64 MiB, results checked), starts 4
 // processes of itself with cluster.StartLocal (the local multi-node
 // launcher of `hiercomm run`), and each joins the job with hiercomm.Init —
-// memberlist membership, topology, QUIC mesh — and runs bench.Run. Rank 0 hands its result (every rank's is the same) back in a
+// memberlist membership, topology, QUIC mesh — and runs bench.Run; a
+// hierarchical World is measured against its flat world part with
+// bench.RunCompare, over inter-node links limited by -link-rate (emulated
+// NICs with tbf when root, else a bench.Link wrapper; see limiter.go and
+// hier.go). Rank 0 hands its result (every rank's is the same) back in a
 // JSON file, and this process prints it: the tables on stdout, logs on
 // stderr. It exits 0 on success, 1 when a rank fails or a result is wrong,
 // 2 on bad usage.
@@ -52,6 +56,9 @@ type options struct {
 	cfg     bench.Config
 	jsonOut string // write the Result as JSON here
 	verbose bool
+	// limiter is set by the parent for its children: how the inter-node
+	// links are limited ("tbf", "wrapper" or "none"; see limiter.go).
+	limiter string
 }
 
 // run is the whole command; it returns the exit status.
@@ -144,6 +151,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	timeout := fs.Duration("timeout", time.Duration(d.Timeout), "bound on the whole run (0: none)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the result as JSON to `file`")
 	fs.BoolVar(&o.verbose, "v", false, "log every measured row and the transport's debug events")
+	linkRate := fs.String("link-rate", d.LinkRate, "limit each inter-node link to this rate each way (1gbit, 500mbit): tbf on emulated NICs when root, else a wrapper; \"off\": unlimited loopback")
+	switchSizes := fs.String("switch", switchFlag(d), "sizes FROM-TO at which the hierarchy's AllReduce paths (lead-based vs 2D) are measured against each other; \"off\": skip")
+	fs.StringVar(&o.limiter, "limiter", "", "how to limit the inter-node links: tbf, wrapper or none (default: tbf when root and available, else wrapper)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -208,6 +218,14 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 			c.InProcess = *inProcess
 		case "timeout":
 			c.Timeout = bench.Duration(*timeout)
+		case "link-rate":
+			c.LinkRate = *linkRate
+		case "switch":
+			from, to, perr := parseSwitch(*switchSizes)
+			if perr != nil {
+				err = errors.Join(err, fmt.Errorf("-switch: %w", perr))
+			}
+			c.SwitchFrom, c.SwitchTo = bench.Size(from), bench.Size(to)
 		}
 	})
 	if err != nil {
@@ -222,6 +240,11 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-network memory needs -inprocess (processes need quic or tcp)")
 	case o.cfg.Network != "quic" && o.cfg.Network != "tcp" && o.cfg.Network != "memory":
 		return o, fmt.Errorf("-network %q: want quic or tcp (or memory with -inprocess)", o.cfg.Network)
+	case o.limiter != "" && o.limiter != limitTBF && o.limiter != limitWrapper && o.limiter != limitNone:
+		return o, fmt.Errorf("-limiter %q: want %s, %s or %s", o.limiter, limitTBF, limitWrapper, limitNone)
+	}
+	if _, err := linkBits(o.cfg.LinkRate); err != nil {
+		return o, fmt.Errorf("-link-rate: %w", err)
 	}
 	return o, nil
 }
@@ -250,13 +273,25 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 	// The memory ceiling the intra-node goals are judged against, measured
 	// before the job starts so nothing competes with it.
 	copyRows := bench.MeasureCopy(bench.CopySizes, 5)
-	log.Info("starting local job", "ranks", o.cfg.Ranks, "nodes", nodes, "network", o.cfg.Network, "ops", strings.Join(o.cfg.Ops, ","))
+	lim, err := chooseLimiter(ctx, o.cfg.LinkRate, o.limiter, layout, log)
+	if err != nil {
+		return bench.Result{}, err
+	}
+	// The fabric goes when this function returns: after the job has
+	// ended, whether it failed or was interrupted (ctx ends on SIGINT and
+	// SIGTERM, which stops the job).
+	defer lim.close(log)
+	log.Info("starting local job", "ranks", o.cfg.Ranks, "nodes", nodes, "network", o.cfg.Network, "ops", strings.Join(o.cfg.Ops, ","), "links", lim.describe)
 	start := time.Now()
 	// A later -json wins, so the children write where this process reads.
-	childArgs := append(append([]string(nil), args...), "-json", path)
-	job, err := cluster.StartLocal(ctx, cluster.LocalSpec{
+	childArgs := append(append([]string(nil), args...), "-limiter", lim.kind, "-json", path)
+	spec := cluster.LocalSpec{
 		RanksPerNode: layout, Network: o.cfg.Network, Path: exe, Args: childArgs, Stdout: stderr, Stderr: stderr,
-	})
+	}
+	if lim.fabric != nil {
+		spec.Fabric = lim.fabric
+	}
+	job, err := cluster.StartLocal(ctx, spec)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -278,7 +313,7 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 		return bench.Result{}, fmt.Errorf("reading rank 0's result: %w", err)
 	}
 	log.Info("local job done", "elapsed", time.Since(start).Round(time.Millisecond))
-	res.Nodes, res.Copy = nodes, copyRows
+	res.Nodes, res.Copy, res.Limiter = nodes, copyRows, lim.describe
 	return res, nil
 }
 
@@ -292,7 +327,7 @@ func runChild(ctx context.Context, o options, spec bench.Spec, log *slog.Logger)
 		log.Info("topology: " + strings.ReplaceAll(c.Topology().String(), "\n", "; "))
 		spec.Progress = progress(log)
 	}
-	res, err := bench.Run(ctx, c, spec)
+	res, err := measureWorld(ctx, c, o, spec, log)
 	if cerr := c.Close(); err == nil && cerr != nil && !errors.Is(cerr, comm.ErrClosed) {
 		log.Warn("closing the communicator", "err", cerr)
 	}
@@ -366,6 +401,12 @@ func report(res bench.Result, o options, stdout io.Writer, log *slog.Logger) int
 		where = fmt.Sprintf("%d processes on %d emulated node(s)", res.Ranks, res.Nodes)
 	}
 	fmt.Fprintf(stdout, "# hiercomm-bench: hiercomm.Init over %s, %s\n", o.cfg.Network, where)
+	if res.Limiter != "" {
+		fmt.Fprintf(stdout, "# inter-node links: %s\n", res.Limiter)
+	}
+	if len(res.Comms) > 0 {
+		fmt.Fprintf(stdout, "# communicators, measured interleaved on the same processes: %s\n", strings.Join(res.Comms, ", "))
+	}
 	if len(res.Copy) > 0 {
 		fmt.Fprint(stdout, "# copy() single thread:")
 		for _, c := range res.Copy {
@@ -378,6 +419,10 @@ func report(res bench.Result, o options, stdout io.Writer, log *slog.Logger) int
 		log.Error("hiercomm-bench: writing the tables", "err", err)
 		return 1
 	}
+	if err := reportComparison(stdout, res); err != nil {
+		log.Error("hiercomm-bench: writing the comparison", "err", err)
+		return 1
+	}
 	if err := bench.Summarize(res).Format(stdout); err != nil {
 		return 1
 	}
@@ -387,7 +432,11 @@ func report(res bench.Result, o options, stdout io.Writer, log *slog.Logger) int
 			return 1
 		}
 	}
-	if w := res.Wrong(); w > 0 {
+	w := res.Wrong()
+	if res.Switch != nil {
+		w = max(w, 0) + max(res.Switch.Wrong(), 0)
+	}
+	if w > 0 {
 		log.Error("hiercomm-bench: wrong results", "elements", w, "hint", "the rows with #wrong > 0 name the operations and sizes")
 		return 1
 	}

@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"context"
+
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar"
+)
+
+// TestRunCompareLinked measures a plain world and the same world charged to
+// a Link, interleaved: rows alternate, both are checked, the limited one is
+// no faster than its bytes allow and reports exactly the bytes it charged.
+func TestRunCompareLinked(t *testing.T) {
+	const p, bits = 4, 80_000_000 // 10 MB/s
+	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := Spec{Ops: []string{"allreduce", "reducescatter", "reducescatter_ar"}, MinBytes: 64, MaxBytes: 16 << 10, Factor: 16, Warmup: 1, Iters: 2, Repeats: 1, Check: true}
+	results := make([]Result, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			link, err := NewLink(bits)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			s := spec
+			s.Traffic = func() (int64, error) { return link.Sent(), nil }
+			results[r], errs[r] = RunCompare(ctx, []Contender{{"plain", c}, {"limited", link.Wrap(c, nil)}}, s)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	res := results[0]
+	if got := strings.Join(res.Comms, ","); got != "plain,limited" {
+		t.Errorf("Comms = %s, want plain,limited", got)
+	}
+	if len(res.Rows) != 3*3*2 {
+		t.Fatalf("%d rows, want 18 (3 ops × 3 sizes × 2 communicators)", len(res.Rows))
+	}
+	for i := 0; i < len(res.Rows); i += 2 {
+		a, b := res.Rows[i], res.Rows[i+1]
+		if a.Comm != "plain" || b.Comm != "limited" || a.Op != b.Op || a.Bytes != b.Bytes {
+			t.Fatalf("rows %d and %d are %s/%s %d B and %s/%s %d B: want the communicators interleaved per size", i, i+1, a.Comm, a.Op, a.Bytes, b.Comm, b.Op, b.Bytes)
+		}
+		if a.Wrong != 0 || b.Wrong != 0 {
+			t.Errorf("%s %d B: #wrong %d (plain), %d (limited)", a.Op, a.Bytes, a.Wrong, b.Wrong)
+		}
+		if !a.HasNet || a.NetBytes != 0 || a.NetBytesMax != 0 {
+			t.Errorf("plain %s %d B: net %v %v/%v, want measured and 0", a.Op, a.Bytes, a.HasNet, a.NetBytes, a.NetBytesMax)
+		}
+		// What one iteration charges, and the Barrier before the repeat
+		// charges nothing.
+		want := float64(b.Bytes) * 3 / 4
+		if b.Op == "allreduce" || b.Op == "reducescatter_ar" {
+			want *= 2
+		}
+		if b.NetBytes != want || b.NetBytesMax != want {
+			t.Errorf("limited %s %d B: %v bytes per call (max %v), want %v", b.Op, b.Bytes, b.NetBytes, b.NetBytesMax, want)
+		}
+		if min := want / (bits / 8) * 1e6; b.TimeUS < 0.99*min {
+			t.Errorf("limited %s %d B: %.0f µs per call, faster than %v bytes at 10 MB/s (%.0f µs)", b.Op, b.Bytes, b.TimeUS, want, min)
+		}
+	}
+}
+
+func TestRunCompareRefuses(t *testing.T) {
+	cs, err := nexar.NewMemoryWorld(1, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	other, err := nexar.NewMemoryWorld(2, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(other)
+	ctx := context.Background()
+	for name, cts := range map[string][]Contender{
+		"none":      nil,
+		"same name": {{"a", cs[0]}, {"a", cs[0]}},
+		"sizes":     {{"a", cs[0]}, {"b", other[0]}},
+	} {
+		if _, err := RunCompare(ctx, cts, quick("allreduce")); err == nil {
+			t.Errorf("%s: RunCompare accepted %d contenders", name, len(cts))
+		}
+	}
+}
+
+func TestLinkQueues(t *testing.T) {
+	if _, err := NewLink(0); err == nil {
+		t.Error("NewLink(0) accepted a rate of 0")
+	}
+	l, err := NewLink(8000) // 1000 B/s
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	now := t0
+	l.now = func() time.Time { return now }
+	if got := l.reserve(500).Sub(t0); got != 500*time.Millisecond {
+		t.Errorf("500 B on an idle link end after %v, want 500ms", got)
+	}
+	now = t0.Add(100 * time.Millisecond)
+	if got := l.reserve(1000).Sub(t0); got != 1500*time.Millisecond {
+		t.Errorf("1000 B queued behind 500 B end at %v, want 1.5s (a link carries one transfer at a time)", got)
+	}
+	now = t0.Add(10 * time.Second)
+	if got := l.reserve(1).Sub(now); got != time.Millisecond {
+		t.Errorf("1 B on an idle link again takes %v, want 1ms", got)
+	}
+	if l.Sent() != 1501 {
+		t.Errorf("Sent = %d, want 1501", l.Sent())
+	}
+}
+
+func TestChargedBytes(t *testing.T) {
+	buf := func(n int) comm.Buffer { return comm.Host(make([]float32, n)) }
+	for _, tc := range []struct {
+		call comm.Call
+		p    int
+		want int64
+	}{
+		{comm.Call{Kind: comm.KindAllReduce, Send: buf(100), Recv: buf(100)}, 4, 600},
+		{comm.Call{Kind: comm.KindAllReduce, Send: buf(100), Recv: buf(100)}, 1, 0},
+		{comm.Call{Kind: comm.KindAllGather, Send: buf(25), Recv: buf(100)}, 4, 300},
+		{comm.Call{Kind: comm.KindReduceScatter, Send: buf(100), Recv: buf(25)}, 4, 300},
+		{comm.Call{Kind: comm.KindBroadcast, Send: buf(100), Recv: buf(100)}, 2, 400},
+		{comm.Call{Kind: comm.KindSend, Send: buf(10)}, 2, 40},
+		{comm.Call{Kind: comm.KindRecv, Recv: buf(10)}, 2, 0},
+		{comm.Call{Kind: comm.KindBarrier}, 4, 0},
+	} {
+		if got := ChargedBytes(tc.call, tc.p); got != tc.want {
+			t.Errorf("%v on %d ranks: %d bytes, want %d", tc.call.Kind, tc.p, got, tc.want)
+		}
+	}
+}
+
+// compareResult is a made-up RunCompare of "hier" and "flat" AllReduce:
+// hier's time per size is hierUS[i], flat's flatUS[i].
+func compareResult(sizes []int64, hierUS, flatUS []float64) Result {
+	r := Result{Ranks: 4, Comms: []string{"hier", "flat"}}
+	for i, b := range sizes {
+		r.Rows = append(r.Rows,
+			Row{Op: "allreduce", Comm: "hier", Bytes: b, TimeUS: hierUS[i], BusBW: float64(b) / hierUS[i]},
+			Row{Op: "allreduce", Comm: "flat", Bytes: b, TimeUS: flatUS[i], BusBW: float64(b) / flatUS[i]})
+	}
+	return r
+}
+
+func TestHierGoals(t *testing.T) {
+	sizes := []int64{8, 64 << 10, 128 << 10, 4 << 20, 64 << 20}
+	r := compareResult(sizes, []float64{10, 10, 10, 10, 10}, []float64{25, 20, 5, 16, 30})
+	g := HierGoals(r, "hier", "flat")
+	if len(g) != 2 {
+		t.Fatalf("%d goals, want 2", len(g))
+	}
+	bw, lat := g[0], g[1]
+	if !bw.Measured || !bw.Met || bw.Sizes != 2 || bw.Worst != 1.6 || bw.WorstAt != 4<<20 {
+		t.Errorf("bandwidth goal = %+v, want met with worst 1.6 at 4M over 2 sizes", bw)
+	}
+	// 128K is outside 8 B–64 KiB, so its 0.5 does not count.
+	if !lat.Measured || !lat.Met || lat.Sizes != 2 || lat.Worst != 2 {
+		t.Errorf("latency goal = %+v, want met with worst 2.0 over 2 sizes", lat)
+	}
+	r = compareResult(sizes, []float64{10, 10, 10, 10, 10}, []float64{25, 19, 5, 14, 30})
+	g = HierGoals(r, "hier", "flat")
+	if g[0].Met || g[1].Met {
+		t.Errorf("goals %+v met with speedups 1.4 at 4M and 1.9 at 64K", g)
+	}
+	var b strings.Builder
+	if err := FormatGoals(&b, g); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(b.String(), "MISSED") != 2 || !strings.Contains(b.String(), "worst 1.40x at 4M") {
+		t.Errorf("FormatGoals:\n%s", b.String())
+	}
+	g = HierGoals(compareResult(sizes[:1], []float64{1}, []float64{1}), "hier", "flat")
+	if g[0].Measured || g[0].Met {
+		t.Errorf("bandwidth goal without a size ≥ 4M = %+v, want not measured", g[0])
+	}
+}
+
+func TestCrossover(t *testing.T) {
+	sizes := []int64{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10}
+	mk := func(twoD []float64) Result {
+		r := compareResult(sizes, twoD, []float64{10, 10, 10, 10, 10})
+		for i := range r.Rows {
+			r.Rows[i].Comm = map[string]string{"hier": "2d", "flat": "lead"}[r.Rows[i].Comm]
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		twoD []float64
+		want int64
+		ok   bool
+	}{
+		{[]float64{20, 12, 9, 5, 3}, 64 << 10, true},
+		{[]float64{20, 9, 12, 5, 3}, 128 << 10, true}, // a win below a loss does not count
+		{[]float64{1, 1, 1, 1, 1}, 16 << 10, true},
+		{[]float64{1, 1, 1, 1, 11}, 0, false},
+	} {
+		got, ok := Crossover(mk(tc.twoD), "lead", "2d")
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("2D times %v against 10: crossover %d %v, want %d %v", tc.twoD, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestFormatTraffic(t *testing.T) {
+	r := Result{Ranks: 4, Comms: []string{"hier", "flat"}}
+	add := func(op, c string, us, net float64) {
+		r.Rows = append(r.Rows, Row{Op: op, Comm: c, Bytes: 1 << 20, TimeUS: us, HasNet: true, NetBytes: net, NetBytesMax: net})
+	}
+	add("reducescatter", "hier", 100, 250)
+	add("reducescatter", "flat", 200, 750)
+	add("reducescatter_ar", "hier", 300, 500)
+	add("reducescatter_ar", "flat", 400, 1000)
+	var b strings.Builder
+	if err := FormatTraffic(&b, r, []string{"hier", "flat"}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"hier RS", "flat AR+copy", "flat RS 2.00x faster, 67% less traffic", "hier AR+copy 3.00x faster, 50% less traffic", "flat AR+copy 4.00x faster, 75% less traffic"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("FormatTraffic lacks %q:\n%s", want, out)
+		}
+	}
+}
