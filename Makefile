@@ -8,6 +8,8 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 test: 
 	$(GO) test -race -timeout 15m ./...
 	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/ ./shm/
+	$(GO) test -timeout 15m -run 'Conformance' ./hierarchy/
+	HIERCOMM_TEST_FULL=1 $(GO) test -timeout 15m -run 'ConformanceMultiProcessHierarchy' .
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 	$(GO) run ./cmd/hiercomm-bench

@@ -44,6 +44,8 @@ func child(role string) error {
 		return agree()
 	case "kill":
 		return killed()
+	case "conformance":
+		return conformance()
 	case "initclose":
 		// A rank with nothing to do may leave right after joining; the
 		// others, maybe still forming the mesh, must not fail for it.

@@ -1,0 +1,98 @@
+package hiercomm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/hierarchy"
+)
+
+// conformance is the child of TestConformanceMultiProcessHierarchy: Init
+// (a hierarchical World: shm or nexar within nodes, QUIC between), then
+// every suite. The large paths are forced at small counts so that they run
+// in many chunks.
+func conformance() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(ctx, hiercomm.Options{Hierarchy: hierarchy.Config{SmallBytes: 64, ChunkBytes: 1024}})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if _, ok := w.Communicator.(*hierarchy.Comm); !ok {
+		return fmt.Errorf("rank %d runs on %T, want the hierarchy", w.Rank(), w.Communicator)
+	}
+	opt := commtest.Options{Timeout: time.Minute, Counts: []int{0, 1, 7, 4099}}
+	if os.Getenv("HIERCOMM_TEST_FULL") == "1" {
+		opt.Counts = []int{0, 1, 7, 4099, 65537}
+	}
+	for _, s := range []struct {
+		name string
+		run  func(context.Context, *hiercomm.World, commtest.Options) error
+	}{
+		{"conformance", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.RunRank(ctx, w, o) }},
+		{"p2p", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.P2PRank(ctx, w, o) }},
+		{"nonblocking", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.NonBlockingRank(ctx, w, o) }},
+		{"split", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.SplitRank(ctx, w, o) }},
+		{"badinput", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.BadInputRank(ctx, w, o) }},
+		{"fused", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.FusedRank(ctx, w, o) }},
+		{"mismatch", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.MismatchRank(ctx, w, o) }},
+	} {
+		if err := s.run(ctx, w, opt); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	fmt.Printf("conformance ok: rank %d\n", w.Rank())
+	return nil
+}
+
+// TestConformanceMultiProcessHierarchy runs every suite on the
+// hierarchical communicator of real processes on emulated nodes: 2×2 with
+// shared memory within nodes, 2+3 (heterogeneous), 2×2 cyclic placement,
+// and 2×2 with nexar within nodes.
+func TestConformanceMultiProcessHierarchy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		layout    []int
+		placement string
+		env       []string
+	}{
+		{"2x2 shm", []int{2, 2}, "block", nil},
+		{"2+3 shm", []int{2, 3}, "block", nil},
+		{"2x2 cyclic shm", []int{2, 2}, "cyclic", nil},
+		{"2x2 nexar", []int{2, 2}, "block", []string{cluster.EnvIntra + "=nexar"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			out := &lines{marker: "conformance ok", ch: make(chan struct{}, 1)}
+			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: tc.layout, Placement: tc.placement, Style: "slurm", Network: "tcp", Env: tc.env}, "conformance", out)
+			if err := job.Wait(); err != nil {
+				t.Fatalf("%v\n%s", err, tail(out.String(), 60))
+			}
+			n := 0
+			for _, g := range tc.layout {
+				n += g
+			}
+			if out.count != n {
+				t.Fatalf("%d of %d ranks passed\n%s", out.count, n, tail(out.String(), 60))
+			}
+		})
+	}
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	ls := strings.Split(s, "\n")
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, "\n")
+}
