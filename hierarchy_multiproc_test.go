@@ -37,13 +37,27 @@ func conformance() error {
 		name string
 		run  func(context.Context, *hiercomm.World, commtest.Options) error
 	}{
-		{"conformance", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.RunRank(ctx, w, o) }},
-		{"p2p", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.P2PRank(ctx, w, o) }},
-		{"nonblocking", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.NonBlockingRank(ctx, w, o) }},
-		{"split", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.SplitRank(ctx, w, o) }},
-		{"badinput", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.BadInputRank(ctx, w, o) }},
-		{"fused", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.FusedRank(ctx, w, o) }},
-		{"mismatch", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error { return commtest.MismatchRank(ctx, w, o) }},
+		{"conformance", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.RunRank(ctx, w, o)
+		}},
+		{"p2p", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.P2PRank(ctx, w, o)
+		}},
+		{"nonblocking", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.NonBlockingRank(ctx, w, o)
+		}},
+		{"split", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.SplitRank(ctx, w, o)
+		}},
+		{"badinput", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.BadInputRank(ctx, w, o)
+		}},
+		{"fused", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.FusedRank(ctx, w, o)
+		}},
+		{"mismatch", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
+			return commtest.MismatchRank(ctx, w, o)
+		}},
 	} {
 		if err := s.run(ctx, w, opt); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
