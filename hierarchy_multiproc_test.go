@@ -10,6 +10,7 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
 )
@@ -35,29 +36,15 @@ func conformance() error {
 	}
 	for _, s := range []struct {
 		name string
-		run  func(context.Context, *hiercomm.World, commtest.Options) error
+		run  func(context.Context, comm.Communicator, commtest.Options) error
 	}{
-		{"conformance", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.RunRank(ctx, w, o)
-		}},
-		{"p2p", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.P2PRank(ctx, w, o)
-		}},
-		{"nonblocking", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.NonBlockingRank(ctx, w, o)
-		}},
-		{"split", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.SplitRank(ctx, w, o)
-		}},
-		{"badinput", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.BadInputRank(ctx, w, o)
-		}},
-		{"fused", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.FusedRank(ctx, w, o)
-		}},
-		{"mismatch", func(ctx context.Context, w *hiercomm.World, o commtest.Options) error {
-			return commtest.MismatchRank(ctx, w, o)
-		}},
+		{"conformance", commtest.RunRank},
+		{"p2p", commtest.P2PRank},
+		{"nonblocking", commtest.NonBlockingRank},
+		{"split", commtest.SplitRank},
+		{"badinput", commtest.BadInputRank},
+		{"fused", commtest.FusedRank},
+		{"mismatch", commtest.MismatchRank},
 	} {
 		if err := s.run(ctx, w, opt); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
