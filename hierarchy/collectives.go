@@ -44,6 +44,8 @@ func (h *Comm) run(t *task) error {
 		h.broadcast(x, c.Send, c.Root)
 	case c.Kind == comm.KindReduce:
 		h.reduce(x, c.Send, c.Recv, op, c.Root)
+	case c.Kind == comm.KindAllToAll:
+		h.allToAll2D(x, c.Send, c.Recv)
 	default:
 		x.do(h.worldPart(), c)
 		return x.err()
@@ -86,6 +88,8 @@ func (h *Comm) shapeOf(c comm.Call) comm.Call {
 		out.Send, out.Recv = ph(h.size*n), ph(n)
 	case comm.KindAllGather:
 		out.Send, out.Recv = ph(n), ph(h.size*n)
+	case comm.KindAllToAll:
+		out.Send, out.Recv = ph(n), ph(n)
 	default:
 		return c // runs on the world part, which rejects it itself
 	}
@@ -450,6 +454,52 @@ func (h *Comm) reduceLeads(x *phases, send, recv comm.Buffer, op comm.ReduceOp, 
 		last = acc
 	}
 	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: last, Recv: last, Root: 0})
+}
+
+// allToAll2D is the two-phase AllToAll (MoE-style exchange): an intra
+// AllToAll hands local rank l every block this node sends to the ranks
+// with local rank l, then an AllToAll on rail l delivers them, node by
+// node. The inter-node bytes are those of a flat AllToAll, but each rank
+// sends N-1 messages of G blocks across nodes instead of (N-1)·G of one,
+// which is what small blocks need. Three local permutations put the blocks
+// in order: rank (m', l') 's block at (l'·N + m') for the intra phase,
+// (m'·G + l_s) for the rail, rank order at the end.
+func (h *Comm) allToAll2D(x *phases, send, recv comm.Buffer) {
+	G, N := h.g, h.topo.NumNodes()
+	n := send.Len() / h.size
+	byLocal := x.alloc(send, h.size*n)
+	if x.ok() {
+		for l := range G {
+			for m := range N {
+				if !x.local("packing blocks", h.cfg.Stager.Copy(byLocal.Slice((l*N+m)*n, n), send.Slice(h.rankAt(m, l)*n, n))) {
+					break
+				}
+			}
+		}
+	}
+	fromLocals := x.alloc(send, h.size*n) // [l_s][m']: from (this node, l_s) to (m', this l)
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindAllToAll, Send: byLocal, Recv: fromLocals})
+	byNode := x.alloc(send, h.size*n) // [m'][l_s]
+	if x.ok() {
+		for ls := range G {
+			for m := range N {
+				if !x.local("packing blocks", h.cfg.Stager.Copy(byNode.Slice((m*G+ls)*n, n), fromLocals.Slice((ls*N+m)*n, n))) {
+					break
+				}
+			}
+		}
+	}
+	fromNodes := x.alloc(send, h.size*n) // [m_s][l_s]: from (m_s, l_s)
+	x.do(h.railPart(), comm.Call{Kind: comm.KindAllToAll, Send: byNode, Recv: fromNodes})
+	if x.ok() {
+		for m := range N {
+			for ls := range G {
+				if !x.local("unpacking blocks", h.cfg.Stager.Copy(recv.Slice(h.rankAt(m, ls)*n, n), fromNodes.Slice((m*G+ls)*n, n))) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // barrier: the ranks of each node meet, then the leads, then each node

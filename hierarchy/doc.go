@@ -37,8 +37,12 @@
 //   - Barrier: intra, leads, intra.
 //   - Send/Recv go directly: through the intra part to a rank of this node,
 //     through the world to another node's.
-//   - Gather, Scatter, Scan, ExScan, AllToAll and AllToAllV run on the
-//     world communicator (flat).
+//   - AllToAll: an intra AllToAll gathers on local rank l every block the
+//     node sends to rail l's ranks, an AllToAll on rail l delivers them (the
+//     MoE exchange: N-1 inter-node messages of G blocks per rank instead of
+//     (N-1)·G of one).
+//   - Gather, Scatter, Scan, ExScan and AllToAllV run on the world
+//     communicator (flat).
 //   - Heterogeneous nodes (different G): AllReduce takes the lead-based path
 //     for every size, Barrier the same three phases; the other collectives
 //     run on the world communicator. Both are exact.
