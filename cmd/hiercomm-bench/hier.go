@@ -19,7 +19,7 @@ import (
 const (
 	commHier = "hier" // the hierarchical communicator
 	commFlat = "flat" // its world part: nexar over every rank
-	commLead = "lead" // the hierarchy with every AllReduce on the lead-based path
+	commSmall = "small" // the hierarchy with every AllReduce on its latency path
 	comm2D   = "2d"   // the hierarchy with every AllReduce on the 2D path
 )
 
@@ -69,7 +69,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	if err != nil || o.cfg.SwitchFrom == 0 {
 		return res, err
 	}
-	lead, err := variant(math.MaxInt32)
+	small, err := variant(math.MaxInt32)
 	if err != nil {
 		return res, err
 	}
@@ -83,7 +83,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	if rank == 0 {
 		log.Info("measuring the AllReduce paths of the hierarchy", "from", bench.FormatSize(sw.MinBytes), "to", bench.FormatSize(sw.MaxBytes))
 	}
-	swRes, err := bench.RunCompare(ctx, []bench.Contender{{Name: commLead, Comm: lead}, {Name: comm2D, Comm: twoD}}, sw)
+	swRes, err := bench.RunCompare(ctx, []bench.Contender{{Name: commSmall, Comm: small}, {Name: comm2D, Comm: twoD}}, sw)
 	res.Switch = &swRes
 	return res, err
 }
@@ -103,14 +103,14 @@ func reportComparison(w io.Writer, res bench.Result) error {
 	if res.Switch == nil || err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "# AllReduce switch point: the hierarchy's 2D path vs its lead-based path (hierarchy.Config.SmallBytes forced either way)")
-	if err := bench.FormatComparison(w, *res.Switch, comm2D, commLead); err != nil {
+	fmt.Fprintln(w, "# AllReduce switch point: the hierarchy's 2D path vs its latency path (hierarchy.Config.SmallBytes forced either way)")
+	if err := bench.FormatComparison(w, *res.Switch, comm2D, commSmall); err != nil {
 		return err
 	}
-	if b, ok := bench.Crossover(*res.Switch, commLead, comm2D); ok {
+	if b, ok := bench.Crossover(*res.Switch, commSmall, comm2D); ok {
 		fmt.Fprintf(w, "# crossover: the 2D path is as fast or faster from %s up (SmallBytes ≈ %s)\n#\n", bench.FormatSize(b), bench.FormatSize(b/2))
 	} else {
-		fmt.Fprintf(w, "# crossover: none in %s–%s (the lead-based path wins at the largest size)\n#\n", bench.FormatSize(res.Switch.Spec.MinBytes), bench.FormatSize(res.Switch.Spec.MaxBytes))
+		fmt.Fprintf(w, "# crossover: none in %s–%s (the latency path wins at the largest size)\n#\n", bench.FormatSize(res.Switch.Spec.MinBytes), bench.FormatSize(res.Switch.Spec.MaxBytes))
 	}
 	return nil
 }

@@ -152,7 +152,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.jsonOut, "json", "", "also write the result as JSON to `file`")
 	fs.BoolVar(&o.verbose, "v", false, "log every measured row and the transport's debug events")
 	linkRate := fs.String("link-rate", d.LinkRate, "limit each inter-node link to this rate each way (1gbit, 500mbit): tbf on emulated NICs when root, else a wrapper; \"off\": unlimited loopback")
-	switchSizes := fs.String("switch", switchFlag(d), "sizes FROM-TO at which the hierarchy's AllReduce paths (lead-based vs 2D) are measured against each other; \"off\": skip")
+	switchSizes := fs.String("switch", switchFlag(d), "sizes FROM-TO at which the hierarchy's AllReduce paths (latency vs 2D) are measured against each other; \"off\": skip")
 	fs.StringVar(&o.limiter, "limiter", "", "how to limit the inter-node links: tbf, wrapper or none (default: tbf when root and available, else wrapper)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
