@@ -49,8 +49,13 @@ func ReduceFunc(dt DType, op ReduceOp) (func(dst, src []byte), error) {
 	return kernels[dt][op], nil
 }
 
-// kernels[dt][op] is the kernel for dt and op (nil where undefined).
-var kernels = [U64 + 1][Avg + 1]func(dst, src []byte){
+// kernels[dt][op] is the kernel for dt and op (nil where undefined): the
+// scalar one, or where this machine has one, a vector kernel that gives the
+// same bits (reduce_amd64.go).
+var kernels = vectorKernels(scalarKernels)
+
+// scalarKernels are the portable kernels, in Go.
+var scalarKernels = [U64 + 1][Avg + 1]func(dst, src []byte){
 	F32: {
 		Sum:  typed(F32, sumLoop[float32]),
 		Prod: typed(F32, prodLoop[float32]),

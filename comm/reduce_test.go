@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -660,5 +661,86 @@ func TestFillIdentityPanics(t *testing.T) {
 			}()
 			FillIdentity(c.dt, c.op, make([]byte, c.b))
 		}()
+	}
+}
+
+// TestVectorKernelsMatchScalar: the kernels ReduceFunc returns (vector ones
+// where the machine has them, reduce_amd64.go) give the scalar kernels'
+// bits for every dtype and op, at lengths around the vector and unrolling
+// widths and at every element-aligned misalignment of dst and src, with NaNs
+// of every kind common enough that two meet. The one choice IEEE leaves
+// open, the NaN of a float Sum or Prod of two NaNs, must be dst's, quieted,
+// on every element; the scalar loops follow no rule there (the Go compiler
+// orders the operands of an add differently between the elements of an
+// unrolled group, and between builds: the race detector's is another), so
+// their result is only required to be a NaN. (f16 and bf16 have no vector
+// kernels: their results must match exactly.)
+func TestVectorKernelsMatchScalar(t *testing.T) {
+	inUse := reflect.ValueOf(kernels[F32][Sum]).Pointer() != reflect.ValueOf(scalarKernels[F32][Sum]).Pointer()
+	t.Logf("vector kernels in use: %v", inUse)
+	quiet := func(dt DType, bits uint64) uint64 {
+		if dt == F32 {
+			return bits | 1<<22
+		}
+		return bits | 1<<51
+	}
+	nan := func(dt DType, rng *rand.Rand) uint64 {
+		switch dt {
+		case F32:
+			return uint64(rng.IntN(2))<<31 | 0x7f800000 | (1 + rng.Uint64()%(1<<23-1))
+		case F64:
+			return uint64(rng.IntN(2))<<63 | 0x7ff0000000000000 | (1 + rng.Uint64()%(1<<52-1))
+		}
+		return randomValue(dt, rng)
+	}
+	lengths := []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 1000, 4099}
+	for _, dt := range DTypes {
+		es := dt.Size()
+		for _, op := range []ReduceOp{Sum, Prod, Min, Max} {
+			if CanReduce(dt, op) != nil {
+				continue
+			}
+			vector, scalar := kernels[dt][op], scalarKernels[dt][op]
+			rng := rand.New(rand.NewPCG(31, uint64(dt)<<8|uint64(op)))
+			for _, n := range lengths {
+				for off := 0; off < 32; off += max(es, 4) {
+					soff := off / 2 / es * es // a different misalignment for src
+					dst := alignedBytes(off + n*es)[off:]
+					src := alignedBytes(soff + n*es)[soff:]
+					for i := range n {
+						for _, b := range [][]byte{dst, src} {
+							v := randomValue(dt, rng)
+							if rng.IntN(4) == 0 {
+								v = nan(dt, rng)
+							}
+							putElem(dt, b, i, v)
+						}
+					}
+					want, got := append([]byte(nil), dst...), append([]byte(nil), dst...)
+					scalar(want, src)
+					vector(got, src)
+					for i := range n {
+						a, b := elem(dt, dst, i), elem(dt, src, i)
+						w, g := elem(dt, want, i), elem(dt, got, i)
+						if (dt == F32 || dt == F64) && (op == Sum || op == Prod) && isNaNBits(dt, a) && isNaNBits(dt, b) {
+							if !isNaNBits(dt, w) {
+								t.Fatalf("%v %v n=%d [%d]: scalar %#x op %#x = %#x, want a NaN", dt, op, n, i, a, b, w)
+							}
+							if !inUse {
+								w = g // the scalar kernel itself: any NaN, checked next
+								if !isNaNBits(dt, g) {
+									t.Fatalf("%v %v n=%d [%d]: %#x op %#x = %#x, want a NaN", dt, op, n, i, a, b, g)
+								}
+							} else {
+								w = quiet(dt, a)
+							}
+						}
+						if g != w {
+							t.Fatalf("%v %v n=%d offset %d [%d]: %#x op %#x = %#x, the scalar kernel gives %#x", dt, op, n, off, i, a, b, g, w)
+						}
+					}
+				}
+			}
+		}
 	}
 }

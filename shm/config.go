@@ -19,7 +19,9 @@ type Config struct {
 	Rank, Size int
 	// SlotBytes is each rank's staging area in the segment. If zero, 4 MiB.
 	// Rank 0's value is the one used: the others take it from the segment.
-	// At least 8 KiB. Larger slots mean fewer steps for large messages.
+	// At least 8 KiB. A step carries at most half a slot of a rank's
+	// message (and at most 512 KiB, which the caches favour): slots below
+	// 1 MiB mean more steps for large messages.
 	SlotBytes int
 	// Timeout bounds each operation (like nexar.Options.Timeout). If zero, 10m.
 	Timeout time.Duration

@@ -13,19 +13,24 @@
 //     link once initialized, stale-file detection, attach, and the unlink
 //     once every rank has mapped it, after which a crash leaks nothing.
 //   - sync.go, liveness.go: the step protocol (per-rank step counters, two
-//     parts per slot, one wait per step: spin, then yield, then futex) and
-//     failure detection (pid, heartbeat, a peer's closed or aborted state).
+//     parts per slot, one wait per step: spin, then yield when a peer
+//     behind may need this CPU, then futex) and failure detection (pid,
+//     heartbeat, a peer's closed or aborted state).
 //   - exec.go, step.go: the executor that runs collectives in the order
 //     they were started, and the header step that opens every collective
 //     with its sequence number, Signature and status.
 //   - reduce.go, move.go: the schedules: direct AllReduce, Reduce and
 //     ReduceScatter (each rank reduces its own slice from everyone's staged
 //     input), Scan and ExScan, staged Broadcast, AllGather, Gather, Scatter,
-//     AllToAll and AllToAllV.
+//     AllToAll and AllToAllV. copy.go: how they move bytes (steps sized for
+//     the caches, staging copies that stay in them, non-temporal stores
+//     for the results of large collectives).
 //   - split.go: Split; p2p.go, p2pengine.go, ring.go: Send and Recv over a
 //     ring per ordered pair of ranks.
 //   - sys_linux.go, sys_other.go: the system calls; elsewhere New returns an
-//     error and the package still builds.
+//     error and the package still builds. arch_amd64.go/.s: non-temporal
+//     copies and the CPU a rank runs on; arch_other.go their portable
+//     stand-ins (copy, unknown).
 //
 // Failures follow the comm contract, as nexar does. A bad argument on one
 // rank, or a context that ended before the rank began, is known to every

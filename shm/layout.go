@@ -11,7 +11,7 @@ import (
 // different lines (lineBytes covers a pair of cache lines, since adjacent-line
 // prefetch couples neighbours).
 //
-//	header        one page: magic, version, size, slot and ring sizes, creator
+//	header        one page: magic, version, size, slot, ring and step sizes, creator
 //	control[P]    per rank: step counter, bell, state, sleepers, identity,
 //	              heartbeat, p2p bell, abort record, two meta parts
 //	ringCtl[P×P]  per (sender, receiver): tail (sender's line), head (receiver's)
@@ -27,7 +27,7 @@ const (
 	pageBytes = 4096
 
 	segMagic   = 0x314d485352454948 // "HIERSHM1", little-endian
-	segVersion = 1
+	segVersion = 2
 )
 
 // Header fields. hMagic and hCreator keep their places in every version, so
@@ -39,6 +39,7 @@ const (
 	hSlotBytes = 16 // u64
 	hRingBytes = 24 // u64
 	hTotal     = 32 // u64
+	hStepBytes = 40 // u64: stepBytes of the creator; every rank's schedules use it
 	hCreator   = 64 // procID: pid, start, pid namespace (3 × u64)
 )
 
@@ -47,6 +48,7 @@ const (
 	cPosted      = 0             // u64: the last step this rank posted
 	cBell        = 8             // u32: bumped at every post and state change; futex word
 	cState       = 12            // u32: stateFree, stateAttached, stateClosed, stateAborted
+	cCPU         = 16            // u32: the CPU the rank last ran on when it posted or waited, plus one (0: unknown); a hint for waiters
 	cSleepers    = lineBytes     // u32: waiters asleep on cBell
 	cProc        = 2 * lineBytes // procID of the attached process (3 × u64)
 	cHeartbeat   = 3 * lineBytes // u64: bumped every FailureTimeout/5
@@ -97,6 +99,7 @@ type procID struct{ pid, start, ns uint64 }
 type layout struct {
 	P                       int
 	slotBytes, ringBytes    int
+	stepBytes               int // see copy.go
 	metaBytes, ctlBytes     int
 	ctlOff, ringCtlOff      int
 	slotsOff, ringsOff, end int
@@ -110,7 +113,7 @@ func alignUp(n, a int) int { return (n + a - 1) / a * a }
 // ranks with the default slots need 48 MiB, inside Docker's default 64 MiB
 // /dev/shm.
 func newLayout(P, slotBytes int) layout {
-	l := layout{P: P, slotBytes: slotBytes}
+	l := layout{P: P, slotBytes: slotBytes, stepBytes: stepBytes}
 	l.ringBytes = max(pageBytes, min(slotBytes/4, slotBytes/(2*P))&^(pageBytes-1))
 	l.metaBytes = alignUp(mCounts+16*P, lineBytes)
 	l.ctlBytes = alignUp(cMeta+2*l.metaBytes, pageBytes)
@@ -127,6 +130,7 @@ func layoutOf(mem []byte) layout {
 	P := int(atomic.LoadUint32(u32At(mem, hSize)))
 	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))))
 	l.ringBytes = int(atomic.LoadUint64(u64At(mem, hRingBytes)))
+	l.stepBytes = int(atomic.LoadUint64(u64At(mem, hStepBytes)))
 	l.ringsOff = l.slotsOff + P*l.slotBytes
 	l.end = l.ringsOff + P*P*l.ringBytes
 	return l
@@ -146,6 +150,7 @@ type rankWords struct {
 	posted      *uint64
 	bell        *uint32
 	state       *uint32
+	cpu         *uint32
 	sleepers    *uint32
 	heartbeat   *uint64
 	p2pBell     *uint32
@@ -158,6 +163,7 @@ func wordsOf(mem []byte, l layout, r int) rankWords {
 		posted:      u64At(mem, b+cPosted),
 		bell:        u32At(mem, b+cBell),
 		state:       u32At(mem, b+cState),
+		cpu:         u32At(mem, b+cCPU),
 		sleepers:    u32At(mem, b+cSleepers),
 		heartbeat:   u64At(mem, b+cHeartbeat),
 		p2pBell:     u32At(mem, b+cP2PBell),

@@ -6,7 +6,8 @@ import (
 
 // The schedules that move data without reducing it: the writer stages a
 // chunk in its part, and after the wait every reader copies it out — one
-// copy in, one copy out, whatever the number of readers.
+// copy in, one copy out, whatever the number of readers. (copy.go: how
+// large a step is, and how its bytes are copied.)
 
 // schedule runs the collective of s.o after its header step would go.
 func (c *Comm) schedule(s *stepper) error {
@@ -66,8 +67,9 @@ func (c *Comm) schedule(s *stepper) error {
 	return &comm.ArgError{Kind: call.Kind, Arg: "kind", Problem: "not a collective"}
 }
 
-// chunkBytes is how much of a message one step carries through one part.
-func (s *stepper) chunkBytes(es int) int { return s.half() / es * es }
+// chunkBytes is how much of a message one step carries through one part:
+// a part's worth, up to stepMax, in whole elements.
+func (s *stepper) chunkBytes(es int) int { return max(es, min(s.half(), s.stepMax())/es*es) }
 
 // steps is the number of steps that move n bytes in chunks of C (at least
 // one: the header).
@@ -76,18 +78,19 @@ func steps(n, C int) int { return max(1, (n+C-1)/C) }
 // broadcast stages the root's buffer chunk by chunk; the others copy it out.
 func broadcast(s *stepper, buf []byte, root, es int) error {
 	me, n, C := s.c.rank, len(buf), s.chunkBytes(es)
+	put := putFor(s.resultBytes(n, -1))
 	for i := range steps(n, C) {
 		lo := i * C
 		cnt := min(C, n-lo)
 		var write func([]byte)
 		if me == root {
-			write = func(p []byte) { copy(p, buf[lo:lo+cnt]) }
+			write = func(p []byte) { stage(p, buf[lo:lo+cnt]) }
 		}
 		if err := s.step(write); err != nil {
 			return err
 		}
 		if me != root {
-			copy(buf[lo:lo+cnt], s.read(root)[:cnt])
+			put(buf[lo:lo+cnt], s.read(root)[:cnt])
 		}
 	}
 	return nil
@@ -98,11 +101,12 @@ func broadcast(s *stepper, buf []byte, root, es int) error {
 func allGather(s *stepper, send, recv []byte, es, root int) error {
 	P, me, n, C := s.c.size, s.c.rank, len(send), s.chunkBytes(es)
 	out := root < 0 || root == me
+	put := putFor(s.resultBytes(len(recv), root))
 	inPlace := n > 0 && out && &recv[me*n] == &send[0]
 	for i := range steps(n, C) {
 		lo := i * C
 		cnt := min(C, n-lo)
-		if err := s.step(func(p []byte) { copy(p, send[lo:lo+cnt]) }); err != nil {
+		if err := s.step(func(p []byte) { stage(p, send[lo:lo+cnt]) }); err != nil {
 			return err
 		}
 		if !out {
@@ -111,9 +115,9 @@ func allGather(s *stepper, send, recv []byte, es, root int) error {
 		for q := range P {
 			switch {
 			case q != me:
-				copy(recv[q*n+lo:q*n+lo+cnt], s.read(q)[:cnt])
+				put(recv[q*n+lo:q*n+lo+cnt], s.read(q)[:cnt])
 			case !inPlace:
-				copy(recv[q*n+lo:q*n+lo+cnt], send[lo:lo+cnt])
+				put(recv[q*n+lo:q*n+lo+cnt], send[lo:lo+cnt])
 			}
 		}
 	}

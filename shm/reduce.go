@@ -30,8 +30,12 @@ func newKernel(dt comm.DType, op comm.ReduceOp) (kernel, error) {
 const reduceBlock = 16 << 10
 
 // reduceInto sets dst to src(0) op src(1) op … op src(n-1), each src(q)
-// as long as dst.
-func (k kernel) reduceInto(dst []byte, n int, src func(q int) []byte) {
+// as long as dst, block by block; with avg (and an Avg kernel) each block
+// is then divided by n. With also set (as long as dst), each finished
+// block is copied there too, with put, while it is in L1: the direct
+// AllReduce's own slice reaches the rank's recv without another pass over
+// memory.
+func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, avg bool, src func(q int) []byte) {
 	for b := 0; b < len(dst); b += reduceBlock {
 		e := min(len(dst), b+reduceBlock)
 		d := dst[b:e]
@@ -39,35 +43,38 @@ func (k kernel) reduceInto(dst []byte, n int, src func(q int) []byte) {
 		for q := 1; q < n; q++ {
 			k.red(d, src(q)[b:e])
 		}
-	}
-}
-
-// finish divides an Avg result by the number of ranks.
-func (k kernel) finish(dst []byte, P int) {
-	if k.avg {
-		comm.FinishAvg(k.dt, dst, P)
+		if avg && k.avg {
+			comm.FinishAvg(k.dt, d, n)
+		}
+		if also != nil {
+			put(also[b:e], d)
+		}
 	}
 }
 
 // smallReduceBytes: up to this many bytes from all ranks together (the
 // message's size × P), AllReduce and Reduce take one step in which every
 // rank (the root, for Reduce) reduces the whole message from every rank's
-// part, instead of the direct algorithm's two steps. Measured on 2 cores:
-// at 4 ranks, 4 KiB messages are faster in one step and 16 KiB ones in
-// two; at 2 and 8 ranks the cut falls at the same total. A variable so
-// that benchmarks can move it.
-var smallReduceBytes = 16 << 10
+// part, instead of the direct algorithm's two steps. Measured on 2 cores
+// with 2 and 4 processes: one step is faster up to 16 KiB messages on 4
+// ranks and as fast at 32 KiB on 2 (2–7 µs against 3–10), two steps from
+// 32 KiB on 4 ranks. A variable so that benchmarks can move it.
+var smallReduceBytes = 64 << 10
 
 // allReduce is AllReduce (root < 0) and Reduce (to root).
 //
 // Large messages use the direct algorithm, pipelined in chunks: in step i
-// every rank stages chunk i of its input; after the wait, rank r reduces
-// slice r of chunk i from every rank's part and writes the result into
-// its next part, beside the staging of chunk i+1; in step i+1 every rank
-// (the root, for Reduce) copies the reduced slices of chunk i out of
-// everyone's part. So each step both reduces one chunk and copies out the
-// one before, K chunks take K+1 steps, and the reduction work is spread
-// over all ranks.
+// every rank stages chunk i of its input, but for its own slice; after the
+// wait, rank r reduces slice r of chunk i from every rank's part (its own
+// slice straight from its input) into its next part, beside the staging of
+// chunk i+1, copying each reduced block into its own recv while it is in
+// L1; in step i+1 every rank (the root, for Reduce) copies the other
+// ranks' reduced slices of chunk i out of their parts. So each step both
+// reduces one chunk and copies out the one before, K chunks take K+1
+// steps, the reduction work is spread over all ranks, and every byte of a
+// rank's input and result crosses memory as few times as shared staging
+// allows: staged once, read once by its reducer, published once, copied
+// out once by each other rank.
 func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 	P, me, es := s.c.size, s.c.rank, k.es
 	out := root < 0 || root == me
@@ -76,17 +83,20 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 			return err
 		}
 		if out {
-			k.reduceInto(recv, P, s.read)
-			k.finish(recv, P)
+			k.reduceInto(recv, nil, nil, P, true, s.read)
 		}
 		return nil
 	}
 	N := len(send) / es
-	c := P * ((s.half() - lineBytes) / es / (P + 1)) // elements per chunk, a multiple of P
-	resOff := alignUp(c*es, lineBytes)               // where a rank's reduced slice sits in its part
+	// Elements per chunk, a multiple of P: the whole chunk and the rank's
+	// reduced slice must fit in a part, and the chunk in stepMax.
+	c := P * max(1, min((s.half()-lineBytes)/es/(P+1), s.stepMax()/es/P))
+	resOff := alignUp(c*es, lineBytes) // where a rank's reduced slice sits in its part
 	K := (N + c - 1) / c
 	chunk := func(i int) (lo, cnt int) { return i * c, min(c, N-i*c) }
 	slice := func(cnt, q int) (lo, hi int) { return q * cnt / P, (q + 1) * cnt / P }
+	put := putFor(s.resultBytes(len(recv), root))
+	var mine []byte // this rank's recv slice of the chunk being reduced (nil: not wanted)
 	for i := 0; i <= K; i++ {
 		var write func([]byte)
 		if i < K {
@@ -95,8 +105,8 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 			lo, cnt := chunk(i)
 			a, b := slice(cnt, me)
 			write = func(p []byte) {
-				copy(p[:a*es], send[lo*es:(lo+a)*es])
-				copy(p[b*es:cnt*es], send[(lo+b)*es:(lo+cnt)*es])
+				stage(p[:a*es], send[lo*es:(lo+a)*es])
+				stage(p[b*es:cnt*es], send[(lo+b)*es:(lo+cnt)*es])
 			}
 		}
 		if err := s.step(write); err != nil {
@@ -105,8 +115,10 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 		if i > 0 && out {
 			lo, cnt := chunk(i - 1)
 			for q := range P {
-				a, b := slice(cnt, q)
-				copy(recv[(lo+a)*es:(lo+b)*es], s.read(q)[resOff:resOff+(b-a)*es])
+				if q != me {
+					a, b := slice(cnt, q)
+					put(recv[(lo+a)*es:(lo+b)*es], s.read(q)[resOff:resOff+(b-a)*es])
+				}
 			}
 		}
 		if i < K {
@@ -114,23 +126,25 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 			a, b := slice(cnt, me)
 			dst := s.next()[resOff : resOff+(b-a)*es]
 			own := send[(lo+a)*es : (lo+b)*es]
-			k.reduceInto(dst, P, func(q int) []byte {
+			if out {
+				mine = recv[(lo+a)*es : (lo+b)*es]
+			}
+			k.reduceInto(dst, mine, put, P, true, func(q int) []byte {
 				if q == me {
 					return own
 				}
 				return s.read(q)[a*es : b*es]
 			})
-			k.finish(dst, P)
 		}
 	}
 	return nil
 }
 
-// blockBytes is the share of a part that each destination rank gets when a
-// step carries a piece of every rank's block: a whole number of lines
-// (so of elements) when it can be.
+// blockBytes is the share of a part (up to stepMax) that each destination
+// rank gets when a step carries a piece of every rank's block: a whole
+// number of lines (so of elements) when it can be.
 func (s *stepper) blockBytes(es int) int {
-	b := s.half() / s.c.size
+	b := min(s.half(), s.stepMax()) / s.c.size
 	if b >= lineBytes {
 		return b &^ (lineBytes - 1)
 	}
@@ -138,27 +152,36 @@ func (s *stepper) blockBytes(es int) int {
 }
 
 // reduceScatter is the direct ReduceScatter: in every step each rank stages
-// a piece of every block of its input, and rank r reduces the pieces of
-// block r from every rank's part straight into its result. One step per
-// piece, no copy-out.
+// a piece of every other rank's block of its input, and rank r reduces the
+// pieces of block r from every rank's part (its own straight from its
+// input) into its result. One step per piece, no copy-out. In place (recv
+// is block r of send) the rank stages its own piece too: the reduction,
+// which starts from rank 0's piece, overwrites recv before it reaches
+// this rank's.
 func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
 	P, me := s.c.size, s.c.rank
 	m := len(recv)
 	B := s.blockBytes(k.es)
 	K := max(1, (m+B-1)/B)
+	inPlace := m > 0 && &recv[0] == &send[me*m]
 	for i := range K {
 		lo := i * B
 		cnt := min(B, m-lo)
 		if err := s.step(func(p []byte) {
 			for j := range P {
-				copy(p[j*B:j*B+cnt], send[j*m+lo:j*m+lo+cnt])
+				if j != me || inPlace {
+					copy(p[j*B:j*B+cnt], send[j*m+lo:j*m+lo+cnt])
+				}
 			}
 		}); err != nil {
 			return err
 		}
-		dst := recv[lo : lo+cnt]
-		k.reduceInto(dst, P, func(q int) []byte { return s.read(q)[me*B : me*B+cnt] })
-		k.finish(dst, P)
+		k.reduceInto(recv[lo:lo+cnt], nil, nil, P, true, func(q int) []byte {
+			if q == me && !inPlace {
+				return send[me*m+lo : me*m+lo+cnt]
+			}
+			return s.read(q)[me*B : me*B+cnt]
+		})
 	}
 	return nil
 }
@@ -168,7 +191,7 @@ func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
 func scan(s *stepper, send, recv []byte, k kernel, exclusive bool) error {
 	me := s.c.rank
 	n := len(send)
-	C := s.half() / k.es * k.es
+	C := s.chunkBytes(k.es)
 	K := max(1, (n+C-1)/C)
 	upto := me + 1
 	if exclusive {
@@ -185,7 +208,7 @@ func scan(s *stepper, send, recv []byte, k kernel, exclusive bool) error {
 			comm.FillIdentity(k.dt, k.op, dst)
 			continue
 		}
-		k.reduceInto(dst, upto, func(q int) []byte { return s.read(q)[:cnt] })
+		k.reduceInto(dst, nil, nil, upto, false, func(q int) []byte { return s.read(q)[:cnt] })
 	}
 	return nil
 }

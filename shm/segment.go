@@ -120,6 +120,7 @@ func createOnce(path string, l layout, me procID) (*segment, error) {
 	atomic.StoreUint64(u64At(mem, hSlotBytes), uint64(l.slotBytes))
 	atomic.StoreUint64(u64At(mem, hRingBytes), uint64(l.ringBytes))
 	atomic.StoreUint64(u64At(mem, hTotal), uint64(l.end))
+	atomic.StoreUint64(u64At(mem, hStepBytes), uint64(l.stepBytes))
 	writeProc(mem, hCreator, me)
 	atomic.StoreUint64(u64At(mem, hMagic), segMagic)
 	if tmp == "" {

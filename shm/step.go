@@ -50,6 +50,11 @@ func statusOf(err error) uint32 {
 // half is the size of a slot's part.
 func (s *stepper) half() int { return s.c.seg.l.slotBytes / 2 }
 
+// stepMax bounds the bytes of its message that a rank moves through one
+// step: the creator's stepBytes, from the segment's header, so that every
+// rank cuts a message into the same steps.
+func (s *stepper) stepMax() int { return s.c.seg.l.stepBytes }
+
 // part is rank q's part of step g.
 func (s *stepper) part(q int, g uint64) []byte {
 	l := &s.c.seg.l

@@ -27,6 +27,15 @@ import (
 // futex of the peer's bell with a short timeout, so that a cancelled
 // context, a closed communicator and a dead peer are noticed. A poster only
 // makes the wake system call when someone sleeps.
+//
+// A process yields only when that can help: when a peer it waits for last
+// ran on this CPU (or may have: its CPU is unknown). When every peer still
+// behind last ran on another CPU, they are running there, or waiting
+// behind another rank that is; giving this CPU to a rank of this CPU that
+// waits too would only make the two take turns at a system call and a
+// context switch (microseconds each in a VM) instead of seeing the post at
+// once. The CPU numbers are hints (a rank may move): after spinYields
+// turns without a yield, the rank yields anyway.
 
 // Wait policy. Variables, not constants, so that a benchmark can tune them.
 // Measured on 2 cores: spinning pays when every rank has a core (2 ranks:
@@ -38,6 +47,7 @@ import (
 var (
 	spinChecks = 100                    // checks before the first yield, when every rank can have a core
 	spinOver   = 4                      // the same, with more ranks than cores
+	spinYields = 256                    // turns of the yielding phase spent spinning, at most, between two yields
 	yieldFor   = time.Millisecond       // yielding before sleeping
 	sleepMin   = 500 * time.Microsecond // first futex timeout; doubles
 	sleepMax   = 10 * time.Millisecond  // longest futex timeout
@@ -48,6 +58,7 @@ var errKilled = errors.New("shm: this rank was killed by a test hook")
 
 // post publishes step g.
 func (c *Comm) post(g uint64) {
+	c.noteCPU()
 	atomic.StoreUint64(c.mine.posted, g)
 	atomic.AddUint32(c.mine.bell, 1)
 	if atomic.LoadUint32(c.mine.sleepers) != 0 {
@@ -136,6 +147,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 	sleep := sleepMin
 	spin := c.spin
 	yielded := 0 // the clock is read every 8th yield only
+	spun := 0    // turns spent spinning since the last yield
 	for i := 0; ; i++ {
 		if wait, err := behind(); err != nil || !wait {
 			return err
@@ -147,7 +159,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 			continue
 		}
 		if i < yielded && (i-spin)%8 != 0 {
-			c.yield()
+			c.pause(q, g, &spun)
 			continue
 		}
 		now := time.Now()
@@ -159,7 +171,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 		}
 		if now.Sub(start) < yieldFor {
 			yielded = i + 8
-			c.yield()
+			c.pause(q, g, &spun)
 			continue
 		}
 		// Any peer still behind may be the one that failed, not only q.
@@ -186,13 +198,56 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 }
 
 // yield lets the rank we wait for run: another goroutine of this process
-// (a rank of NewLocal), or another process (sched_yield), unless every
-// rank lives in this process.
+// (a rank of NewLocal), or another process (sched_yield). A process does
+// not call runtime.Gosched: that wakes an idle thread of this process (a
+// futex wake-up, and a thread that competes for the CPUs the ranks need),
+// which made an 8-byte AllReduce of two processes five times slower.
 func (c *Comm) yield() {
-	runtime.Gosched()
-	if !c.inProcess {
-		osYield()
+	if c.inProcess {
+		runtime.Gosched()
+		return
 	}
+	osYield()
+}
+
+// pause is one turn of the yielding phase of a wait for step g, in which
+// the peers from q on may still be behind: a yield when a peer still
+// behind last ran on this CPU (or on one it did not know), or when the rank
+// has spun spinYields turns since its last yield; else nothing, and the
+// wait goes on spinning (see the comment at the top).
+func (c *Comm) pause(q int, g uint64, spun *int) {
+	if !c.inProcess {
+		if here := c.noteCPU(); here != 0 && *spun < spinYields && !c.behindOn(here, q, g) {
+			*spun++
+			return
+		}
+	}
+	*spun = 0
+	c.yield()
+}
+
+// noteCPU publishes the CPU this rank runs on, if it changed, and returns
+// it (0: unknown).
+func (c *Comm) noteCPU() uint32 {
+	cpu := cpuID()
+	if atomic.LoadUint32(c.mine.cpu) != cpu {
+		atomic.StoreUint32(c.mine.cpu, cpu)
+	}
+	return cpu
+}
+
+// behindOn reports whether a peer from q on that has not posted step g
+// last ran on CPU here, or on a CPU it did not know.
+func (c *Comm) behindOn(here uint32, q int, g uint64) bool {
+	for p := q; p < c.size; p++ {
+		if p == c.rank || atomic.LoadUint64(c.words[p].posted) >= g {
+			continue
+		}
+		if cpu := atomic.LoadUint32(c.words[p].cpu); cpu == 0 || cpu == here {
+			return true
+		}
+	}
+	return false
 }
 
 // sleepOn sleeps on a futex bell for at most d, unless ready already holds

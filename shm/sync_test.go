@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -223,5 +225,64 @@ func TestMutualSendsBeforeRecvs(t *testing.T) {
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cpuID is this thread's CPU (plus one), as getcpu(2) says, where the build
+// can tell.
+func TestCPUIDIsThisCPU(t *testing.T) {
+	const sysGetcpu = 309 // amd64, the only build with cpuID
+	if cpuID() == 0 {
+		t.Skipf("this build (%s) cannot tell which CPU it runs on", runtime.GOARCH)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for try := 0; ; try++ {
+		before := cpuID()
+		var cpu, node uint32
+		if _, _, errno := syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0); errno != 0 {
+			t.Skipf("getcpu: %v", errno)
+		}
+		after := cpuID()
+		if before == after && before == cpu+1 {
+			return
+		}
+		if before == after || try == 100 { // not a move between the reads
+			t.Fatalf("cpuID gives %d (CPU %d), getcpu CPU %d", before, before-1, cpu)
+		}
+	}
+}
+
+// A waiting process yields only for a peer still behind that last ran on
+// its CPU or on an unknown one.
+func TestBehindOnFollowsThePeersCPUs(t *testing.T) {
+	cs := localWorld(t, 4, Config{SlotBytes: minSlotBytes})
+	c := cs[1]
+	g := c.x.g + 1 // no rank has posted it
+	set := func(cpus ...uint32) {
+		for r, cpu := range cpus {
+			atomic.StoreUint32(c.words[r].cpu, cpu)
+		}
+	}
+	cases := []struct {
+		cpus []uint32 // ranks 0…3; rank 1 is the waiter, on CPU 5
+		q    int
+		want bool
+	}{
+		{[]uint32{3, 5, 3, 3}, 0, false}, // everyone behind is elsewhere
+		{[]uint32{3, 5, 5, 3}, 0, true},  // rank 2 shares the waiter's CPU
+		{[]uint32{3, 5, 3, 0}, 0, true},  // rank 3's CPU is unknown
+		{[]uint32{5, 5, 3, 3}, 2, false}, // rank 0 is known to have posted (below q)
+		{[]uint32{5, 9, 9, 9}, 1, false}, // the waiter's own word does not count
+	}
+	for _, tc := range cases {
+		set(tc.cpus...)
+		if got := c.behindOn(5, tc.q, g); got != tc.want {
+			t.Errorf("CPUs %v, peers from %d on: behindOn = %v, want %v", tc.cpus, tc.q, got, tc.want)
+		}
+	}
+	set(0, 0, 0, 0)
+	if c.behindOn(5, 0, c.x.g) {
+		t.Error("behindOn counts peers that have posted the step")
 	}
 }
