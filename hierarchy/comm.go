@@ -16,11 +16,12 @@ import (
 const (
 	// DefaultSmallBytes is the largest AllReduce (and Broadcast, Reduce)
 	// that takes the latency path. Measured with 2 emulated nodes × 2 ranks
-	// (shm inside a node, QUIC between nodes over 500 Mbit/s and 1 Gbit/s
-	// tbf links, one per rank): the two paths trade wins between 64 and
-	// 512 KiB, and the 2D path wins clearly from 1 MiB; see
-	// docs/benchmarks.md.
-	DefaultSmallBytes = 512 << 10
+	// (shm inside a node, QUIC between nodes over 500 Mbit/s tbf links, one
+	// per rank; hiercomm-bench -switch 8K-1M, 5 runs on an idle machine):
+	// the latency path is faster up to 32 KiB (2D ÷ latency 0.62–0.96),
+	// the 2D path from 64 KiB (1.45–1.67 at 64 KiB, 1.23–1.65 at 128 KiB,
+	// one run of five slower at 256 KiB); see docs/benchmarks.md.
+	DefaultSmallBytes = 32 << 10
 	// DefaultChunkBytes is the pipelining unit of the large paths, per
 	// node-wide chunk of the message.
 	DefaultChunkBytes = 4 << 20
