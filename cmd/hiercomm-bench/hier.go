@@ -17,10 +17,10 @@ import (
 
 // Names of the communicators a hierarchical run compares.
 const (
-	commHier = "hier" // the hierarchical communicator
-	commFlat = "flat" // its world part: nexar over every rank
+	commHier  = "hier"  // the hierarchical communicator
+	commFlat  = "flat"  // its world part: nexar over every rank
 	commSmall = "small" // the hierarchy with every AllReduce on its latency path
-	comm2D   = "2d"   // the hierarchy with every AllReduce on the 2D path
+	comm2D    = "2d"    // the hierarchy with every AllReduce on the 2D path
 )
 
 // measureWorld runs the Spec on this rank's World. A hierarchical World is
