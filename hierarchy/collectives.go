@@ -62,10 +62,9 @@ func (h *Comm) run(t *task) error {
 // Signature implies (placeholders the poisoned operations never touch) and
 // a root in range, so that this rank issues the same operations as the
 // ranks whose calls are good. The operations of a collective depend only
-// on its kind, count and dtype size (and never on the root), so the
-// stand-in's are its peers' — but when the count itself is what is wrong
-// (a missing buffer of the large paths' sizes), for which no rank can do
-// better.
+// on its kind, count and dtype size, never on the root, so the stand-in's
+// are its peers' — unless the count itself is what is wrong (no buffer
+// where the count comes from), which this rank cannot repair.
 func (h *Comm) shapeOf(c comm.Call) comm.Call {
 	sig := c.Signature()
 	dt := sig.DType
@@ -206,7 +205,7 @@ func (h *Comm) rankAt(m, l int) int { return h.topo.Nodes()[m].Ranks[l] }
 // ReduceScatter on rail l hands node m's member its own block. Across
 // nodes each rank sends (N-1)/N of one block, no more.
 func (h *Comm) reduceScatter2D(x *phases, send, recv comm.Buffer, op comm.ReduceOp) {
-	G, N := h.g, h.topo.NumNodes()
+	N := h.topo.NumNodes()
 	n := recv.Len()
 	cs := h.chunks(n, 1, h.size*recv.DType().Size())
 	perm := make([]comm.Buffer, len(cs))
@@ -230,7 +229,6 @@ func (h *Comm) reduceScatter2D(x *phases, send, recv comm.Buffer, op comm.Reduce
 	for k := range cs {
 		x.wait(rr[k])
 	}
-	_ = G
 }
 
 // permute copies between the rank-order layout (block r of n elements at
