@@ -238,17 +238,22 @@ func (h *Comm) reduceScatter2D(x *phases, send, recv comm.Buffer, op comm.Reduce
 func (h *Comm) permute(x *phases, railLayout, rankLayout comm.Buffer, n int, ch [2]int, toRanks bool) {
 	off, c := ch[0], ch[1]
 	N := h.topo.NumNodes()
+	rail := func(l, m int) int { return (l*N + m) * c }
+	rank := func(l, m int) int { return h.rankAt(m, l)*n + off }
+	if toRanks {
+		h.moveBlocks(x, rankLayout, railLayout, c, rank, rail)
+	} else {
+		h.moveBlocks(x, railLayout, rankLayout, c, rail, rank)
+	}
+}
+
+// moveBlocks copies, for every local rank l and node m, the c elements of
+// src at from(l, m) to dst at to(l, m); the first failed copy fails the
+// collective.
+func (h *Comm) moveBlocks(x *phases, dst, src comm.Buffer, c int, to, from func(l, m int) int) {
 	for l := range h.g {
-		for m := range N {
-			a := railLayout.Slice((l*N+m)*c, c)
-			b := rankLayout.Slice(h.rankAt(m, l)*n+off, c)
-			var err error
-			if toRanks {
-				err = h.cfg.Stager.Copy(b, a)
-			} else {
-				err = h.cfg.Stager.Copy(a, b)
-			}
-			if !x.local("permuting blocks", err) {
+		for m := range h.topo.NumNodes() {
+			if !x.local("permuting blocks", h.cfg.Stager.Copy(dst.Slice(to(l, m), c), src.Slice(from(l, m), c))) {
 				return
 			}
 		}
@@ -465,38 +470,20 @@ func (h *Comm) reduceLeads(x *phases, send, recv comm.Buffer, op comm.ReduceOp, 
 func (h *Comm) allToAll2D(x *phases, send, recv comm.Buffer) {
 	G, N := h.g, h.topo.NumNodes()
 	n := send.Len() / h.size
-	byLocal := x.alloc(send, h.size*n)
+	byLocal := x.alloc(send, h.size*n) // [l'][m']: to (m', l')
 	if x.ok() {
-		for l := range G {
-			for m := range N {
-				if !x.local("packing blocks", h.cfg.Stager.Copy(byLocal.Slice((l*N+m)*n, n), send.Slice(h.rankAt(m, l)*n, n))) {
-					break
-				}
-			}
-		}
+		h.permute(x, byLocal, send, n, [2]int{0, n}, false)
 	}
 	fromLocals := x.alloc(send, h.size*n) // [l_s][m']: from (this node, l_s) to (m', this l)
 	x.do(h.intraPart(), comm.Call{Kind: comm.KindAllToAll, Send: byLocal, Recv: fromLocals})
 	byNode := x.alloc(send, h.size*n) // [m'][l_s]
 	if x.ok() {
-		for ls := range G {
-			for m := range N {
-				if !x.local("packing blocks", h.cfg.Stager.Copy(byNode.Slice((m*G+ls)*n, n), fromLocals.Slice((ls*N+m)*n, n))) {
-					break
-				}
-			}
-		}
+		h.moveBlocks(x, byNode, fromLocals, n, func(l, m int) int { return (m*G + l) * n }, func(l, m int) int { return (l*N + m) * n })
 	}
 	fromNodes := x.alloc(send, h.size*n) // [m_s][l_s]: from (m_s, l_s)
 	x.do(h.railPart(), comm.Call{Kind: comm.KindAllToAll, Send: byNode, Recv: fromNodes})
 	if x.ok() {
-		for m := range N {
-			for ls := range G {
-				if !x.local("unpacking blocks", h.cfg.Stager.Copy(recv.Slice(h.rankAt(m, ls)*n, n), fromNodes.Slice((m*G+ls)*n, n))) {
-					return
-				}
-			}
-		}
+		h.moveBlocks(x, recv, fromNodes, n, func(l, m int) int { return h.rankAt(m, l) * n }, func(l, m int) int { return (m*G + l) * n })
 	}
 }
 

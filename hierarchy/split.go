@@ -1,8 +1,10 @@
 package hierarchy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -45,80 +47,46 @@ func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communi
 	if !x.do(h.worldPart(), comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(all)}) {
 		return nil, x.err()
 	}
-	// The members of this rank's color, in their new order.
-	type member struct{ key, rank int }
-	var group []member
+	// Every child's members in their new order (by key, then rank), and
+	// every rank's place in its child: node index (nodes in the order of
+	// their smallest new rank, as topology.New numbers them) and local
+	// rank. Every rank computes all of it, because the rails of every
+	// child are split off this world in one Split (a child's own world
+	// could be aborted by a fast member's failure in the child before a
+	// slow one has built its rails). Rail colors number the (child, local
+	// rank) pairs in order.
+	groups := map[int][]int{}
 	for r := range h.size {
-		if int(all[2*r]) == color {
-			group = append(group, member{key: int(all[2*r+1]), rank: r})
+		if c := int(all[2*r]); c != comm.NoColor {
+			groups[c] = append(groups[c], r)
 		}
 	}
-	slices.SortStableFunc(group, func(a, b member) int {
-		if a.key != b.key {
-			return a.key - b.key
-		}
-		return a.rank - b.rank
-	})
-	newRank := -1
-	for i, m := range group {
-		if m.rank == h.rank {
-			newRank = i
-		}
-	}
-	// Every rank's child topology position, computed on every rank from
-	// the exchange: the rails of every child are split off this world in
-	// one Split (a child's own world could be aborted by a fast member's
-	// failure in the child before a slow one has built its rails).
-	type place struct{ color, node, local int }
+	type place struct{ node, local int }
 	places := make([]place, h.size)
-	{
-		byColor := map[int][]member{}
-		for r := range h.size {
-			c := int(all[2*r])
-			if c != comm.NoColor {
-				byColor[c] = append(byColor[c], member{key: int(all[2*r+1]), rank: r})
+	newRank, railColor := -1, comm.NoColor
+	railBase := 0
+	for _, c := range slices.Sorted(maps.Keys(groups)) {
+		ms := groups[c]
+		slices.SortStableFunc(ms, func(a, b int) int { return cmp.Compare(all[2*a+1], all[2*b+1]) })
+		nodes, locals := map[string]int{}, map[string]int{}
+		rails := 0
+		for i, r := range ms {
+			host := h.topo.Member(r).Host
+			if _, ok := nodes[host]; !ok {
+				nodes[host] = len(nodes)
+			}
+			places[r] = place{node: nodes[host], local: locals[host]}
+			locals[host]++
+			rails = max(rails, locals[host])
+			if r == h.rank {
+				newRank = i
 			}
 		}
-		for c, ms := range byColor {
-			slices.SortStableFunc(ms, func(a, b member) int {
-				if a.key != b.key {
-					return a.key - b.key
-				}
-				return a.rank - b.rank
-			})
-			nodeIdx := map[string]int{}
-			locals := map[string]int{}
-			for _, m := range ms {
-				host := h.topo.Member(m.rank).Host
-				if _, ok := nodeIdx[host]; !ok {
-					nodeIdx[host] = len(nodeIdx)
-				}
-				places[m.rank] = place{color: c, node: nodeIdx[host], local: locals[host]}
-				locals[host]++
-			}
+		if c == color {
+			railColor = railBase + places[h.rank].local
 		}
-		for r := range h.size {
-			if int(all[2*r]) == comm.NoColor {
-				places[r] = place{color: comm.NoColor}
-			}
-		}
+		railBase += rails
 	}
-	// Rail colors: one per (child color, child local rank), numbered in
-	// order.
-	type railID struct{ color, local int }
-	var ids []railID
-	for _, p := range places {
-		if p.color != comm.NoColor {
-			ids = append(ids, railID{p.color, p.local})
-		}
-	}
-	slices.SortFunc(ids, func(a, b railID) int {
-		if a.color != b.color {
-			return a.color - b.color
-		}
-		return a.local - b.local
-	})
-	ids = slices.Compact(ids)
 
 	var made []comm.Communicator
 	fail := func(what string, err error) (comm.Communicator, error) {
@@ -143,20 +111,8 @@ func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communi
 	if intra != nil {
 		made = append(made, intra)
 	}
-	me := places[h.rank]
-	railColor := comm.NoColor
-	if color != comm.NoColor {
-		railColor, _ = slices.BinarySearchFunc(ids, railID{me.color, me.local}, func(a, b railID) int {
-			if a.color != b.color {
-				return a.color - b.color
-			}
-			return a.local - b.local
-		})
-	}
-	// Nodes are numbered in a child by their smallest new rank, which is
-	// the order in which the members are visited above; the rail's key is
-	// the child node index.
-	rail, err := h.world.Split(ctx, railColor, me.node)
+	// The rail's key is the child's node index.
+	rail, err := h.world.Split(ctx, railColor, places[h.rank].node)
 	if err != nil {
 		return fail("splitting the child's rails", err)
 	}
@@ -166,12 +122,10 @@ func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communi
 	if color == comm.NoColor {
 		return nil, nil
 	}
-	members := make([]topology.Member, len(group))
-	locals := map[string]int{}
-	for i, g := range group {
-		m := h.topo.Member(g.rank)
-		members[i] = topology.Member{Rank: i, Host: m.Host, Local: locals[m.Host], Device: m.Device, Addr: m.Addr, Name: m.Name}
-		locals[m.Host]++
+	members := make([]topology.Member, len(groups[color]))
+	for i, r := range groups[color] {
+		m := h.topo.Member(r)
+		members[i] = topology.Member{Rank: i, Host: m.Host, Local: places[r].local, Device: m.Device, Addr: m.Addr, Name: m.Name}
 	}
 	ct, err := topology.New(members)
 	if err != nil {
