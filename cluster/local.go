@@ -66,7 +66,10 @@ type LocalSpec struct {
 	// Path is the program; Args its arguments. Path is required.
 	Path string
 	Args []string
-	// Env is added to this process's environment for every child.
+	// Env is added to this process's environment for every child. A child
+	// whose environment does not set GOMAXPROCS gets its share of this
+	// host's CPUs (NumCPU divided by the number of children, at least 1):
+	// every rank runs on this one host.
 	Env []string
 	// Stdout and Stderr receive the children's output, each line prefixed
 	// with "[rank r] ". If nil, default to os.Stdout and os.Stderr.
@@ -141,7 +144,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			seed = p.gossip.TCP.Addr().(*net.TCPAddr)
 		}
 	}
-	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers, ShareCPUs: true}
 	job := &LocalJob{}
 	for _, p := range procs {
 		files, err := p.files()

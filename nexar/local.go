@@ -40,7 +40,10 @@ type LocalSpec struct {
 	Path string
 	// Args are the program's arguments.
 	Args []string
-	// Env is added to this process's environment for every child.
+	// Env is added to this process's environment for every child. A child
+	// whose environment does not set GOMAXPROCS gets its share of this
+	// host's CPUs (NumCPU divided by the number of children, at least 1):
+	// every rank runs on this one host.
 	Env []string
 	// Stdout and Stderr receive the children's output, each line prefixed
 	// with "[rank i] ". If nil, default to os.Stdout and os.Stderr.
@@ -87,7 +90,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers, ShareCPUs: true}
 	for i := range spec.Ranks {
 		pg.Procs = append(pg.Procs, procgroup.Proc{
 			Path: spec.Path,

@@ -13,6 +13,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -45,6 +48,28 @@ type Spec struct {
 	// KeepOthers, for fault tests, lets the others run on when one fails
 	// (by default they are killed).
 	KeepOthers bool
+	// ShareCPUs gives each process an equal share of this host's CPUs as
+	// its GOMAXPROCS (at least 1), unless its Env sets GOMAXPROCS. Go
+	// programs default to every CPU each; several on one host then keep
+	// idle threads spinning for work on the cores the others need (the
+	// same reason torchrun sets OMP_NUM_THREADS=1). See CPUShare.
+	ShareCPUs bool
+}
+
+// CPUShare is the GOMAXPROCS of each of n processes sharing this host's
+// CPUs (as the scheduler lets this process use them): NumCPU/n, at least 1.
+func CPUShare(n int) int {
+	return max(1, runtime.NumCPU()/max(1, n))
+}
+
+// withCPUShare is env with GOMAXPROCS=share added, unless env sets it.
+func withCPUShare(env []string, share int) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return env
+		}
+	}
+	return append(env[:len(env):len(env)], "GOMAXPROCS="+strconv.Itoa(share))
 }
 
 // Group is a running group of processes.
@@ -77,6 +102,9 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 	for _, p := range spec.Procs {
 		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
 		cmd.Env = p.Env
+		if spec.ShareCPUs {
+			cmd.Env = withCPUShare(p.Env, CPUShare(len(spec.Procs)))
+		}
 		cmd.ExtraFiles = p.Files
 		// Each process leads its own process group, so that stopping it
 		// stops what it started too (a shell's children, a helper that
