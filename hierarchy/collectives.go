@@ -46,6 +46,14 @@ func (h *Comm) run(t *task) error {
 		h.reduce(x, c.Send, c.Recv, op, c.Root)
 	case c.Kind == comm.KindAllToAll:
 		h.allToAll2D(x, c.Send, c.Recv)
+	case c.Kind == comm.KindAllToAllV:
+		h.allToAllV(x, c)
+	case c.Kind == comm.KindGather:
+		h.gather(x, c.Send, c.Recv, c.Root)
+	case c.Kind == comm.KindScatter:
+		h.scatter(x, c.Send, c.Recv, c.Root)
+	case (c.Kind == comm.KindScan || c.Kind == comm.KindExScan) && h.topo.NodeMajor():
+		h.scan(x, c.Send, c.Recv, op, c.Kind == comm.KindExScan)
 	default:
 		x.do(h.worldPart(), c)
 		return x.err()
@@ -87,8 +95,16 @@ func (h *Comm) shapeOf(c comm.Call) comm.Call {
 		out.Send, out.Recv = ph(h.size*n), ph(n)
 	case comm.KindAllGather:
 		out.Send, out.Recv = ph(n), ph(h.size*n)
-	case comm.KindAllToAll:
+	case comm.KindAllToAll, comm.KindScan, comm.KindExScan:
 		out.Send, out.Recv = ph(n), ph(n)
+	case comm.KindGather:
+		out.Send, out.Recv = ph(n), ph(h.size*n)
+	case comm.KindScatter:
+		out.Send, out.Recv = ph(h.size*n), ph(n)
+	case comm.KindAllToAllV:
+		// Its operations do not depend on the counts either.
+		out.Send, out.Recv = ph(0), ph(0)
+		out.SendCounts, out.RecvCounts = make([]int, h.size), make([]int, h.size)
 	default:
 		return c // runs on the world part, which rejects it itself
 	}

@@ -87,19 +87,24 @@ func runAllReduceSuite(t *testing.T, leadShardOnly bool) []error {
 }
 
 // counting is a part that records the kind and send bytes of every
-// collective started on it.
+// collective started on it, and how many of each kind.
 type counting struct {
 	comm.Communicator
 	mu    sync.Mutex
 	kinds map[comm.Kind]int // send bytes by kind
+	ops   map[comm.Kind]int // operations by kind
 }
 
 func (c *counting) Start(ctx context.Context, call comm.Call) *comm.Work {
 	c.mu.Lock()
 	c.kinds[call.Kind] += call.Send.ByteLen()
+	c.ops[call.Kind]++
 	c.mu.Unlock()
 	return c.Communicator.Start(ctx, call)
 }
+
+// Abort passes an abort on, as the hierarchy's parts must support.
+func (c *counting) Abort(cause error) { c.Communicator.(comm.Aborter).Abort(cause) }
 
 // TestReduceScatterIsNoAllReduce checks the inter-node traffic of the 2D
 // ReduceScatter (numr's hierarchical reduce_scatter ran a full AllReduce,
@@ -107,52 +112,11 @@ func (c *counting) Start(ctx context.Context, call comm.Call) *comm.Work {
 // per rank, which put (N-1)/N of them on the wire.
 func TestReduceScatterIsNoAllReduce(t *testing.T) {
 	const N, G, n = 2, 2, 1000
-	var ms []topology.Member
-	for r := range N * G {
-		ms = append(ms, topology.Member{Rank: r, Host: []string{"a", "b"}[r/G], Local: r % G, Device: -1})
-	}
-	tp, err := topology.New(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := nexar.NewMemoryWorld(N*G, nexar.Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hs := make([]*Comm, N*G)
-	rails := make([]*counting, N*G)
+	hs, _, rails := countedHierarchy(ctx, t, N, G)
 	errs := make([]error, N*G)
 	var wg sync.WaitGroup
-	for r := range N * G {
-		wg.Go(func() {
-			col := tp.Colors(r)
-			intra, err := ws[r].Split(ctx, col.Intra, col.IntraKey)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			rail, err := ws[r].Split(ctx, col.Rail, col.RailKey)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			rails[r] = &counting{Communicator: rail, kinds: map[comm.Kind]int{}}
-			hs[r], errs[r] = New(Config{Topology: tp, Rank: r, World: ws[r], Intra: intra, Rail: rails[r]})
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	defer func() {
-		for _, h := range hs {
-			h.Close()
-		}
-	}()
 	for r := range N * G {
 		wg.Go(func() {
 			send := make([]float64, N*G*n)
@@ -182,4 +146,57 @@ func TestReduceScatterIsNoAllReduce(t *testing.T) {
 			t.Errorf("rank %d: the rail ran %v (send bytes by kind); want only ReduceScatters of N·n = %d elements (%d bytes)", r, got, N*n, N*n*8)
 		}
 	}
+}
+
+// countedHierarchy builds the hierarchies of an N×G layout (node-major,
+// in-process nexar world) whose world part and rails count what runs on
+// them; they are closed when the test ends.
+func countedHierarchy(ctx context.Context, t *testing.T, N, G int) (hs []*Comm, worlds, rails []*counting) {
+	t.Helper()
+	var ms []topology.Member
+	for r := range N * G {
+		ms = append(ms, topology.Member{Rank: r, Host: fmt.Sprintf("host-%d", r/G), Local: r % G, Device: -1})
+	}
+	tp, err := topology.New(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := nexar.NewMemoryWorld(N*G, nexar.Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs = make([]*Comm, N*G)
+	worlds, rails = make([]*counting, N*G), make([]*counting, N*G)
+	errs := make([]error, N*G)
+	var wg sync.WaitGroup
+	for r := range N * G {
+		wg.Go(func() {
+			col := tp.Colors(r)
+			intra, err := ws[r].Split(ctx, col.Intra, col.IntraKey)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			rail, err := ws[r].Split(ctx, col.Rail, col.RailKey)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			worlds[r] = &counting{Communicator: ws[r], kinds: map[comm.Kind]int{}, ops: map[comm.Kind]int{}}
+			rails[r] = &counting{Communicator: rail, kinds: map[comm.Kind]int{}, ops: map[comm.Kind]int{}}
+			hs[r], errs[r] = New(Config{Topology: tp, Rank: r, World: worlds[r], Intra: intra, Rail: rails[r]})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, h := range hs {
+			h.Close()
+		}
+	})
+	return hs, worlds, rails
 }

@@ -41,11 +41,19 @@
 //     node sends to rail l's ranks, an AllToAll on rail l delivers them (the
 //     MoE exchange: N-1 inter-node messages of G blocks per rank instead of
 //     (N-1)·G of one).
-//   - Gather, Scatter, Scan, ExScan and AllToAllV run on the world
-//     communicator (flat).
-//   - Heterogeneous nodes (different G): AllReduce takes the lead-based path
-//     for every size, Barrier the same three phases; the other collectives
-//     run on the world communicator. Both are exact.
+//   - Gather: intra Gather at the root's local rank lr, Gather on rail lr
+//     at the root's node, a permutation at the root; Scatter the inverse.
+//     The other rails take part with empty buffers.
+//   - AllToAllV: an intra AllToAll of the counts, an intra AllToAllV that
+//     gathers on local rank l the node's blocks for rail l, an AllToAllV on
+//     rail l whose messages start with the counts they carry (a receiver
+//     whose RecvCounts disagree reports a mismatch naming the sender).
+//   - Scan, ExScan (node-major ranks; else on the world): intra Scan
+//     (ExScan), an ExScan of the node totals on the last rail, an intra
+//     Broadcast of the nodes' prefix, and a local combine.
+//   - Heterogeneous nodes (different G): AllReduce, Broadcast and Reduce
+//     take lead-based paths for every size, Barrier the same three phases;
+//     the other collectives run on the world communicator. Both are exact.
 //
 // Avg runs as Sum through the phases and is divided once at the end, so it
 // rounds once, as on a flat communicator.

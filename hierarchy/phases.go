@@ -154,6 +154,19 @@ func (x *phases) fail(p part, err error) {
 	x.h.abort(cause)
 }
 
+// mismatch aborts the hierarchy with a *comm.MismatchError this rank
+// found itself: peer made the same call (Remote) with arguments the
+// Signature does not carry (AllToAllV's counts) that disagree with this
+// rank's; what says how.
+func (x *phases) mismatch(peer int, what string) {
+	if x.fatal != nil {
+		return
+	}
+	me := &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Remote: x.sig}
+	x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", what, me))
+	x.h.abort(x.fatal)
+}
+
 // err is the collective's result.
 func (x *phases) err() error {
 	if x.fatal != nil {

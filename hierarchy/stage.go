@@ -30,6 +30,9 @@ type Stager interface {
 	Reset()
 	// Copy copies src to dst (same dtype and length, not overlapping).
 	Copy(dst, src comm.Buffer) error
+	// Reduce computes dst[i] = dst[i] op src[i] (same dtype and length;
+	// Avg as Sum).
+	Reduce(dst, src comm.Buffer, op comm.ReduceOp) error
 	// FinishAvg divides every element of buf by n (comm.FinishAvg).
 	FinishAvg(buf comm.Buffer, n int) error
 }
@@ -83,6 +86,19 @@ func (HostStager) Copy(dst, src comm.Buffer) error {
 		return fmt.Errorf("hierarchy: copy of %v into %v", src, dst)
 	}
 	copy(dst.Bytes(), src.Bytes())
+	return nil
+}
+
+// Reduce implements Stager.
+func (HostStager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
+	if dst.Len() != src.Len() || dst.DType() != src.DType() {
+		return fmt.Errorf("hierarchy: reduction of %v into %v", src, dst)
+	}
+	f, err := comm.ReduceFunc(dst.DType(), op)
+	if err != nil {
+		return err
+	}
+	f(dst.Bytes(), src.Bytes())
 	return nil
 }
 

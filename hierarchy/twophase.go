@@ -1,0 +1,216 @@
+package hierarchy
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// The two-phase rooted and personalized exchanges: Gather, Scatter and
+// AllToAllV move every block once within a node and once across nodes, in
+// N-1 inter-node messages per rank of a rail instead of one per pair of
+// ranks. Like every 2D path, their operations on each part depend only on
+// the kind, never on the root or the counts (a rail with nothing to move
+// takes part with empty buffers), so a rank whose call is rejected still
+// issues its peers' operations.
+
+// gather: every node gathers its ranks' blocks at the root's local rank
+// lr, rail lr gathers the nodes' G-block pieces at the root's node (the
+// other rails take part with empty buffers), and the root puts the blocks
+// in rank order.
+func (h *Comm) gather(x *phases, send, recv comm.Buffer, root int) {
+	G, N := h.g, h.topo.NumNodes()
+	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
+	n := send.Len()
+	onRail := send.Slice(0, 0) // this node's blocks at lr, else nothing
+	if h.local == lr {
+		onRail = x.alloc(send, G*n)
+	}
+	var nodeRecv comm.Buffer
+	if h.local == lr {
+		nodeRecv = onRail
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindGather, Send: send, Recv: nodeRecv, Root: lr})
+	var all comm.Buffer // every block at the root, [m][l]
+	if h.node == mr {
+		all = send.Slice(0, 0)
+		if h.local == lr {
+			all = x.alloc(send, N*G*n)
+		}
+	}
+	x.do(h.railPart(), comm.Call{Kind: comm.KindGather, Send: onRail, Recv: all, Root: mr})
+	if h.rank == root && x.ok() {
+		h.moveBlocks(x, recv, all, n, func(l, m int) int { return h.rankAt(m, l) * n }, func(l, m int) int { return (m*G + l) * n })
+	}
+}
+
+// scatter is gather's inverse: the root puts its blocks in node order,
+// rail lr scatters each node's G blocks to its member of the root's local
+// rank, and every node scatters them from there.
+func (h *Comm) scatter(x *phases, send, recv comm.Buffer, root int) {
+	G, N := h.g, h.topo.NumNodes()
+	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
+	n := recv.Len()
+	var all comm.Buffer // the root's blocks, [m][l]
+	if h.node == mr {
+		all = recv.Slice(0, 0)
+		if h.rank == root {
+			all = x.alloc(recv, N*G*n)
+			if x.ok() {
+				h.moveBlocks(x, all, send, n, func(l, m int) int { return (m*G + l) * n }, func(l, m int) int { return h.rankAt(m, l) * n })
+			}
+		}
+	}
+	fromRail := recv.Slice(0, 0) // this node's blocks at lr, else nothing
+	if h.local == lr {
+		fromRail = x.alloc(recv, G*n)
+	}
+	x.do(h.railPart(), comm.Call{Kind: comm.KindScatter, Send: all, Recv: fromRail, Root: mr})
+	var nodeSend comm.Buffer
+	if h.local == lr {
+		nodeSend = fromRail
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindScatter, Send: nodeSend, Recv: recv, Root: lr})
+}
+
+// allToAllV is the two-phase AllToAllV: an intra AllToAll of the counts
+// (what each rank of the node sends to each rank of every rail), an intra
+// AllToAllV handing local rank l every block this node sends to rail l,
+// and an AllToAllV on rail l delivering them node by node. Each message
+// on the rail starts with the counts of the blocks it carries, so that a
+// receiver whose RecvCounts disagree with a sender's SendCounts reports a
+// mismatch naming the sender instead of misplacing data, even when the
+// totals agree.
+func (h *Comm) allToAllV(x *phases, c comm.Call) {
+	G, N := h.g, h.topo.NumNodes()
+	send, recv := c.Send, c.Recv
+	dt := send.DType()
+	if !dt.Valid() {
+		dt = recv.DType()
+	}
+	sendAt, recvAt := offsets(c.SendCounts), offsets(c.RecvCounts)
+
+	// Counts: cnt[l'·N + m'] = what this rank sends to (m', l'); after the
+	// exchange, from[ls·N + m'] = what (this node, ls) sends to (m', l).
+	cnt, from := make([]int64, G*N), make([]int64, G*N)
+	for l := range G {
+		for m := range N {
+			cnt[l*N+m] = int64(c.SendCounts[h.rankAt(m, l)])
+		}
+	}
+	cntBuf, fromBuf := comm.Host(cnt), comm.Host(from)
+	if !x.ok() {
+		cntBuf, fromBuf = comm.Buffer{}, comm.Buffer{}
+	}
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindAllToAll, Send: cntBuf, Recv: fromBuf})
+
+	// Phase 1: to local rank l', every block for rail l', in node order.
+	s1, r1 := make([]int, G), make([]int, G)
+	for l := range G {
+		for m := range N {
+			s1[l] += int(cnt[l*N+m])
+			r1[l] += int(from[l*N+m])
+		}
+	}
+	byRail := x.alloc(send, sum(s1))
+	if x.ok() {
+		at := 0
+	pack:
+		for l := range G {
+			for m := range N {
+				r := h.rankAt(m, l)
+				k := c.SendCounts[r]
+				if !x.local("permuting blocks", h.cfg.Stager.Copy(byRail.Slice(at, k), send.Slice(sendAt[r], k))) {
+					break pack
+				}
+				at += k
+			}
+		}
+	}
+	fromNode := x.alloc(send, sum(r1)) // [ls][m']
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindAllToAllV, Send: byRail, SendCounts: s1, Recv: fromNode, RecvCounts: r1})
+
+	// Phase 2: to node m', a header of G counts (one per local source ls)
+	// and the blocks from (this node, ls) to (m', l).
+	head := 8 * G / dt.Size() // elements of dt the header takes
+	s2, r2 := make([]int, N), make([]int, N)
+	for m := range N {
+		s2[m], r2[m] = head, head
+		for l := range G {
+			s2[m] += int(from[l*N+m])
+			r2[m] += c.RecvCounts[h.rankAt(m, l)]
+		}
+	}
+	byNode := x.alloc(send, sum(s2))
+	if x.ok() {
+		h.packByNode(x, byNode, fromNode, from, head)
+	}
+	fromNodes := x.alloc(send, sum(r2)) // [ms]: header, then [ls] blocks
+	x.do(h.railPart(), comm.Call{Kind: comm.KindAllToAllV, Send: byNode, SendCounts: s2, Recv: fromNodes, RecvCounts: r2})
+	if !x.ok() {
+		return
+	}
+	at := 0
+	for m := range N {
+		hdr := fromNodes.Slice(at, head).Bytes()
+		at += head
+		for l := range G {
+			r := h.rankAt(m, l)
+			k := c.RecvCounts[r]
+			if got := int64(binary.LittleEndian.Uint64(hdr[8*l:])); got != int64(k) {
+				x.mismatch(r, fmt.Sprintf("rank %d sends %d elements to rank %d, whose recvCounts[%d] is %d", r, got, h.rank, r, k))
+				return
+			}
+			if !x.local("permuting blocks", h.cfg.Stager.Copy(recv.Slice(recvAt[r], k), fromNodes.Slice(at, k))) {
+				return
+			}
+			at += k
+		}
+	}
+}
+
+// packByNode lays out phase 2's send buffer: per node m', the header of
+// the G counts from[ls·N + m'], then those blocks, taken from fromNode
+// ([ls][m'] as phase 1 delivered them).
+func (h *Comm) packByNode(x *phases, byNode, fromNode comm.Buffer, from []int64, head int) {
+	G, N := h.g, h.topo.NumNodes()
+	// src[ls·N + m'] is where block (ls, m') starts in fromNode.
+	src := make([]int, G*N)
+	for i, off := 1, 0; i < G*N; i++ {
+		off += int(from[i-1])
+		src[i] = off
+	}
+	at := 0
+	for m := range N {
+		hdr := byNode.Slice(at, head).Bytes()
+		for l := range G {
+			binary.LittleEndian.PutUint64(hdr[8*l:], uint64(from[l*N+m]))
+		}
+		at += head
+		for l := range G {
+			k := int(from[l*N+m])
+			if !x.local("permuting blocks", h.cfg.Stager.Copy(byNode.Slice(at, k), fromNode.Slice(src[l*N+m], k))) {
+				return
+			}
+			at += k
+		}
+	}
+}
+
+// offsets are the displacements of blocks packed in rank order.
+func offsets(counts []int) []int {
+	out := make([]int, len(counts))
+	for i := 1; i < len(counts); i++ {
+		out[i] = out[i-1] + counts[i-1]
+	}
+	return out
+}
+
+func sum(xs []int) int {
+	t := 0
+	for _, v := range xs {
+		t += v
+	}
+	return t
+}
