@@ -17,11 +17,13 @@ const (
 	// DefaultSmallBytes is the largest AllReduce (and Broadcast, Reduce)
 	// that takes the latency path. Measured with 2 emulated nodes × 2 ranks
 	// (shm inside a node, QUIC between nodes over 500 Mbit/s tbf links, one
-	// per rank; hiercomm-bench -switch 8K-1M, 5 runs on an idle machine):
-	// the latency path is faster up to 32 KiB (2D ÷ latency 0.62–0.96),
-	// the 2D path from 64 KiB (1.45–1.67 at 64 KiB, 1.23–1.65 at 128 KiB,
-	// one run of five slower at 256 KiB); see docs/benchmarks.md.
-	DefaultSmallBytes = 32 << 10
+	// per rank, each process GOMAXPROCS=1 as the local launcher sets it;
+	// hiercomm-bench -switch 16K-512K, 4 runs): 2D ÷ latency path 0.92–1.01
+	// at 32 KiB, 0.74–1.00 at 64 KiB (the latency path as fast or faster),
+	// 0.90–1.73 at 128 KiB (three of four 2D faster), 1.17–1.72 at 256 KiB;
+	// see docs/benchmarks.md. (Before the launcher shared the CPUs, the 2D
+	// path won from 64 KiB and the default was 32 KiB.)
+	DefaultSmallBytes = 64 << 10
 	// DefaultChunkBytes is the pipelining unit of the large paths, per
 	// node-wide chunk of the message.
 	DefaultChunkBytes = 4 << 20
