@@ -58,7 +58,7 @@ func (h *Comm) run(t *task) error {
 		x.do(h.worldPart(), c)
 		return x.err()
 	}
-	if c.Op == comm.Avg && x.ok() {
+	if c.Kind.Reduces() && c.Op == comm.Avg && x.ok() { // Op means nothing to the other kinds
 		if out := avgTarget(c, h.rank); !out.IsZero() {
 			x.local("dividing for Avg", h.cfg.Stager.FinishAvg(out, h.size))
 		}

@@ -162,9 +162,9 @@ func (x *phases) mismatch(peer int, what string) {
 	if x.fatal != nil {
 		return
 	}
-	me := &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Remote: x.sig}
-	x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", what, me))
-	x.h.abort(x.fatal)
+	cause := fmt.Errorf("%s: %w", what, &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Remote: x.sig})
+	x.fatal = x.h.opError(x.kind, x.seq, peer, cause)
+	x.h.abort(cause)
 }
 
 // err is the collective's result.

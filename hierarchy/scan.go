@@ -13,7 +13,9 @@ import (
 // combines it with its own prefix. Nodes other than the first combine;
 // rank 0 of every node takes the nodes' prefix as it is for ExScan (no
 // identity is ever combined, so a −0 or a NaN payload survives as in a
-// sequential prefix). The first node needs no Broadcast.
+// sequential prefix). Floating-point sums round as (nodes before) op
+// (prefix within the node), not in rank order: exact where the values
+// are, like every 2D reduction.
 func (h *Comm) scan(x *phases, send, recv comm.Buffer, op comm.ReduceOp, exclusive bool) {
 	G := h.g
 	kind := comm.KindScan
@@ -40,11 +42,14 @@ func (h *Comm) scan(x *phases, send, recv comm.Buffer, op comm.ReduceOp, exclusi
 		}
 		x.do(h.railPart(), comm.Call{Kind: comm.KindExScan, Send: total, Recv: before, Op: op})
 	}
-	if h.node == 0 { // its ranks' prefixes are complete
-		return
+	// The first node's prefixes are complete, but it takes part with an
+	// empty buffer, so that its ranks hear of a bad argument elsewhere.
+	onNode := before
+	if h.node == 0 {
+		onNode = send.Slice(0, 0)
 	}
-	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: before, Recv: before, Root: G - 1})
-	if !x.ok() {
+	x.do(h.intraPart(), comm.Call{Kind: comm.KindBroadcast, Send: onNode, Recv: onNode, Root: G - 1})
+	if h.node == 0 || !x.ok() {
 		return
 	}
 	if exclusive && h.local == 0 {

@@ -86,9 +86,6 @@ func (h *Comm) allToAllV(x *phases, c comm.Call) {
 	G, N := h.g, h.topo.NumNodes()
 	send, recv := c.Send, c.Recv
 	dt := send.DType()
-	if !dt.Valid() {
-		dt = recv.DType()
-	}
 	sendAt, recvAt := offsets(c.SendCounts), offsets(c.RecvCounts)
 
 	// Counts: cnt[l'·N + m'] = what this rank sends to (m', l'); after the

@@ -38,7 +38,10 @@ func TestTwoPhaseStayOffTheWorld(t *testing.T) {
 				send[i] = val(r, 0, i)
 			}
 			all := make([]int64, P*n)
-			if err := h.Gather(ctx, comm.Host(send), comm.Host(all), gatherRoot); err != nil {
+			// Op means nothing to Gather: an Avg left in the Call must not
+			// divide the result.
+			gather := comm.Call{Kind: comm.KindGather, Send: comm.Host(send), Recv: comm.Host(all), Root: gatherRoot, Op: comm.Avg}
+			if err := h.Start(ctx, gather).Wait(); err != nil {
 				fail("Gather: %v", err)
 				return
 			}
