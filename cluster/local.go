@@ -144,7 +144,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			seed = p.gossip.TCP.Addr().(*net.TCPAddr)
 		}
 	}
-	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers, ShareCPUs: true}
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
 	job := &LocalJob{}
 	for _, p := range procs {
 		files, err := p.files()

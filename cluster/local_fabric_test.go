@@ -61,23 +61,6 @@ func (f *loopFabric) Wrap(n int) []string {
 const fabricChild = `for fd in 3 4 5; do [ -S /proc/self/fd/$fd ] || { echo "fd $fd is not a socket"; exit 1; }; done
 echo "node=$FABRIC_NODE addr=$HIERCOMM_ADDR master=$MASTER_ADDR nodes=$SLURM_STEP_NODELIST nodename=$SLURMD_NODENAME svc=$HIERCOMM_K8S_SERVICE"`
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestLocalJobOnAFabric(t *testing.T) {
 	layout := []int{2, 2}
 	for _, tc := range []struct {
@@ -98,7 +81,7 @@ func TestLocalJobOnAFabric(t *testing.T) {
 			f := newLoopFabric(t, layout)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			var out syncBuf
+			var out strings.Builder // the launcher writes one line at a time, under one lock
 			spec := LocalSpec{RanksPerNode: layout, Style: tc.style, Placement: tc.placement, Fabric: f,
 				Path: "/bin/sh", Args: []string{"-c", fabricChild}, Stdout: &out, Stderr: &out}
 			procs, err := spec.plan()

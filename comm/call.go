@@ -130,3 +130,16 @@ func (s Signature) String() string {
 	}
 	return out + ")"
 }
+
+// Offsets are where blocks of counts[i] elements, packed in order (as
+// AllToAllV's buffers are), begin, in units of unit: 1 for elements, the
+// dtype's size for bytes.
+func Offsets(counts []int, unit int) []int {
+	off := make([]int, len(counts))
+	at := 0
+	for i, n := range counts {
+		off[i] = at
+		at += n * unit
+	}
+	return off
+}

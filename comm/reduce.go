@@ -120,13 +120,18 @@ var scalarKernels = [U64 + 1][Avg + 1]func(dst, src []byte){
 
 // typed adapts a loop over []T to raw bytes, checking the lengths once.
 func typed[T any](dt DType, loop func(d, s []T)) func(dst, src []byte) {
-	size := dt.Size()
 	return func(dst, src []byte) {
-		if len(dst) != len(src) || len(dst)%size != 0 {
-			panic(fmt.Sprintf("comm: %v reduce kernel called with %d and %d bytes (want equal lengths, a multiple of %d)",
-				dt, len(dst), len(src), size))
-		}
+		checkLengths(dt, dst, src)
 		loop(view[T](dst), view[T](src))
+	}
+}
+
+// checkLengths panics unless dst and src are equally long, a whole number
+// of dt's elements: a kernel's caller with other lengths has a bug.
+func checkLengths(dt DType, dst, src []byte) {
+	if size := dt.Size(); len(dst) != len(src) || len(dst)%size != 0 {
+		panic(fmt.Sprintf("comm: %v reduce kernel called with %d and %d bytes (want equal lengths, a multiple of %d)",
+			dt, len(dst), len(src), size))
 	}
 }
 

@@ -2,8 +2,6 @@
 
 package comm
 
-import "fmt"
-
 // AVX2 kernels (reduce_amd64.s), used where the CPU and the OS support AVX2
 // (checked once, at start). The scalar loops of reduce.go are ALU-bound at
 // about one element per cycle — slower than memory, so they were the limit
@@ -156,12 +154,5 @@ func whole(dt DType, vec func(d, s *byte, n int)) func(dst, src []byte) {
 		if len(dst) > 0 {
 			vec(&dst[0], &src[0], len(dst))
 		}
-	}
-}
-
-func checkLengths(dt DType, dst, src []byte) {
-	if size := dt.Size(); len(dst) != len(src) || len(dst)%size != 0 {
-		panic(fmt.Sprintf("comm: %v reduce kernel called with %d and %d bytes (want equal lengths, a multiple of %d)",
-			dt, len(dst), len(src), size))
 	}
 }

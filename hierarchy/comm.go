@@ -85,8 +85,10 @@ type Comm struct {
 	leadShardOnly bool
 
 	world, intra, rail comm.Communicator
-	// leads is the rail of the leads (rail 0) on a lead, nil elsewhere.
-	leads comm.Communicator
+	// intraP and railP are the parts as the phases see them; rails are the
+	// topology's rails (rails[l][m]: local rank l of node m).
+	intraP, railP part
+	rails         [][]int
 	// intraRanks[l] and railRanks[i] are the global ranks of the intra
 	// part's rank l and the rail's rank i.
 	intraRanks, railRanks []int
@@ -154,16 +156,16 @@ func New(cfg Config) (*Comm, error) {
 		g: g, homogeneous: homogeneous,
 		world: cfg.World, intra: cfg.Intra, rail: cfg.Rail,
 		intraRanks: t.Nodes()[node].Ranks,
-		railRanks:  t.Rails()[local],
 		log:        cfg.Logger,
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
 	h.Blocking = comm.Blocking{S: h}
 	h.flat = t.NumNodes() == 1 || (homogeneous && g == 1)
-	if local == 0 {
-		h.leads = h.rail
-	}
+	h.rails = t.Rails()
+	h.railRanks = h.rails[local]
+	h.intraP = part{name: fmt.Sprintf("intra-node part (node %d)", node), c: h.intra, ranks: h.intraRanks}
+	h.railP = part{name: fmt.Sprintf("rail %d", local), c: h.rail, ranks: h.railRanks}
 	check := func(part string, c comm.Communicator, rank, size int) error {
 		if c.Size() != size || c.Rank() != rank {
 			return fmt.Errorf("hierarchy.New: rank %d: the %s part is rank %d of %d, want rank %d of %d (build it with topology.Colors)",
@@ -305,12 +307,11 @@ func (h *Comm) execute() {
 			continue
 		}
 		t := h.queue[0]
+		h.queue[0] = nil // the task's buffers and context are not kept alive
 		h.queue = h.queue[1:]
-		closed, aborted := h.closed, h.aborted
+		aborted := h.aborted // (Close empties the queue: a task here is not closed)
 		h.mu.Unlock()
 		switch {
-		case closed:
-			t.work.Complete(h.opError(t.call.Kind, t.seq, -1, comm.ErrClosed))
 		case aborted != nil && t.verr == nil:
 			t.work.Complete(h.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted}))
 		case t.split != nil:

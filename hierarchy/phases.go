@@ -17,13 +17,9 @@ type part struct {
 	ranks []int // nil: the world (its ranks are global ranks)
 }
 
-func (h *Comm) intraPart() part {
-	return part{name: fmt.Sprintf("intra-node part (node %d)", h.node), c: h.intra, ranks: h.intraRanks}
-}
+func (h *Comm) intraPart() part { return h.intraP }
 
-func (h *Comm) railPart() part {
-	return part{name: fmt.Sprintf("rail %d", h.local), c: h.rail, ranks: h.railRanks}
-}
+func (h *Comm) railPart() part { return h.railP }
 
 func (h *Comm) worldPart() part { return part{name: "world", c: h.world} }
 
@@ -123,9 +119,6 @@ func (x *phases) local(what string, err error) bool {
 // alloc returns scratch memory like like, or a zero Buffer after a failure.
 func (x *phases) alloc(like comm.Buffer, n int) comm.Buffer {
 	if !x.ok() { // the operations that follow are poisoned: no buffers
-		return comm.Buffer{}
-	}
-	if x.fatal != nil {
 		return comm.Buffer{}
 	}
 	b, err := x.h.cfg.Stager.Alloc(like, n)

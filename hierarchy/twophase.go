@@ -86,7 +86,7 @@ func (h *Comm) allToAllV(x *phases, c comm.Call) {
 	G, N := h.g, h.topo.NumNodes()
 	send, recv := c.Send, c.Recv
 	dt := send.DType()
-	sendAt, recvAt := offsets(c.SendCounts), offsets(c.RecvCounts)
+	sendAt, recvAt := comm.Offsets(c.SendCounts, 1), comm.Offsets(c.RecvCounts, 1)
 
 	// Counts: cnt[l'·N + m'] = what this rank sends to (m', l'); after the
 	// exchange, from[ls·N + m'] = what (this node, ls) sends to (m', l).
@@ -193,15 +193,6 @@ func (h *Comm) packByNode(x *phases, byNode, fromNode comm.Buffer, from []int64,
 			at += k
 		}
 	}
-}
-
-// offsets are the displacements of blocks packed in rank order.
-func offsets(counts []int) []int {
-	out := make([]int, len(counts))
-	for i := 1; i < len(counts); i++ {
-		out[i] = out[i-1] + counts[i-1]
-	}
-	return out
 }
 
 func sum(xs []int) int {

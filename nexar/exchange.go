@@ -48,7 +48,7 @@ func scatter(o *op, send, recv []byte, root, es int) error {
 // differs from this rank's recvCounts is a mismatch naming both.
 func allToAll(o *op, send []byte, sendCounts []int, recv []byte, recvCounts []int, es int, checkCounts bool) error {
 	P, r := o.size(), o.rank()
-	sendOff, recvOff := offsets(sendCounts, es), offsets(recvCounts, es)
+	sendOff, recvOff := comm.Offsets(sendCounts, es), comm.Offsets(recvCounts, es)
 	block := func(buf []byte, off []int, counts []int, j int) []byte {
 		return buf[off[j] : off[j]+counts[j]*es]
 	}
@@ -105,17 +105,6 @@ func allToAll(o *op, send []byte, sendCounts []int, recv []byte, recvCounts []in
 		return nil
 	}
 	return o.parallel(sender, receiver)
-}
-
-// offsets turns element counts into byte offsets.
-func offsets(counts []int, es int) []int {
-	off := make([]int, len(counts))
-	at := 0
-	for i, n := range counts {
-		off[i] = at
-		at += n * es
-	}
-	return off
 }
 
 // scan is Hillis–Steele: in round i (distance d = 2^i) rank r sends its

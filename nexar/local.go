@@ -90,7 +90,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers, ShareCPUs: true}
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
 	for i := range spec.Ranks {
 		pg.Procs = append(pg.Procs, procgroup.Proc{
 			Path: spec.Path,

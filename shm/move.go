@@ -161,7 +161,7 @@ func scatter(s *stepper, send, recv []byte, root, es int) error {
 func allToAll(s *stepper, send []byte, sendCounts []int, recv []byte, recvCounts []int, es int) error {
 	P, me := s.c.size, s.c.rank
 	B := s.blockBytes(es)
-	sendOff, recvOff := offsets(sendCounts, es), offsets(recvCounts, es)
+	sendOff, recvOff := comm.Offsets(sendCounts, es), comm.Offsets(recvCounts, es)
 	K := 1
 	for i := 0; i < K; i++ {
 		lo := i * B
@@ -203,15 +203,4 @@ func (s *stepper) allToAllSteps(B, es int) int {
 		}
 	}
 	return steps(int(largest)*es, B)
-}
-
-// offsets are the byte offsets of blocks of counts elements packed in order.
-func offsets(counts []int, es int) []int {
-	off := make([]int, len(counts))
-	sum := 0
-	for i, n := range counts {
-		off[i] = sum
-		sum += n * es
-	}
-	return off
 }

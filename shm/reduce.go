@@ -30,12 +30,12 @@ func newKernel(dt comm.DType, op comm.ReduceOp) (kernel, error) {
 const reduceBlock = 16 << 10
 
 // reduceInto sets dst to src(0) op src(1) op … op src(n-1), each src(q)
-// as long as dst, block by block; with avg (and an Avg kernel) each block
-// is then divided by n. With also set (as long as dst), each finished
-// block is copied there too, with put, while it is in L1: the direct
-// AllReduce's own slice reaches the rank's recv without another pass over
-// memory.
-func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, avg bool, src func(q int) []byte) {
+// as long as dst, block by block; with an Avg kernel each block is then
+// divided by n (Scan and ExScan never have one: Validate refuses Avg).
+// With also set (as long as dst), each finished block is copied there too,
+// with put, while it is in L1: the direct AllReduce's own slice reaches
+// the rank's recv without another pass over memory.
+func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, src func(q int) []byte) {
 	for b := 0; b < len(dst); b += reduceBlock {
 		e := min(len(dst), b+reduceBlock)
 		d := dst[b:e]
@@ -43,7 +43,7 @@ func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, a
 		for q := 1; q < n; q++ {
 			k.red(d, src(q)[b:e])
 		}
-		if avg && k.avg {
+		if k.avg {
 			comm.FinishAvg(k.dt, d, n)
 		}
 		if also != nil {
@@ -83,7 +83,7 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 			return err
 		}
 		if out {
-			k.reduceInto(recv, nil, nil, P, true, s.read)
+			k.reduceInto(recv, nil, nil, P, s.read)
 		}
 		return nil
 	}
@@ -129,7 +129,7 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 			if out {
 				mine = recv[(lo+a)*es : (lo+b)*es]
 			}
-			k.reduceInto(dst, mine, put, P, true, func(q int) []byte {
+			k.reduceInto(dst, mine, put, P, func(q int) []byte {
 				if q == me {
 					return own
 				}
@@ -162,7 +162,7 @@ func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
 	P, me := s.c.size, s.c.rank
 	m := len(recv)
 	B := s.blockBytes(k.es)
-	K := max(1, (m+B-1)/B)
+	K := steps(m, B)
 	inPlace := m > 0 && &recv[0] == &send[me*m]
 	for i := range K {
 		lo := i * B
@@ -176,7 +176,7 @@ func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
 		}); err != nil {
 			return err
 		}
-		k.reduceInto(recv[lo:lo+cnt], nil, nil, P, true, func(q int) []byte {
+		k.reduceInto(recv[lo:lo+cnt], nil, nil, P, func(q int) []byte {
 			if q == me && !inPlace {
 				return send[me*m+lo : me*m+lo+cnt]
 			}
@@ -192,7 +192,7 @@ func scan(s *stepper, send, recv []byte, k kernel, exclusive bool) error {
 	me := s.c.rank
 	n := len(send)
 	C := s.chunkBytes(k.es)
-	K := max(1, (n+C-1)/C)
+	K := steps(n, C)
 	upto := me + 1
 	if exclusive {
 		upto = me
@@ -208,7 +208,7 @@ func scan(s *stepper, send, recv []byte, k kernel, exclusive bool) error {
 			comm.FillIdentity(k.dt, k.op, dst)
 			continue
 		}
-		k.reduceInto(dst, nil, nil, upto, false, func(q int) []byte { return s.read(q)[:cnt] })
+		k.reduceInto(dst, nil, nil, upto, func(q int) []byte { return s.read(q)[:cnt] })
 	}
 	return nil
 }

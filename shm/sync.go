@@ -58,12 +58,11 @@ var errKilled = errors.New("shm: this rank was killed by a test hook")
 
 // post publishes step g.
 func (c *Comm) post(g uint64) {
-	c.noteCPU()
-	atomic.StoreUint64(c.mine.posted, g)
-	atomic.AddUint32(c.mine.bell, 1)
-	if atomic.LoadUint32(c.mine.sleepers) != 0 {
-		futexWakeAll(c.mine.bell)
+	if !c.inProcess { // the CPU hint serves only processes (see pause)
+		c.noteCPU()
 	}
+	atomic.StoreUint64(c.mine.posted, g)
+	chime(c.mine.bell, c.mine.sleepers)
 }
 
 // ctxErr is the end of ctx as a comm error (ErrTimeout or ErrCanceled).

@@ -26,7 +26,12 @@ type Proc struct {
 	// Path is the program, Args its arguments (without the program name).
 	Path string
 	Args []string
-	// Env is the complete environment of the process.
+	// Env is the complete environment of the process (nil: this
+	// process's). Unless it sets GOMAXPROCS, the process gets its share of
+	// this host's CPUs (CPUShare): Go programs default to every CPU each,
+	// and several on one host then keep idle threads spinning for work on
+	// the cores the others need (the reason torchrun sets
+	// OMP_NUM_THREADS=1).
 	Env []string
 	// Files become the child's file descriptors 3, 4, ... (exec.Cmd's
 	// ExtraFiles). The group does not close them; the caller may close its
@@ -48,12 +53,6 @@ type Spec struct {
 	// KeepOthers, for fault tests, lets the others run on when one fails
 	// (by default they are killed).
 	KeepOthers bool
-	// ShareCPUs gives each process an equal share of this host's CPUs as
-	// its GOMAXPROCS (at least 1), unless its Env sets GOMAXPROCS. Go
-	// programs default to every CPU each; several on one host then keep
-	// idle threads spinning for work on the cores the others need (the
-	// same reason torchrun sets OMP_NUM_THREADS=1). See CPUShare.
-	ShareCPUs bool
 }
 
 // CPUShare is the GOMAXPROCS of each of n processes sharing this host's
@@ -62,8 +61,12 @@ func CPUShare(n int) int {
 	return max(1, runtime.NumCPU()/max(1, n))
 }
 
-// withCPUShare is env with GOMAXPROCS=share added, unless env sets it.
+// withCPUShare is env (nil: this process's) with GOMAXPROCS=share added,
+// unless env sets it.
 func withCPUShare(env []string, share int) []string {
+	if env == nil {
+		env = os.Environ()
+	}
 	for _, kv := range env {
 		if strings.HasPrefix(kv, "GOMAXPROCS=") {
 			return env
@@ -101,10 +104,7 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 	outMu := new(sync.Mutex) // one line at a time across all processes
 	for _, p := range spec.Procs {
 		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
-		cmd.Env = p.Env
-		if spec.ShareCPUs {
-			cmd.Env = withCPUShare(p.Env, CPUShare(len(spec.Procs)))
-		}
+		cmd.Env = withCPUShare(p.Env, CPUShare(len(spec.Procs)))
 		cmd.ExtraFiles = p.Files
 		// Each process leads its own process group, so that stopping it
 		// stops what it started too (a shell's children, a helper that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,37 +124,31 @@ func alive(pid int) bool {
 }
 
 // TestShareCPUs: each process gets GOMAXPROCS = NumCPU/n (at least 1)
-// unless its environment sets it, and nothing is added without ShareCPUs.
+// unless its environment sets it; a nil environment is this process's.
 func TestShareCPUs(t *testing.T) {
-	run := func(share bool, envs ...[]string) []string {
-		t.Helper()
-		out := &syncBuf{}
-		spec := Spec{ShareCPUs: share, Stdout: out, Stderr: out}
-		for i, env := range envs {
-			spec.Procs = append(spec.Procs, Proc{Path: "/bin/sh", Args: []string{"-c", `echo "${GOMAXPROCS:-unset}"`}, Env: env, Prefix: fmt.Sprintf("%d ", i)})
-		}
-		g, err := Start(context.Background(), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Wait(); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]string, len(envs))
-		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-			i, v, _ := strings.Cut(line, " ")
-			n, _ := strconv.Atoi(i)
-			got[n] = v
-		}
-		return got
+	t.Setenv("PROCGROUP_TEST_INHERITED", "yes")
+	out := &syncBuf{}
+	spec := Spec{Stdout: out, Stderr: out}
+	for i, env := range [][]string{nil, {"GOMAXPROCS=7"}, {"X=1"}} {
+		spec.Procs = append(spec.Procs, Proc{Path: "/bin/sh", Args: []string{"-c", `echo "${GOMAXPROCS:-unset} ${PROCGROUP_TEST_INHERITED:-none}"`}, Env: env, Prefix: fmt.Sprintf("%d ", i)})
 	}
-	want := strconv.Itoa(CPUShare(3))
-	got := run(true, nil, []string{"GOMAXPROCS=7"}, []string{"X=1"})
-	if got[0] != want || got[1] != "7" || got[2] != want {
-		t.Errorf("ShareCPUs: GOMAXPROCS = %q, want [%s 7 %s]", got, want, want)
+	g, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := run(false, nil); got[0] != "unset" {
-		t.Errorf("without ShareCPUs: GOMAXPROCS = %q, want unset", got[0])
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(spec.Procs))
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		i, v, _ := strings.Cut(line, " ")
+		n, _ := strconv.Atoi(i)
+		got[n] = v
+	}
+	share := strconv.Itoa(CPUShare(3))
+	want := []string{share + " yes", "7 none", share + " none"}
+	if !slices.Equal(got, want) {
+		t.Errorf("GOMAXPROCS and inherited variable = %q, want %q", got, want)
 	}
 	if CPUShare(1<<20) != 1 || CPUShare(0) < 1 {
 		t.Errorf("CPUShare(1<<20) = %d, CPUShare(0) = %d, want 1 and ≥ 1", CPUShare(1<<20), CPUShare(0))
