@@ -143,3 +143,12 @@ func Offsets(counts []int, unit int) []int {
 	}
 	return off
 }
+
+// ResultAt is the buffer this rank's result lands in (where an Avg is
+// divided): Recv, or none for a non-root rank of Reduce.
+func (c Call) ResultAt(rank int) Buffer {
+	if c.Kind == KindReduce && c.Root != rank {
+		return Buffer{}
+	}
+	return c.Recv
+}

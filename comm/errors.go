@@ -166,3 +166,42 @@ func ContextError(err error) error {
 	}
 	return err
 }
+
+// PlainAbandon reports whether err says only that a peer abandoned the
+// operation because of its own bad argument, so that the communicator that
+// returned it is still usable (no timeout, cancel, failure, mismatch,
+// abort or close is behind it).
+func PlainAbandon(err error) bool {
+	if !errors.Is(err, ErrPeerAbandoned) {
+		return false
+	}
+	for _, e := range []error{ErrTimeout, ErrCanceled, ErrPeerFailed, ErrMismatch, ErrAborted, ErrClosed} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// PeerOf is the peer an error names (a rank of the communicator that
+// returned it: a *MismatchError's, *RemoteError's or *PeerError's Peer, or
+// an *OpError's), or -1.
+func PeerOf(err error) int {
+	var me *MismatchError
+	if errors.As(err, &me) {
+		return me.Peer
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.Peer
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return pe.Peer
+	}
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return oe.Peer
+	}
+	return -1
+}

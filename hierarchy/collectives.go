@@ -59,7 +59,7 @@ func (h *Comm) run(t *task) error {
 		return x.err()
 	}
 	if c.Kind.Reduces() && c.Op == comm.Avg && x.ok() { // Op means nothing to the other kinds
-		if out := avgTarget(c, h.rank); !out.IsZero() {
+		if out := c.ResultAt(h.rank); !out.IsZero() {
 			x.local("dividing for Avg", h.cfg.Stager.FinishAvg(out, h.size))
 		}
 	}
@@ -109,15 +109,6 @@ func (h *Comm) shapeOf(c comm.Call) comm.Call {
 		return c // runs on the world part, which rejects it itself
 	}
 	return out
-}
-
-// avgTarget is the buffer an Avg divides on this rank: the result, where
-// this rank has one.
-func avgTarget(c comm.Call, rank int) comm.Buffer {
-	if c.Kind == comm.KindReduce && c.Root != rank {
-		return comm.Buffer{}
-	}
-	return c.Recv
 }
 
 // small reports whether a message of b's size takes the latency path.

@@ -38,7 +38,8 @@ type Config struct {
 	Topology *topology.Topology
 	Rank     int
 	// World holds every rank, with the Topology's rank numbers. It carries
-	// Send/Recv to other nodes and the collectives without a 2D algorithm.
+	// Send/Recv to other nodes and the collectives without a 2D algorithm
+	// (in the caller's memory), and Split's exchange (in host memory).
 	// Required.
 	World comm.Communicator
 	// Intra holds the ranks of this node; its rank l is local rank l.
@@ -53,9 +54,20 @@ type Config struct {
 	// ChunkBytes is the pipelining unit of the large paths. If zero,
 	// defaults to DefaultChunkBytes.
 	ChunkBytes int
-	// Stager gives the large paths their scratch memory. If nil, defaults
-	// to host memory (NewHostStager), which serves host buffers.
+	// Stager gives the large paths their scratch memory and decides which
+	// memory the caller's buffers may be in (Stager.Check). If nil,
+	// defaults to NewStager's, or, if that is nil too, to host memory
+	// (NewHostStager), which serves host buffers.
 	Stager Stager
+	// NewStager makes a Stager for a communicator Split off this one (and
+	// for this one when Stager is nil): a Stager serves one executor, and
+	// a child runs beside its parent. If nil, children of a HostStager get
+	// NewHostStager's, and Split of a hierarchy with another Stager fails
+	// with an *comm.ArgError. A device hierarchy sets it, e.g.
+	// func() Stager { return nccl.NewStager(dev) }. The hierarchy owns the
+	// Stagers it makes: Close releases them (through their Close method,
+	// if they have one).
+	NewStager func() Stager
 	// Name names the communicator in errors. If empty, defaults to
 	// "hierarchy".
 	Name string
@@ -79,6 +91,9 @@ type Comm struct {
 	homogeneous bool
 	// flat: one node, or one rank per node; everything runs on World.
 	flat bool
+	// ownStager says that cfg.Stager came from cfg.NewStager: Close
+	// releases it.
+	ownStager bool
 	// leadShardOnly is a test hook: the large AllReduce reduces only the
 	// lead's shard across nodes, as the reference stack's nexar-nccl did.
 	// The conformance suite must catch it.
@@ -139,9 +154,6 @@ func New(cfg Config) (*Comm, error) {
 	if cfg.ChunkBytes < 0 {
 		return nil, fmt.Errorf("hierarchy.New: Config.ChunkBytes %d is negative", cfg.ChunkBytes)
 	}
-	if cfg.Stager == nil {
-		cfg.Stager = NewHostStager()
-	}
 	if cfg.Name == "" {
 		cfg.Name = "hierarchy"
 	}
@@ -181,6 +193,16 @@ func New(cfg Config) (*Comm, error) {
 	}
 	if err := check("rail", h.rail, slices.Index(h.railRanks, r), len(h.railRanks)); err != nil {
 		return nil, err
+	}
+	switch {
+	case cfg.Stager != nil:
+	case cfg.NewStager != nil:
+		h.cfg.Stager, h.ownStager = cfg.NewStager(), true
+		if h.cfg.Stager == nil {
+			return nil, errors.New("hierarchy.New: Config.NewStager returned nil")
+		}
+	default:
+		h.cfg.Stager = NewHostStager()
 	}
 	return h, nil
 }
@@ -406,6 +428,10 @@ func (h *Comm) Close() error {
 		}
 		<-h.done
 	}
+	// The executor has ended: nothing uses the Stager any more.
+	if c, ok := h.cfg.Stager.(interface{ Close() }); ok && h.ownStager {
+		c.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -413,7 +439,12 @@ func (h *Comm) Close() error {
 // this node, through the world to another node's. One pair of ranks always
 // uses the same part, so messages with one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	if err := comm.Validate(call, h.rank, h.size); err != nil {
+	err := comm.Validate(call, h.rank, h.size)
+	if err == nil {
+		// The same memory as the collectives, whichever part carries it.
+		err = h.cfg.Stager.Check(call)
+	}
+	if err != nil {
 		return comm.Failed(h.opError(call.Kind, 0, call.Peer, err))
 	}
 	h.mu.Lock()

@@ -58,6 +58,26 @@
 // Avg runs as Sum through the phases and is divided once at the end, so it
 // rounds once, as on a flat communicator.
 //
+// # Memory
+//
+// The caller's buffers are host memory or device memory, as the Stager
+// (Config.Stager) allows: NewHostStager's serves host memory, for shm or
+// nexar parts; on a GPU cluster the intra part is an nccl.Comm, the world
+// and rails are nccl.Staged and the Stager an nccl.Stager, and buffers are
+// device memory. The phases hand the parts the caller's buffers, slices
+// of them, and scratch buffers the Stager allocates in the same memory;
+// the local steps (permutations, Scan's combine, Avg's division) are the
+// Stager's. Nothing here reads or writes a buffer's bytes itself: the few
+// values the algorithms compute on the host (AllToAllV's counts and
+// per-node headers) go in and out through Stager.Write and Stager.Read.
+// Buffers in memory the Stager cannot serve are a bad argument (an
+// *comm.ArgError on the rank that passed them, comm.ErrPeerAbandoned on
+// the others), Send and Recv included. Split gives each child a Stager
+// of its own (Config.NewStager), because a child's collectives run beside
+// its parent's. The world part also carries Split's exchange of colors
+// and keys in host memory, so it must accept host buffers (nccl.Staged
+// does).
+//
 // # Failures
 //
 // A collective is a fixed sequence of operations on the parts, the same on

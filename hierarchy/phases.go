@@ -90,9 +90,9 @@ func (x *phases) wait(pd pending) bool {
 		return false
 	case err == nil:
 		return x.ok()
-	case plainAbandon(err):
+	case comm.PlainAbandon(err):
 		if x.abandoned == nil {
-			x.abandoned = x.h.opError(x.kind, x.seq, pd.p.global(peerOf(err)), fmt.Errorf("%s: %w", pd.p.name, err))
+			x.abandoned = x.h.opError(x.kind, x.seq, pd.p.global(comm.PeerOf(err)), fmt.Errorf("%s: %w", pd.p.name, err))
 		}
 		return false
 	}
@@ -135,7 +135,7 @@ func (x *phases) fail(p part, err error) {
 	if x.fatal != nil {
 		return
 	}
-	peer := p.global(peerOf(err))
+	peer := p.global(comm.PeerOf(err))
 	var cause error
 	if errors.Is(err, comm.ErrMismatch) {
 		cause = &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Reported: fmt.Sprintf("%s: %v", p.name, err)}
@@ -166,40 +166,4 @@ func (x *phases) err() error {
 		return x.fatal
 	}
 	return x.abandoned
-}
-
-// plainAbandon reports whether err says only that a peer abandoned the
-// operation because of its own bad argument: the part is still usable.
-func plainAbandon(err error) bool {
-	if !errors.Is(err, comm.ErrPeerAbandoned) {
-		return false
-	}
-	for _, e := range []error{comm.ErrTimeout, comm.ErrCanceled, comm.ErrPeerFailed, comm.ErrMismatch, comm.ErrAborted, comm.ErrClosed} {
-		if errors.Is(err, e) {
-			return false
-		}
-	}
-	return true
-}
-
-// peerOf is the peer an error names (a rank of the part that returned
-// it), or -1.
-func peerOf(err error) int {
-	var me *comm.MismatchError
-	if errors.As(err, &me) {
-		return me.Peer
-	}
-	var re *comm.RemoteError
-	if errors.As(err, &re) {
-		return re.Peer
-	}
-	var pe *comm.PeerError
-	if errors.As(err, &pe) {
-		return pe.Peer
-	}
-	var oe *comm.OpError
-	if errors.As(err, &oe) {
-		return oe.Peer
-	}
-	return -1
 }

@@ -23,8 +23,12 @@ import (
 func (h *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	var out comm.Communicator
 	t := &task{ctx: ctx, call: comm.Call{Kind: comm.KindSplit}}
-	if color < 0 && color != comm.NoColor {
+	switch {
+	case color < 0 && color != comm.NoColor:
 		t.verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "color", Problem: fmt.Sprintf("%d is negative; use a color ≥ 0, or comm.NoColor (%d) to take part without joining", color, comm.NoColor)}
+	case h.childStager() == nil:
+		t.verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "Config.NewStager", Problem: fmt.Sprintf(
+			"is nil, and the child cannot share this communicator's Stager (%T: it serves one executor); set Config.NewStager", h.cfg.Stager)}
 	}
 	t.split = func(ctx context.Context) error {
 		var err error
@@ -145,13 +149,22 @@ func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communi
 	cfg := h.cfg
 	cfg.Topology, cfg.Rank, cfg.World, cfg.Intra, cfg.Rail = ct, newRank, world, intra, rail
 	cfg.Name = fmt.Sprintf("%s/split(color %d)", h.cfg.Name, color)
-	cfg.Stager = nil
-	if _, ok := h.cfg.Stager.(HostStager); !ok {
-		cfg.Stager = h.cfg.Stager
-	}
+	cfg.Stager, cfg.NewStager = nil, h.childStager()
 	child, err := New(cfg)
 	if err != nil {
 		return fail("building the child", err)
 	}
 	return child, nil
+}
+
+// childStager is what makes a Split child's Stager, or nil when none can
+// be made (see Config.NewStager).
+func (h *Comm) childStager() func() Stager {
+	if h.cfg.NewStager != nil {
+		return h.cfg.NewStager
+	}
+	if _, ok := h.cfg.Stager.(HostStager); ok {
+		return func() Stager { return NewHostStager() }
+	}
+	return nil
 }

@@ -10,15 +10,22 @@ import (
 // buffers: the shards, permuted blocks and tails of the large paths live
 // in scratch buffers it allocates in the same memory as the caller's (host
 // memory for shm and nexar parts, the caller's device for NCCL), and the
-// local steps (permutation copies, Avg's division) run where the data is.
+// local steps (permutation copies, Scan's combine, Avg's division) run
+// where the data is. The algorithms touch the bytes of a buffer that may
+// be device memory only through it: what they compute on the host
+// (AllToAllV's counts and per-node headers) goes in with Write and comes
+// out with Read.
 //
 // The executor runs one collective at a time and calls Reset after each;
-// a Stager is used by one executor, so it needs no locking.
+// a Stager is used by one executor, so it needs no locking. A communicator
+// Split off a hierarchy runs an executor of its own, beside its parent's,
+// so it needs a Stager of its own: Config.NewStager makes it.
 //
-// The NCCL tier supplies a device Stager; its inter-node phase must then
-// move shards through pinned host staging buffers in chunks (device →
-// host, rail, host → device, overlapped), which is why the large paths are
-// already written as pipelines of chunks.
+// On a GPU the Stager is nccl.Stager (scratch memory on the device,
+// device-to-device copies), the intra part an nccl.Comm and the world and
+// rails nccl.Staged, which move each call's device buffers through
+// page-locked host memory; the large paths are pipelines of chunks so
+// that those copies, the network and the reductions overlap.
 type Stager interface {
 	// Check returns an *comm.ArgError when c's buffers live in memory this
 	// Stager cannot serve.
@@ -35,6 +42,16 @@ type Stager interface {
 	Reduce(dst, src comm.Buffer, op comm.ReduceOp) error
 	// FinishAvg divides every element of buf by n (comm.FinishAvg).
 	FinishAvg(buf comm.Buffer, n int) error
+	// Write copies src, exactly dst.ByteLen() bytes of host memory, into
+	// dst, a buffer from Alloc (or a slice of one), and returns when the
+	// copy is done: the few bytes the algorithms compute on the host
+	// (AllToAllV's counts and headers) enter the collective's memory this
+	// way.
+	Write(dst comm.Buffer, src []byte) error
+	// Read copies src, a buffer from Alloc (or a slice of one), into dst
+	// (exactly src.ByteLen() bytes of host memory) and returns when the
+	// copy is done.
+	Read(dst []byte, src comm.Buffer) error
 }
 
 // HostStager serves host buffers from host memory. NewHostStager's reuses
@@ -105,6 +122,24 @@ func (HostStager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 // FinishAvg implements Stager.
 func (HostStager) FinishAvg(buf comm.Buffer, n int) error {
 	comm.FinishAvg(buf.DType(), buf.Bytes(), n)
+	return nil
+}
+
+// Write implements Stager.
+func (HostStager) Write(dst comm.Buffer, src []byte) error {
+	if (!dst.OnHost() && dst.ByteLen() > 0) || len(src) != dst.ByteLen() {
+		return fmt.Errorf("hierarchy: write of %d bytes into %v", len(src), dst)
+	}
+	copy(dst.Bytes(), src)
+	return nil
+}
+
+// Read implements Stager.
+func (HostStager) Read(dst []byte, src comm.Buffer) error {
+	if (!src.OnHost() && src.ByteLen() > 0) || len(dst) != src.ByteLen() {
+		return fmt.Errorf("hierarchy: read of %v into %d bytes", src, len(dst))
+	}
+	copy(dst, src.Bytes())
 	return nil
 }
 

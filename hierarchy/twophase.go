@@ -90,17 +90,26 @@ func (h *Comm) allToAllV(x *phases, c comm.Call) {
 
 	// Counts: cnt[l'·N + m'] = what this rank sends to (m', l'); after the
 	// exchange, from[ls·N + m'] = what (this node, ls) sends to (m', l).
+	// They travel as little-endian bytes in the memory of the caller's
+	// buffers (the intra part may take device memory only).
 	cnt, from := make([]int64, G*N), make([]int64, G*N)
 	for l := range G {
 		for m := range N {
 			cnt[l*N+m] = int64(c.SendCounts[h.rankAt(m, l)])
 		}
 	}
-	cntBuf, fromBuf := comm.Host(cnt), comm.Host(from)
-	if !x.ok() {
-		cntBuf, fromBuf = comm.Buffer{}, comm.Buffer{}
+	cntBuf := x.alloc(bytesLike(send), 8*G*N)
+	fromBuf := x.alloc(bytesLike(send), 8*G*N)
+	if x.ok() {
+		x.local("staging the counts", h.cfg.Stager.Write(cntBuf, putCounts(make([]byte, 8*G*N), cnt)))
 	}
 	x.do(h.intraPart(), comm.Call{Kind: comm.KindAllToAll, Send: cntBuf, Recv: fromBuf})
+	if x.ok() {
+		raw := make([]byte, 8*G*N)
+		if x.local("reading the counts", h.cfg.Stager.Read(raw, fromBuf)) {
+			getCounts(from, raw)
+		}
+	}
 
 	// Phase 1: to local rank l', every block for rail l', in node order.
 	s1, r1 := make([]int, G), make([]int, G)
@@ -149,8 +158,11 @@ func (h *Comm) allToAllV(x *phases, c comm.Call) {
 		return
 	}
 	at := 0
+	hdr := make([]byte, 8*G)
 	for m := range N {
-		hdr := fromNodes.Slice(at, head).Bytes()
+		if !x.local("reading a node's header", h.cfg.Stager.Read(hdr, fromNodes.Slice(at, head))) {
+			return
+		}
 		at += head
 		for l := range G {
 			r := h.rankAt(m, l)
@@ -179,10 +191,13 @@ func (h *Comm) packByNode(x *phases, byNode, fromNode comm.Buffer, from []int64,
 		src[i] = off
 	}
 	at := 0
+	hdr := make([]byte, 8*G)
 	for m := range N {
-		hdr := byNode.Slice(at, head).Bytes()
 		for l := range G {
 			binary.LittleEndian.PutUint64(hdr[8*l:], uint64(from[l*N+m]))
+		}
+		if !x.local("writing a node's header", h.cfg.Stager.Write(byNode.Slice(at, head), hdr)) {
+			return
 		}
 		at += head
 		for l := range G {
@@ -192,6 +207,32 @@ func (h *Comm) packByNode(x *phases, byNode, fromNode comm.Buffer, from []int64,
 			}
 			at += k
 		}
+	}
+}
+
+// bytesLike is an empty u8 buffer in the memory b lives in: what
+// Stager.Alloc takes to place bytes beside b.
+func bytesLike(b comm.Buffer) comm.Buffer {
+	if b.OnHost() {
+		u, _ := comm.HostBytes(comm.U8, []byte{})
+		return u
+	}
+	return comm.Device(0, 0, comm.U8, b.Device())
+}
+
+// putCounts writes counts into b, 8 bytes each, little-endian, and
+// returns b.
+func putCounts(b []byte, counts []int64) []byte {
+	for i, v := range counts {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
+// getCounts is putCounts' inverse.
+func getCounts(counts []int64, b []byte) {
+	for i := range counts {
+		counts[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 	}
 }
 
