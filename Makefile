@@ -3,10 +3,10 @@
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-.PHONY: test bench demo lint fuzz
+.PHONY: test bench demo lint fuzz gpu-test
 
-test: 
-	$(GO) test -race -timeout 15m ./...
+test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
+	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
 	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/ ./shm/
 	$(GO) test -timeout 15m -run 'Conformance' ./hierarchy/
 	HIERCOMM_TEST_FULL=1 $(GO) test -timeout 15m -run 'ConformanceMultiProcessHierarchy' .
@@ -25,3 +25,11 @@ lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
 
 fuzz: ## 30 s of fuzzing nexar's frame header decoder
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime 30s ./nexar/
+
+gpu-test: ## build the GPU tests cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
+	mkdir -p gpu-bin
+	CGO_ENABLED=0 $(GO) test -c -o gpu-bin/nccl.test ./nccl/
+	CGO_ENABLED=0 $(GO) test -c -o gpu-bin/hiercomm.test .
+	CGO_ENABLED=0 $(GO) test -c -o gpu-bin/hierarchy.test ./hierarchy/
+	CGO_ENABLED=0 $(GO) build -o gpu-bin/ ./cmd/...
+	cp .ci/gpu-run.sh gpu-bin/run.sh && chmod +x gpu-bin/run.sh

@@ -1,0 +1,89 @@
+package nccl_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nexar"
+)
+
+// worldSizes are the conformance suite's world sizes (DESIGN.md).
+var worldSizes = []int{1, 2, 3, 4, 5, 8}
+
+// fakeWorld returns n nccl.Comms over the fake library, every rank on fake
+// device 0 (the fake, unlike NCCL, lets ranks share a device), made over
+// an in-memory nexar world as their control.
+func fakeWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
+	t.Helper()
+	lib := nccl.NewFake(nccl.FakeOptions{})
+	dev, err := lib.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	controls, err := nexar.NewMemoryWorld(n, nexar.Options{ProbeAfter: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms := make([]comm.Communicator, n)
+	errs := make(chan error, n)
+	for r := range n {
+		go func() {
+			c, err := nccl.New(ctx, controls[r], nccl.Config{Device: dev})
+			comms[r] = c
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms, dev
+}
+
+func options(dev *nccl.Device) commtest.Options {
+	o := commtest.Options{Timeout: time.Minute, Memory: dev}
+	if raceEnabled {
+		o.Counts = []int{0, 1, 7, 4099}
+	}
+	return o
+}
+
+func TestConformanceFake(t *testing.T) {
+	for _, n := range worldSizes {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			comms, dev := fakeWorld(t, n)
+			commtest.Run(t, comms, options(dev))
+		})
+	}
+}
+
+// TestSuitesFake runs the other suites; not RunFused: comm.AllReduceFused
+// packs host buffers by contract, and a GPU communicator takes device
+// buffers only.
+func TestSuitesFake(t *testing.T) {
+	for _, n := range []int{1, 3, 4} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			comms, dev := fakeWorld(t, n)
+			o := options(dev)
+			o.Counts = []int{0, 1, 7, 4099}
+			t.Run("P2P", func(t *testing.T) { commtest.RunP2P(t, comms, o) })
+			t.Run("NonBlocking", func(t *testing.T) { commtest.RunNonBlocking(t, comms, o) })
+			t.Run("BadInput", func(t *testing.T) { commtest.RunBadInput(t, comms, o) })
+			t.Run("Split", func(t *testing.T) { commtest.RunSplit(t, comms, o) })
+			t.Run("Mismatch", func(t *testing.T) { commtest.RunMismatch(t, comms, o) })
+		})
+	}
+}

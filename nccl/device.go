@@ -1,0 +1,331 @@
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Device is one GPU of a Library, with its primary context current on an
+// OS thread of its own: CUDA contexts are per thread, so every driver and
+// NCCL call of this package runs there (Device.do), and goroutines never
+// need to lock threads themselves. A Device is shared by every Comm, stager
+// and staged communicator on that GPU; it lives as long as its Library.
+//
+// Device also gives a trainer what it needs to put data on the GPU without
+// another library: Alloc, Free, Write and Read (which make it a
+// commtest.Memory, so the conformance suite runs on device buffers).
+type Device struct {
+	lib     *Library
+	ordinal int
+	name    string
+	calls   chan func()
+	// copyStream carries the synchronous copies of Write, Read and the
+	// stagers; it is used from the device thread only.
+	copyStream cuStream
+
+	mu     sync.Mutex // guards pinned
+	pinned [][]byte   // free page-locked host buffers, reused by AllocHost
+}
+
+// Device returns GPU ordinal (0-based, after CUDA_VISIBLE_DEVICES), starting
+// its thread and retaining its primary context on first use.
+func (l *Library) Device(ordinal int) (*Device, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := l.devices[ordinal]; d != nil {
+		return d, nil
+	}
+	if l.devices == nil {
+		l.devices = map[int]*Device{}
+	}
+	d := &Device{lib: l, ordinal: ordinal, calls: make(chan func())}
+	ready := make(chan error)
+	go d.thread(ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	l.devices[ordinal] = d
+	return d, nil
+}
+
+// thread is the device's OS thread: it makes the primary context current
+// and then runs the calls handed to do, one at a time, forever.
+func (d *Device) thread(ready chan<- error) {
+	runtime.LockOSThread() // never unlocked: the thread belongs to the device
+	drv := d.lib.drv
+	err := func() error {
+		var n int32
+		if r := drv.DeviceGetCount(&n); r != cudaSuccess {
+			return d.lib.cuError("cuDeviceGetCount", r)
+		}
+		if d.ordinal < 0 || d.ordinal >= int(n) {
+			return fmt.Errorf("nccl: device %d does not exist: this process sees %d GPU(s) (CUDA_VISIBLE_DEVICES applies)", d.ordinal, n)
+		}
+		var dev cuDevice
+		if r := drv.DeviceGet(&dev, int32(d.ordinal)); r != cudaSuccess {
+			return d.lib.cuError(fmt.Sprintf("cuDeviceGet(%d)", d.ordinal), r)
+		}
+		d.name, _ = drv.DeviceGetName(dev)
+		var ctx cuContext
+		if r := drv.DevicePrimaryCtxRetain(&ctx, dev); r != cudaSuccess {
+			return d.lib.cuError(fmt.Sprintf("cuDevicePrimaryCtxRetain(device %d)", d.ordinal), r)
+		}
+		if r := drv.CtxSetCurrent(ctx); r != cudaSuccess {
+			return d.lib.cuError("cuCtxSetCurrent", r)
+		}
+		if r := drv.StreamCreate(&d.copyStream, cuStreamNonBlocking); r != cudaSuccess {
+			return d.lib.cuError("cuStreamCreate", r)
+		}
+		return nil
+	}()
+	ready <- err
+	if err != nil {
+		return
+	}
+	for f := range d.calls {
+		f()
+	}
+}
+
+// do runs f on the device's thread and returns its error.
+func (d *Device) do(f func() error) error {
+	done := make(chan error, 1)
+	d.calls <- func() { done <- f() }
+	return <-done
+}
+
+// Ordinal is the device's number in this process.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+func (d *Device) String() string {
+	return fmt.Sprintf("device %d (%s)", d.ordinal, d.name)
+}
+
+// Alloc returns n elements of dt in the device's memory (a Buffer of
+// length 0 when n is 0). Free releases it.
+func (d *Device) Alloc(dt comm.DType, n int) (comm.Buffer, error) {
+	if !dt.Valid() || n < 0 {
+		return comm.Buffer{}, fmt.Errorf("nccl: Alloc(%v, %d): want a valid dtype and n ≥ 0", dt, n)
+	}
+	if n == 0 {
+		return comm.Device(0, 0, dt, d.ordinal), nil
+	}
+	var p uintptr
+	err := d.do(func() error {
+		if r := d.lib.drv.MemAlloc(&p, uintptr(n*dt.Size())); r != cudaSuccess {
+			return d.lib.cuError(fmt.Sprintf("cuMemAlloc(%d bytes) on %v", n*dt.Size(), d), r)
+		}
+		return nil
+	})
+	if err != nil {
+		return comm.Buffer{}, err
+	}
+	return comm.Device(p, n, dt, d.ordinal), nil
+}
+
+// Free releases a buffer from Alloc (the whole allocation: b must be what
+// Alloc returned, not a slice of it).
+func (d *Device) Free(b comm.Buffer) {
+	if b.Ptr() == 0 {
+		return
+	}
+	_ = d.do(func() error { d.lib.drv.MemFree(b.Ptr()); return nil })
+}
+
+// Write copies src (exactly b.ByteLen() bytes) into the device buffer b and
+// returns when the copy is done.
+func (d *Device) Write(b comm.Buffer, src []byte) error {
+	if err := d.mine(b, "Write"); err != nil {
+		return err
+	}
+	if len(src) != b.ByteLen() {
+		return fmt.Errorf("nccl: Write of %d bytes into %v (%d bytes)", len(src), b, b.ByteLen())
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		r := d.lib.drv.MemcpyHtoD(b.Ptr(), unsafe.Pointer(&src[0]), uintptr(len(src)))
+		runtime.KeepAlive(src)
+		if r != cudaSuccess {
+			return d.lib.cuError("cuMemcpyHtoD", r)
+		}
+		return nil
+	})
+}
+
+// Read copies the device buffer b into dst (exactly b.ByteLen() bytes) and
+// returns when the copy is done.
+func (d *Device) Read(dst []byte, b comm.Buffer) error {
+	if err := d.mine(b, "Read"); err != nil {
+		return err
+	}
+	if len(dst) != b.ByteLen() {
+		return fmt.Errorf("nccl: Read of %v (%d bytes) into %d bytes", b, b.ByteLen(), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		r := d.lib.drv.MemcpyDtoH(unsafe.Pointer(&dst[0]), b.Ptr(), uintptr(len(dst)))
+		runtime.KeepAlive(dst)
+		if r != cudaSuccess {
+			return d.lib.cuError("cuMemcpyDtoH", r)
+		}
+		return nil
+	})
+}
+
+// mine checks that b is memory of this device.
+func (d *Device) mine(b comm.Buffer, what string) error {
+	if b.OnHost() || (b.Device() != d.ordinal && b.ByteLen() > 0) {
+		return fmt.Errorf("nccl: %s: %v is not memory of %v", what, b, d)
+	}
+	return nil
+}
+
+// pinnedBuf is page-locked host memory from AllocHost.
+type pinnedBuf struct {
+	p     unsafe.Pointer
+	bytes []byte
+}
+
+// allocHost returns at least n bytes of page-locked host memory, reusing
+// memory released by freeHost. Page-locked memory is what lets a copy run
+// asynchronously at full speed (pageable copies are staged by the driver).
+func (d *Device) allocHost(n int) (pinnedBuf, error) {
+	d.mu.Lock()
+	for i, b := range d.pinned {
+		if cap(b) >= n {
+			d.pinned = append(d.pinned[:i], d.pinned[i+1:]...)
+			d.mu.Unlock()
+			b = b[:n]
+			var p unsafe.Pointer
+			if n > 0 {
+				p = unsafe.Pointer(&b[:1][0])
+			}
+			return pinnedBuf{p: p, bytes: b}, nil
+		}
+	}
+	d.mu.Unlock()
+	size := max(n, 64<<10)
+	var p unsafe.Pointer
+	err := d.do(func() error {
+		if r := d.lib.drv.MemHostAlloc(&p, uintptr(size), cuMemHostAllocPortable); r != cudaSuccess {
+			return d.lib.cuError(fmt.Sprintf("cuMemHostAlloc(%d bytes)", size), r)
+		}
+		return nil
+	})
+	if err != nil {
+		return pinnedBuf{}, err
+	}
+	b := unsafe.Slice((*byte)(p), size)
+	return pinnedBuf{p: p, bytes: b[:n]}, nil
+}
+
+// freeHost returns b to the device's pool of page-locked memory.
+func (d *Device) freeHost(b pinnedBuf) {
+	if b.bytes == nil {
+		return
+	}
+	d.mu.Lock()
+	d.pinned = append(d.pinned, b.bytes[:0])
+	d.mu.Unlock()
+}
+
+// toHost copies the device buffer src into page-locked dst through the
+// copy stream and waits for it.
+func (d *Device) toHost(dst pinnedBuf, src comm.Buffer) error {
+	if src.ByteLen() == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		drv := d.lib.drv
+		if r := drv.MemcpyDtoHAsync(dst.p, src.Ptr(), uintptr(src.ByteLen()), d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuMemcpyDtoHAsync", r)
+		}
+		if r := drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuStreamSynchronize (device to host copy)", r)
+		}
+		return nil
+	})
+}
+
+// toDevice copies page-locked src into the device buffer dst through the
+// copy stream and waits for it.
+func (d *Device) toDevice(dst comm.Buffer, src pinnedBuf) error {
+	if dst.ByteLen() == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		drv := d.lib.drv
+		if r := drv.MemcpyHtoDAsync(dst.Ptr(), src.p, uintptr(dst.ByteLen()), d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuMemcpyHtoDAsync", r)
+		}
+		if r := drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuStreamSynchronize (host to device copy)", r)
+		}
+		return nil
+	})
+}
+
+// copyDevice copies src to dst, both in this device's memory, and waits.
+func (d *Device) copyDevice(dst, src comm.Buffer) error {
+	if dst.ByteLen() != src.ByteLen() {
+		return fmt.Errorf("nccl: copy of %v into %v", src, dst)
+	}
+	if dst.ByteLen() == 0 {
+		return nil
+	}
+	return d.do(func() error {
+		drv := d.lib.drv
+		if r := drv.MemcpyDtoDAsync(dst.Ptr(), src.Ptr(), uintptr(dst.ByteLen()), d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuMemcpyDtoDAsync", r)
+		}
+		if r := drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuStreamSynchronize (device copy)", r)
+		}
+		return nil
+	})
+}
+
+// hostOp runs f on host copies of the device buffers bufs (page-locked,
+// read from the device first) and writes back those listed in out. It is
+// how the few local steps that need arithmetic on device data (Avg's
+// division on sizes that are not a power of two, the prefix of Scan and
+// ExScan) run without device kernels, which a cgo-free build cannot
+// compile.
+func (d *Device) hostOp(bufs []comm.Buffer, out []bool, f func(host [][]byte) error) error {
+	pins := make([]pinnedBuf, len(bufs))
+	defer func() {
+		for _, p := range pins {
+			d.freeHost(p)
+		}
+	}()
+	host := make([][]byte, len(bufs))
+	for i, b := range bufs {
+		p, err := d.allocHost(b.ByteLen())
+		if err != nil {
+			return err
+		}
+		pins[i], host[i] = p, p.bytes
+		if err := d.toHost(p, b); err != nil {
+			return err
+		}
+	}
+	if err := f(host); err != nil {
+		return err
+	}
+	var errs []error
+	for i, b := range bufs {
+		if out[i] {
+			errs = append(errs, d.toDevice(b, pins[i]))
+		}
+	}
+	return errors.Join(errs...)
+}

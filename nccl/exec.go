@@ -1,0 +1,321 @@
+package nccl
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// task is one collective (or Split) on its way through the stages.
+type task struct {
+	ctx  context.Context
+	call comm.Call
+	seq  uint64
+	verr error // this rank's own *comm.ArgError
+	work *comm.Work
+
+	// check is the control's AllGather of every rank's record; all is
+	// where it lands.
+	check *comm.Work
+	all   []byte
+
+	// split, when set, runs on the launcher instead of an NCCL operation
+	// (the control has already been split: child).
+	split func() error
+
+	// Set by the launcher.
+	ev      cuEvent      // recorded after the operation; 0 when nothing was queued
+	post    func() error // a host step once the event completed (Avg, Scan)
+	scratch []comm.Buffer
+	err     error // the outcome decided by the launcher, when it queued nothing
+}
+
+// Start implements comm.Communicator. Collectives are numbered and their
+// arguments sent to the control here, in the order of the calls; Send and
+// Recv go over the control directly.
+func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return c.startP2P(ctx, call)
+	}
+	verr := comm.Validate(call, c.rank, c.size)
+	if verr == nil {
+		verr = c.checkMemory(call)
+	}
+	t := &task{ctx: ctx, call: call, verr: verr, work: comm.NewWork()}
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	if !c.admit(t) {
+		return t.work
+	}
+	mine := record(t, c.size)
+	t.all = make([]byte, len(mine)*c.size)
+	t.check = c.control.Start(ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
+	c.launchQ <- t
+	return t.work
+}
+
+// admit numbers t, or fails it when the communicator is closed or
+// aborted. The caller holds startMu.
+func (c *Comm) admit(t *task) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		t.work.Complete(c.opError(t.call.Kind, 0, -1, comm.ErrClosed))
+		return false
+	case c.aborted != nil:
+		t.work.Complete(c.opError(t.call.Kind, 0, -1, &comm.AbortedError{Cause: c.aborted}))
+		return false
+	}
+	c.seq++
+	t.seq = c.seq
+	c.inFlight++
+	return true
+}
+
+// finish completes t with err.
+func (c *Comm) finish(t *task, err error) {
+	for _, b := range t.scratch {
+		c.dev.Free(b)
+	}
+	c.mu.Lock()
+	c.inFlight--
+	c.mu.Unlock()
+	t.work.Complete(err)
+}
+
+// checkMemory rejects buffers that are not memory of this Comm's device.
+func (c *Comm) checkMemory(call comm.Call) error {
+	for _, b := range []struct {
+		name string
+		buf  comm.Buffer
+	}{{"send", call.Send}, {"recv", call.Recv}} {
+		if b.buf.IsZero() {
+			continue
+		}
+		if b.buf.OnHost() {
+			return &comm.ArgError{Kind: call.Kind, Arg: b.name, Problem: fmt.Sprintf(
+				"is host memory (%v) but the NCCL communicator moves device memory; allocate it with nccl.Device.Alloc (or pass a CUDA pointer with comm.Device), or use a host communicator (shm, nexar)", b.buf)}
+		}
+		if b.buf.Device() != c.dev.ordinal && b.buf.Len() > 0 {
+			return &comm.ArgError{Kind: call.Kind, Arg: b.name, Problem: fmt.Sprintf(
+				"is memory of device %d but this rank's NCCL communicator is on %v", b.buf.Device(), c.dev)}
+		}
+	}
+	return nil
+}
+
+// A record is what every rank compares before NCCL sees a collective:
+// sequence number, signature, whether the call was rejected here, and for
+// AllToAllV the counts this rank sends to each rank.
+const recordBytes = 32
+
+func record(t *task, size int) []byte {
+	sig := t.call.Signature()
+	n := recordBytes
+	if sig.Kind == comm.KindAllToAllV {
+		n += 8 * size
+	}
+	b := make([]byte, n)
+	binary.LittleEndian.PutUint64(b[0:], t.seq)
+	b[8], b[9], b[10] = byte(sig.Kind), byte(sig.DType), byte(sig.Op)
+	if t.verr != nil {
+		b[11] = 1
+	}
+	binary.LittleEndian.PutUint32(b[12:], uint32(sig.Root))
+	binary.LittleEndian.PutUint64(b[16:], uint64(sig.Count))
+	if sig.Kind == comm.KindAllToAllV && t.verr == nil {
+		for j, k := range t.call.SendCounts {
+			binary.LittleEndian.PutUint64(b[recordBytes+8*j:], uint64(k))
+		}
+	}
+	return b
+}
+
+func parseRecord(b []byte) (seq uint64, sig comm.Signature, bad bool) {
+	seq = binary.LittleEndian.Uint64(b[0:])
+	sig = comm.Signature{
+		Kind: comm.Kind(b[8]), DType: comm.DType(b[9]), Op: comm.ReduceOp(b[10]),
+		Root:  int32(binary.LittleEndian.Uint32(b[12:])),
+		Count: int64(binary.LittleEndian.Uint64(b[16:])),
+	}
+	return seq, sig, b[11] != 0
+}
+
+// compare checks every rank's record against this rank's: a rank that
+// rejected its call makes everyone abandon it (the communicator stays
+// usable); ranks that disagree are a mismatch (fatal). It returns the
+// error to complete t with and whether it is fatal.
+func (c *Comm) compare(t *task) (error, bool) {
+	per := len(t.all) / c.size
+	mySeq, mySig, _ := parseRecord(t.all[c.rank*per:])
+	if t.verr != nil {
+		return c.opError(t.call.Kind, t.seq, -1, t.verr), false
+	}
+	for r := range c.size {
+		if _, _, bad := parseRecord(t.all[r*per:]); bad {
+			return c.opError(t.call.Kind, t.seq, r, &comm.RemoteError{Peer: r, Reason: "it rejected its own arguments"}), false
+		}
+	}
+	for r := range c.size {
+		seq, sig, _ := parseRecord(t.all[r*per:])
+		if seq != mySeq || sig != mySig {
+			return c.opError(t.call.Kind, t.seq, r, &comm.MismatchError{Peer: r, Seq: t.seq, Local: mySig, Remote: sig}), true
+		}
+	}
+	if mySig.Kind == comm.KindAllToAllV {
+		for r := range c.size {
+			got := int64(binary.LittleEndian.Uint64(t.all[r*per+recordBytes+8*c.rank:]))
+			if want := int64(t.call.RecvCounts[r]); got != want {
+				return c.opError(t.call.Kind, t.seq, r, fmt.Errorf("rank %d sends %d elements to rank %d, whose recvCounts[%d] is %d: %w",
+					r, got, c.rank, r, want, &comm.MismatchError{Peer: r, Seq: t.seq, Local: mySig, Remote: mySig})), true
+			}
+		}
+	}
+	return nil, false
+}
+
+// launcher takes the tasks in order: waits for the control's comparison,
+// then queues the NCCL operation and its event (or the split) and passes
+// the task to the completer.
+func (c *Comm) launcher() {
+	defer close(c.completeQ)
+	for t := range c.launchQ {
+		if closed, aborted := c.state(); closed || aborted != nil {
+			// The control's check may wait for peers forever: don't.
+			t.err = c.stateError(t, closed, aborted)
+			c.completeQ <- t
+			continue
+		}
+		if err := t.check.Wait(); err != nil {
+			if errors.Is(err, comm.ErrInvalidArgument) || comm.PlainAbandon(err) {
+				t.err = c.opError(t.call.Kind, t.seq, -1, fmt.Errorf("comparing the call's arguments: %w", err))
+			} else if errors.Is(err, comm.ErrMismatch) {
+				// A peer found the mismatch first and aborted the control
+				// before this rank's comparison completed.
+				peer := comm.PeerOf(err)
+				t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: err.Error()})
+				c.abort(t.err)
+			} else {
+				t.err = c.opError(t.call.Kind, t.seq, comm.PeerOf(err), err)
+				c.abort(t.err)
+			}
+			c.completeQ <- t
+			continue
+		}
+		if err, fatal := c.compare(t); err != nil {
+			t.err = err
+			if fatal {
+				c.abort(errors.Unwrap(err))
+			}
+			c.completeQ <- t
+			continue
+		}
+		if t.split != nil {
+			t.err = t.split()
+		} else if err := c.launch(t); err != nil {
+			t.err = c.opError(t.call.Kind, t.seq, -1, err)
+			c.abort(t.err)
+		}
+		c.completeQ <- t
+	}
+}
+
+// stateError is the error of a task that reaches a closed or aborted
+// communicator.
+func (c *Comm) stateError(t *task, closed bool, aborted error) error {
+	if aborted != nil {
+		return c.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted})
+	}
+	return c.opError(t.call.Kind, t.seq, -1, comm.ErrClosed)
+}
+
+// completer completes the tasks in order, each when its event has
+// completed (then its host step runs), its context ends (the
+// communicator is aborted: NCCL has no way to end one operation) or NCCL
+// reports an asynchronous error.
+func (c *Comm) completer() {
+	for t := range c.completeQ {
+		if t.err != nil || t.ev == 0 {
+			if t.err == nil && t.post != nil {
+				if err := t.post(); err != nil {
+					t.err = c.opError(t.call.Kind, t.seq, -1, err)
+				}
+			}
+			c.finish(t, t.err)
+			continue
+		}
+		c.finish(t, c.await(t))
+	}
+}
+
+// await waits for t's event and returns t's outcome.
+func (c *Comm) await(t *task) error {
+	defer c.dev.do(func() error { c.lib.drv.EventDestroy(t.ev); return nil })
+	var fault error
+	var abortedAt time.Time
+	wait := time.Microsecond
+	for {
+		var state cuResult
+		var async ncclResult
+		err := c.dev.do(func() error {
+			state = c.lib.drv.EventQuery(t.ev)
+			if _, aborted := c.state(); aborted != nil {
+				return nil // CommAbort freed the NCCL communicator
+			}
+			if r := c.lib.nccl.CommGetAsyncError(c.nc, &async); r != ncclSuccess {
+				async = r
+			}
+			return nil
+		})
+		if err != nil {
+			return c.opError(t.call.Kind, t.seq, -1, err)
+		}
+		_, aborted := c.state()
+		switch {
+		case state == cudaSuccess:
+			if fault != nil {
+				return fault
+			}
+			if aborted != nil {
+				return c.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted})
+			}
+			if t.post != nil {
+				if err := t.post(); err != nil {
+					return c.opError(t.call.Kind, t.seq, -1, err)
+				}
+			}
+			return nil
+		case state != cudaErrorNotReady:
+			fault = c.opError(t.call.Kind, t.seq, -1, c.lib.cuError("the operation's event", state))
+			c.abort(fault)
+		case fault == nil && aborted == nil && async != ncclSuccess && async != ncclInProgress:
+			fault = c.opError(t.call.Kind, t.seq, -1, c.lib.ncclError("NCCL (asynchronous error)", async, c.nc))
+			c.abort(fault)
+		case fault == nil && aborted == nil && t.ctx.Err() != nil:
+			fault = c.opError(t.call.Kind, t.seq, -1, comm.ContextError(t.ctx.Err()))
+			c.abort(fault)
+		}
+		if _, aborted = c.state(); aborted != nil {
+			// The NCCL communicator was aborted: its kernels end and the
+			// event completes; do not wait long for a device that hangs.
+			if abortedAt.IsZero() {
+				abortedAt = time.Now()
+			} else if time.Since(abortedAt) > abortDrain {
+				if fault != nil {
+					return fault
+				}
+				return c.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted})
+			}
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Millisecond)
+	}
+}
+
+// abortDrain bounds the wait for the stream after an abort.
+const abortDrain = 10 * time.Second

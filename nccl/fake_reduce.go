@@ -1,0 +1,243 @@
+package nccl
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// NCCL's arithmetic, as the fake reproduces it. The ranks are combined in
+// rank order 0, 1, 2, … (NCCL's order depends on its algorithm and
+// channel), each step with comm's kernels, which round as NCCL's do (Sum
+// and Prod: IEEE 754 on f32 and f64; on f16 and bf16 the exact result
+// rounded to the type, which widening to float32 reproduces exactly).
+// Two things are NCCL's own:
+//
+//   - ncclAvg (src/enqueue.cc, hostToDevRedOp, the same from 2.23 to
+//     2.30): on floating types it is ncclDevPreMulSum with the scalar
+//     1/nRanks rounded to the type (f32: float(1.0/nRanks); f64:
+//     1.0/nRanks; f16: __float2half(float(1.0/nRanks)); bf16:
+//     __float2bfloat16(float(1.0/nRanks))): every rank's input is
+//     multiplied by the scalar, rounded to the type (reduce_kernel.h,
+//     Apply_PreOp of FuncPreMulSum: x*scalar, __hmul), and the products
+//     are summed. So Avg over 3 ranks is not the sum divided by 3. On
+//     integer types it is ncclDevSumPostDiv with nRanks: the sum (wrapping)
+//     divided once by nRanks, truncated toward zero (FuncSumPostDiv's
+//     divide). (Symmetric-memory kernels of 2.27+ divide after the sum
+//     for floats too; they need registered windows, which this package
+//     does not use.)
+//   - ncclMin and ncclMax on floating types (reduce_kernel.h, FuncMinMax:
+//     fminf/fmaxf, fmin/fmax, __hmin/__hmax) return the other operand when
+//     one is NaN, and a NaN (the canonical one) only when both are;
+//     comm's kernels propagate NaN. Zeros: -0 < +0 here, as __hmin
+//     documents (comm's kernels order them so too).
+
+// fakeDTypes maps NCCL's datatypes (nccl.h ncclDataType_t) to comm's. It
+// is the fake's own table, not launch.go's, so that a wrong entry there
+// shows up here.
+var fakeDTypes = [...]comm.DType{
+	ncclInt8: comm.I8, ncclUint8: comm.U8, ncclInt32: comm.I32, ncclUint32: comm.U32,
+	ncclInt64: comm.I64, ncclUint64: comm.U64, ncclFloat16: comm.F16, ncclFloat32: comm.F32,
+	ncclFloat64: comm.F64, ncclBfloat16: comm.BF16,
+}
+
+var fakeTypeNames = [...]string{
+	ncclInt8: "ncclInt8", ncclUint8: "ncclUint8", ncclInt32: "ncclInt32", ncclUint32: "ncclUint32",
+	ncclInt64: "ncclInt64", ncclUint64: "ncclUint64", ncclFloat16: "ncclFloat16", ncclFloat32: "ncclFloat32",
+	ncclFloat64: "ncclFloat64", ncclBfloat16: "ncclBfloat16",
+}
+
+// fakeOps maps NCCL's reduction ops (nccl.h ncclRedOp_t) but ncclAvg to
+// comm's.
+var fakeOps = [...]comm.ReduceOp{ncclSum: comm.Sum, ncclProd: comm.Prod, ncclMax: comm.Max, ncclMin: comm.Min}
+
+var fakeOpNames = [...]string{ncclSum: "ncclSum", ncclProd: "ncclProd", ncclMax: "ncclMax", ncclMin: "ncclMin", ncclAvg: "ncclAvg"}
+
+func fakeTypeOK(dt ncclDataType) bool { return dt >= 0 && int(dt) < len(fakeDTypes) }
+
+// fakeTypeSize is the size of dt in bytes (0 if NCCL has no such type).
+func fakeTypeSize(dt ncclDataType) int {
+	if !fakeTypeOK(dt) {
+		return 0
+	}
+	return fakeDTypes[dt].Size()
+}
+
+func fakeTypeName(dt ncclDataType) string {
+	if !fakeTypeOK(dt) {
+		return fmt.Sprintf("ncclDataType(%d)", dt)
+	}
+	return fakeTypeNames[dt]
+}
+
+func fakeOpName(op ncclRedOp) string {
+	if op < ncclSum || op > ncclAvg {
+		return fmt.Sprintf("ncclRedOp(%d)", op)
+	}
+	return fakeOpNames[op]
+}
+
+// reduceAs returns the reduction of ins (one per rank, in rank order,
+// equal lengths) by op, as NCCL computes it. ins are not modified.
+func reduceAs(dt ncclDataType, op ncclRedOp, ins [][]byte) []byte {
+	cdt := fakeDTypes[dt]
+	n := len(ins)
+	in := make([][]byte, n)
+	for r, b := range ins {
+		in[r] = slices.Clone(b)
+	}
+	cop := comm.Sum
+	if op != ncclAvg {
+		cop = fakeOps[op]
+	}
+	if op == ncclAvg && cdt.IsFloat() {
+		for _, b := range in {
+			preMul(cdt, b, n)
+		}
+	}
+	f, err := comm.ReduceFunc(cdt, cop)
+	if err != nil {
+		panic(err) // every (dtype, Sum|Prod|Min|Max) has a kernel: a bug
+	}
+	acc := in[0]
+	for _, b := range in[1:] {
+		if (op == ncclMin || op == ncclMax) && cdt.IsFloat() {
+			nanToOther(cdt, acc, b)
+		}
+		f(acc, b)
+	}
+	if op == ncclAvg && !cdt.IsFloat() {
+		postDiv(cdt, acc, n)
+	}
+	return acc
+}
+
+// preMul multiplies every element of b by NCCL's Avg scalar for n ranks,
+// rounding each product to the type (PreMulSum's preOp).
+func preMul(dt comm.DType, b []byte, n int) {
+	le := binary.LittleEndian
+	switch dt {
+	case comm.F32:
+		s := float32(1.0 / float64(n))
+		for i := 0; i < len(b); i += 4 {
+			le.PutUint32(b[i:], math.Float32bits(math.Float32frombits(le.Uint32(b[i:]))*s))
+		}
+	case comm.F64:
+		s := 1.0 / float64(n)
+		for i := 0; i < len(b); i += 8 {
+			le.PutUint64(b[i:], math.Float64bits(math.Float64frombits(le.Uint64(b[i:]))*s))
+		}
+	case comm.F16:
+		// The product of two f16 is exact in float64: one rounding, as
+		// __hmul's.
+		s := float64(comm.Float16From(float32(1.0 / float64(n))).Float32())
+		for i := 0; i < len(b); i += 2 {
+			x := float64(comm.Float16(le.Uint16(b[i:])).Float32())
+			le.PutUint16(b[i:], uint16(comm.Float16FromFloat64(x*s)))
+		}
+	case comm.BF16:
+		s := float64(comm.BFloat16From(float32(1.0 / float64(n))).Float32())
+		for i := 0; i < len(b); i += 2 {
+			x := float64(comm.BFloat16(le.Uint16(b[i:])).Float32())
+			le.PutUint16(b[i:], uint16(comm.BFloat16FromFloat64(x*s)))
+		}
+	}
+}
+
+// postDiv divides every element of b by n, truncating toward zero, as
+// FuncSumPostDiv does to the (wrapped) sum.
+func postDiv(dt comm.DType, b []byte, n int) {
+	le := binary.LittleEndian
+	d := uint64(n)
+	div := func(x int64) int64 { // signed: |x| / n, sign restored
+		if x < 0 {
+			return -int64(uint64(-x) / d)
+		}
+		return int64(uint64(x) / d)
+	}
+	switch dt {
+	case comm.I8:
+		for i := range b {
+			b[i] = byte(div(int64(int8(b[i]))))
+		}
+	case comm.U8:
+		for i := range b {
+			b[i] = byte(uint64(b[i]) / d)
+		}
+	case comm.I32:
+		for i := 0; i < len(b); i += 4 {
+			le.PutUint32(b[i:], uint32(div(int64(int32(le.Uint32(b[i:]))))))
+		}
+	case comm.U32:
+		for i := 0; i < len(b); i += 4 {
+			le.PutUint32(b[i:], uint32(uint64(le.Uint32(b[i:]))/d))
+		}
+	case comm.I64:
+		for i := 0; i < len(b); i += 8 {
+			le.PutUint64(b[i:], uint64(div(int64(le.Uint64(b[i:])))))
+		}
+	case comm.U64:
+		for i := 0; i < len(b); i += 8 {
+			le.PutUint64(b[i:], le.Uint64(b[i:])/d)
+		}
+	}
+}
+
+// nanToOther prepares one step of a float Min or Max so that comm's
+// kernel gives fmin's answer: where one operand is NaN it is replaced by
+// the other; where both are, both become the canonical NaN (CUDA's
+// result then).
+func nanToOther(dt comm.DType, d, s []byte) {
+	le := binary.LittleEndian
+	switch dt {
+	case comm.F32:
+		for i := 0; i < len(d); i += 4 {
+			x, y := le.Uint32(d[i:]), le.Uint32(s[i:])
+			xn, yn := x&0x7fffffff > 0x7f800000, y&0x7fffffff > 0x7f800000
+			switch {
+			case xn && yn:
+				le.PutUint32(d[i:], 0x7fffffff)
+				le.PutUint32(s[i:], 0x7fffffff)
+			case xn:
+				le.PutUint32(d[i:], y)
+			case yn:
+				le.PutUint32(s[i:], x)
+			}
+		}
+	case comm.F64:
+		for i := 0; i < len(d); i += 8 {
+			x, y := le.Uint64(d[i:]), le.Uint64(s[i:])
+			xn, yn := x&^(1<<63) > 0x7ff0000000000000, y&^(1<<63) > 0x7ff0000000000000
+			switch {
+			case xn && yn:
+				le.PutUint64(d[i:], 0x7fffffffffffffff)
+				le.PutUint64(s[i:], 0x7fffffffffffffff)
+			case xn:
+				le.PutUint64(d[i:], y)
+			case yn:
+				le.PutUint64(s[i:], x)
+			}
+		}
+	case comm.F16, comm.BF16:
+		inf := uint16(0x7c00)
+		if dt == comm.BF16 {
+			inf = 0x7f80
+		}
+		for i := 0; i < len(d); i += 2 {
+			x, y := le.Uint16(d[i:]), le.Uint16(s[i:])
+			xn, yn := x&0x7fff > inf, y&0x7fff > inf
+			switch {
+			case xn && yn:
+				le.PutUint16(d[i:], 0x7fff)
+				le.PutUint16(s[i:], 0x7fff)
+			case xn:
+				le.PutUint16(d[i:], y)
+			case yn:
+				le.PutUint16(s[i:], x)
+			}
+		}
+	}
+}

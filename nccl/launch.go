@@ -1,0 +1,274 @@
+package nccl
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// ncclTypes maps comm's dtypes to NCCL's (nccl.h ncclDataType_t).
+var ncclTypes = map[comm.DType]ncclDataType{
+	comm.I8: ncclInt8, comm.U8: ncclUint8, comm.I32: ncclInt32, comm.U32: ncclUint32,
+	comm.I64: ncclInt64, comm.U64: ncclUint64, comm.F16: ncclFloat16, comm.F32: ncclFloat32,
+	comm.F64: ncclFloat64, comm.BF16: ncclBfloat16,
+}
+
+// ncclOps maps comm's reduce ops to NCCL's (nccl.h ncclRedOp_t).
+var ncclOps = map[comm.ReduceOp]ncclRedOp{
+	comm.Sum: ncclSum, comm.Prod: ncclProd, comm.Max: ncclMax, comm.Min: ncclMin, comm.Avg: ncclAvg,
+}
+
+// launch queues t's NCCL operations on the stream, then an event, on the
+// device thread. Collectives of no elements queue nothing (every rank
+// agreed on the count). It sets t.ev, t.post and t.scratch.
+func (c *Comm) launch(t *task) error {
+	call := t.call
+	dt := call.Send.DType()
+	if !dt.Valid() {
+		dt = call.Recv.DType()
+	}
+	nt := ncclTypes[dt]
+	op := ncclOps[call.Op]
+	n := uintptr(call.Send.Len())
+	if call.Kind == comm.KindReduceScatter || call.Kind == comm.KindScatter {
+		n = uintptr(call.Recv.Len())
+	}
+	if call.Kind == comm.KindAllToAll {
+		n = uintptr(call.Send.Len() / c.size)
+	}
+	if call.Kind.Reduces() && call.Op == comm.Avg && bits.OnesCount(uint(c.size)) != 1 {
+		// NCCL's Avg on floats multiplies each input by 1/size before
+		// summing (PreMulSum), which rounds differently from the sum
+		// divided once; for a power-of-two size both are exact scalings
+		// (unless x/size underflows to a subnormal).
+		// Otherwise: Sum on the GPU, one division on the host.
+		op = ncclSum
+		if out := call.ResultAt(c.rank); !out.IsZero() {
+			t.post = func() error {
+				return c.dev.hostOp([]comm.Buffer{out}, []bool{true}, func(h [][]byte) error {
+					comm.FinishAvg(out.DType(), h[0], c.size)
+					return nil
+				})
+			}
+		}
+	}
+	var ops []func() (string, ncclResult)
+	nccl := c.lib.nccl
+	s, r := call.Send.Ptr(), call.Recv.Ptr()
+	es := uintptr(dt.Size())
+	if dt.IsFloat() && (call.Op == comm.Min || call.Op == comm.Max) && call.Kind != comm.KindScan && call.Kind != comm.KindExScan {
+		// NCCL's float Min and Max are fminf/fmaxf (reduce_kernel.h,
+		// FuncMinMax): a NaN loses to any number, where comm's contract
+		// (and every other tier) propagates it. Gather every rank's part
+		// on the GPU and combine on the host instead.
+		if n == 0 {
+			return nil
+		}
+		all, err := c.dev.Alloc(dt, c.size*int(n))
+		if err != nil {
+			return err
+		}
+		t.scratch = append(t.scratch, all)
+		a := all.Ptr()
+		if call.Kind == comm.KindReduceScatter {
+			ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
+				return s + uintptr(j)*n*es, n, a + uintptr(j)*n*es, n
+			})
+		} else {
+			ops = one("ncclAllGather (min/max)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
+		}
+		if out := call.ResultAt(c.rank); !out.IsZero() {
+			t.post = c.combine(all, c.size, int(n), call.Op, out)
+		}
+		return c.record(t, ops)
+	}
+	switch call.Kind {
+	case comm.KindAllReduce:
+		ops = one("ncclAllReduce", n, func() ncclResult { return nccl.AllReduce(s, r, n, nt, op, c.nc, c.stream) })
+	case comm.KindBroadcast:
+		ops = one("ncclBroadcast", n, func() ncclResult { return nccl.Broadcast(s, s, n, nt, int32(call.Root), c.nc, c.stream) })
+	case comm.KindReduce:
+		if c.rank != call.Root {
+			r = s // not written on a non-root
+		}
+		ops = one("ncclReduce", n, func() ncclResult { return nccl.Reduce(s, r, n, nt, op, int32(call.Root), c.nc, c.stream) })
+	case comm.KindAllGather:
+		ops = one("ncclAllGather", n, func() ncclResult { return nccl.AllGather(s, r, n, nt, c.nc, c.stream) })
+	case comm.KindReduceScatter:
+		ops = one("ncclReduceScatter", n, func() ncclResult { return nccl.ReduceScatter(s, r, n, nt, op, c.nc, c.stream) })
+	case comm.KindBarrier:
+		f := c.flag.Ptr()
+		ops = one("ncclAllReduce (barrier)", 1, func() ncclResult { return nccl.AllReduce(f, f, 1, ncclUint8, ncclMax, c.nc, c.stream) })
+	case comm.KindAllToAll:
+		ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
+			return s + uintptr(j)*n*es, n, r + uintptr(j)*n*es, n
+		})
+	case comm.KindAllToAllV:
+		so, ro := comm.Offsets(call.SendCounts, dt.Size()), comm.Offsets(call.RecvCounts, dt.Size())
+		ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
+			return s + uintptr(so[j]), uintptr(call.SendCounts[j]), r + uintptr(ro[j]), uintptr(call.RecvCounts[j])
+		})
+	case comm.KindGather:
+		root := call.Root
+		ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
+			var sn, rn uintptr
+			if j == root {
+				sn = n
+			}
+			if c.rank == root {
+				rn = n
+			}
+			return s, sn, r + uintptr(j)*n*es, rn
+		})
+	case comm.KindScatter:
+		root := call.Root
+		ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
+			var sn, rn uintptr
+			if c.rank == root {
+				sn = n
+			}
+			if j == root {
+				rn = n
+			}
+			return s + uintptr(j)*n*es, sn, r, rn
+		})
+	case comm.KindScan, comm.KindExScan:
+		if n == 0 {
+			break
+		}
+		all, err := c.dev.Alloc(dt, c.size*int(n))
+		if err != nil {
+			return err
+		}
+		t.scratch = append(t.scratch, all)
+		a := all.Ptr()
+		ops = one("ncclAllGather (scan)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
+		upto := c.rank // ExScan: the ranks before this one
+		if call.Kind == comm.KindScan {
+			upto++
+		}
+		t.post = c.combine(all, upto, int(n), call.Op, call.Recv)
+	default:
+		return fmt.Errorf("nccl: %v is not a collective this communicator runs", call.Kind)
+	}
+	return c.record(t, ops)
+}
+
+// record queues ops and an event after them on the device thread (nothing
+// for no ops).
+func (c *Comm) record(t *task, ops []func() (string, ncclResult)) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	return c.live(func() error {
+		if err := c.queue(ops); err != nil {
+			return err
+		}
+		if r := c.lib.drv.EventCreate(&t.ev, cuEventDisableTiming); r != cudaSuccess {
+			t.ev = 0
+			return c.lib.cuError("cuEventCreate", r)
+		}
+		if r := c.lib.drv.EventRecord(t.ev, c.stream); r != cudaSuccess {
+			return c.lib.cuError("cuEventRecord", r)
+		}
+		return nil
+	})
+}
+
+// one is the single NCCL call of a collective, or none for no elements.
+func one(name string, n uintptr, f func() ncclResult) []func() (string, ncclResult) {
+	if n == 0 {
+		return nil
+	}
+	return []func() (string, ncclResult){func() (string, ncclResult) { return name, f() }}
+}
+
+// exchange is a personalized exchange as one NCCL group of point-to-point
+// calls: at(j) gives what goes to rank j (pointer, count) and what comes
+// from it. Zero counts are left out on both sides alike (the control's
+// comparison made sure the two sides agree).
+func (c *Comm) exchange(nt ncclDataType, at func(j int) (sp, sn, rp, rn uintptr)) []func() (string, ncclResult) {
+	nccl := c.lib.nccl
+	var ops []func() (string, ncclResult)
+	for j := range c.size {
+		sp, sn, rp, rn := at(j)
+		peer := int32(j)
+		if sn > 0 {
+			ops = append(ops, func() (string, ncclResult) { return "ncclSend", nccl.Send(sp, sn, nt, peer, c.nc, c.stream) })
+		}
+		if rn > 0 {
+			ops = append(ops, func() (string, ncclResult) { return "ncclRecv", nccl.Recv(rp, rn, nt, peer, c.nc, c.stream) })
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	group := []func() (string, ncclResult){func() (string, ncclResult) { return "ncclGroupStart", nccl.GroupStart() }}
+	group = append(group, ops...)
+	return append(group, func() (string, ncclResult) { return "ncclGroupEnd", nccl.GroupEnd() })
+}
+
+// queue makes the NCCL calls of ops on the device thread. A non-blocking
+// communicator may answer ncclInProgress (a call still being enqueued,
+// e.g. while NCCL connects peers for the first time): the next call waits
+// until NCCL's asynchronous state says it is done.
+func (c *Comm) queue(ops []func() (string, ncclResult)) error {
+	for _, f := range ops {
+		name, r := f()
+		if r == ncclInProgress {
+			r = c.settle()
+		}
+		if r != ncclSuccess {
+			return c.lib.ncclError(name, r, c.nc)
+		}
+	}
+	return nil
+}
+
+// settle polls NCCL's asynchronous state until it is no longer
+// ncclInProgress (on the device thread, where it is called).
+func (c *Comm) settle() ncclResult {
+	for {
+		var state ncclResult
+		if r := c.lib.nccl.CommGetAsyncError(c.nc, &state); r != ncclSuccess {
+			return r
+		}
+		if state != ncclInProgress {
+			return state
+		}
+		if _, aborted := c.state(); aborted != nil {
+			return ncclRemoteError
+		}
+	}
+}
+
+// combine is the host step of Scan, ExScan and the float Min and Max:
+// the first k blocks of n elements of all (every rank's input, in rank
+// order) are combined with op in rank order, exactly as a sequential
+// reduction, into dst; no blocks (ExScan on rank 0) give the op's
+// identity.
+func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buffer) func() error {
+	dt := all.DType()
+	es := dt.Size()
+	return func() error {
+		if k == 0 {
+			return c.dev.hostOp([]comm.Buffer{dst}, []bool{true}, func(h [][]byte) error {
+				comm.FillIdentity(dt, op, h[0])
+				return nil
+			})
+		}
+		f, err := comm.ReduceFunc(dt, op)
+		if err != nil {
+			return err
+		}
+		return c.dev.hostOp([]comm.Buffer{all.Slice(0, k*n), dst}, []bool{false, true}, func(h [][]byte) error {
+			acc := h[1]
+			copy(acc, h[0][:n*es])
+			for j := 1; j < k; j++ {
+				f(acc, h[0][j*n*es:(j+1)*n*es])
+			}
+			return nil
+		})
+	}
+}

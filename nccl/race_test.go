@@ -1,0 +1,5 @@
+//go:build race
+
+package nccl_test
+
+const raceEnabled = true

@@ -1,0 +1,81 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Split implements comm.Communicator: the control is split first (which
+// orders the members by key, then rank, and compares the call across
+// ranks), then the NCCL communicator with ncclCommSplit, in its place
+// among the collectives, keyed by each member's rank in the control's
+// child so that both children number the members alike. The child has its
+// own stream, on the same device.
+func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
+	if color < 0 && color != comm.NoColor {
+		err := &comm.ArgError{Kind: comm.KindSplit, Arg: "color", Problem: fmt.Sprintf("%d is negative (use comm.NoColor to take no part)", color)}
+		return nil, c.opError(comm.KindSplit, 0, -1, err)
+	}
+	t := &task{ctx: ctx, call: comm.Call{Kind: comm.KindSplit}, work: comm.NewWork()}
+	var child comm.Communicator
+	var made *Comm
+	c.startMu.Lock()
+	if !c.admit(t) {
+		c.startMu.Unlock()
+		return nil, t.work.Wait()
+	}
+	sub, err := c.control.Split(ctx, color, key)
+	if err != nil {
+		c.startMu.Unlock()
+		c.finish(t, nil)
+		return nil, c.opError(comm.KindSplit, t.seq, -1, err)
+	}
+	t.split = func() error {
+		ncColor, ncKey := int32(ncclSplitNoColor), int32(0)
+		if sub != nil {
+			ncColor, ncKey = int32(color), int32(sub.Rank())
+		}
+		nc, err := initComm(ctx, c.dev, c, func(out *ncclComm, cfg *ncclConfig) ncclResult {
+			return c.lib.nccl.CommSplit(c.nc, ncColor, ncKey, out, cfg)
+		}, "ncclCommSplit")
+		if err == nil && (nc == 0) != (sub == nil) {
+			err = fmt.Errorf("ncclCommSplit gave rank %d %s, but the control's split %s", c.rank,
+				map[bool]string{true: "no communicator", false: "a communicator"}[nc == 0],
+				map[bool]string{true: "none", false: "one"}[sub == nil])
+		}
+		if err != nil {
+			if sub != nil {
+				sub.Close()
+			}
+			err = c.opError(comm.KindSplit, t.seq, -1, err)
+			c.abort(err) // NCCL's split state of this communicator is unknown now
+			return err
+		}
+		if sub == nil {
+			return nil
+		}
+		cfg := c.cfg
+		cfg.Stream = 0
+		cfg.Name = fmt.Sprintf("%s/split(color %d)", c.cfg.Name, color)
+		made, err = start(c.dev, sub, nc, cfg)
+		if err != nil {
+			sub.Close()
+			return c.opError(comm.KindSplit, t.seq, -1, err)
+		}
+		child = made
+		return nil
+	}
+	// The split's place among the collectives: every rank's record is
+	// compared like a collective's.
+	mine := record(t, c.size)
+	t.all = make([]byte, len(mine)*c.size)
+	t.check = c.control.Start(ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
+	c.launchQ <- t
+	c.startMu.Unlock()
+	if err := t.work.Wait(); err != nil {
+		return nil, err
+	}
+	return child, nil
+}

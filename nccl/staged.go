@@ -1,0 +1,281 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Staged is a comm.Communicator that lets a host communicator (nexar
+// between nodes) move device buffers: each device buffer of a call is
+// copied to page-locked host memory, the host communicator runs the call
+// there, and the result is copied back. Host buffers pass straight
+// through.
+//
+// Calls pass two ordered stages: the first copies a call's inputs off the
+// device and starts it on the host communicator, the second waits for it
+// and copies the result back. So while the network carries call k, the
+// copies of call k+1 (device → host) and of call k-1 (host → device) run:
+// a caller that cuts a large message into chunks (the hierarchy's
+// pipelines do) keeps copies and network busy together, double-buffered
+// at least. One call is staged whole.
+//
+// It is how the hierarchy's rails and its flat world carry device data,
+// and how a flat world of one GPU per node does (see docs/gpu.md).
+type Staged struct {
+	comm.Blocking
+	inner comm.Communicator
+	dev   *Device
+
+	mu     sync.Mutex // guards closed and the send on in (the order of calls)
+	closed bool
+	in     chan *staging
+	out    chan *staging
+	done   chan struct{}
+}
+
+// staging is one call on its way through the stages.
+type staging struct {
+	ctx  context.Context
+	call comm.Call // the caller's
+	verr error     // this rank's own argument error
+	work *comm.Work
+
+	host      comm.Call // the call as the host communicator runs it
+	sub       *comm.Work
+	pins      []pinnedBuf
+	recvPin   pinnedBuf // where the result lands, when recv is device memory
+	copyBack  bool
+	localFail error // a copy that failed before the host call
+}
+
+// NewStaged returns inner, able to move device memory of dev. The Staged
+// owns inner: Close closes it.
+func NewStaged(inner comm.Communicator, dev *Device) *Staged {
+	s := &Staged{inner: inner, dev: dev, in: make(chan *staging, 4096), out: make(chan *staging, 4096), done: make(chan struct{})}
+	s.Blocking = comm.Blocking{S: s}
+	go s.stageIn()
+	go s.stageOut()
+	return s
+}
+
+// Inner is the host communicator underneath.
+func (s *Staged) Inner() comm.Communicator { return s.inner }
+
+// Rank implements comm.Communicator.
+func (s *Staged) Rank() int { return s.inner.Rank() }
+
+// Size implements comm.Communicator.
+func (s *Staged) Size() int { return s.inner.Size() }
+
+func (s *Staged) String() string {
+	return fmt.Sprintf("%v, staged through host memory from %v", s.inner, s.dev)
+}
+
+// Start implements comm.Communicator.
+func (s *Staged) Start(ctx context.Context, call comm.Call) *comm.Work {
+	t := &staging{ctx: ctx, call: call, work: comm.NewWork()}
+	t.verr = comm.Validate(call, s.Rank(), s.Size())
+	if t.verr == nil {
+		t.verr = s.check(call)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		t.work.Complete(&comm.OpError{Rank: s.Rank(), Peer: -1, Kind: call.Kind, Err: comm.ErrClosed})
+		return t.work
+	}
+	s.in <- t
+	return t.work
+}
+
+// check rejects device memory of another device.
+func (s *Staged) check(call comm.Call) error {
+	for _, b := range []struct {
+		name string
+		buf  comm.Buffer
+	}{{"send", call.Send}, {"recv", call.Recv}} {
+		if !b.buf.IsZero() && !b.buf.OnHost() && b.buf.Device() != s.dev.ordinal && b.buf.Len() > 0 {
+			return &comm.ArgError{Kind: call.Kind, Arg: b.name, Problem: fmt.Sprintf("is memory of device %d but this rank stages through %v", b.buf.Device(), s.dev)}
+		}
+	}
+	return nil
+}
+
+// uses reports which of call's buffers this rank reads (send) and writes
+// (recv), as comm.Validate defines them.
+func uses(call comm.Call, rank int) (send, recv bool) {
+	root := call.Kind.Rooted() && call.Root == rank
+	switch call.Kind {
+	case comm.KindBarrier:
+		return false, false
+	case comm.KindSend:
+		return true, false
+	case comm.KindRecv:
+		return false, true
+	case comm.KindReduce, comm.KindGather:
+		return true, root
+	case comm.KindScatter:
+		return root, true
+	case comm.KindBroadcast:
+		return root, true
+	}
+	return true, true
+}
+
+// device reports whether b is device memory with elements.
+func device(b comm.Buffer) bool { return !b.IsZero() && !b.OnHost() }
+
+// stageIn copies each call's device inputs to host memory and starts the
+// call on the host communicator, in order.
+func (s *Staged) stageIn() {
+	defer close(s.out)
+	for t := range s.in {
+		s.prepare(t)
+		t.sub = s.inner.Start(t.ctx, t.host)
+		s.out <- t
+	}
+}
+
+// prepare builds t.host. A rejected call (or one whose copy failed) runs
+// on the host communicator without buffers, so that the host
+// communicator rejects it too and tells the peers.
+func (s *Staged) prepare(t *staging) {
+	c := t.call
+	if t.verr != nil {
+		t.host = poison(c)
+		return
+	}
+	useSend, useRecv := uses(c, s.Rank())
+	if c.Kind == comm.KindBroadcast {
+		useSend = true // Send and Recv are one buffer
+	}
+	if !device(c.Send) && !device(c.Recv) {
+		t.host = c
+		return
+	}
+	h := c
+	pin := func(b comm.Buffer, read bool) (comm.Buffer, pinnedBuf, error) {
+		p, err := s.dev.allocHost(b.ByteLen())
+		if err != nil {
+			return comm.Buffer{}, p, err
+		}
+		t.pins = append(t.pins, p)
+		if read {
+			if err := s.dev.toHost(p, b); err != nil {
+				return comm.Buffer{}, p, err
+			}
+		}
+		hb, err := comm.HostBytes(b.DType(), p.bytes)
+		return hb, p, err
+	}
+	var err error
+	inPlace := comm.SameMemory(c.Send, c.Recv)
+	if device(c.Send) {
+		if useSend {
+			// Broadcast reads its buffer on the root only.
+			read := c.Kind != comm.KindBroadcast || c.Root == s.Rank()
+			var p pinnedBuf
+			h.Send, p, err = pin(c.Send, read)
+			if inPlace {
+				h.Recv, t.recvPin = h.Send, p
+			}
+		} else {
+			h.Send = comm.Buffer{}
+		}
+	}
+	if err == nil && device(c.Recv) && !inPlace {
+		if useRecv {
+			h.Recv, t.recvPin, err = pin(c.Recv, false)
+		} else {
+			h.Recv = comm.Buffer{}
+		}
+	}
+	if err != nil {
+		t.localFail = err
+		t.host = poison(c)
+		return
+	}
+	if device(c.Recv) && !useRecv {
+		h.Recv = comm.Buffer{}
+	}
+	t.copyBack = device(c.Recv) && useRecv
+	t.host = h
+}
+
+// poison is c with no buffers (see hierarchy's phases: the part rejects
+// it here and tells the peers).
+func poison(c comm.Call) comm.Call {
+	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
+}
+
+// stageOut waits for each call and copies its result to the device, in
+// order.
+func (s *Staged) stageOut() {
+	defer close(s.done)
+	for t := range s.out {
+		err := t.sub.Wait()
+		switch {
+		case t.verr != nil:
+			err = &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.call.Kind, Err: t.verr}
+		case t.localFail != nil:
+			err = &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.call.Kind, Err: fmt.Errorf("staging through host memory: %w", t.localFail)}
+		case err == nil && t.copyBack:
+			if cerr := s.dev.toDevice(t.call.Recv, t.recvPin); cerr != nil {
+				err = &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.call.Kind, Err: fmt.Errorf("copying the result to the device: %w", cerr)}
+			}
+		}
+		for _, p := range t.pins {
+			s.dev.freeHost(p)
+		}
+		t.work.Complete(err)
+	}
+}
+
+// Split implements comm.Communicator: the host communicator's child,
+// staged through the same device.
+func (s *Staged) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
+	if err := s.Barrier(ctx); err != nil { // calls started before the split are out of the stages
+		return nil, err
+	}
+	c, err := s.inner.Split(ctx, color, key)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	return NewStaged(c, s.dev), nil
+}
+
+// Abort implements comm.Aborter when the host communicator does.
+func (s *Staged) Abort(cause error) {
+	if a, ok := s.inner.(comm.Aborter); ok {
+		a.Abort(cause)
+	} else {
+		s.inner.Close()
+	}
+}
+
+// PeerFailed passes an outside failure detector's news to the host
+// communicator.
+func (s *Staged) PeerFailed(peer int, cause error) {
+	if pf, ok := s.inner.(interface{ PeerFailed(int, error) }); ok {
+		pf.PeerFailed(peer, cause)
+	}
+}
+
+// Close implements comm.Communicator: the host communicator is closed
+// (its calls in flight fail with comm.ErrClosed) and the stages end.
+func (s *Staged) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.in)
+	s.mu.Unlock()
+	err := s.inner.Close()
+	<-s.done
+	return err
+}
