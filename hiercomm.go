@@ -12,8 +12,14 @@
 // inter-node mesh. The World it returns is a comm.Communicator plus the
 // topology: which ranks share a node, this rank's local rank, the leads.
 //
+// On a GPU node (HIERCOMM_INTRA auto or nccl, NCCL and the driver found,
+// a GPU visible) the World moves device memory: NCCL among the ranks of a
+// node, device data staged through page-locked host memory between nodes
+// (World.Device allocates it). Elsewhere it moves host memory.
+//
 // This package is the only place that wires the parts together: it imports
-// comm, topology, cluster and nexar, and none of them imports it.
+// comm, topology, cluster, nexar, shm, nccl and hierarchy, and none of
+// them imports it.
 package hiercomm
 
 import (
@@ -31,6 +37,7 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/hierarchy"
+	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -62,6 +69,10 @@ type Options struct {
 	// Hierarchy tunes the hierarchical communicator of a multi-node world
 	// (SmallBytes, ChunkBytes, Stager); its parts come from Init.
 	Hierarchy hierarchy.Config
+	// GPU, if set, is the CUDA driver and NCCL to use (tests pass the
+	// fake, nccl.NewFake). If nil, nccl.Default loads them when the launch
+	// allows the GPU tier (HIERCOMM_INTRA auto or nccl).
+	GPU *nccl.Library
 	// Logger receives progress ("7/16 ranks joined"), warnings and failures.
 	// If nil, defaults to slog.Default().
 	Logger *slog.Logger
@@ -74,6 +85,7 @@ type World struct {
 	topo    *topology.Topology
 	rank    int
 	cluster *cluster.Cluster // nil for a world of one
+	device  *nccl.Device     // nil without the GPU tier
 	launch  cluster.Launch
 	log     *slog.Logger
 }
@@ -106,8 +118,12 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
+	dev, err := chooseDevice(l, opt, log)
+	if err != nil {
+		return nil, fmt.Errorf("hiercomm.Init: %w", err)
+	}
 	if l.WorldSize == 1 && !l.Inherited {
-		return initSingle(l, opt, log)
+		return initSingle(ctx, l, dev, opt, log)
 	}
 	gossip, data, err := bindSockets(l, log)
 	if err != nil {
@@ -131,14 +147,20 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	topo, rank := cl.Topology(), cl.Rank()
-	if useSHM(l, topo) {
+	if topo.NumNodes() == 1 && topo.Size() > 1 && (dev != nil || useSHM(l, topo)) {
 		data.Close() // published, but no one dials it: every rank is here
-		c, err := connectSHM(ctx, l, topo, rank, opt, log)
+		var c comm.Communicator
+		c, err = connectIntraHost(ctx, l, topo, rank, opt, log)
+		via := "shm"
+		if err == nil && dev != nil {
+			c, err = nccl.New(ctx, c, nccl.Config{Device: dev, Logger: log})
+			via = "nccl"
+		}
 		if err != nil {
 			_ = leave(cl)
-			return nil, err
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
-		return ready(c, cl, topo, rank, l, log, "shm"), nil
+		return ready(c, cl, topo, rank, l, log, via).withDevice(dev), nil
 	}
 	addrs := make([]string, topo.Size())
 	for r, m := range topo.Members() {
@@ -162,6 +184,14 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if err != nil {
 		_ = leave(cl)
 		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
+	}
+	if dev != nil {
+		g, via, err := connectGPU(ctx, c, l, topo, rank, dev, opt, log)
+		if err != nil {
+			_ = leave(cl)
+			return nil, err
+		}
+		return ready(g, cl, topo, rank, l, log, via).withDevice(dev), nil
 	}
 	if !hierarchical(topo) {
 		return ready(c, cl, topo, rank, l, log, l.Network), nil
@@ -202,7 +232,7 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 }
 
 // initSingle is a world of one process: no membership, no sockets.
-func initSingle(l cluster.Launch, opt Options, log *slog.Logger) (*World, error) {
+func initSingle(ctx context.Context, l cluster.Launch, dev *nccl.Device, opt Options, log *slog.Logger) (*World, error) {
 	if l.Style == "single" {
 		log.Info("hiercomm: no launcher environment found (torchrun, Slurm, Kubernetes or hiercomm run); running as a world of 1")
 	}
@@ -214,8 +244,28 @@ func initSingle(l cluster.Launch, opt Options, log *slog.Logger) (*World, error)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
-	return &World{Communicator: cs[0], topo: topo, launch: l, log: log}, nil
+	w := &World{Communicator: cs[0], topo: topo, launch: l, log: log}
+	if dev != nil {
+		c, err := nccl.New(ctx, cs[0], nccl.Config{Device: dev, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
+		w.Communicator, w.device = c, dev
+	}
+	return w, nil
 }
+
+// withDevice records the GPU the world's buffers live on.
+func (w *World) withDevice(dev *nccl.Device) *World {
+	w.device = dev
+	return w
+}
+
+// Device is the GPU this rank's communicator moves data of, or nil when
+// the world moves host memory: with a GPU, every collective takes device
+// buffers of this device (allocate them with Device.Alloc, or pass a CUDA
+// pointer with comm.Device).
+func (w *World) Device() *nccl.Device { return w.device }
 
 // bindSockets returns the gossip and data sockets: the ones the local
 // launcher handed over, or new ones on the address the launch names or the

@@ -57,6 +57,9 @@ func child(role string) error {
 		}
 		return w.Close()
 	}
+	if ran, err := gpuChild(role); ran {
+		return err
+	}
 	return fmt.Errorf("unknown role %q", role)
 }
 

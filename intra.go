@@ -37,18 +37,9 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	var intra comm.Communicator
 	via := "hierarchy: nexar within nodes, " + l.Network + " between"
 	if l.Intra != "nexar" {
-		node := topo.Nodes()[topo.NodeOf(rank)]
-		c, err := shm.New(ctx, shm.Config{
-			Namespace:      shmNamespace(l, topo.Member(rank).Host),
-			Rank:           topo.LocalRank(rank),
-			Size:           len(node.Ranks),
-			Timeout:        opt.Collectives.Timeout,
-			FailureTimeout: opt.FailureTimeout,
-			ConnectTimeout: opt.ConnectTimeout,
-			Logger:         log,
-		})
+		c, err := connectIntraHost(ctx, l, topo, rank, opt, log)
 		if err != nil {
-			return nil, "", fmt.Errorf("hiercomm.Init: joining rank %d to its node's shared memory: %w", rank, err)
+			return nil, "", err
 		}
 		intra = c
 		via = "hierarchy: shm within nodes, " + l.Network + " between"
@@ -61,6 +52,25 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	return h, via, nil
+}
+
+// connectIntraHost joins this rank to the shared memory of its node's
+// ranks (local rank order).
+func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, error) {
+	node := topo.Nodes()[topo.NodeOf(rank)]
+	c, err := shm.New(ctx, shm.Config{
+		Namespace:      shmNamespace(l, topo.Member(rank).Host),
+		Rank:           topo.LocalRank(rank),
+		Size:           len(node.Ranks),
+		Timeout:        opt.Collectives.Timeout,
+		FailureTimeout: opt.FailureTimeout,
+		ConnectTimeout: opt.ConnectTimeout,
+		Logger:         log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hiercomm.Init: joining rank %d to its node's shared memory: %w", rank, err)
+	}
+	return c, nil
 }
 
 // shmNamespace names the job's shared-memory segments on this host: the
@@ -87,21 +97,4 @@ func shmNamespace(l cluster.Launch, host string) string {
 		return s
 	}
 	return fmt.Sprintf("%s-%s-%s", clean(l.JobID, 40), sum, clean(host, 40))
-}
-
-// connectSHM builds the shared-memory communicator of a one-node world.
-func connectSHM(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, error) {
-	c, err := shm.New(ctx, shm.Config{
-		Namespace:      shmNamespace(l, topo.Member(rank).Host),
-		Rank:           rank,
-		Size:           topo.Size(),
-		Timeout:        opt.Collectives.Timeout,
-		FailureTimeout: opt.FailureTimeout,
-		ConnectTimeout: opt.ConnectTimeout,
-		Logger:         log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("hiercomm.Init: joining rank %d to the node's shared memory: %w", rank, err)
-	}
-	return c, nil
 }

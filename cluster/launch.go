@@ -80,10 +80,12 @@ type Launch struct {
 	// takes them with LauncherSockets instead of binding. GossipPort is then
 	// informational.
 	Inherited bool
-	// Intra chooses the communicator between the ranks of one node: "shm"
-	// (shared memory), "nexar" (the network transport, as between nodes) or
-	// "" / "auto" (shared memory for host memory when a node has several
-	// ranks). Resolve refuses anything else.
+	// Intra chooses the communicator between the ranks of one node: "nccl"
+	// (NCCL on device memory; device data crosses nodes through page-locked
+	// host memory), "shm" (shared memory), "nexar" (the network transport,
+	// as between nodes) or "" / "auto" (NCCL when the GPU tier is available
+	// and the process sees a GPU, else shared memory when a node has
+	// several ranks). Resolve refuses anything else.
 	Intra string
 	// TopoDumpFile, if set, is where rank 0 writes the job's topology as
 	// JSON once the world is formed (NCCL_TOPO_DUMP_FILE's counterpart);
@@ -383,10 +385,10 @@ func (e env) own(l *Launch) error {
 	}
 	l.TopoDumpFile = e.get(EnvTopoDumpFile)
 	switch v := e.get(EnvIntra); v {
-	case "", "auto", "shm", "nexar":
+	case "", "auto", "shm", "nexar", "nccl":
 		l.Intra = v
 	default:
-		return e.errorf(EnvIntra, "%s=%s: use auto (the default: shared memory between the ranks of a node), shm or nexar", EnvIntra, v)
+		return e.errorf(EnvIntra, "%s=%s: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", EnvIntra, v)
 	}
 	if s := e.get(EnvJoinTimeout); s != "" {
 		d, err := time.ParseDuration(s)
@@ -627,9 +629,9 @@ func (l Launch) Resolve() (Launch, error) {
 	switch l.Intra {
 	case "":
 		l.Intra = "auto"
-	case "auto", "shm", "nexar":
+	case "auto", "shm", "nexar", "nccl":
 	default:
-		return bad("Intra %q: use auto (shared memory between the ranks of a node, the default), shm or nexar", l.Intra)
+		return bad("Intra %q: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", l.Intra)
 	}
 	if l.JoinTimeout < 0 {
 		return bad("JoinTimeout %v is negative", l.JoinTimeout)

@@ -322,7 +322,7 @@ func TestLoadLaunchErrors(t *testing.T) {
 		{"kubernetes service with a port", with(k8s, "HIERCOMM_K8S_SERVICE", "svc:29500"), "HIERCOMM_K8S_SERVICE", "HIERCOMM_K8S_SERVICE=svc:29500 has a port"},
 
 		{"HIERCOMM_PORT zero", with(torch, "HIERCOMM_PORT", "0"), "HIERCOMM_PORT", "HIERCOMM_PORT=0 is not a port"},
-		{"HIERCOMM_INTRA unknown", with(torch, "HIERCOMM_INTRA", "nccl"), "HIERCOMM_INTRA", "HIERCOMM_INTRA=nccl: use auto"},
+		{"HIERCOMM_INTRA unknown", with(torch, "HIERCOMM_INTRA", "gpu"), "HIERCOMM_INTRA", "HIERCOMM_INTRA=gpu: use auto"},
 		{"HIERCOMM_PORT text", map[string]string{"HIERCOMM_PORT": "http"}, "HIERCOMM_PORT", "HIERCOMM_PORT=http is not a port"},
 		{"HIERCOMM_JOB_ID bad characters", map[string]string{"HIERCOMM_JOB_ID": "my job"}, "HIERCOMM_JOB_ID", "HIERCOMM_JOB_ID=my job: use 1 to 128"},
 		{"HIERCOMM_JOB_ID too long", map[string]string{"HIERCOMM_JOB_ID": strings.Repeat("a", 129)}, "HIERCOMM_JOB_ID", "HIERCOMM_JOB_ID=aaaa"},
