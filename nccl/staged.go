@@ -20,7 +20,9 @@ import (
 // copies of call k+1 (device → host) and of call k-1 (host → device) run:
 // a caller that cuts a large message into chunks (the hierarchy's
 // pipelines do) keeps copies and network busy together, double-buffered
-// at least. One call is staged whole.
+// at least. A large AllReduce, Broadcast or Reduce is cut into pieces of
+// StageChunkBytes for the same reason (a flat world of single-GPU nodes);
+// other calls are staged whole.
 //
 // It is how the hierarchy's rails and its flat world carry device data,
 // and how a flat world of one GPU per node does (see docs/gpu.md).
@@ -76,19 +78,95 @@ func (s *Staged) String() string {
 
 // Start implements comm.Communicator.
 func (s *Staged) Start(ctx context.Context, call comm.Call) *comm.Work {
-	t := &staging{ctx: ctx, call: call, work: comm.NewWork()}
-	t.verr = comm.Validate(call, s.Rank(), s.Size())
-	if t.verr == nil {
-		t.verr = s.check(call)
+	verr := comm.Validate(call, s.Rank(), s.Size())
+	if verr == nil {
+		verr = s.check(call)
+	}
+	var ts []*staging
+	if pieces := s.pieces(call); verr == nil && len(pieces) > 1 {
+		if call.Kind == comm.KindReduce && call.Root != s.Rank() {
+			call.Recv = comm.Buffer{} // ignored here, and of any length
+		}
+		for _, p := range pieces {
+			ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1]), work: comm.NewWork()})
+		}
+	} else {
+		ts = []*staging{{ctx: ctx, call: call, verr: verr, work: comm.NewWork()}}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		t.work.Complete(&comm.OpError{Rank: s.Rank(), Peer: -1, Kind: call.Kind, Err: comm.ErrClosed})
-		return t.work
+		return comm.Failed(&comm.OpError{Rank: s.Rank(), Peer: -1, Kind: call.Kind, Err: comm.ErrClosed})
 	}
-	s.in <- t
-	return t.work
+	for _, t := range ts {
+		s.in <- t
+	}
+	if len(ts) == 1 {
+		return ts[0].work
+	}
+	w := comm.NewWork()
+	go func() {
+		var first error
+		for _, t := range ts {
+			if err := t.work.Wait(); err != nil && first == nil {
+				first = err
+			}
+		}
+		w.Complete(first)
+	}()
+	return w
+}
+
+// StageChunkBytes is the piece size of a large AllReduce, Broadcast or
+// Reduce of device memory: pieces are staged one after another, so the
+// copies of one overlap the network of the next.
+const StageChunkBytes = 4 << 20
+
+// pieces cuts an elementwise call of device memory larger than two
+// StageChunkBytes into pieces, as [offset, count] pairs; otherwise it
+// returns nil (one call). Piece 0 holds as many elements as there are
+// pieces, and the rest are split evenly: ranks that disagree on the count
+// disagree on the number of pieces (piece 0's count) or on some later
+// piece's count, so the host communicator still reports the mismatch,
+// and no rank runs a piece its peers skip.
+func (s *Staged) pieces(call comm.Call) [][2]int {
+	switch call.Kind {
+	case comm.KindAllReduce, comm.KindBroadcast, comm.KindReduce:
+	default:
+		return nil
+	}
+	if !device(call.Send) && !device(call.Recv) {
+		return nil
+	}
+	n, es := call.Send.Len(), call.Send.DType().Size()
+	per := StageChunkBytes / max(1, es)
+	if n <= 2*per {
+		return nil
+	}
+	m := (n + per - 1) / per // pieces, ≥ 3
+	out := [][2]int{{0, m}}
+	rest, at := n-m, m
+	for i := range m - 1 {
+		k := rest / (m - 1)
+		if i < rest%(m-1) {
+			k++
+		}
+		out = append(out, [2]int{at, k})
+		at += k
+	}
+	return out
+}
+
+// sliceCall is elements [off, off+n) of an elementwise call.
+func sliceCall(c comm.Call, off, n int) comm.Call {
+	part := func(b comm.Buffer) comm.Buffer {
+		if b.IsZero() {
+			return b
+		}
+		return b.Slice(off, n)
+	}
+	c.Send, c.Recv = part(c.Send), part(c.Recv)
+	return c
 }
 
 // check rejects device memory of another device.
