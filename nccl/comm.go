@@ -49,7 +49,9 @@ type Comm struct {
 	comm.Blocking
 	lib     *Library
 	dev     *Device
+	th      *osThread // every NCCL call of this communicator runs here
 	control comm.Communicator
+	watcher *watcher
 	cfg     Config
 	log     *slog.Logger
 	rank    int
@@ -64,9 +66,10 @@ type Comm struct {
 
 	mu       sync.Mutex // guards the fields below
 	closed   bool
-	aborted  error       // the first failure that aborted the communicator
-	inFlight int         // collectives started and not yet complete
-	slots    []*ncclComm // out slots of failed splits, which NCCL may still write
+	aborted  error         // the first failure that aborted the communicator
+	inFlight int           // collectives started and not yet complete
+	slots    []*ncclComm   // out slots of failed splits, which NCCL may still write
+	scratch  []comm.Buffer // free device scratch, reused (cuMemFree may synchronize the device)
 
 	launchQ   chan *task
 	completeQ chan *task
@@ -75,9 +78,11 @@ type Comm struct {
 }
 
 // New makes the NCCL communicator of the ranks of control, which becomes
-// the Comm's (Close closes it). It is a collective on control: every rank
-// calls it, with its own Device. ctx bounds the initialization: on its end
-// every rank's NCCL init is aborted and New returns an error.
+// the Comm's (Close closes it; so does a failed New, after telling the
+// peers). It is a collective on control: every rank calls it, with its own
+// Device. ctx bounds the initialization: on its end, or when a peer's
+// init fails or the control fails (a peer died), every rank's NCCL init
+// is aborted and New returns an error.
 func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, error) {
 	if control == nil || cfg.Device == nil {
 		return nil, errors.New("nccl.New: the control communicator and Config.Device are required")
@@ -89,75 +94,93 @@ func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, err
 		cfg.Logger = slog.Default()
 	}
 	d := cfg.Device
-	if d.lib.nccl == nil {
-		return nil, fmt.Errorf("nccl.New: %v has a CUDA driver but no NCCL library loaded", d.lib)
-	}
 	rank, size := control.Rank(), control.Size()
 	fail := func(err error) (*Comm, error) {
 		return nil, fmt.Errorf("nccl.New: rank %d of %d on %v: %w", rank, size, d, err)
+	}
+	if d.lib.nccl == nil {
+		control.Close()
+		return fail(fmt.Errorf("%v has a CUDA driver but no NCCL library loaded", d.lib))
+	}
+	th, err := d.newThread()
+	if err != nil {
+		control.Close()
+		return fail(err)
+	}
+	w := watchControl(control)
+	// giveUp tells the peers (their watch ends their init) and releases
+	// what this rank holds.
+	giveUp := func(err error) (*Comm, error) {
+		if a, ok := control.(comm.Aborter); ok {
+			a.Abort(err)
+		}
+		control.Close()
+		<-w.done
+		th.stop()
+		return fail(err)
 	}
 
 	// The unique id: made on rank 0, broadcast over the control.
 	var id uniqueID
 	if rank == 0 {
-		if err := d.do(func() error {
+		if err := th.do(func() error {
 			if r := d.lib.nccl.GetUniqueID(&id); r != ncclSuccess {
 				return d.lib.ncclError("ncclGetUniqueId", r, 0)
 			}
 			return nil
 		}); err != nil {
-			// The others wait in the Broadcast: abandon it, so they hear.
-			_ = control.Broadcast(ctx, comm.Buffer{}, 0)
-			return fail(err)
+			return giveUp(err)
 		}
 	}
 	if err := control.Broadcast(ctx, comm.Host(id[:]), 0); err != nil {
-		return fail(fmt.Errorf("sharing the unique id: %w", err))
+		return giveUp(fmt.Errorf("sharing the unique id: %w", err))
 	}
-
-	nc, err := initComm(ctx, d, nil, func(out *ncclComm, cfg *ncclConfig) ncclResult {
+	nc, err := initComm(ctx, th, d.lib, nil, w.done, func(out *ncclComm, cfg *ncclConfig) ncclResult {
 		return d.lib.nccl.CommInitRankScalable(out, int32(size), int32(rank), 1, &id, cfg)
 	}, "ncclCommInitRankScalable")
-	// Every rank learns whether every other one succeeded, so that no rank
-	// uses a communicator a peer has given up on.
-	if err := agree(ctx, control, err); err != nil {
-		if nc != 0 {
-			_ = d.do(func() error { d.lib.nccl.CommAbort(nc); return nil })
-		}
-		return fail(err)
-	}
-	c, err := start(d, control, nc, cfg)
 	if err != nil {
-		return fail(err)
+		return giveUp(err)
+	}
+	// Every rank learns that every other one succeeded, so that no rank
+	// uses a communicator a peer has given up on (a peer that failed
+	// aborted the control: this AllGather fails).
+	if err := agree(ctx, control); err != nil {
+		_ = th.do(func() error { d.lib.nccl.CommAbort(nc); return nil })
+		return giveUp(err)
+	}
+	c, err := start(d, th, control, w, nc, cfg)
+	if err != nil {
+		_ = th.do(func() error { d.lib.nccl.CommAbort(nc); return nil })
+		return giveUp(err)
 	}
 	return c, nil
 }
 
-// initComm runs a non-blocking NCCL init (or a split of parent) on the
-// device thread and polls it until it is done, ctx ends (an init is
-// aborted; a split's parent is the caller's to abort) or it fails. An
+// initComm runs a non-blocking NCCL init (or a split of parent) on th and
+// polls it until it is done, ctx ends or stop is closed (an init is
+// aborted; a split's parent is the caller's to abort), or it fails. An
 // init hands out the new communicator at once and is polled on it; a
 // split is polled on its parent, and its child appears only once it is
 // complete (init.cc, ncclCommInitChildComm: "*newcomm should be
 // NCCL_COMM_NULL until comm split fully complete"), or never for
 // NCCL_SPLIT_NOCOLOR. NCCL writes the child from its own thread after the
 // call returned, so the slot it writes lives on the heap, and a failed
-// split leaves it to the parent to keep until the parent is gone.
-func initComm(ctx context.Context, d *Device, parent *Comm, call func(*ncclComm, *ncclConfig) ncclResult, name string) (ncclComm, error) {
-	lib := d.lib
+// split leaves it to the parent, which keeps it (and aborts a child NCCL
+// stored there) for as long as it lives.
+func initComm(ctx context.Context, th *osThread, lib *Library, parent *Comm, stop <-chan struct{}, call func(*ncclComm, *ncclConfig) ncclResult, name string) (ncclComm, error) {
 	slot := new(ncclComm)
 	cfg := newConfig(false)
 	fail := func(err error) (ncclComm, error) {
 		if parent != nil {
 			parent.keep(slot)
 		} else if *slot != 0 {
-			_ = d.do(func() error { lib.nccl.CommAbort(*slot); return nil })
+			_ = th.do(func() error { lib.nccl.CommAbort(*slot); return nil })
 		}
 		return 0, err
 	}
 	// live is the communicator to poll, or an error once the parent was
 	// aborted (its handle is freed then: never touch it again). It runs on
-	// the device thread, where the parent's CommAbort runs too.
+	// th, where the parent's CommAbort runs too.
 	live := func() (ncclComm, error) {
 		if parent == nil {
 			return *slot, nil
@@ -167,7 +190,7 @@ func initComm(ctx context.Context, d *Device, parent *Comm, call func(*ncclComm,
 		}
 		return parent.nc, nil
 	}
-	err := d.do(func() error {
+	err := th.do(func() error {
 		if _, err := live(); err != nil {
 			return err
 		}
@@ -180,9 +203,9 @@ func initComm(ctx context.Context, d *Device, parent *Comm, call func(*ncclComm,
 	if err != nil {
 		return fail(err)
 	}
-	err = poll(ctx, func() (bool, error) {
+	err = poll(ctx, stop, func() (bool, error) {
 		var state ncclResult
-		err := d.do(func() error {
+		err := th.do(func() error {
 			on, err := live()
 			if err != nil {
 				return err
@@ -204,9 +227,10 @@ func initComm(ctx context.Context, d *Device, parent *Comm, call func(*ncclComm,
 	return *slot, nil
 }
 
-// poll calls done until it reports true or an error, or ctx ends, backing
-// off from a few microseconds to a millisecond between calls.
-func poll(ctx context.Context, done func() (bool, error)) error {
+// poll calls done until it reports true or an error, ctx ends or stop is
+// closed, backing off from a few microseconds to a millisecond between
+// calls.
+func poll(ctx context.Context, stop <-chan struct{}, done func() (bool, error)) error {
 	wait := time.Microsecond
 	for {
 		ok, err := done()
@@ -216,39 +240,51 @@ func poll(ctx context.Context, done func() (bool, error)) error {
 		select {
 		case <-ctx.Done():
 			return comm.ContextError(ctx.Err())
+		case <-stop:
+			return errors.New("the control communicator failed (a peer gave up or died) while NCCL was still initializing")
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Millisecond)
 	}
 }
 
-// agree tells every rank of control whether every rank's local step
-// succeeded; the result names the first rank that failed.
-func agree(ctx context.Context, control comm.Communicator, local error) error {
-	mine := []uint8{0}
-	if local != nil {
-		mine[0] = 1
-	}
-	all := make([]uint8, control.Size())
-	if err := control.AllGather(ctx, comm.Host(mine), comm.Host(all)); err != nil {
-		return errors.Join(local, fmt.Errorf("agreeing on the outcome: %w", err))
-	}
-	if local != nil {
-		return local
-	}
-	for r, bad := range all {
-		if bad != 0 {
-			return fmt.Errorf("rank %d failed its part (its error says why)", r)
-		}
+// agree waits until every rank of control got this far: a rank that
+// failed aborted the control instead, which fails this.
+func agree(ctx context.Context, control comm.Communicator) error {
+	var mine [1]byte
+	all := make([]byte, control.Size())
+	if err := control.AllGather(ctx, comm.Host(mine[:]), comm.Host(all)); err != nil {
+		return fmt.Errorf("waiting for every rank's NCCL init: %w", err)
 	}
 	return nil
 }
 
+// watcher is a receive from this rank itself on the control's watchTag,
+// which no one sends: it ends only when the control fails (a peer died or
+// aborted) or closes.
+type watcher struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+func watchControl(control comm.Communicator) *watcher {
+	w := &watcher{done: make(chan struct{})}
+	go func() {
+		var b [1]byte
+		w.err = control.Recv(context.Background(), comm.Host(b[:]), control.Rank(), watchTag)
+		if w.err == nil {
+			w.err = errors.New("unexpected message on the control's reserved tag")
+		}
+		close(w.done)
+	}()
+	return w
+}
+
 // start makes the Comm of an initialized NCCL communicator and starts its
 // stages.
-func start(d *Device, control comm.Communicator, nc ncclComm, cfg Config) (*Comm, error) {
+func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc ncclComm, cfg Config) (*Comm, error) {
 	c := &Comm{
-		lib: d.lib, dev: d, control: control, cfg: cfg, log: cfg.Logger,
+		lib: d.lib, dev: d, th: th, control: control, watcher: w, cfg: cfg, log: cfg.Logger,
 		rank: control.Rank(), size: control.Size(), nc: nc,
 		stream:    cuStream(cfg.Stream),
 		launchQ:   make(chan *task, 4096),
@@ -257,7 +293,7 @@ func start(d *Device, control comm.Communicator, nc ncclComm, cfg Config) (*Comm
 		watchDone: make(chan struct{}),
 	}
 	c.Blocking = comm.Blocking{S: c}
-	err := d.do(func() error {
+	err := th.do(func() error {
 		if c.stream == 0 {
 			if r := c.lib.drv.StreamCreate(&c.stream, cuStreamNonBlocking); r != cudaSuccess {
 				return c.lib.cuError("cuStreamCreate", r)
@@ -270,7 +306,9 @@ func start(d *Device, control comm.Communicator, nc ncclComm, cfg Config) (*Comm
 		c.flag, err = d.Alloc(comm.U8, 1)
 	}
 	if err != nil {
-		_ = d.do(func() error { c.lib.nccl.CommAbort(nc); return nil })
+		if c.own {
+			_ = th.do(func() error { c.lib.drv.StreamDestroy(c.stream); return nil })
+		}
 		return nil, err
 	}
 	var wg sync.WaitGroup
@@ -307,19 +345,35 @@ func (c *Comm) state() (closed bool, aborted error) {
 	return c.closed, c.aborted
 }
 
-// keep holds slot for as long as the communicator lives.
+// keep holds the slot of a failed split for as long as the communicator
+// lives: NCCL may still write a child there (ncclCommInitRankFunc stores
+// it even when the init failed).
 func (c *Comm) keep(slot *ncclComm) {
 	c.mu.Lock()
 	c.slots = append(c.slots, slot)
 	c.mu.Unlock()
 }
 
-// live runs f on the device thread unless the communicator was aborted
+// abortChildren aborts the children of failed splits that NCCL stored
+// after all (on c.th, once their parent is aborted or idle).
+func (c *Comm) abortChildren() {
+	c.mu.Lock()
+	slots := c.slots
+	c.mu.Unlock()
+	for _, s := range slots {
+		if *s != 0 {
+			c.lib.nccl.CommAbort(*s)
+			*s = 0
+		}
+	}
+}
+
+// live runs f on the communicator's thread unless it was aborted
 // (CommAbort freed the NCCL communicator: nothing may touch it after).
 // abort runs CommAbort on the same thread after marking the communicator
 // aborted, so f never races with it.
 func (c *Comm) live(f func() error) error {
-	return c.dev.do(func() error {
+	return c.th.do(func() error {
 		if _, aborted := c.state(); aborted != nil {
 			return &comm.AbortedError{Cause: aborted}
 		}
@@ -341,7 +395,11 @@ func (c *Comm) abort(cause error) {
 	c.aborted = cause
 	c.mu.Unlock()
 	c.log.Debug("nccl: aborted", "comm", c.cfg.Name, "rank", c.rank, "cause", cause)
-	_ = c.dev.do(func() error { c.lib.nccl.CommAbort(c.nc); return nil })
+	_ = c.th.do(func() error {
+		c.lib.nccl.CommAbort(c.nc)
+		c.abortChildren()
+		return nil
+	})
 	if a, ok := c.control.(comm.Aborter); ok {
 		a.Abort(cause)
 	} else {
@@ -362,21 +420,56 @@ func (c *Comm) PeerFailed(peer int, cause error) {
 	c.abort(&comm.PeerError{Peer: peer, Err: cause})
 }
 
-// watch waits on a receive from this rank itself on the control's tag 0,
-// which no one sends: it ends only when the control fails (a peer died or
-// aborted) or closes, and a failure aborts the NCCL communicator, so that
-// an operation stuck inside NCCL waiting for a dead peer ends.
+// watch aborts the NCCL communicator when the control fails (a peer died
+// or aborted), so that an operation stuck inside NCCL waiting for a dead
+// peer ends.
 func (c *Comm) watch() {
 	defer close(c.watchDone)
-	var b [1]byte
-	err := c.control.Recv(context.Background(), comm.Host(b[:]), c.rank, watchTag)
+	<-c.watcher.done
 	if closed, _ := c.state(); closed {
 		return
 	}
-	if err == nil {
-		err = errors.New("unexpected message on the control's reserved tag")
+	c.abort(fmt.Errorf("the control communicator failed: %w", c.watcher.err))
+}
+
+// allocScratch returns n elements of dt of device memory from the
+// communicator's pool (releaseScratch gives them back): cuMemFree may
+// synchronize the whole device, which would stall this thread behind
+// every communicator's kernels.
+func (c *Comm) allocScratch(dt comm.DType, n int) (comm.Buffer, error) {
+	need := n * dt.Size()
+	c.mu.Lock()
+	for i, b := range c.scratch {
+		if b.Len() >= need {
+			c.scratch = append(c.scratch[:i], c.scratch[i+1:]...)
+			c.mu.Unlock()
+			return comm.Device(b.Ptr(), n, dt, c.dev.ordinal), nil
+		}
 	}
-	c.abort(fmt.Errorf("the control communicator failed: %w", err))
+	c.mu.Unlock()
+	b, err := c.dev.Alloc(comm.U8, max(need, 1))
+	if err != nil {
+		return comm.Buffer{}, err
+	}
+	return comm.Device(b.Ptr(), n, dt, c.dev.ordinal), nil
+}
+
+// releaseScratch returns a buffer from allocScratch to the pool.
+func (c *Comm) releaseScratch(b comm.Buffer) {
+	c.mu.Lock()
+	c.scratch = append(c.scratch, comm.Device(b.Ptr(), max(b.ByteLen(), 1), comm.U8, c.dev.ordinal))
+	c.mu.Unlock()
+}
+
+// freeScratch frees the pool (Close).
+func (c *Comm) freeScratch() {
+	c.mu.Lock()
+	pool := c.scratch
+	c.scratch = nil
+	c.mu.Unlock()
+	for _, b := range pool {
+		c.dev.Free(b)
+	}
 }
 
 // watchTag is the control's tag for watch; Send and Recv use tag+1.
@@ -407,17 +500,25 @@ func (c *Comm) Close() error {
 	err := c.control.Close()
 	<-c.watchDone
 	c.dev.Free(c.flag)
-	_ = c.dev.do(func() error {
-		if busy {
-			return nil // aborted above: CommAbort freed it
+	c.freeScratch()
+	_ = c.th.do(func() error {
+		// CommDestroy of a communicator with an asynchronous error returns
+		// early inside a group (init.cc, ncclCommDestroy →
+		// ncclCommEnsureReady) and leaves the thread's group open: abort
+		// such a one instead.
+		if _, aborted := c.state(); aborted == nil && !busy {
+			var state ncclResult
+			if r := c.lib.nccl.CommGetAsyncError(c.nc, &state); r != ncclSuccess || state != ncclSuccess ||
+				c.lib.nccl.CommDestroy(c.nc) != ncclSuccess {
+				c.lib.nccl.CommAbort(c.nc)
+			}
 		}
-		if _, aborted := c.state(); aborted == nil {
-			c.lib.nccl.CommDestroy(c.nc)
-		}
+		c.abortChildren()
 		if c.own {
 			c.lib.drv.StreamDestroy(c.stream)
 		}
 		return nil
 	})
+	c.th.stop()
 	return err
 }

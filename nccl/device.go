@@ -11,9 +11,10 @@ import (
 )
 
 // Device is one GPU of a Library, with its primary context current on an
-// OS thread of its own: CUDA contexts are per thread, so every driver and
-// NCCL call of this package runs there (Device.do), and goroutines never
-// need to lock threads themselves. A Device is shared by every Comm, stager
+// OS thread of its own: CUDA contexts are per thread, so every memory and
+// copy call of this package runs there (Device.do), and goroutines never
+// need to lock threads themselves (each Comm has a thread of its own for
+// its NCCL calls, thread.go). A Device is shared by every Comm, stager
 // and staged communicator on that GPU; it lives as long as its Library.
 //
 // Device also gives a trainer what it needs to put data on the GPU without
@@ -23,7 +24,8 @@ type Device struct {
 	lib     *Library
 	ordinal int
 	name    string
-	calls   chan func()
+	ctx     cuContext // the primary context, retained for the Library's life
+	*osThread
 	// copyStream carries the synchronous copies of Write, Read and the
 	// stagers; it is used from the device thread only.
 	copyStream cuStream
@@ -43,60 +45,57 @@ func (l *Library) Device(ordinal int) (*Device, error) {
 	if l.devices == nil {
 		l.devices = map[int]*Device{}
 	}
-	d := &Device{lib: l, ordinal: ordinal, calls: make(chan func())}
-	ready := make(chan error)
-	go d.thread(ready)
-	if err := <-ready; err != nil {
+	d := &Device{lib: l, ordinal: ordinal}
+	t, err := startThread(d.setup)
+	if err != nil {
 		return nil, err
 	}
+	d.osThread = t
 	l.devices[ordinal] = d
 	return d, nil
 }
 
-// thread is the device's OS thread: it makes the primary context current
-// and then runs the calls handed to do, one at a time, forever.
-func (d *Device) thread(ready chan<- error) {
-	runtime.LockOSThread() // never unlocked: the thread belongs to the device
+// setup runs first on the device's thread: the driver initialized (a
+// no-op after Load), the device found, its primary context retained and
+// made current, the copy stream made.
+func (d *Device) setup() error {
 	drv := d.lib.drv
-	err := func() error {
-		var n int32
-		if r := drv.DeviceGetCount(&n); r != cudaSuccess {
-			return d.lib.cuError("cuDeviceGetCount", r)
-		}
-		if d.ordinal < 0 || d.ordinal >= int(n) {
-			return fmt.Errorf("nccl: device %d does not exist: this process sees %d GPU(s) (CUDA_VISIBLE_DEVICES applies)", d.ordinal, n)
-		}
-		var dev cuDevice
-		if r := drv.DeviceGet(&dev, int32(d.ordinal)); r != cudaSuccess {
-			return d.lib.cuError(fmt.Sprintf("cuDeviceGet(%d)", d.ordinal), r)
-		}
-		d.name, _ = drv.DeviceGetName(dev)
-		var ctx cuContext
-		if r := drv.DevicePrimaryCtxRetain(&ctx, dev); r != cudaSuccess {
-			return d.lib.cuError(fmt.Sprintf("cuDevicePrimaryCtxRetain(device %d)", d.ordinal), r)
-		}
-		if r := drv.CtxSetCurrent(ctx); r != cudaSuccess {
-			return d.lib.cuError("cuCtxSetCurrent", r)
-		}
-		if r := drv.StreamCreate(&d.copyStream, cuStreamNonBlocking); r != cudaSuccess {
-			return d.lib.cuError("cuStreamCreate", r)
-		}
-		return nil
-	}()
-	ready <- err
-	if err != nil {
-		return
+	if r := drv.Init(0); r != cudaSuccess {
+		return d.lib.cuError("cuInit", r)
 	}
-	for f := range d.calls {
-		f()
+	var n int32
+	if r := drv.DeviceGetCount(&n); r != cudaSuccess {
+		return d.lib.cuError("cuDeviceGetCount", r)
 	}
+	if d.ordinal < 0 || d.ordinal >= int(n) {
+		return fmt.Errorf("nccl: device %d does not exist: this process sees %d GPU(s) (CUDA_VISIBLE_DEVICES applies)", d.ordinal, n)
+	}
+	var dev cuDevice
+	if r := drv.DeviceGet(&dev, int32(d.ordinal)); r != cudaSuccess {
+		return d.lib.cuError(fmt.Sprintf("cuDeviceGet(%d)", d.ordinal), r)
+	}
+	d.name, _ = drv.DeviceGetName(dev)
+	if r := drv.DevicePrimaryCtxRetain(&d.ctx, dev); r != cudaSuccess {
+		return d.lib.cuError(fmt.Sprintf("cuDevicePrimaryCtxRetain(device %d)", d.ordinal), r)
+	}
+	if r := drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
+		return d.lib.cuError("cuCtxSetCurrent", r)
+	}
+	if r := drv.StreamCreate(&d.copyStream, cuStreamNonBlocking); r != cudaSuccess {
+		return d.lib.cuError("cuStreamCreate", r)
+	}
+	return nil
 }
 
-// do runs f on the device's thread and returns its error.
-func (d *Device) do(f func() error) error {
-	done := make(chan error, 1)
-	d.calls <- func() { done <- f() }
-	return <-done
+// newThread starts another thread with this device's context current
+// (a Comm's own).
+func (d *Device) newThread() (*osThread, error) {
+	return startThread(func() error {
+		if r := d.lib.drv.CtxSetCurrent(d.ctx); r != cudaSuccess {
+			return d.lib.cuError("cuCtxSetCurrent", r)
+		}
+		return nil
+	})
 }
 
 // Ordinal is the device's number in this process.
@@ -138,7 +137,9 @@ func (d *Device) Free(b comm.Buffer) {
 }
 
 // Write copies src (exactly b.ByteLen() bytes) into the device buffer b and
-// returns when the copy is done.
+// returns when the data is in device memory. (It goes through page-locked
+// memory: a copy from pageable memory may return before its DMA is done,
+// and nothing would order it before NCCL's non-blocking streams.)
 func (d *Device) Write(b comm.Buffer, src []byte) error {
 	if err := d.mine(b, "Write"); err != nil {
 		return err
@@ -149,15 +150,25 @@ func (d *Device) Write(b comm.Buffer, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return d.do(func() error {
-		r := d.lib.drv.MemcpyHtoD(b.Ptr(), unsafe.Pointer(&src[0]), uintptr(len(src)))
-		runtime.KeepAlive(src)
-		if r != cudaSuccess {
-			return d.lib.cuError("cuMemcpyHtoD", r)
+	for off := 0; off < len(src); off += writeChunk {
+		n := min(writeChunk, len(src)-off)
+		p, err := d.allocHost(n)
+		if err != nil {
+			return err
 		}
-		return nil
-	})
+		copy(p.bytes, src[off:off+n])
+		err = d.toDevice(b.Slice(off/b.DType().Size(), n/b.DType().Size()), p)
+		d.freeHost(p)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// writeChunk bounds the page-locked memory one Write holds (a multiple of
+// every element size).
+const writeChunk = 16 << 20
 
 // Read copies the device buffer b into dst (exactly b.ByteLen() bytes) and
 // returns when the copy is done.
@@ -254,6 +265,20 @@ func (d *Device) toHost(dst pinnedBuf, src comm.Buffer) error {
 		}
 		return nil
 	})
+}
+
+// toHostAfter is toHost once the work queued on another stream before
+// event ev is done (the copy stream waits for ev first).
+func (d *Device) toHostAfter(dst pinnedBuf, src comm.Buffer, ev cuEvent) error {
+	if err := d.do(func() error {
+		if r := d.lib.drv.StreamWaitEvent(d.copyStream, ev, 0); r != cudaSuccess {
+			return d.lib.cuError("cuStreamWaitEvent", r)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return d.toHost(dst, src)
 }
 
 // toDevice copies page-locked src into the device buffer dst through the

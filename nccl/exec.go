@@ -80,7 +80,7 @@ func (c *Comm) admit(t *task) bool {
 // finish completes t with err.
 func (c *Comm) finish(t *task, err error) {
 	for _, b := range t.scratch {
-		c.dev.Free(b)
+		c.releaseScratch(b)
 	}
 	c.mu.Lock()
 	c.inFlight--
@@ -255,14 +255,14 @@ func (c *Comm) completer() {
 
 // await waits for t's event and returns t's outcome.
 func (c *Comm) await(t *task) error {
-	defer c.dev.do(func() error { c.lib.drv.EventDestroy(t.ev); return nil })
+	defer c.th.do(func() error { c.lib.drv.EventDestroy(t.ev); return nil })
 	var fault error
 	var abortedAt time.Time
 	wait := time.Microsecond
 	for {
 		var state cuResult
 		var async ncclResult
-		err := c.dev.do(func() error {
+		err := c.th.do(func() error {
 			state = c.lib.drv.EventQuery(t.ev)
 			if _, aborted := c.state(); aborted != nil {
 				return nil // CommAbort freed the NCCL communicator
@@ -291,8 +291,13 @@ func (c *Comm) await(t *task) error {
 			}
 			return nil
 		case state != cudaErrorNotReady:
-			fault = c.opError(t.call.Kind, t.seq, -1, c.lib.cuError("the operation's event", state))
+			// The stream failed (e.g. an illegal address): the event will
+			// never complete.
+			if fault == nil {
+				fault = c.opError(t.call.Kind, t.seq, -1, c.lib.cuError("the operation's event", state))
+			}
 			c.abort(fault)
+			return fault
 		case fault == nil && aborted == nil && async != ncclSuccess && async != ncclInProgress:
 			fault = c.opError(t.call.Kind, t.seq, -1, c.lib.ncclError("NCCL (asynchronous error)", async, c.nc))
 			c.abort(fault)

@@ -1,8 +1,10 @@
 package nccl
 
 import (
+	"context"
 	"fmt"
 	"math/bits"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -53,7 +55,7 @@ func (c *Comm) launch(t *task) error {
 			}
 		}
 	}
-	var ops []func() (string, ncclResult)
+	var ops []ncclOp
 	nccl := c.lib.nccl
 	s, r := call.Send.Ptr(), call.Recv.Ptr()
 	es := uintptr(dt.Size())
@@ -65,7 +67,7 @@ func (c *Comm) launch(t *task) error {
 		if n == 0 {
 			return nil
 		}
-		all, err := c.dev.Alloc(dt, c.size*int(n))
+		all, err := c.allocScratch(dt, c.size*int(n))
 		if err != nil {
 			return err
 		}
@@ -137,7 +139,7 @@ func (c *Comm) launch(t *task) error {
 		if n == 0 {
 			break
 		}
-		all, err := c.dev.Alloc(dt, c.size*int(n))
+		all, err := c.allocScratch(dt, c.size*int(n))
 		if err != nil {
 			return err
 		}
@@ -157,12 +159,12 @@ func (c *Comm) launch(t *task) error {
 
 // record queues ops and an event after them on the device thread (nothing
 // for no ops).
-func (c *Comm) record(t *task, ops []func() (string, ncclResult)) error {
+func (c *Comm) record(t *task, ops []ncclOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
 	return c.live(func() error {
-		if err := c.queue(ops); err != nil {
+		if err := c.queue(t.ctx, ops); err != nil {
 			return err
 		}
 		if r := c.lib.drv.EventCreate(&t.ev, cuEventDisableTiming); r != cudaSuccess {
@@ -170,6 +172,8 @@ func (c *Comm) record(t *task, ops []func() (string, ncclResult)) error {
 			return c.lib.cuError("cuEventCreate", r)
 		}
 		if r := c.lib.drv.EventRecord(t.ev, c.stream); r != cudaSuccess {
+			c.lib.drv.EventDestroy(t.ev)
+			t.ev = 0
 			return c.lib.cuError("cuEventRecord", r)
 		}
 		return nil
@@ -177,59 +181,80 @@ func (c *Comm) record(t *task, ops []func() (string, ncclResult)) error {
 }
 
 // one is the single NCCL call of a collective, or none for no elements.
-func one(name string, n uintptr, f func() ncclResult) []func() (string, ncclResult) {
+func one(name string, n uintptr, f func() ncclResult) []ncclOp {
 	if n == 0 {
 		return nil
 	}
-	return []func() (string, ncclResult){func() (string, ncclResult) { return name, f() }}
+	return []ncclOp{{name, f}}
+}
+
+// ncclOp is one NCCL call of a collective, named for errors.
+type ncclOp struct {
+	name string
+	call func() ncclResult
 }
 
 // exchange is a personalized exchange as one NCCL group of point-to-point
 // calls: at(j) gives what goes to rank j (pointer, count) and what comes
 // from it. Zero counts are left out on both sides alike (the control's
 // comparison made sure the two sides agree).
-func (c *Comm) exchange(nt ncclDataType, at func(j int) (sp, sn, rp, rn uintptr)) []func() (string, ncclResult) {
+func (c *Comm) exchange(nt ncclDataType, at func(j int) (sp, sn, rp, rn uintptr)) []ncclOp {
 	nccl := c.lib.nccl
-	var ops []func() (string, ncclResult)
+	var ops []ncclOp
 	for j := range c.size {
 		sp, sn, rp, rn := at(j)
 		peer := int32(j)
 		if sn > 0 {
-			ops = append(ops, func() (string, ncclResult) { return "ncclSend", nccl.Send(sp, sn, nt, peer, c.nc, c.stream) })
+			ops = append(ops, ncclOp{"ncclSend", func() ncclResult { return nccl.Send(sp, sn, nt, peer, c.nc, c.stream) }})
 		}
 		if rn > 0 {
-			ops = append(ops, func() (string, ncclResult) { return "ncclRecv", nccl.Recv(rp, rn, nt, peer, c.nc, c.stream) })
+			ops = append(ops, ncclOp{"ncclRecv", func() ncclResult { return nccl.Recv(rp, rn, nt, peer, c.nc, c.stream) }})
 		}
 	}
 	if len(ops) == 0 {
 		return nil
 	}
-	group := []func() (string, ncclResult){func() (string, ncclResult) { return "ncclGroupStart", nccl.GroupStart() }}
-	group = append(group, ops...)
-	return append(group, func() (string, ncclResult) { return "ncclGroupEnd", nccl.GroupEnd() })
+	group := append([]ncclOp{{"ncclGroupStart", nccl.GroupStart}}, ops...)
+	return append(group, ncclOp{"ncclGroupEnd", nccl.GroupEnd})
 }
 
-// queue makes the NCCL calls of ops on the device thread. A non-blocking
-// communicator may answer ncclInProgress (a call still being enqueued,
-// e.g. while NCCL connects peers for the first time): the next call waits
-// until NCCL's asynchronous state says it is done.
-func (c *Comm) queue(ops []func() (string, ncclResult)) error {
-	for _, f := range ops {
-		name, r := f()
-		if r == ncclInProgress {
-			r = c.settle()
+// queue makes the NCCL calls of ops on the communicator's thread. A
+// group is always closed once opened, even after a failed call inside it:
+// NCCL's group depth is per thread, and a group left open would make every
+// later call on this thread return success without running. A
+// non-blocking communicator may answer ncclInProgress (a call still being
+// enqueued, e.g. while NCCL connects peers for the first time): the next
+// call waits until NCCL's asynchronous state says it is done.
+func (c *Comm) queue(ctx context.Context, ops []ncclOp) error {
+	var first error
+	open := false
+	for _, op := range ops {
+		if first != nil && !(open && op.name == "ncclGroupEnd") {
+			continue // after a failure, only close the group
 		}
-		if r != ncclSuccess {
-			return c.lib.ncclError(name, r, c.nc)
+		r := op.call()
+		switch {
+		case op.name == "ncclGroupStart" && r == ncclSuccess:
+			open = true
+		case op.name == "ncclGroupEnd":
+			open = false
+		}
+		if r == ncclInProgress {
+			r = c.settle(ctx)
+		}
+		if r != ncclSuccess && first == nil {
+			first = c.lib.ncclError(op.name, r, c.nc)
 		}
 	}
-	return nil
+	return first
 }
 
 // settle polls NCCL's asynchronous state until it is no longer
-// ncclInProgress (on the device thread, where it is called).
-func (c *Comm) settle() ncclResult {
-	for {
+// ncclInProgress, ctx ends (ncclTimeout) or the communicator is aborted
+// (ncclRemoteError). It runs on the communicator's thread, which it holds:
+// it spins first, then sleeps a little between polls.
+func (c *Comm) settle(ctx context.Context) ncclResult {
+	for i := 0; ; i++ {
 		var state ncclResult
 		if r := c.lib.nccl.CommGetAsyncError(c.nc, &state); r != ncclSuccess {
 			return r
@@ -239,6 +264,12 @@ func (c *Comm) settle() ncclResult {
 		}
 		if _, aborted := c.state(); aborted != nil {
 			return ncclRemoteError
+		}
+		if ctx.Err() != nil {
+			return ncclTimeout
+		}
+		if i > 1000 {
+			time.Sleep(20 * time.Microsecond)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	hc := call
 	hc.Tag++
 	if call.Kind == comm.KindSend {
-		if err := c.dev.toHost(pin, buf); err != nil {
+		if err := c.readForSend(pin, buf); err != nil {
 			c.dev.freeHost(pin)
 			return comm.Failed(c.opError(call.Kind, 0, call.Peer, err))
 		}
@@ -64,4 +64,29 @@ func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 		w.Complete(err)
 	}()
 	return w
+}
+
+// readForSend copies a Send's device buffer to page-locked memory. On the
+// caller's stream (Config.Stream), the copy first waits for the work the
+// caller queued there before the Send, so that the message is what the
+// caller's kernels wrote.
+func (c *Comm) readForSend(pin pinnedBuf, buf comm.Buffer) error {
+	if c.cfg.Stream == 0 || buf.ByteLen() == 0 {
+		return c.dev.toHost(pin, buf)
+	}
+	var ev cuEvent
+	if err := c.th.do(func() error {
+		if r := c.lib.drv.EventCreate(&ev, cuEventDisableTiming); r != cudaSuccess {
+			return c.lib.cuError("cuEventCreate", r)
+		}
+		if r := c.lib.drv.EventRecord(ev, c.stream); r != cudaSuccess {
+			c.lib.drv.EventDestroy(ev)
+			return c.lib.cuError("cuEventRecord", r)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	defer c.th.do(func() error { c.lib.drv.EventDestroy(ev); return nil })
+	return c.dev.toHostAfter(pin, buf, ev)
 }

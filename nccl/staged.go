@@ -28,8 +28,9 @@ import (
 // and how a flat world of one GPU per node does (see docs/gpu.md).
 type Staged struct {
 	comm.Blocking
-	inner comm.Communicator
-	dev   *Device
+	inner      comm.Communicator
+	dev        *Device
+	pieceBytes int
 
 	mu     sync.Mutex // guards closed and the send on in (the order of calls)
 	closed bool
@@ -56,7 +57,7 @@ type staging struct {
 // NewStaged returns inner, able to move device memory of dev. The Staged
 // owns inner: Close closes it.
 func NewStaged(inner comm.Communicator, dev *Device) *Staged {
-	s := &Staged{inner: inner, dev: dev, in: make(chan *staging, 4096), out: make(chan *staging, 4096), done: make(chan struct{})}
+	s := &Staged{inner: inner, dev: dev, pieceBytes: StageChunkBytes, in: make(chan *staging, 4096), out: make(chan *staging, 4096), done: make(chan struct{})}
 	s.Blocking = comm.Blocking{S: s}
 	go s.stageIn()
 	go s.stageOut()
@@ -117,13 +118,22 @@ func (s *Staged) Start(ctx context.Context, call comm.Call) *comm.Work {
 	return w
 }
 
-// StageChunkBytes is the piece size of a large AllReduce, Broadcast or
-// Reduce of device memory: pieces are staged one after another, so the
-// copies of one overlap the network of the next.
+// StageChunkBytes is the default piece size of a large AllReduce,
+// Broadcast or Reduce of device memory: pieces are staged one after
+// another, so the copies of one overlap the network of the next.
 const StageChunkBytes = 4 << 20
 
+// SetPieceBytes sets the piece size (StageChunkBytes if n ≤ 0; every rank
+// must use the same). Call it before the first Start.
+func (s *Staged) SetPieceBytes(n int) {
+	if n <= 0 {
+		n = StageChunkBytes
+	}
+	s.pieceBytes = n
+}
+
 // pieces cuts an elementwise call of device memory larger than two
-// StageChunkBytes into pieces, as [offset, count] pairs; otherwise it
+// pieces' bytes into pieces, as [offset, count] pairs; otherwise it
 // returns nil (one call). Piece 0 holds as many elements as there are
 // pieces, and the rest are split evenly: ranks that disagree on the count
 // disagree on the number of pieces (piece 0's count) or on some later
@@ -139,7 +149,7 @@ func (s *Staged) pieces(call comm.Call) [][2]int {
 		return nil
 	}
 	n, es := call.Send.Len(), call.Send.DType().Size()
-	per := StageChunkBytes / max(1, es)
+	per := s.pieceBytes / max(1, es)
 	if n <= 2*per {
 		return nil
 	}

@@ -15,8 +15,8 @@ import (
 )
 
 // stagedWorld is n nccl.Staged over an in-memory nexar world, every rank
-// staging through fake device 0.
-func stagedWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
+// staging through fake device 0, with pieces of pieceBytes.
+func stagedWorld(t testing.TB, n, pieceBytes int) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
 	dev, err := nccl.NewFake(nccl.FakeOptions{}).Device(0)
 	if err != nil {
@@ -28,7 +28,9 @@ func stagedWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
 	}
 	comms := make([]comm.Communicator, n)
 	for r, h := range hosts {
-		comms[r] = nccl.NewStaged(h, dev)
+		st := nccl.NewStaged(h, dev)
+		st.SetPieceBytes(pieceBytes)
+		comms[r] = st
 	}
 	t.Cleanup(func() {
 		for _, c := range comms {
@@ -42,15 +44,16 @@ func stagedWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
 // suite on device buffers, with a count large enough that AllReduce,
 // Broadcast and Reduce are staged in pieces.
 func TestConformanceStaged(t *testing.T) {
+	const piece = 64 << 10 // small pieces: the same paths as 4 MiB ones, at a count the race detector affords
 	for _, n := range []int{1, 3, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			comms, dev := stagedWorld(t, n)
+			comms, dev := stagedWorld(t, n, piece)
 			o := commtest.Options{Timeout: time.Minute, Memory: dev, Counts: []int{0, 1, 7, 4099}}
 			commtest.Run(t, comms, o)
 			o.Kinds = []comm.Kind{comm.KindAllReduce, comm.KindBroadcast, comm.KindReduce}
 			o.DTypes = []comm.DType{comm.U8, comm.BF16}
 			o.Ops = []comm.ReduceOp{comm.Sum, comm.Max}
-			o.Counts = []int{2*nccl.StageChunkBytes + 3} // staged in pieces: 3 of u8, 5 of bf16
+			o.Counts = []int{2*piece + 3} // staged in pieces: 3 of u8, 5 of bf16
 			commtest.Run(t, comms, o)
 			t.Run("P2P", func(t *testing.T) {
 				commtest.RunP2P(t, comms, commtest.Options{Memory: dev, Counts: []int{0, 1, 4099}})
@@ -64,7 +67,7 @@ func TestConformanceStaged(t *testing.T) {
 // the piece size all get a mismatch, not a hang or a wrong result: the
 // first piece's count is the number of pieces.
 func TestStagedPiecesMismatch(t *testing.T) {
-	comms, dev := stagedWorld(t, 3)
+	comms, dev := stagedWorld(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := make([]error, 3)
