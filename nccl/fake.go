@@ -154,7 +154,7 @@ type fakeWorld struct {
 	allocs      []*fakeAlloc        // live device allocations, by address
 	nextAddr    uintptr             // where the next allocation starts
 	liveBytes   uintptr             // the sum of the live allocations' sizes
-	pinned      []*fakePinned       // live MemHostAlloc buffers, by address
+	pinned      []*fakeAlloc        // live MemHostAlloc buffers, by address
 	streams     map[cuStream]*fakeStream
 	events      map[cuEvent]*fakeEvent
 	comms       map[ncclComm]*fakeComm // live ones, and the dead kept as tombstones
@@ -162,8 +162,8 @@ type fakeWorld struct {
 	forming     map[uniqueID]*fakeClique
 	lastErr     string // the text of the last NCCL error, any communicator
 
-	// memMu guards the contents of device memory (fakeAlloc.mem). Taken
-	// alone, never with mu held.
+	// memMu guards the contents of device memory (the mem of w.allocs).
+	// Taken alone, never with mu held.
 	memMu sync.Mutex
 }
 

@@ -44,6 +44,19 @@ func (w *fakeWorld) checkInit() cuResult {
 	return cudaSuccess
 }
 
+// locked runs f with w.mu held once the driver is initialized (else it is
+// CUDA_ERROR_NOT_INITIALIZED): the frame of the driver calls that need
+// Init. f may release w.mu while it waits, provided it takes it again
+// before returning.
+func (w *fakeWorld) locked(f func() cuResult) cuResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.checkInit(); r != cudaSuccess {
+		return r
+	}
+	return f()
+}
+
 // Init accepts flags 0 only, as cuInit does.
 func (d fakeDriver) Init(flags uint32) cuResult {
 	w := d.w
@@ -70,16 +83,13 @@ func (d fakeDriver) DriverGetVersion(v *int32) cuResult {
 
 func (d fakeDriver) DeviceGetCount(n *int32) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if n == nil {
-		return cudaErrorInvalidValue
-	}
-	*n = int32(w.opt.Devices)
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		if n == nil {
+			return cudaErrorInvalidValue
+		}
+		*n = int32(w.opt.Devices)
+		return cudaSuccess
+	})
 }
 
 // device checks an ordinal. The caller holds w.mu.
@@ -157,19 +167,16 @@ func (d fakeDriver) DevicePrimaryCtxRelease(dev cuDevice) cuResult {
 // CtxSetCurrent makes ctx current on the calling OS thread (0: none).
 func (d fakeDriver) CtxSetCurrent(ctx cuContext) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	var c *fakeCtx
-	if ctx != 0 {
-		if c = w.ctxByHandle[ctx]; c == nil {
-			return cudaErrorInvalidContext
+	return w.locked(func() cuResult {
+		var c *fakeCtx
+		if ctx != 0 {
+			if c = w.ctxByHandle[ctx]; c == nil {
+				return cudaErrorInvalidContext
+			}
 		}
-	}
-	w.thread().ctx = c
-	return cudaSuccess
+		w.thread().ctx = c
+		return cudaSuccess
+	})
 }
 
 // fakeCUErrors are cuGetErrorName and cuGetErrorString of the codes in

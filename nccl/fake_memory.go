@@ -37,33 +37,26 @@ const (
 	fakeHostAllocFlags = 0x7
 )
 
-// fakeAlloc is one MemAlloc.
+// fakeAlloc is one MemAlloc (in w.allocs) or MemHostAlloc (in w.pinned).
 type fakeAlloc struct {
 	base uintptr
 	mem  []byte
 }
 
-// fakePinned is one MemHostAlloc.
-type fakePinned struct {
-	base uintptr
-	mem  []byte
-}
-
-// devRange returns the n bytes of device memory at p, or false when they
-// are not all inside one live allocation. n == 0 is always in range. The
-// caller holds w.mu; the bytes are read or written under w.memMu.
-func (w *fakeWorld) devRange(p, n uintptr) ([]byte, bool) {
+// rangeIn returns the n bytes at p, or false when they are not all inside
+// one of allocs (sorted by address). n == 0 is always in range.
+func rangeIn(allocs []*fakeAlloc, p, n uintptr) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
-	i := sort.Search(len(w.allocs), func(i int) bool {
-		a := w.allocs[i]
+	i := sort.Search(len(allocs), func(i int) bool {
+		a := allocs[i]
 		return a.base+uintptr(len(a.mem)) > p
 	})
-	if i == len(w.allocs) || p < w.allocs[i].base {
+	if i == len(allocs) || p < allocs[i].base {
 		return nil, false
 	}
-	a := w.allocs[i]
+	a := allocs[i]
 	off := p - a.base
 	if n > uintptr(len(a.mem))-off {
 		return nil, false
@@ -71,72 +64,57 @@ func (w *fakeWorld) devRange(p, n uintptr) ([]byte, bool) {
 	return a.mem[off : off+n : off+n], true
 }
 
+// devRange returns the n bytes of device memory at p, or false when they
+// are not all inside one live allocation. n == 0 is always in range. The
+// caller holds w.mu; the bytes are read or written under w.memMu.
+func (w *fakeWorld) devRange(p, n uintptr) ([]byte, bool) {
+	return rangeIn(w.allocs, p, n)
+}
+
 // hostRange returns the n bytes of page-locked host memory at p, or false
 // when they are not all inside one live MemHostAlloc buffer. The caller
 // holds w.mu.
 func (w *fakeWorld) hostRange(p unsafe.Pointer, n uintptr) ([]byte, bool) {
-	if n == 0 {
-		return nil, true
-	}
-	a := uintptr(p)
-	i := sort.Search(len(w.pinned), func(i int) bool {
-		b := w.pinned[i]
-		return b.base+uintptr(len(b.mem)) > a
-	})
-	if i == len(w.pinned) || a < w.pinned[i].base {
-		return nil, false
-	}
-	b := w.pinned[i]
-	off := a - b.base
-	if n > uintptr(len(b.mem))-off {
-		return nil, false
-	}
-	return b.mem[off : off+n : off+n], true
+	return rangeIn(w.pinned, uintptr(p), n)
 }
 
 // MemAlloc refuses zero bytes (CUDA_ERROR_INVALID_VALUE), as cuMemAlloc
 // does. The memory holds garbage until written.
 func (d fakeDriver) MemAlloc(ptr *uintptr, bytes uintptr) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if ptr == nil || bytes == 0 {
-		return cudaErrorInvalidValue
-	}
-	if bytes > fakeMemLimit-w.liveBytes {
-		return cudaErrorOutOfMemory
-	}
-	mem := make([]byte, bytes)
-	for i := range mem {
-		mem[i] = fakeGarbage
-	}
-	a := &fakeAlloc{base: w.nextAddr, mem: mem}
-	w.nextAddr += (bytes+fakeAlign-1)&^(fakeAlign-1) + fakeGuard
-	w.allocs = append(w.allocs, a) // addresses only grow: stays sorted
-	w.liveBytes += bytes
-	*ptr = a.base
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		if ptr == nil || bytes == 0 {
+			return cudaErrorInvalidValue
+		}
+		if bytes > fakeMemLimit-w.liveBytes {
+			return cudaErrorOutOfMemory
+		}
+		mem := make([]byte, bytes)
+		for i := range mem {
+			mem[i] = fakeGarbage
+		}
+		a := &fakeAlloc{base: w.nextAddr, mem: mem}
+		w.nextAddr += (bytes+fakeAlign-1)&^(fakeAlign-1) + fakeGuard
+		w.allocs = append(w.allocs, a) // addresses only grow: stays sorted
+		w.liveBytes += bytes
+		*ptr = a.base
+		return cudaSuccess
+	})
 }
 
 // MemFree takes the address MemAlloc returned, nothing else. It does not
 // wait for queued work (see the fake's overview in fake.go).
 func (d fakeDriver) MemFree(ptr uintptr) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	i := sort.Search(len(w.allocs), func(i int) bool { return w.allocs[i].base >= ptr })
-	if i == len(w.allocs) || w.allocs[i].base != ptr {
-		return cudaErrorInvalidValue
-	}
-	w.liveBytes -= uintptr(len(w.allocs[i].mem))
-	w.allocs = append(w.allocs[:i], w.allocs[i+1:]...)
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		i := sort.Search(len(w.allocs), func(i int) bool { return w.allocs[i].base >= ptr })
+		if i == len(w.allocs) || w.allocs[i].base != ptr {
+			return cudaErrorInvalidValue
+		}
+		w.liveBytes -= uintptr(len(w.allocs[i].mem))
+		w.allocs = append(w.allocs[:i], w.allocs[i+1:]...)
+		return cudaSuccess
+	})
 }
 
 // MemHostAlloc returns Go memory kept alive until MemFreeHost; it stands
@@ -144,47 +122,74 @@ func (d fakeDriver) MemFree(ptr uintptr) cuResult {
 // accept.
 func (d fakeDriver) MemHostAlloc(p *unsafe.Pointer, bytes uintptr, flags uint32) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if p == nil || bytes == 0 || flags&^fakeHostAllocFlags != 0 {
-		return cudaErrorInvalidValue
-	}
-	if bytes > fakeMemLimit {
-		return cudaErrorOutOfMemory
-	}
-	mem := make([]byte, bytes)
-	b := &fakePinned{base: uintptr(unsafe.Pointer(&mem[0])), mem: mem}
-	i := sort.Search(len(w.pinned), func(i int) bool { return w.pinned[i].base > b.base })
-	w.pinned = append(w.pinned, nil)
-	copy(w.pinned[i+1:], w.pinned[i:])
-	w.pinned[i] = b
-	*p = unsafe.Pointer(&mem[0])
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		if p == nil || bytes == 0 || flags&^fakeHostAllocFlags != 0 {
+			return cudaErrorInvalidValue
+		}
+		if bytes > fakeMemLimit {
+			return cudaErrorOutOfMemory
+		}
+		mem := make([]byte, bytes)
+		b := &fakeAlloc{base: uintptr(unsafe.Pointer(&mem[0])), mem: mem}
+		i := sort.Search(len(w.pinned), func(i int) bool { return w.pinned[i].base > b.base })
+		w.pinned = append(w.pinned, nil)
+		copy(w.pinned[i+1:], w.pinned[i:])
+		w.pinned[i] = b
+		*p = unsafe.Pointer(&mem[0])
+		return cudaSuccess
+	})
 }
 
 // MemFreeHost takes the pointer MemHostAlloc returned, nothing else.
 func (d fakeDriver) MemFreeHost(p unsafe.Pointer) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	a := uintptr(p)
-	i := sort.Search(len(w.pinned), func(i int) bool { return w.pinned[i].base >= a })
-	if i == len(w.pinned) || w.pinned[i].base != a {
-		return cudaErrorInvalidValue
-	}
-	w.pinned = append(w.pinned[:i], w.pinned[i+1:]...)
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		a := uintptr(p)
+		i := sort.Search(len(w.pinned), func(i int) bool { return w.pinned[i].base >= a })
+		if i == len(w.pinned) || w.pinned[i].base != a {
+			return cudaErrorInvalidValue
+		}
+		w.pinned = append(w.pinned[:i], w.pinned[i+1:]...)
+		return cudaSuccess
+	})
 }
 
 // hostBytes is the caller's Go memory of a synchronous copy.
 func hostBytes(p unsafe.Pointer, n uintptr) []byte {
 	return unsafe.Slice((*byte)(p), n)
+}
+
+// fakeLook looks up the ranges an access to memory touches, the one
+// written (to) and the one read (from, nil for a memset), or returns the
+// error of the first range that is not live. The caller holds w.mu.
+type fakeLook func() (to, from []byte, r cuResult)
+
+// access is a copy or memset when it runs: it looks the ranges up again
+// (memory freed since the call is an illegal address) and runs do on them
+// under w.memMu. The caller does not hold w.mu.
+func (w *fakeWorld) access(look fakeLook, do func(to, from []byte)) cuResult {
+	w.mu.Lock()
+	to, from, r := look()
+	w.mu.Unlock()
+	if r != cudaSuccess {
+		return cudaErrorIllegalAddress
+	}
+	w.memMu.Lock()
+	do(to, from)
+	w.memMu.Unlock()
+	return cudaSuccess
+}
+
+// copyInto is the do of a copy.
+func copyInto(to, from []byte) { copy(to, from) }
+
+// ends orders the device and host ranges of a copy as to, from: toDev
+// for host to device, else device to host.
+func ends(dev, host []byte, toDev bool) (to, from []byte) {
+	if toDev {
+		return dev, host
+	}
+	return host, dev
 }
 
 // syncCopy runs a synchronous copy: on the calling thread's stream 0 when
@@ -210,188 +215,117 @@ func (w *fakeWorld) syncCopy(copyFn func() cuResult) cuResult {
 	return op.res
 }
 
+// hostCopy is MemcpyHtoD (toDev) and MemcpyDtoH: a synchronous copy of
+// bytes between device memory at dev and any host memory at host.
+func (w *fakeWorld) hostCopy(dev uintptr, host unsafe.Pointer, bytes uintptr, toDev bool) cuResult {
+	return w.locked(func() cuResult {
+		if bytes == 0 {
+			return cudaSuccess
+		}
+		if host == nil {
+			return cudaErrorInvalidValue
+		}
+		h := hostBytes(host, bytes)
+		look := func() (to, from []byte, r cuResult) {
+			d, ok := w.devRange(dev, bytes)
+			if !ok {
+				return nil, nil, cudaErrorIllegalAddress
+			}
+			to, from = ends(d, h, toDev)
+			return to, from, cudaSuccess
+		}
+		if _, _, r := look(); r != cudaSuccess {
+			return r
+		}
+		return w.syncCopy(func() cuResult { return w.access(look, copyInto) })
+	})
+}
+
 // MemcpyHtoD copies from any host memory; it returns when the copy is
 // done.
 func (d fakeDriver) MemcpyHtoD(dst uintptr, src unsafe.Pointer, bytes uintptr) cuResult {
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess || bytes == 0 {
-		return r
-	}
-	if src == nil {
-		return cudaErrorInvalidValue
-	}
-	if _, ok := w.devRange(dst, bytes); !ok {
-		return cudaErrorIllegalAddress
-	}
-	host := hostBytes(src, bytes)
-	return w.syncCopy(func() cuResult {
-		w.mu.Lock()
-		dev, ok := w.devRange(dst, bytes)
-		w.mu.Unlock()
-		if !ok {
-			return cudaErrorIllegalAddress
-		}
-		w.memMu.Lock()
-		copy(dev, host)
-		w.memMu.Unlock()
-		return cudaSuccess
-	})
+	return d.w.hostCopy(dst, src, bytes, true)
 }
 
 // MemcpyDtoH copies to any host memory; it returns when the copy is done.
 func (d fakeDriver) MemcpyDtoH(dst unsafe.Pointer, src uintptr, bytes uintptr) cuResult {
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess || bytes == 0 {
-		return r
-	}
-	if dst == nil {
-		return cudaErrorInvalidValue
-	}
-	if _, ok := w.devRange(src, bytes); !ok {
-		return cudaErrorIllegalAddress
-	}
-	host := hostBytes(dst, bytes)
-	return w.syncCopy(func() cuResult {
-		w.mu.Lock()
-		dev, ok := w.devRange(src, bytes)
-		w.mu.Unlock()
-		if !ok {
-			return cudaErrorIllegalAddress
+	return d.w.hostCopy(src, dst, bytes, false)
+}
+
+// asyncCopy queues a copy or memset on stream s. The ranges are looked up
+// now (an error is returned at once) and again when it runs (memory freed
+// meanwhile is an illegal address then, and sticks to the stream).
+func (w *fakeWorld) asyncCopy(s cuStream, look fakeLook, do func(to, from []byte)) cuResult {
+	return w.locked(func() cuResult {
+		st, r := w.stream(s)
+		if r != cudaSuccess {
+			return r
 		}
-		w.memMu.Lock()
-		copy(host, dev)
-		w.memMu.Unlock()
+		if _, _, r := look(); r != cudaSuccess {
+			return r
+		}
+		w.enqueue(st, func(sticky cuResult) cuResult {
+			if sticky != cudaSuccess {
+				return sticky
+			}
+			return w.access(look, do)
+		})
 		return cudaSuccess
 	})
 }
 
-// asyncCopy queues a copy on stream s. The ranges are checked now (an
-// illegal address is returned at once) and again when the copy runs
-// (memory freed meanwhile is an illegal address then, and sticks to the
-// stream). host and device are looked up by the caller's closure.
-func (w *fakeWorld) asyncCopy(s cuStream, check func() cuResult, run func() cuResult) cuResult {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	st, r := w.stream(s)
-	if r != cudaSuccess {
-		return r
-	}
-	if r := check(); r != cudaSuccess {
-		return r
-	}
-	w.enqueue(st, func(sticky cuResult) cuResult {
-		if sticky != cudaSuccess {
-			return sticky
-		}
-		return run()
-	})
-	return cudaSuccess
-}
-
-// MemcpyHtoDAsync needs page-locked src (MemHostAlloc): other host memory
-// is cudaErrorInvalidValue here, where CUDA would silently run the copy
+// asyncHostCopy is MemcpyHtoDAsync (toDev) and MemcpyDtoHAsync: host must
+// be page-locked (MemHostAlloc); other host memory is
+// cudaErrorInvalidValue here, where CUDA would silently run the copy
 // synchronously (a deliberate difference, to catch the misuse).
+func (w *fakeWorld) asyncHostCopy(dev uintptr, host unsafe.Pointer, bytes uintptr, toDev bool, s cuStream) cuResult {
+	return w.asyncCopy(s, func() (to, from []byte, r cuResult) {
+		h, ok := w.hostRange(host, bytes)
+		if !ok {
+			return nil, nil, cudaErrorInvalidValue
+		}
+		d, ok := w.devRange(dev, bytes)
+		if !ok {
+			return nil, nil, cudaErrorIllegalAddress
+		}
+		to, from = ends(d, h, toDev)
+		return to, from, cudaSuccess
+	}, copyInto)
+}
+
+// MemcpyHtoDAsync needs page-locked src (see asyncHostCopy).
 func (d fakeDriver) MemcpyHtoDAsync(dst uintptr, src unsafe.Pointer, bytes uintptr, s cuStream) cuResult {
-	w := d.w
-	return w.asyncCopy(s, func() cuResult {
-		if _, ok := w.hostRange(src, bytes); !ok {
-			return cudaErrorInvalidValue
-		}
-		if _, ok := w.devRange(dst, bytes); !ok {
-			return cudaErrorIllegalAddress
-		}
-		return cudaSuccess
-	}, func() cuResult {
-		w.mu.Lock()
-		host, ok1 := w.hostRange(src, bytes)
-		dev, ok2 := w.devRange(dst, bytes)
-		w.mu.Unlock()
-		if !ok1 || !ok2 {
-			return cudaErrorIllegalAddress
-		}
-		w.memMu.Lock()
-		copy(dev, host)
-		w.memMu.Unlock()
-		return cudaSuccess
-	})
+	return d.w.asyncHostCopy(dst, src, bytes, true, s)
 }
 
 // MemcpyDtoHAsync needs page-locked dst, as MemcpyHtoDAsync needs src.
 func (d fakeDriver) MemcpyDtoHAsync(dst unsafe.Pointer, src uintptr, bytes uintptr, s cuStream) cuResult {
-	w := d.w
-	return w.asyncCopy(s, func() cuResult {
-		if _, ok := w.hostRange(dst, bytes); !ok {
-			return cudaErrorInvalidValue
-		}
-		if _, ok := w.devRange(src, bytes); !ok {
-			return cudaErrorIllegalAddress
-		}
-		return cudaSuccess
-	}, func() cuResult {
-		w.mu.Lock()
-		host, ok1 := w.hostRange(dst, bytes)
-		dev, ok2 := w.devRange(src, bytes)
-		w.mu.Unlock()
-		if !ok1 || !ok2 {
-			return cudaErrorIllegalAddress
-		}
-		w.memMu.Lock()
-		copy(host, dev)
-		w.memMu.Unlock()
-		return cudaSuccess
-	})
+	return d.w.asyncHostCopy(src, dst, bytes, false, s)
 }
 
 func (d fakeDriver) MemcpyDtoDAsync(dst, src uintptr, bytes uintptr, s cuStream) cuResult {
 	w := d.w
-	return w.asyncCopy(s, func() cuResult {
-		_, ok1 := w.devRange(dst, bytes)
-		_, ok2 := w.devRange(src, bytes)
-		if !ok1 || !ok2 {
-			return cudaErrorIllegalAddress
-		}
-		return cudaSuccess
-	}, func() cuResult {
-		w.mu.Lock()
+	return w.asyncCopy(s, func() (to, from []byte, r cuResult) {
 		to, ok1 := w.devRange(dst, bytes)
 		from, ok2 := w.devRange(src, bytes)
-		w.mu.Unlock()
 		if !ok1 || !ok2 {
-			return cudaErrorIllegalAddress
+			return nil, nil, cudaErrorIllegalAddress
 		}
-		w.memMu.Lock()
-		copy(to, from)
-		w.memMu.Unlock()
-		return cudaSuccess
-	})
+		return to, from, cudaSuccess
+	}, copyInto)
 }
 
 func (d fakeDriver) MemsetD8Async(dst uintptr, v uint8, n uintptr, s cuStream) cuResult {
 	w := d.w
-	return w.asyncCopy(s, func() cuResult {
-		if _, ok := w.devRange(dst, n); !ok {
-			return cudaErrorIllegalAddress
-		}
-		return cudaSuccess
-	}, func() cuResult {
-		w.mu.Lock()
+	return w.asyncCopy(s, func() (to, from []byte, r cuResult) {
 		to, ok := w.devRange(dst, n)
-		w.mu.Unlock()
 		if !ok {
-			return cudaErrorIllegalAddress
+			return nil, nil, cudaErrorIllegalAddress
 		}
-		w.memMu.Lock()
+		return to, nil, cudaSuccess
+	}, func(to, _ []byte) {
 		for i := range to {
 			to[i] = v
 		}
-		w.memMu.Unlock()
-		return cudaSuccess
 	})
 }

@@ -189,55 +189,61 @@ func postDiv(dt comm.DType, b []byte, n int) {
 // nanToOther prepares one step of a float Min or Max so that comm's
 // kernel gives fmin's answer: where one operand is NaN it is replaced by
 // the other; where both are, both become the canonical NaN (CUDA's
-// result then).
+// result then: every bit but the sign set).
 func nanToOther(dt comm.DType, d, s []byte) {
-	le := binary.LittleEndian
+	var inf uint64 // the type's +Inf: a NaN's magnitude is above it
 	switch dt {
 	case comm.F32:
-		for i := 0; i < len(d); i += 4 {
-			x, y := le.Uint32(d[i:]), le.Uint32(s[i:])
-			xn, yn := x&0x7fffffff > 0x7f800000, y&0x7fffffff > 0x7f800000
-			switch {
-			case xn && yn:
-				le.PutUint32(d[i:], 0x7fffffff)
-				le.PutUint32(s[i:], 0x7fffffff)
-			case xn:
-				le.PutUint32(d[i:], y)
-			case yn:
-				le.PutUint32(s[i:], x)
-			}
-		}
+		inf = 0x7f800000
 	case comm.F64:
-		for i := 0; i < len(d); i += 8 {
-			x, y := le.Uint64(d[i:]), le.Uint64(s[i:])
-			xn, yn := x&^(1<<63) > 0x7ff0000000000000, y&^(1<<63) > 0x7ff0000000000000
-			switch {
-			case xn && yn:
-				le.PutUint64(d[i:], 0x7fffffffffffffff)
-				le.PutUint64(s[i:], 0x7fffffffffffffff)
-			case xn:
-				le.PutUint64(d[i:], y)
-			case yn:
-				le.PutUint64(s[i:], x)
-			}
+		inf = 0x7ff0000000000000
+	case comm.F16:
+		inf = 0x7c00
+	case comm.BF16:
+		inf = 0x7f80
+	default:
+		return
+	}
+	size := dt.Size()
+	nan := uint64(1)<<(8*size-1) - 1 // the canonical NaN, also the magnitude mask
+	for i := 0; i < len(d); i += size {
+		x, y := leGet(d[i:], size), leGet(s[i:], size)
+		xn, yn := x&nan > inf, y&nan > inf
+		switch {
+		case xn && yn:
+			lePut(d[i:], size, nan)
+			lePut(s[i:], size, nan)
+		case xn:
+			lePut(d[i:], size, y)
+		case yn:
+			lePut(s[i:], size, x)
 		}
-	case comm.F16, comm.BF16:
-		inf := uint16(0x7c00)
-		if dt == comm.BF16 {
-			inf = 0x7f80
-		}
-		for i := 0; i < len(d); i += 2 {
-			x, y := le.Uint16(d[i:]), le.Uint16(s[i:])
-			xn, yn := x&0x7fff > inf, y&0x7fff > inf
-			switch {
-			case xn && yn:
-				le.PutUint16(d[i:], 0x7fff)
-				le.PutUint16(s[i:], 0x7fff)
-			case xn:
-				le.PutUint16(d[i:], y)
-			case yn:
-				le.PutUint16(s[i:], x)
-			}
-		}
+	}
+}
+
+// leGet reads the little-endian unsigned integer of size bytes (2, 4 or
+// 8) at the start of b.
+func leGet(b []byte, size int) uint64 {
+	le := binary.LittleEndian
+	switch size {
+	case 2:
+		return uint64(le.Uint16(b))
+	case 4:
+		return uint64(le.Uint32(b))
+	}
+	return le.Uint64(b)
+}
+
+// lePut writes v as a little-endian unsigned integer of size bytes (2, 4
+// or 8) at the start of b.
+func lePut(b []byte, size int, v uint64) {
+	le := binary.LittleEndian
+	switch size {
+	case 2:
+		le.PutUint16(b, uint16(v))
+	case 4:
+		le.PutUint32(b, uint32(v))
+	default:
+		le.PutUint64(b, v)
 	}
 }

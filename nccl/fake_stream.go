@@ -113,33 +113,31 @@ func (w *fakeWorld) drain(s *fakeStream) {
 // none, if it has none: the fake does not insist).
 func (d fakeDriver) StreamCreate(s *cuStream, flags uint32) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if s == nil || flags&^cuStreamNonBlocking != 0 {
-		return cudaErrorInvalidValue
-	}
-	st := &fakeStream{h: cuStream(w.handle()), ctx: w.thread().ctx}
-	w.streams[st.h] = st
-	*s = st.h
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		if s == nil || flags&^cuStreamNonBlocking != 0 {
+			return cudaErrorInvalidValue
+		}
+		st := &fakeStream{h: cuStream(w.handle()), ctx: w.thread().ctx}
+		w.streams[st.h] = st
+		*s = st.h
+		return cudaSuccess
+	})
 }
 
 // StreamDestroy forgets the handle at once; work already queued still
 // runs, as with cuStreamDestroy.
 func (d fakeDriver) StreamDestroy(s cuStream) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if w.streams[s] == nil {
+	return w.locked(func() cuResult { return forget(w.streams, s) })
+}
+
+// forget deletes handle h from m (a world's streams or events), or is
+// cudaErrorInvalidValue when m has no such handle. The caller holds w.mu.
+func forget[K comparable, V any](m map[K]*V, h K) cuResult {
+	if m[h] == nil {
 		return cudaErrorInvalidValue
 	}
-	delete(w.streams, s)
+	delete(m, h)
 	return cudaSuccess
 }
 
@@ -147,80 +145,68 @@ func (d fakeDriver) StreamDestroy(s cuStream) cuResult {
 // the stream's sticky error, if any.
 func (d fakeDriver) StreamSynchronize(s cuStream) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	st, r := w.stream(s)
-	if r != cudaSuccess {
-		return r
-	}
-	op := w.enqueue(st, nil)
-	w.mu.Unlock()
-	<-op.done
-	w.mu.Lock()
-	return op.res
+	return w.locked(func() cuResult {
+		st, r := w.stream(s)
+		if r != cudaSuccess {
+			return r
+		}
+		op := w.enqueue(st, nil)
+		w.mu.Unlock()
+		<-op.done
+		w.mu.Lock()
+		return op.res
+	})
 }
 
 // StreamWaitEvent makes the operations queued on s from now on wait for
 // the event's last record (no wait if it was never recorded).
 func (d fakeDriver) StreamWaitEvent(s cuStream, e cuEvent, flags uint32) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	st, r := w.stream(s)
-	if r != cudaSuccess {
-		return r
-	}
-	ev := w.events[e]
-	if ev == nil || flags != 0 {
-		return cudaErrorInvalidValue
-	}
-	if ev.rec != nil {
-		w.enqueue(st, nil, ev.rec)
-	}
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		st, r := w.stream(s)
+		if r != cudaSuccess {
+			return r
+		}
+		ev := w.events[e]
+		if ev == nil || flags != 0 {
+			return cudaErrorInvalidValue
+		}
+		if ev.rec != nil {
+			w.enqueue(st, nil, ev.rec)
+		}
+		return cudaSuccess
+	})
 }
 
 func (d fakeDriver) EventCreate(e *cuEvent, flags uint32) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if e == nil || flags&^fakeEventFlags != 0 {
-		return cudaErrorInvalidValue
-	}
-	h := cuEvent(w.handle())
-	w.events[h] = &fakeEvent{}
-	*e = h
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		if e == nil || flags&^fakeEventFlags != 0 {
+			return cudaErrorInvalidValue
+		}
+		h := cuEvent(w.handle())
+		w.events[h] = &fakeEvent{}
+		*e = h
+		return cudaSuccess
+	})
 }
 
 // EventRecord captures the work queued on s so far: the event completes
 // when all of it has run.
 func (d fakeDriver) EventRecord(e cuEvent, s cuStream) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	ev := w.events[e]
-	if ev == nil {
-		return cudaErrorInvalidValue
-	}
-	st, r := w.stream(s)
-	if r != cudaSuccess {
-		return r
-	}
-	ev.rec = w.enqueue(st, nil)
-	return cudaSuccess
+	return w.locked(func() cuResult {
+		ev := w.events[e]
+		if ev == nil {
+			return cudaErrorInvalidValue
+		}
+		st, r := w.stream(s)
+		if r != cudaSuccess {
+			return r
+		}
+		ev.rec = w.enqueue(st, nil)
+		return cudaSuccess
+	})
 }
 
 // EventQuery is cudaErrorNotReady until the work the last EventRecord
@@ -228,37 +214,25 @@ func (d fakeDriver) EventRecord(e cuEvent, s cuStream) cuResult {
 // An event never recorded is complete, as in CUDA.
 func (d fakeDriver) EventQuery(e cuEvent) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	ev := w.events[e]
-	switch {
-	case ev == nil:
-		return cudaErrorInvalidValue
-	case ev.rec == nil:
-		return cudaSuccess
-	}
-	select {
-	case <-ev.rec.done:
-		return ev.rec.res
-	default:
-		return cudaErrorNotReady
-	}
+	return w.locked(func() cuResult {
+		ev := w.events[e]
+		switch {
+		case ev == nil:
+			return cudaErrorInvalidValue
+		case ev.rec == nil:
+			return cudaSuccess
+		}
+		select {
+		case <-ev.rec.done:
+			return ev.rec.res
+		default:
+			return cudaErrorNotReady
+		}
+	})
 }
 
 // EventDestroy forgets the handle; a pending record still completes.
 func (d fakeDriver) EventDestroy(e cuEvent) cuResult {
 	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.checkInit(); r != cudaSuccess {
-		return r
-	}
-	if w.events[e] == nil {
-		return cudaErrorInvalidValue
-	}
-	delete(w.events, e)
-	return cudaSuccess
+	return w.locked(func() cuResult { return forget(w.events, e) })
 }
