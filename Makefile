@@ -7,6 +7,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
+	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -count=1 -v -run 'TestRealDriverLibrary' ./nccl/
 	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/ ./shm/
 	$(GO) test -timeout 15m -run 'Conformance' ./hierarchy/
 	HIERCOMM_TEST_FULL=1 $(GO) test -timeout 15m -run 'ConformanceMultiProcessHierarchy' .
