@@ -1,7 +1,9 @@
 package nccl
 
 import (
+	"errors"
 	"runtime"
+	"sync"
 )
 
 // osThread is a goroutine locked to an OS thread with a device's primary
@@ -13,7 +15,13 @@ import (
 // init shares a thread with another's.
 type osThread struct {
 	calls chan func()
+
+	mu      sync.RWMutex // held (shared) while a call is handed over; stop takes it alone
+	stopped bool
 }
+
+// errStopped is do's error after stop: the communicator is closed.
+var errStopped = errors.New("nccl: the communicator's thread has ended (closed)")
 
 // startThread starts a thread and runs setup on it first; on setup's
 // error the thread ends and the error is returned.
@@ -39,13 +47,27 @@ func startThread(setup func() error) (*osThread, error) {
 	return t, nil
 }
 
-// do runs f on the thread and returns its error.
+// do runs f on the thread and returns its error (errStopped, without
+// running f, once the thread was stopped).
 func (t *osThread) do(f func() error) error {
 	done := make(chan error, 1)
+	t.mu.RLock()
+	if t.stopped {
+		t.mu.RUnlock()
+		return errStopped
+	}
 	t.calls <- func() { done <- f() }
+	t.mu.RUnlock()
 	return <-done
 }
 
-// stop ends the thread once the calls handed to it have run; no call may
-// follow.
-func (t *osThread) stop() { close(t.calls) }
+// stop ends the thread once the calls handed to it have run; later calls
+// of do fail with errStopped.
+func (t *osThread) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.stopped {
+		t.stopped = true
+		close(t.calls)
+	}
+}
