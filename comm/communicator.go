@@ -1,6 +1,9 @@
 package comm
 
-import "context"
+import (
+	"cmp"
+	"context"
+)
 
 // Communicator is a group of ranks that run collectives together.
 //
@@ -147,4 +150,16 @@ func (b Blocking) Recv(ctx context.Context, buf Buffer, peer, tag int) error {
 
 func (b Blocking) Barrier(ctx context.Context) error {
 	return b.S.Start(ctx, Call{Kind: KindBarrier}).Wait()
+}
+
+// SplitLess orders the members of one Split color as Split defines it: by
+// key, then by rank in the parent. It compares, never subtracts, so keys
+// at the ends of int's range (math.MinInt, math.MaxInt) order correctly.
+// Every implementation orders with it, so that the parts of a composed
+// communicator agree on the new ranks.
+func SplitLess(keyA, rankA, keyB, rankB int) int {
+	if c := cmp.Compare(keyA, keyB); c != 0 {
+		return c
+	}
+	return cmp.Compare(rankA, rankB)
 }

@@ -1,7 +1,6 @@
 package hierarchy
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -71,7 +70,7 @@ func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communi
 	railBase := 0
 	for _, c := range slices.Sorted(maps.Keys(groups)) {
 		ms := groups[c]
-		slices.SortStableFunc(ms, func(a, b int) int { return cmp.Compare(all[2*a+1], all[2*b+1]) })
+		slices.SortFunc(ms, func(a, b int) int { return comm.SplitLess(int(all[2*a+1]), a, int(all[2*b+1]), b) })
 		nodes, locals := map[string]int{}, map[string]int{}
 		rails := 0
 		for i, r := range ms {

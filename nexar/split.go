@@ -58,12 +58,7 @@ func (c *Comm) split(o *op, color, key int) (*Comm, error) {
 			group = append(group, member{key: int(int64(binary.LittleEndian.Uint64(all[16*i+8:]))), rank: i})
 		}
 	}
-	slices.SortStableFunc(group, func(a, b member) int {
-		if a.key != b.key {
-			return a.key - b.key
-		}
-		return a.rank - b.rank
-	})
+	slices.SortFunc(group, func(a, b member) int { return comm.SplitLess(a.key, a.rank, b.key, b.rank) })
 	members := make([]int, len(group))
 	for i, m := range group {
 		members[i] = c.members[m.rank]

@@ -62,12 +62,7 @@ func (c *Comm) splitSchedule(s *stepper) error {
 			group = append(group, member{key: key, rank: q})
 		}
 	}
-	slices.SortStableFunc(group, func(a, b member) int {
-		if a.key != b.key {
-			return a.key - b.key
-		}
-		return a.rank - b.rank
-	})
+	slices.SortFunc(group, func(a, b member) int { return comm.SplitLess(a.key, a.rank, b.key, b.rank) })
 	c.mu.Lock()
 	c.splits++
 	nth := c.splits

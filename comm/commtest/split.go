@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -22,6 +23,9 @@ import (
 //  3. Split(NoColor on rank size-1, else color 3, key rank): rank size-1
 //     gets (nil, nil); the others a child of size-1 ranks, in the parent's
 //     order, that passes a few cases.
+//     Then Split(0, key) with keys at the ends of int's range
+//     (math.MinInt, math.MaxInt, repeated): the child's ranks follow (key,
+//     rank), and it passes a few cases.
 //  4. The first child splits again, into pairs; the grandchild passes a few
 //     cases, then the child still works.
 //  5. Every child closes without error, and the parent still works.
@@ -147,6 +151,23 @@ func SplitRank(ctx context.Context, c comm.Communicator, opt Options) error {
 		cases(rest, "Split/nocolor", few)
 	}
 	closeComm(rest, "Split/nocolor")
+
+	// 3b. Keys at the ends of int's range: the order is by key, then rank,
+	// whatever the keys (an order that subtracts keys overflows here).
+	extreme := func(q int) int {
+		return []int{math.MaxInt, math.MinInt, 0, -5, math.MaxInt, math.MinInt + 1, 1, math.MinInt}[q%8]
+	}
+	before := 0 // ranks that come before this one
+	for q := range size {
+		if kq, k := extreme(q), extreme(rank); kq < k || (kq == k && q < rank) {
+			before++
+		}
+	}
+	ext, ok := split(c, "Split/extreme keys", 0, extreme(rank))
+	if ok && shape(ext, "Split/extreme keys", before, size) {
+		cases(ext, "Split/extreme keys", few)
+	}
+	closeComm(ext, "Split/extreme keys")
 
 	// 4. Nested: the parity child into pairs.
 	cr, cs := byParity.Rank(), byParity.Size()
