@@ -26,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -40,42 +41,76 @@ import (
 )
 
 const usage = `usage:
-  hiercomm run [--nodes N] [--ranks-per-node G|G0,G1,...] [--env torchrun|slurm|kubernetes]
-               [--placement block|cyclic] [--network quic|tcp] [--job-id ID]
-               [--link-rate RATE [--link-per-node]] -- PROGRAM [ARGS...]
+  hiercomm run [flags] -- PROGRAM [ARGS...]
+      Start a job of emulated nodes on this host (--nodes, --ranks-per-node,
+      --env torchrun|slurm|kubernetes, --placement, --network, --link-rate);
+      hiercomm run --help lists the flags.
   hiercomm topology FILE
+      Check a topology dumped as JSON (HIERCOMM_TOPO_DUMP_FILE) and print it
+      as a table.
   hiercomm keygen
+      Print a random job key for HIERCOMM_JOB_KEY.
 `
 
-func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
+const runUsage = `usage: hiercomm run [flags] -- PROGRAM [ARGS...]
+
+Starts --nodes N emulated nodes with --ranks-per-node G processes each (or
+a comma list, one count per node), every process started with the variables
+a real launcher sets; node n is 127.0.0.(n+1). Each output line is prefixed
+with its rank; when one process fails the others are stopped and hiercomm
+exits with its code. PROGRAM may be a Go package directory, built first.
+
+flags:
+`
+
+func main() { os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// dispatch runs the subcommand args name and returns the exit code: 0 on
+// success and for --help, 2 for a usage error (one line on stderr).
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
-	var code int
-	switch os.Args[1] {
+	switch args[0] {
 	case "run":
-		code = run(os.Args[2:])
+		return run(args[1:], stdout, stderr)
 	case "topology":
-		code = showTopology(os.Args[2:])
+		return showTopology(args[1:], stdout, stderr)
 	case "keygen":
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			fmt.Fprintln(os.Stderr, "hiercomm keygen:", err)
-			os.Exit(1)
-		}
-		fmt.Println(hex.EncodeToString(key))
+		return keygen(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Print(usage)
-	default:
-		fmt.Fprintf(os.Stderr, "hiercomm: unknown command %q\n%s", os.Args[1], usage)
-		code = 2
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
-	os.Exit(code)
+	fmt.Fprintf(stderr, "hiercomm: unknown command %q (hiercomm --help lists them)\n", args[0])
+	return 2
 }
 
-func run(args []string) int {
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+func keygen(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 1 && isHelp(args[0]):
+		fmt.Fprint(stdout, "usage: hiercomm keygen\n\nPrints a random 32-byte job key, hex-encoded, for HIERCOMM_JOB_KEY.\n")
+		return 0
+	case len(args) > 0:
+		fmt.Fprintf(stderr, "hiercomm keygen: takes no arguments, got %q\n", args)
+		return 2
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		fmt.Fprintln(stderr, "hiercomm keygen:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, hex.EncodeToString(key))
+	return 0
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hiercomm run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are one line of ours; --help prints the usage
 	nodes := fs.Int("nodes", 1, "number of emulated nodes")
 	perNode := fs.String("ranks-per-node", "1", "processes per node: one count, or a comma list with one count per node")
 	style := fs.String("env", "torchrun", "launcher variables the processes get: torchrun, slurm or kubernetes")
@@ -85,21 +120,28 @@ func run(args []string) int {
 	linkRate := fs.String("link-rate", "", "emulate the nodes in network namespaces, with links limited to this rate each way (tc syntax: 1gbit, 500mbit); needs root")
 	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, runUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "hiercomm run: %v (hiercomm run --help lists the flags)\n", err)
 		return 2
 	}
 	if *linkPerNode && *linkRate == "" {
-		fmt.Fprintln(os.Stderr, "hiercomm run: --link-per-node needs --link-rate")
+		fmt.Fprintln(stderr, "hiercomm run: --link-per-node needs --link-rate")
 		return 2
 	}
 	if *linkRate != "" {
 		if _, err := netemu.ParseRate(*linkRate); err != nil {
-			fmt.Fprintln(os.Stderr, "hiercomm run: --link-rate:", err)
+			fmt.Fprintln(stderr, "hiercomm run: --link-rate:", err)
 			return 2
 		}
 	}
 	prog := fs.Args()
 	if len(prog) == 0 {
-		fmt.Fprintf(os.Stderr, "hiercomm run: no program given\n%s", usage)
+		fmt.Fprintln(stderr, "hiercomm run: no program given (hiercomm run [flags] -- PROGRAM [ARGS...])")
 		return 2
 	}
 	// A list of counts gives the number of nodes itself unless --nodes says it.
@@ -114,12 +156,12 @@ func run(args []string) int {
 	}
 	layout, err := cluster.SplitRanksPerNode(n, *perNode)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+		fmt.Fprintln(stderr, "hiercomm run:", err)
 		return 2
 	}
 	path, cleanup, err := program(prog[0])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+		fmt.Fprintln(stderr, "hiercomm run:", err)
 		return 1
 	}
 	defer cleanup()
@@ -144,20 +186,20 @@ func run(args []string) int {
 	if *linkRate != "" {
 		fab, err := netemu.Setup(ctx, netemu.Config{RanksPerNode: layout, Rate: *linkRate, PerNode: *linkPerNode})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "hiercomm run: --link-rate:", err)
+			fmt.Fprintln(stderr, "hiercomm run: --link-rate:", err)
 			return 1
 		}
 		defer func() {
 			if err := fab.Close(); err != nil {
-				fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+				fmt.Fprintln(stderr, "hiercomm run:", err)
 			}
 		}()
-		fmt.Fprintln(os.Stderr, "hiercomm run: emulated network:", fab.Describe())
+		fmt.Fprintln(stderr, "hiercomm run: emulated network:", fab.Describe())
 		spec.Fabric = fab
 	}
 	job, err := cluster.StartLocal(ctx, spec)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+		fmt.Fprintln(stderr, "hiercomm run:", err)
 		return 1
 	}
 	done := make(chan error, 1)
@@ -165,7 +207,7 @@ func run(args []string) int {
 	for {
 		select {
 		case sig := <-sigs:
-			fmt.Fprintf(os.Stderr, "hiercomm run: %v: stopping the job\n", sig)
+			fmt.Fprintf(stderr, "hiercomm run: %v: stopping the job\n", sig)
 			job.Signal(syscall.SIGTERM)
 			time.AfterFunc(10*time.Second, cancel)
 			continue
@@ -176,7 +218,7 @@ func run(args []string) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(os.Stderr, "hiercomm run:", err)
+	fmt.Fprintln(stderr, "hiercomm run:", err)
 	var ee *cluster.LocalExitError
 	if errors.As(err, &ee) {
 		return ee.ExitCode()
@@ -211,22 +253,26 @@ func program(p string) (path string, cleanup func(), err error) {
 	return out, func() { os.RemoveAll(dir) }, nil
 }
 
-func showTopology(args []string) int {
+func showTopology(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && isHelp(args[0]) {
+		fmt.Fprint(stdout, "usage: hiercomm topology FILE\n\nChecks a topology dumped as JSON (HIERCOMM_TOPO_DUMP_FILE) and prints it as a table.\n")
+		return 0
+	}
 	if len(args) != 1 {
-		fmt.Fprintf(os.Stderr, "hiercomm topology: want one FILE\n%s", usage)
+		fmt.Fprintf(stderr, "hiercomm topology: want one FILE, got %d arguments\n", len(args))
 		return 2
 	}
 	f, err := os.Open(args[0])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hiercomm topology:", err)
+		fmt.Fprintln(stderr, "hiercomm topology:", err)
 		return 1
 	}
 	defer f.Close()
 	t, err := topology.Load(f)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "hiercomm topology: %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "hiercomm topology: %s: %v\n", args[0], err)
 		return 1
 	}
-	fmt.Println(t)
+	fmt.Fprintln(stdout, t)
 	return 0
 }

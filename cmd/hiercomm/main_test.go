@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,7 +95,7 @@ const (
 func TestRunExitsWithTheFailingProcessCodeAndStopsTheOthers(t *testing.T) {
 	t.Setenv(envRole, "exit3-on-rank1")
 	start := time.Now()
-	code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--", os.Args[0], "-test.run=^$"})
+	code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr)
 	if code != 3 {
 		t.Errorf("hiercomm run exited %d, want 3 (rank 1's code)", code)
 	}
@@ -105,11 +106,11 @@ func TestRunExitsWithTheFailingProcessCodeAndStopsTheOthers(t *testing.T) {
 
 func TestRunSucceedsAndSetsTheEnvironment(t *testing.T) {
 	t.Setenv(envRole, "env")
-	if code := run([]string{"--nodes", "2", "--ranks-per-node", "1,2", "--", os.Args[0], "-test.run=^$"}); code != 0 {
+	if code := run([]string{"--nodes", "2", "--ranks-per-node", "1,2", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr); code != 0 {
 		t.Fatalf("hiercomm run exited %d, want 0", code)
 	}
 	// A list of counts needs no --nodes.
-	if code := run([]string{"--ranks-per-node", "1,2", "--", os.Args[0], "-test.run=^$"}); code != 0 {
+	if code := run([]string{"--ranks-per-node", "1,2", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr); code != 0 {
 		t.Fatalf("hiercomm run --ranks-per-node 1,2 exited %d, want 0", code)
 	}
 }
@@ -124,7 +125,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--link-rate", "fast", "--", "true"},
 		{"--link-rate", "1gb", "--", "true"},
 	} {
-		if code := run(args); code == 0 {
+		if code := run(args, os.Stdout, os.Stderr); code == 0 {
 			t.Errorf("hiercomm run %v exited 0, want an error", args)
 		}
 	}
@@ -150,13 +151,13 @@ func TestTopologyPrintsADumpAndRejectsABadOne(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"version":1,"members":[{"rank":0,"host":"a","local":1,"device":-1}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code := showTopology([]string{good}); code != 0 {
+	if code := showTopology([]string{good}, io.Discard, io.Discard); code != 0 {
 		t.Errorf("hiercomm topology on a good dump exited %d", code)
 	}
-	if code := showTopology([]string{bad}); code != 1 {
+	if code := showTopology([]string{bad}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("hiercomm topology on a dump with a missing local index exited %d, want 1", code)
 	}
-	if code := showTopology(nil); code != 2 {
+	if code := showTopology(nil, io.Discard, io.Discard); code != 2 {
 		t.Errorf("hiercomm topology without a file exited %d, want 2", code)
 	}
 }
@@ -187,7 +188,7 @@ func TestRunOnEmulatedLinks(t *testing.T) {
 	}
 	t.Setenv(envParentNS, self)
 	t.Setenv(envRole, "fabric")
-	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--", os.Args[0], "-test.run=^$"}); code != 0 {
+	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr); code != 0 {
 		t.Errorf("hiercomm run --link-rate 1gbit exited %d, want 0", code)
 	}
 	if left := fabricLeft(t); len(left) > 0 {
@@ -195,7 +196,7 @@ func TestRunOnEmulatedLinks(t *testing.T) {
 	}
 	// A failing job tears the fabric down too.
 	t.Setenv(envRole, "exit3-on-rank1")
-	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--link-per-node", "--", os.Args[0], "-test.run=^$"}); code != 3 {
+	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--link-per-node", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr); code != 3 {
 		t.Errorf("hiercomm run --link-rate with rank 1 failing exited %d, want 3", code)
 	}
 	if left := fabricLeft(t); len(left) > 0 {
@@ -212,7 +213,7 @@ func TestRunOnEmulatedLinksTearsDownOnInterrupt(t *testing.T) {
 	t.Setenv(envDir, dir)
 	codes := make(chan int, 1)
 	go func() {
-		codes <- run([]string{"--nodes", "2", "--ranks-per-node", "1", "--link-rate", "500mbit", "--", os.Args[0], "-test.run=^$"})
+		codes <- run([]string{"--nodes", "2", "--ranks-per-node", "1", "--link-rate", "500mbit", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr)
 	}()
 	// Once a rank runs, run has caught SIGINT (it does before it builds
 	// the fabric), so the signal goes to it, not to this test.
@@ -242,5 +243,41 @@ func TestRunOnEmulatedLinksTearsDownOnInterrupt(t *testing.T) {
 	}
 	if left := fabricLeft(t); len(left) > 0 {
 		t.Errorf("after SIGINT, namespaces %v are left", left)
+	}
+}
+
+// TestHelpAndUsageErrors: every subcommand's --help prints its usage on
+// stdout and exits 0; a wrong flag or argument is one line on stderr and
+// exit 2.
+func TestHelpAndUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"--help"}, 0, "hiercomm run [flags]", ""},
+		{[]string{"run", "--help"}, 0, "-ranks-per-node", ""},
+		{[]string{"run", "-h"}, 0, "usage: hiercomm run", ""},
+		{[]string{"topology", "--help"}, 0, "usage: hiercomm topology FILE", ""},
+		{[]string{"keygen", "--help"}, 0, "usage: hiercomm keygen", ""},
+		{[]string{"run", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
+		{[]string{"run"}, 2, "", "no program given"},
+		{[]string{"topology"}, 2, "", "want one FILE"},
+		{[]string{"keygen", "extra"}, 2, "", "takes no arguments"},
+		{[]string{"frobnicate"}, 2, "", "unknown command"},
+	} {
+		var out, errb strings.Builder
+		code := dispatch(tc.args, &out, &errb)
+		if code != tc.code || !strings.Contains(out.String(), tc.out) || !strings.Contains(errb.String(), tc.err) {
+			t.Errorf("hiercomm %v: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				tc.args, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
+		}
+		if tc.code == 2 && strings.Count(strings.TrimSpace(errb.String()), "\n") > 0 {
+			t.Errorf("hiercomm %v: a usage error of more than one line: %q", tc.args, errb.String())
+		}
+	}
+	var out strings.Builder
+	if code := dispatch([]string{"keygen"}, &out, io.Discard); code != 0 || len(strings.TrimSpace(out.String())) != 64 {
+		t.Errorf("hiercomm keygen: exit %d, %q; want a 64-digit hex key", code, out.String())
 	}
 }
