@@ -17,6 +17,9 @@ import (
 
 // gpuTestDevice is device 0 of the real libraries (Default), or the test
 // skips saying why this machine has none.
+// GPUTestDevice is gpuTestDevice for the package's external tests.
+var GPUTestDevice = gpuTestDevice
+
 func gpuTestDevice(t *testing.T) *Device {
 	t.Helper()
 	if err := Available(); err != nil {

@@ -17,30 +17,12 @@ import (
 // one GPU, so a host with one GPU runs a communicator of one rank here;
 // the root package's TestGPU* tests run several single-GPU processes.
 
-// gpuDevice is device 0 of the real libraries (nccl.Default), or the test
-// skips saying why this machine has none.
-func gpuDevice(t *testing.T) *nccl.Device {
-	t.Helper()
-	if err := nccl.Available(); err != nil {
-		t.Skipf("no GPU here: %v", err)
-	}
-	lib, err := nccl.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := lib.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dev
-}
-
 // TestGPUConformanceWorld1 runs every suite on an nccl.Comm of one rank on
 // device 0, made over an in-memory nexar world of one as its control:
 // every op × dtype (f16 and bf16 included) × the default counts against
 // the suite's sequential reference, with every buffer in device memory.
 func TestGPUConformanceWorld1(t *testing.T) {
-	dev := gpuDevice(t)
+	dev := nccl.GPUTestDevice(t)
 	controls, err := nexar.NewMemoryWorld(1, nexar.Options{})
 	if err != nil {
 		t.Fatal(err)
