@@ -1,15 +1,15 @@
 module github.com/hiercomm/hiercomm
 
-go 1.26.8
+go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/quic-go/quic-go v0.65.0
 	golang.org/x/sync v0.24.0
 )
 
 require (
-	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
