@@ -79,11 +79,23 @@ func SplitRank(ctx context.Context, c comm.Communicator, opt Options) error {
 		}
 		return true
 	}
+	// closeComm closes a child once every member is done with it: Close
+	// is local, and a member that closes right after its last Send
+	// completed may leave a peer still receiving that message (shm then
+	// reports the closed peer instead of delivering it), so the members
+	// meet in a Barrier first, as a program would before tearing a group
+	// down.
 	closeComm := func(cc comm.Communicator, what string) {
-		if cc != nil {
-			if err := cc.Close(); err != nil {
-				r.fail(what, "Close: %v", err)
-			}
+		if cc == nil {
+			return
+		}
+		bctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		if err := cc.Barrier(bctx); err != nil {
+			r.fail(what, "Barrier before Close: %v", err)
+		}
+		if err := cc.Close(); err != nil {
+			r.fail(what, "Close: %v", err)
 		}
 	}
 	var byParity comm.Communicator
