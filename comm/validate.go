@@ -18,20 +18,7 @@ func Validate(c Call, rank, size int) error {
 		return bad("root", "%d is out of range [0, %d)", c.Root, size)
 	}
 	isRoot := c.Kind.Rooted() && c.Root == rank
-	// Which buffers this rank uses; the others are ignored and may be zero.
-	useSend, useRecv := true, true
-	switch c.Kind {
-	case KindBarrier:
-		useSend, useRecv = false, false
-	case KindSend:
-		useRecv = false
-	case KindRecv:
-		useSend = false
-	case KindReduce, KindGather:
-		useRecv = isRoot
-	case KindScatter:
-		useSend = isRoot
-	}
+	useSend, useRecv := c.Uses(rank)
 	for _, b := range []struct {
 		name string
 		use  bool
@@ -118,6 +105,33 @@ func Validate(c Call, rank, size int) error {
 		return bad("recv", "%v cannot run in place: give it separate send and recv buffers", c.Kind)
 	}
 	return nil
+}
+
+// Uses reports which of c's buffers the given rank uses (Broadcast: both,
+// they are one buffer); the others are ignored and may be zero.
+func (c Call) Uses(rank int) (send, recv bool) {
+	isRoot := c.Kind.Rooted() && c.Root == rank
+	switch c.Kind {
+	case KindBarrier:
+		return false, false
+	case KindSend:
+		return true, false
+	case KindRecv:
+		return false, true
+	case KindReduce, KindGather:
+		return true, isRoot
+	case KindScatter:
+		return isRoot, true
+	}
+	return true, true
+}
+
+// WithoutBuffers is c with no buffers (or counts): a call its communicator
+// rejects with an *ArgError on this rank while telling the peers, which is
+// how a composed communicator keeps its parts aligned after a rank's own
+// bad argument (the hierarchy's phases, nccl.Staged).
+func (c Call) WithoutBuffers() Call {
+	return Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
 }
 
 // inPlaceBlock reports whether c is the in-place form of AllGather (send is

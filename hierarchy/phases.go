@@ -63,16 +63,9 @@ func (x *phases) start(p part, c comm.Call) pending {
 	case x.fatal != nil:
 		return pending{}
 	case x.abandoned != nil:
-		return pending{p: p, w: p.c.Start(x.ctx, poison(c)), poisoned: true}
+		return pending{p: p, w: p.c.Start(x.ctx, c.WithoutBuffers()), poisoned: true}
 	}
 	return pending{p: p, w: p.c.Start(x.ctx, c)}
-}
-
-// poison is c with no buffers: its part rejects it with an *comm.ArgError
-// here and tells the peers, who abandon the operation too. (Barrier has no
-// arguments to reject; no collective that can be abandoned uses it.)
-func poison(c comm.Call) comm.Call {
-	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
 }
 
 // wait waits for an operation and reports whether the collective is still

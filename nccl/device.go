@@ -192,6 +192,29 @@ func (d *Device) Read(dst []byte, b comm.Buffer) error {
 	})
 }
 
+// checkCall rejects a call's buffers that this device cannot serve: memory
+// of another device, and host memory unless hostOK. who says what is
+// asking, for the error ("the NCCL communicator").
+func (d *Device) checkCall(c comm.Call, who string, hostOK bool) error {
+	for _, b := range []struct {
+		name string
+		buf  comm.Buffer
+	}{{"send", c.Send}, {"recv", c.Recv}} {
+		switch {
+		case b.buf.IsZero():
+		case b.buf.OnHost():
+			if !hostOK {
+				return &comm.ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf(
+					"is host memory (%v) but %s moves device memory; allocate it with nccl.Device.Alloc (or pass a CUDA pointer with comm.Device), or use a host communicator (shm, nexar)", b.buf, who)}
+			}
+		case b.buf.Device() != d.ordinal && b.buf.Len() > 0:
+			return &comm.ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf(
+				"is memory of device %d but %s of this rank is on %v", b.buf.Device(), who, d)}
+		}
+	}
+	return nil
+}
+
 // mine checks that b is memory of this device.
 func (d *Device) mine(b comm.Buffer, what string) error {
 	if b.OnHost() || (b.Device() != d.ordinal && b.ByteLen() > 0) {
@@ -319,13 +342,13 @@ func (d *Device) copyDevice(dst, src comm.Buffer) error {
 	})
 }
 
-// hostOp runs f on host copies of the device buffers bufs (page-locked,
-// read from the device first) and writes back those listed in out. It is
-// how the few local steps that need arithmetic on device data (Avg's
-// division on sizes that are not a power of two, the prefix of Scan and
-// ExScan) run without device kernels, which a cgo-free build cannot
-// compile.
-func (d *Device) hostOp(bufs []comm.Buffer, out []bool, f func(host [][]byte) error) error {
+// hostOp runs f on page-locked host copies of the device buffers bufs:
+// those marked in are read from the device first, those marked out are
+// written back after f. It is how the few local steps that need
+// arithmetic on device data (Avg's division on sizes that are not a power
+// of two, the combine of Scan, ExScan and float Min/Max) run without
+// device kernels, which a cgo-free build cannot compile.
+func (d *Device) hostOp(bufs []comm.Buffer, in, out []bool, f func(host [][]byte) error) error {
 	pins := make([]pinnedBuf, len(bufs))
 	defer func() {
 		for _, p := range pins {
@@ -339,8 +362,10 @@ func (d *Device) hostOp(bufs []comm.Buffer, out []bool, f func(host [][]byte) er
 			return err
 		}
 		pins[i], host[i] = p, p.bytes
-		if err := d.toHost(p, b); err != nil {
-			return err
+		if in[i] {
+			if err := d.toHost(p, b); err != nil {
+				return err
+			}
 		}
 	}
 	if err := f(host); err != nil {

@@ -43,7 +43,7 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	}
 	verr := comm.Validate(call, c.rank, c.size)
 	if verr == nil {
-		verr = c.checkMemory(call)
+		verr = c.dev.checkCall(call, "the NCCL communicator", false)
 	}
 	t := &task{ctx: ctx, call: call, verr: verr, work: comm.NewWork()}
 	c.startMu.Lock()
@@ -86,27 +86,6 @@ func (c *Comm) finish(t *task, err error) {
 	c.inFlight--
 	c.mu.Unlock()
 	t.work.Complete(err)
-}
-
-// checkMemory rejects buffers that are not memory of this Comm's device.
-func (c *Comm) checkMemory(call comm.Call) error {
-	for _, b := range []struct {
-		name string
-		buf  comm.Buffer
-	}{{"send", call.Send}, {"recv", call.Recv}} {
-		if b.buf.IsZero() {
-			continue
-		}
-		if b.buf.OnHost() {
-			return &comm.ArgError{Kind: call.Kind, Arg: b.name, Problem: fmt.Sprintf(
-				"is host memory (%v) but the NCCL communicator moves device memory; allocate it with nccl.Device.Alloc (or pass a CUDA pointer with comm.Device), or use a host communicator (shm, nexar)", b.buf)}
-		}
-		if b.buf.Device() != c.dev.ordinal && b.buf.Len() > 0 {
-			return &comm.ArgError{Kind: call.Kind, Arg: b.name, Problem: fmt.Sprintf(
-				"is memory of device %d but this rank's NCCL communicator is on %v", b.buf.Device(), c.dev)}
-		}
-	}
-	return nil
 }
 
 // A record is what every rank compares before NCCL sees a collective:
@@ -187,7 +166,7 @@ func (c *Comm) launcher() {
 	for t := range c.launchQ {
 		if closed, aborted := c.state(); closed || aborted != nil {
 			// The control's check may wait for peers forever: don't.
-			t.err = c.stateError(t, closed, aborted)
+			t.err = c.stateError(t, aborted)
 			c.completeQ <- t
 			continue
 		}
@@ -227,7 +206,7 @@ func (c *Comm) launcher() {
 
 // stateError is the error of a task that reaches a closed or aborted
 // communicator.
-func (c *Comm) stateError(t *task, closed bool, aborted error) error {
+func (c *Comm) stateError(t *task, aborted error) error {
 	if aborted != nil {
 		return c.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted})
 	}

@@ -48,7 +48,7 @@ func (c *Comm) launch(t *task) error {
 		op = ncclSum
 		if out := call.ResultAt(c.rank); !out.IsZero() {
 			t.post = func() error {
-				return c.dev.hostOp([]comm.Buffer{out}, []bool{true}, func(h [][]byte) error {
+				return c.dev.hostOp([]comm.Buffer{out}, []bool{true}, []bool{true}, func(h [][]byte) error {
 					comm.FinishAvg(out.DType(), h[0], c.size)
 					return nil
 				})
@@ -284,7 +284,7 @@ func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buf
 	es := dt.Size()
 	return func() error {
 		if k == 0 {
-			return c.dev.hostOp([]comm.Buffer{dst}, []bool{true}, func(h [][]byte) error {
+			return c.dev.hostOp([]comm.Buffer{dst}, []bool{false}, []bool{true}, func(h [][]byte) error {
 				comm.FillIdentity(dt, op, h[0])
 				return nil
 			})
@@ -293,7 +293,7 @@ func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buf
 		if err != nil {
 			return err
 		}
-		return c.dev.hostOp([]comm.Buffer{all.Slice(0, k*n), dst}, []bool{false, true}, func(h [][]byte) error {
+		return c.dev.hostOp([]comm.Buffer{all.Slice(0, k*n), dst}, []bool{true, false}, []bool{false, true}, func(h [][]byte) error {
 			acc := h[1]
 			copy(acc, h[0][:n*es])
 			for j := 1; j < k; j++ {

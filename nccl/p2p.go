@@ -16,7 +16,7 @@ import (
 func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	err := comm.Validate(call, c.rank, c.size)
 	if err == nil {
-		err = c.checkMemory(call)
+		err = c.dev.checkCall(call, "the NCCL communicator", false)
 	}
 	if err == nil && call.Tag == math.MaxInt {
 		err = &comm.ArgError{Kind: call.Kind, Arg: "tag", Problem: fmt.Sprintf("%d is the one tag this communicator reserves", call.Tag)}

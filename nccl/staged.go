@@ -81,7 +81,7 @@ func (s *Staged) String() string {
 func (s *Staged) Start(ctx context.Context, call comm.Call) *comm.Work {
 	verr := comm.Validate(call, s.Rank(), s.Size())
 	if verr == nil {
-		verr = s.check(call)
+		verr = s.dev.checkCall(call, "the staging", true)
 	}
 	var ts []*staging
 	if pieces := s.pieces(call); verr == nil && len(pieces) > 1 {
@@ -179,40 +179,6 @@ func sliceCall(c comm.Call, off, n int) comm.Call {
 	return c
 }
 
-// check rejects device memory of another device.
-func (s *Staged) check(call comm.Call) error {
-	for _, b := range []struct {
-		name string
-		buf  comm.Buffer
-	}{{"send", call.Send}, {"recv", call.Recv}} {
-		if !b.buf.IsZero() && !b.buf.OnHost() && b.buf.Device() != s.dev.ordinal && b.buf.Len() > 0 {
-			return &comm.ArgError{Kind: call.Kind, Arg: b.name, Problem: fmt.Sprintf("is memory of device %d but this rank stages through %v", b.buf.Device(), s.dev)}
-		}
-	}
-	return nil
-}
-
-// uses reports which of call's buffers this rank reads (send) and writes
-// (recv), as comm.Validate defines them.
-func uses(call comm.Call, rank int) (send, recv bool) {
-	root := call.Kind.Rooted() && call.Root == rank
-	switch call.Kind {
-	case comm.KindBarrier:
-		return false, false
-	case comm.KindSend:
-		return true, false
-	case comm.KindRecv:
-		return false, true
-	case comm.KindReduce, comm.KindGather:
-		return true, root
-	case comm.KindScatter:
-		return root, true
-	case comm.KindBroadcast:
-		return root, true
-	}
-	return true, true
-}
-
 // device reports whether b is device memory with elements.
 func device(b comm.Buffer) bool { return !b.IsZero() && !b.OnHost() }
 
@@ -233,13 +199,10 @@ func (s *Staged) stageIn() {
 func (s *Staged) prepare(t *staging) {
 	c := t.call
 	if t.verr != nil {
-		t.host = poison(c)
+		t.host = c.WithoutBuffers()
 		return
 	}
-	useSend, useRecv := uses(c, s.Rank())
-	if c.Kind == comm.KindBroadcast {
-		useSend = true // Send and Recv are one buffer
-	}
+	useSend, useRecv := c.Uses(s.Rank())
 	if !device(c.Send) && !device(c.Recv) {
 		t.host = c
 		return
@@ -283,7 +246,7 @@ func (s *Staged) prepare(t *staging) {
 	}
 	if err != nil {
 		t.localFail = err
-		t.host = poison(c)
+		t.host = c.WithoutBuffers()
 		return
 	}
 	if device(c.Recv) && !useRecv {
@@ -291,12 +254,6 @@ func (s *Staged) prepare(t *staging) {
 	}
 	t.copyBack = device(c.Recv) && useRecv
 	t.host = h
-}
-
-// poison is c with no buffers (see hierarchy's phases: the part rejects
-// it here and tells the peers).
-func poison(c comm.Call) comm.Call {
-	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
 }
 
 // stageOut waits for each call and copies its result to the device, in

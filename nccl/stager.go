@@ -25,20 +25,7 @@ func NewStager(dev *Device) *Stager { return &Stager{dev: dev} }
 
 // Check rejects buffers that are not memory of the stager's device.
 func (s *Stager) Check(c comm.Call) error {
-	for _, b := range []struct {
-		name string
-		buf  comm.Buffer
-	}{{"send", c.Send}, {"recv", c.Recv}} {
-		switch {
-		case b.buf.IsZero():
-		case b.buf.OnHost():
-			return &comm.ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf(
-				"is host memory (%v) but this communicator runs NCCL inside nodes and moves device memory; allocate it with nccl.Device.Alloc (or pass a CUDA pointer with comm.Device)", b.buf)}
-		case b.buf.Device() != s.dev.ordinal && b.buf.Len() > 0:
-			return &comm.ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf("is memory of device %d but this rank runs on %v", b.buf.Device(), s.dev)}
-		}
-	}
-	return nil
+	return s.dev.checkCall(c, "this communicator (NCCL inside nodes)", false)
 }
 
 // Alloc returns n elements of like's dtype in device memory, valid until
@@ -90,7 +77,7 @@ func (s *Stager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 	if err != nil {
 		return err
 	}
-	return s.dev.hostOp([]comm.Buffer{dst, src}, []bool{true, false}, func(h [][]byte) error {
+	return s.dev.hostOp([]comm.Buffer{dst, src}, []bool{true, true}, []bool{true, false}, func(h [][]byte) error {
 		f(h[0], h[1])
 		return nil
 	})
@@ -98,7 +85,7 @@ func (s *Stager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 
 // FinishAvg divides every element of buf by n (on a host copy).
 func (s *Stager) FinishAvg(buf comm.Buffer, n int) error {
-	return s.dev.hostOp([]comm.Buffer{buf}, []bool{true}, func(h [][]byte) error {
+	return s.dev.hostOp([]comm.Buffer{buf}, []bool{true}, []bool{true}, func(h [][]byte) error {
 		comm.FinishAvg(buf.DType(), h[0], n)
 		return nil
 	})
