@@ -3,6 +3,7 @@ package comm
 import (
 	"cmp"
 	"context"
+	"slices"
 )
 
 // Communicator is a group of ranks that run collectives together.
@@ -84,6 +85,17 @@ type Aborter interface {
 	Abort(cause error)
 }
 
+// PeerFailer is a Communicator that can be told of a rank that an outside
+// failure detector (the cluster layer's membership) declared dead: its
+// operations waiting on that rank, and every later one, fail with a
+// *PeerError naming it, instead of waiting for the transport to notice.
+// rank is a rank of the world the communicator was made from (for a Split
+// child, of its parent's world); reports of this process's own rank, of
+// ranks out of range, and repeated reports change nothing.
+type PeerFailer interface {
+	PeerFailed(rank int, cause error)
+}
+
 // NoColor is the Split color of a rank that wants no new communicator.
 const NoColor = -1
 
@@ -92,64 +104,80 @@ type Starter interface {
 	Start(ctx context.Context, c Call) *Work
 }
 
-// Blocking implements the blocking methods of Communicator as Start + Wait.
-// An implementation embeds it, with S set to itself, and writes Start.
+// Runner is a Starter with a blocking form of Start that may run the
+// operation on the caller's goroutine (Exec.Do): Blocking uses it when S
+// has it.
+type Runner interface {
+	Starter
+	Run(ctx context.Context, c Call) error
+}
+
+// Blocking implements the blocking methods of Communicator as Start + Wait,
+// or as S.Run when S is a Runner. An implementation embeds it, with S set
+// to itself, and writes Start (and Run).
 type Blocking struct{ S Starter }
 
+func (b Blocking) do(ctx context.Context, c Call) error {
+	if r, ok := b.S.(Runner); ok {
+		return r.Run(ctx, c)
+	}
+	return b.S.Start(ctx, c).Wait()
+}
+
 func (b Blocking) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.S.Start(ctx, Call{Kind: KindAllReduce, Send: send, Recv: recv, Op: op}).Wait()
+	return b.do(ctx, Call{Kind: KindAllReduce, Send: send, Recv: recv, Op: op})
 }
 
 func (b Blocking) Broadcast(ctx context.Context, buf Buffer, root int) error {
-	return b.S.Start(ctx, Call{Kind: KindBroadcast, Send: buf, Recv: buf, Root: root}).Wait()
+	return b.do(ctx, Call{Kind: KindBroadcast, Send: buf, Recv: buf, Root: root})
 }
 
 func (b Blocking) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
-	return b.S.Start(ctx, Call{Kind: KindReduce, Send: send, Recv: recv, Op: op, Root: root}).Wait()
+	return b.do(ctx, Call{Kind: KindReduce, Send: send, Recv: recv, Op: op, Root: root})
 }
 
 func (b Blocking) AllGather(ctx context.Context, send, recv Buffer) error {
-	return b.S.Start(ctx, Call{Kind: KindAllGather, Send: send, Recv: recv}).Wait()
+	return b.do(ctx, Call{Kind: KindAllGather, Send: send, Recv: recv})
 }
 
 func (b Blocking) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.S.Start(ctx, Call{Kind: KindReduceScatter, Send: send, Recv: recv, Op: op}).Wait()
+	return b.do(ctx, Call{Kind: KindReduceScatter, Send: send, Recv: recv, Op: op})
 }
 
 func (b Blocking) AllToAll(ctx context.Context, send, recv Buffer) error {
-	return b.S.Start(ctx, Call{Kind: KindAllToAll, Send: send, Recv: recv}).Wait()
+	return b.do(ctx, Call{Kind: KindAllToAll, Send: send, Recv: recv})
 }
 
 func (b Blocking) AllToAllV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
-	return b.S.Start(ctx, Call{Kind: KindAllToAllV, Send: send, Recv: recv, SendCounts: sendCounts, RecvCounts: recvCounts}).Wait()
+	return b.do(ctx, Call{Kind: KindAllToAllV, Send: send, Recv: recv, SendCounts: sendCounts, RecvCounts: recvCounts})
 }
 
 func (b Blocking) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	return b.S.Start(ctx, Call{Kind: KindGather, Send: send, Recv: recv, Root: root}).Wait()
+	return b.do(ctx, Call{Kind: KindGather, Send: send, Recv: recv, Root: root})
 }
 
 func (b Blocking) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	return b.S.Start(ctx, Call{Kind: KindScatter, Send: send, Recv: recv, Root: root}).Wait()
+	return b.do(ctx, Call{Kind: KindScatter, Send: send, Recv: recv, Root: root})
 }
 
 func (b Blocking) Scan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.S.Start(ctx, Call{Kind: KindScan, Send: send, Recv: recv, Op: op}).Wait()
+	return b.do(ctx, Call{Kind: KindScan, Send: send, Recv: recv, Op: op})
 }
 
 func (b Blocking) ExScan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.S.Start(ctx, Call{Kind: KindExScan, Send: send, Recv: recv, Op: op}).Wait()
+	return b.do(ctx, Call{Kind: KindExScan, Send: send, Recv: recv, Op: op})
 }
 
 func (b Blocking) Send(ctx context.Context, buf Buffer, peer, tag int) error {
-	return b.S.Start(ctx, Call{Kind: KindSend, Send: buf, Peer: peer, Tag: tag}).Wait()
+	return b.do(ctx, Call{Kind: KindSend, Send: buf, Peer: peer, Tag: tag})
 }
 
 func (b Blocking) Recv(ctx context.Context, buf Buffer, peer, tag int) error {
-	return b.S.Start(ctx, Call{Kind: KindRecv, Recv: buf, Peer: peer, Tag: tag}).Wait()
+	return b.do(ctx, Call{Kind: KindRecv, Recv: buf, Peer: peer, Tag: tag})
 }
 
 func (b Blocking) Barrier(ctx context.Context) error {
-	return b.S.Start(ctx, Call{Kind: KindBarrier}).Wait()
+	return b.do(ctx, Call{Kind: KindBarrier})
 }
 
 // SplitLess orders the members of one Split color as Split defines it: by
@@ -162,4 +190,35 @@ func SplitLess(keyA, rankA, keyB, rankB int) int {
 		return c
 	}
 	return cmp.Compare(rankA, rankB)
+}
+
+// SplitMembers is the group of color in a Split where rank r passed
+// colors[r] and keys[r]: the ranks of that color, in the new
+// communicator's order (SplitLess). It is nil for NoColor.
+func SplitMembers(colors, keys []int, color int) []int {
+	if color == NoColor {
+		return nil
+	}
+	var ms []int
+	for r, c := range colors {
+		if c == color {
+			ms = append(ms, r)
+		}
+	}
+	slices.SortFunc(ms, func(a, b int) int { return SplitLess(keys[a], a, keys[b], b) })
+	return ms
+}
+
+// SplitGroups is every group of a Split (see SplitMembers), by color.
+func SplitGroups(colors, keys []int) map[int][]int {
+	groups := map[int][]int{}
+	for r, c := range colors {
+		if c != NoColor {
+			groups[c] = append(groups[c], r)
+		}
+	}
+	for _, ms := range groups {
+		slices.SortFunc(ms, func(a, b int) int { return SplitLess(keys[a], a, keys[b], b) })
+	}
+	return groups
 }

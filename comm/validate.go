@@ -189,3 +189,12 @@ func RequireHost(c Call) error {
 	}
 	return nil
 }
+
+// ValidateHost is Validate, then RequireHost: the checks of a communicator
+// that moves host memory.
+func ValidateHost(c Call, rank, size int) error {
+	if err := Validate(c, rank, size); err != nil {
+		return err
+	}
+	return RequireHost(c)
+}

@@ -7,10 +7,10 @@ import (
 // run executes one collective (see the package doc for the algorithms).
 func (h *Comm) run(t *task) error {
 	defer h.cfg.Stager.Reset()
-	c := t.call
-	x := &phases{h: h, ctx: t.ctx, kind: c.Kind, seq: t.seq, sig: c.Signature()}
-	if t.verr != nil {
-		x.abandoned = h.opError(c.Kind, t.seq, -1, t.verr)
+	c := t.Call
+	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: c.Signature()}
+	if t.Err != nil {
+		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
 		c = h.shapeOf(c)
 	}
 	op := c.Op

@@ -109,26 +109,18 @@ type Comm struct {
 	intraRanks, railRanks []int
 	log                   *slog.Logger
 
+	exec *comm.Exec[splitRun] // numbers and runs the collectives and Splits
+
 	mu      sync.Mutex // guards the fields below
-	seq     uint64     // collectives started (Split included)
-	queue   []*task    // started, not yet run by the executor
-	wake    chan struct{}
 	closed  bool
 	aborted error // the first failure that aborted the hierarchy
-	running bool  // the executor goroutine exists
-	done    chan struct{}
 }
 
-// task is a collective or Split waiting for the executor.
-type task struct {
-	ctx  context.Context
-	call comm.Call
-	seq  uint64
-	verr error
-	work *comm.Work
-	// split, when set, runs instead of a call.
-	split func(ctx context.Context) error
-}
+// task is a collective or Split on the executor; X, when set, is a Split,
+// run instead of a call.
+type task = comm.Task[splitRun]
+
+type splitRun func(t *task) error
 
 // New returns the hierarchical communicator of cfg's rank. It checks that
 // the parts match the topology (sizes and ranks) and fails with an error
@@ -169,10 +161,14 @@ func New(cfg Config) (*Comm, error) {
 		world: cfg.World, intra: cfg.Intra, rail: cfg.Rail,
 		intraRanks: t.Nodes()[node].Ranks,
 		log:        cfg.Logger,
-		wake:       make(chan struct{}, 1),
-		done:       make(chan struct{}),
 	}
 	h.Blocking = comm.Blocking{S: h}
+	h.exec = comm.NewExec(comm.ExecConfig[splitRun]{
+		Run: h.runTask,
+		Refuse: func(t *task, err error) error {
+			return h.opError(t.Call.Kind, t.Seq, -1, err)
+		},
+	})
 	h.flat = t.NumNodes() == 1 || (homogeneous && g == 1)
 	h.rails = t.Rails()
 	h.railRanks = h.rails[local]
@@ -277,71 +273,44 @@ func (h *Comm) String() string {
 }
 
 // Start implements comm.Communicator. Collectives run one at a time, in
-// the order they were started, on an executor goroutine; Send and Recv go
-// straight to the part that reaches the peer.
+// the order they were started (comm.Exec: on the caller's goroutine when it
+// blocks and nothing else is queued); Send and Recv go straight to the part
+// that reaches the peer.
 func (h *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return h.startP2P(ctx, call)
 	}
-	verr := comm.Validate(call, h.rank, h.size)
-	if verr == nil {
-		verr = h.cfg.Stager.Check(call)
-	}
-	return h.enqueue(&task{ctx: ctx, call: call, verr: verr})
+	return h.exec.Start(ctx, call, h.check(call), nil)
 }
 
-// enqueue numbers t and hands it to the executor.
-func (h *Comm) enqueue(t *task) *comm.Work {
-	t.work = comm.NewWork()
+// Run implements comm.Runner: the blocking form of Start.
+func (h *Comm) Run(ctx context.Context, call comm.Call) error {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return h.startP2P(ctx, call).Wait()
+	}
+	return h.exec.Do(ctx, call, h.check(call), nil)
+}
+
+// check is this rank's own verdict on call's arguments.
+func (h *Comm) check(call comm.Call) error {
+	if err := comm.Validate(call, h.rank, h.size); err != nil {
+		return err
+	}
+	return h.cfg.Stager.Check(call)
+}
+
+// runTask runs a task on the executor.
+func (h *Comm) runTask(t *task) error {
 	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		t.work.Complete(h.opError(t.call.Kind, 0, -1, comm.ErrClosed))
-		return t.work
-	}
-	h.seq++
-	t.seq = h.seq
-	h.queue = append(h.queue, t)
-	if !h.running {
-		h.running = true
-		go h.execute()
-	}
+	aborted := h.aborted
 	h.mu.Unlock()
-	select {
-	case h.wake <- struct{}{}:
-	default:
+	switch {
+	case aborted != nil && t.Err == nil:
+		return h.opError(t.Call.Kind, t.Seq, -1, &comm.AbortedError{Cause: aborted})
+	case t.X != nil:
+		return t.X(t)
 	}
-	return t.work
-}
-
-// execute runs the queued tasks in order until Close.
-func (h *Comm) execute() {
-	defer close(h.done)
-	for {
-		h.mu.Lock()
-		if len(h.queue) == 0 {
-			if h.closed {
-				h.mu.Unlock()
-				return
-			}
-			h.mu.Unlock()
-			<-h.wake
-			continue
-		}
-		t := h.queue[0]
-		h.queue[0] = nil // the task's buffers and context are not kept alive
-		h.queue = h.queue[1:]
-		aborted := h.aborted // (Close empties the queue: a task here is not closed)
-		h.mu.Unlock()
-		switch {
-		case aborted != nil && t.verr == nil:
-			t.work.Complete(h.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted}))
-		case t.split != nil:
-			t.work.Complete(t.split(t.ctx))
-		default:
-			t.work.Complete(h.run(t))
-		}
-	}
+	return h.run(t)
 }
 
 // opError wraps err as an error of this rank's operation.
@@ -374,12 +343,6 @@ func (h *Comm) abort(cause error) {
 // with cause on every rank.
 func (h *Comm) Abort(cause error) { h.abort(cause) }
 
-// peerFailer is a part that can be told of a rank an outside failure
-// detector declared dead (nexar.Comm).
-type peerFailer interface {
-	PeerFailed(rank int, cause error)
-}
-
 // PeerFailed reports that the process of global rank peer is gone, as the
 // cluster layer's failure detector saw it: the world part (and with it
 // every communicator split from it) is told, and the hierarchy is aborted
@@ -388,7 +351,7 @@ func (h *Comm) PeerFailed(peer int, cause error) {
 	if peer < 0 || peer >= h.size || peer == h.rank {
 		return
 	}
-	if pf, ok := h.world.(peerFailer); ok {
+	if pf, ok := h.world.(comm.PeerFailer); ok {
 		pf.PeerFailed(peer, cause)
 	}
 	h.abort(&comm.PeerError{Peer: peer, Addr: h.topo.Member(peer).Addr, Err: cause})
@@ -408,26 +371,15 @@ func (h *Comm) Close() error {
 		return nil
 	}
 	h.closed = true
-	queued := h.queue
-	h.queue = nil
-	running := h.running
 	h.mu.Unlock()
-	for _, t := range queued {
-		t.work.Complete(h.opError(t.call.Kind, t.seq, -1, comm.ErrClosed))
-	}
+	h.exec.Close()
 	var errs []error
 	for _, p := range h.partsOwned() {
 		if err := p.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if running {
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-		<-h.done
-	}
+	h.exec.Wait()
 	// The executor has ended: nothing uses the Stager any more.
 	if c, ok := h.cfg.Stager.(interface{ Close() }); ok && h.ownStager {
 		c.Close()

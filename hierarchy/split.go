@@ -21,29 +21,29 @@ import (
 // one rank per node the world part's.
 func (h *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	var out comm.Communicator
-	t := &task{ctx: ctx, call: comm.Call{Kind: comm.KindSplit}}
+	var verr error
 	switch {
 	case color < 0 && color != comm.NoColor:
-		t.verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "color", Problem: fmt.Sprintf("%d is negative; use a color ≥ 0, or comm.NoColor (%d) to take part without joining", color, comm.NoColor)}
+		verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "color", Problem: fmt.Sprintf("%d is negative; use a color ≥ 0, or comm.NoColor (%d) to take part without joining", color, comm.NoColor)}
 	case h.childStager() == nil:
-		t.verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "Config.NewStager", Problem: fmt.Sprintf(
+		verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "Config.NewStager", Problem: fmt.Sprintf(
 			"is nil, and the child cannot share this communicator's Stager (%T: it serves one executor); set Config.NewStager", h.cfg.Stager)}
 	}
-	t.split = func(ctx context.Context) error {
+	split := func(t *task) error {
 		var err error
-		out, err = h.split(ctx, t, color, key)
+		out, err = h.split(t.Ctx, t, color, key)
 		return err
 	}
-	if err := h.enqueue(t).Wait(); err != nil {
+	if err := h.exec.Do(ctx, comm.Call{Kind: comm.KindSplit}, verr, split); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communicator, error) {
-	x := &phases{h: h, ctx: ctx, kind: comm.KindSplit, seq: t.seq, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}}
-	if t.verr != nil {
-		x.abandoned = h.opError(comm.KindSplit, t.seq, -1, t.verr)
+	x := &phases{h: h, ctx: ctx, kind: comm.KindSplit, seq: t.Seq, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}}
+	if t.Err != nil {
+		x.abandoned = h.opError(comm.KindSplit, t.Seq, -1, t.Err)
 	}
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*h.size)
@@ -58,19 +58,17 @@ func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communi
 	// could be aborted by a fast member's failure in the child before a
 	// slow one has built its rails). Rail colors number the (child, local
 	// rank) pairs in order.
-	groups := map[int][]int{}
+	colors, keys := make([]int, h.size), make([]int, h.size)
 	for r := range h.size {
-		if c := int(all[2*r]); c != comm.NoColor {
-			groups[c] = append(groups[c], r)
-		}
+		colors[r], keys[r] = int(all[2*r]), int(all[2*r+1])
 	}
+	groups := comm.SplitGroups(colors, keys)
 	type place struct{ node, local int }
 	places := make([]place, h.size)
 	newRank, railColor := -1, comm.NoColor
 	railBase := 0
 	for _, c := range slices.Sorted(maps.Keys(groups)) {
 		ms := groups[c]
-		slices.SortFunc(ms, func(a, b int) int { return comm.SplitLess(int(all[2*a+1]), a, int(all[2*b+1]), b) })
 		nodes, locals := map[string]int{}, map[string]int{}
 		rails := 0
 		for i, r := range ms {

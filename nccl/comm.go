@@ -61,8 +61,7 @@ type Comm struct {
 	own     bool        // the stream is the Comm's own
 	flag    comm.Buffer // one byte of device memory for Barrier
 
-	startMu sync.Mutex // orders Start: sequence numbers and the control's order
-	seq     uint64
+	exec *comm.Exec[*task] // numbers, sends the records, launches in order
 
 	mu       sync.Mutex // guards the fields below
 	closed   bool
@@ -71,9 +70,8 @@ type Comm struct {
 	slots    []*ncclComm   // out slots of failed splits, which NCCL may still write
 	scratch  []comm.Buffer // free device scratch, reused (cuMemFree may synchronize the device)
 
-	launchQ   chan *task
 	completeQ chan *task
-	stopped   chan struct{} // closed when launcher and completer have ended
+	stopped   chan struct{} // closed when the completer has ended
 	watchDone chan struct{}
 }
 
@@ -287,12 +285,12 @@ func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc nc
 		lib: d.lib, dev: d, th: th, control: control, watcher: w, cfg: cfg, log: cfg.Logger,
 		rank: control.Rank(), size: control.Size(), nc: nc,
 		stream:    cuStream(cfg.Stream),
-		launchQ:   make(chan *task, 4096),
 		completeQ: make(chan *task, 4096),
 		stopped:   make(chan struct{}),
 		watchDone: make(chan struct{}),
 	}
 	c.Blocking = comm.Blocking{S: c}
+	c.exec = c.newExec()
 	err := th.do(func() error {
 		if c.stream == 0 {
 			if r := c.lib.drv.StreamCreate(&c.stream, cuStreamNonBlocking); r != cudaSuccess {
@@ -311,11 +309,7 @@ func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc nc
 		}
 		return nil, err
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); c.launcher() }()
-	go func() { defer wg.Done(); c.completer() }()
-	go func() { wg.Wait(); close(c.stopped) }()
+	go func() { defer close(c.stopped); c.completer() }()
 	go c.watch()
 	return c, nil
 }
@@ -414,7 +408,7 @@ func (c *Comm) PeerFailed(peer int, cause error) {
 	if peer < 0 || peer >= c.size || peer == c.rank {
 		return
 	}
-	if pf, ok := c.control.(interface{ PeerFailed(int, error) }); ok {
+	if pf, ok := c.control.(comm.PeerFailer); ok {
 		pf.PeerFailed(peer, cause)
 	}
 	c.abort(&comm.PeerError{Peer: peer, Err: cause})
@@ -490,12 +484,12 @@ func (c *Comm) Close() error {
 	if busy {
 		c.abort(comm.ErrClosed)
 	}
-	c.startMu.Lock()
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	close(c.launchQ)
-	c.startMu.Unlock()
+	c.exec.Close()
+	c.exec.Wait() // the launch in progress, if any, hands its task on
+	close(c.completeQ)
 	<-c.stopped
 	err := c.control.Close()
 	<-c.watchDone

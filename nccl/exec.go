@@ -10,19 +10,27 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// task is one collective (or Split) on its way through the stages.
+// task is one collective (or Split) on its way through the stages: the
+// executor (comm.Exec) numbers it and sends its record to the control in
+// the order of the calls, runs its launch in that order (on the caller's
+// goroutine when it blocks and nothing is queued), and the completer ends
+// it, in order, once the GPU has.
 type task struct {
 	ctx  context.Context
 	call comm.Call
 	seq  uint64
-	verr error // this rank's own *comm.ArgError
-	work *comm.Work
+	verr error       // this rank's own *comm.ArgError
+	done func(error) // completes the task's Work (comm.Task.Detach)
 
 	// check is the control's AllGather of every rank's record; all is
 	// where it lands.
 	check *comm.Work
 	all   []byte
 
+	// admit, when set, runs with the executor's lock held once the task
+	// is numbered, before its record is sent (Split: the control's split,
+	// in its place among the collectives).
+	admit func() error
 	// split, when set, runs on the launcher instead of an NCCL operation
 	// (the control has already been split: child).
 	split func() error
@@ -41,51 +49,94 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	verr := comm.Validate(call, c.rank, c.size)
-	if verr == nil {
-		verr = c.dev.checkCall(call, "the NCCL communicator", false)
+	verr := c.check(call)
+	return c.exec.Start(ctx, call, verr, &task{ctx: ctx, call: call, verr: verr})
+}
+
+// Run implements comm.Runner: the blocking form of Start, which launches
+// the collective on the calling goroutine when nothing is queued.
+func (c *Comm) Run(ctx context.Context, call comm.Call) error {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return c.startP2P(ctx, call).Wait()
 	}
-	t := &task{ctx: ctx, call: call, verr: verr, work: comm.NewWork()}
-	c.startMu.Lock()
-	defer c.startMu.Unlock()
-	if !c.admit(t) {
-		return t.work
+	verr := c.check(call)
+	return c.exec.Do(ctx, call, verr, &task{ctx: ctx, call: call, verr: verr})
+}
+
+// check is this rank's own verdict on call's arguments.
+func (c *Comm) check(call comm.Call) error {
+	if err := comm.Validate(call, c.rank, c.size); err != nil {
+		return err
+	}
+	return c.dev.checkCall(call, "the NCCL communicator", false)
+}
+
+// newExec is the communicator's executor (see task).
+func (c *Comm) newExec() *comm.Exec[*task] {
+	return comm.NewExec(comm.ExecConfig[*task]{
+		Admit: func(et *comm.Task[*task]) error {
+			return c.admit(et.X, et.Seq)
+		},
+		Run: func(et *comm.Task[*task]) error {
+			t := et.X
+			t.done = et.Detach()
+			c.launcher(t)
+			return nil
+		},
+		Refuse: func(et *comm.Task[*task], err error) error {
+			t := et.X
+			if t.seq != 0 {
+				// Admitted, queued, and refused at Close.
+				c.release(t)
+			}
+			return c.opError(t.call.Kind, t.seq, -1, err)
+		},
+	})
+}
+
+// admit numbers t as seq and sends its record to the control, or fails it
+// when the communicator is closed or aborted. The executor's lock is held.
+func (c *Comm) admit(t *task, seq uint64) error {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return c.opError(t.call.Kind, 0, -1, comm.ErrClosed)
+	case c.aborted != nil:
+		aborted := c.aborted
+		c.mu.Unlock()
+		return c.opError(t.call.Kind, 0, -1, &comm.AbortedError{Cause: aborted})
+	}
+	t.seq = seq
+	c.inFlight++
+	c.mu.Unlock()
+	if t.admit != nil {
+		if err := t.admit(); err != nil {
+			c.release(t)
+			return err
+		}
 	}
 	mine := record(t, c.size)
 	t.all = make([]byte, len(mine)*c.size)
-	t.check = c.control.Start(ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
-	c.launchQ <- t
-	return t.work
+	t.check = c.control.Start(t.ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
+	return nil
 }
 
-// admit numbers t, or fails it when the communicator is closed or
-// aborted. The caller holds startMu.
-func (c *Comm) admit(t *task) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		t.work.Complete(c.opError(t.call.Kind, 0, -1, comm.ErrClosed))
-		return false
-	case c.aborted != nil:
-		t.work.Complete(c.opError(t.call.Kind, 0, -1, &comm.AbortedError{Cause: c.aborted}))
-		return false
+// release gives back what t holds: its scratch and its place in inFlight.
+func (c *Comm) release(t *task) {
+	for _, b := range t.scratch {
+		c.releaseScratch(b)
 	}
-	c.seq++
-	t.seq = c.seq
-	c.inFlight++
-	return true
+	t.scratch = nil
+	c.mu.Lock()
+	c.inFlight--
+	c.mu.Unlock()
 }
 
 // finish completes t with err.
 func (c *Comm) finish(t *task, err error) {
-	for _, b := range t.scratch {
-		c.releaseScratch(b)
-	}
-	c.mu.Lock()
-	c.inFlight--
-	c.mu.Unlock()
-	t.work.Complete(err)
+	c.release(t)
+	t.done(err)
 }
 
 // A record is what every rank compares before NCCL sees a collective:
@@ -158,49 +209,43 @@ func (c *Comm) compare(t *task) (error, bool) {
 	return nil, false
 }
 
-// launcher takes the tasks in order: waits for the control's comparison,
-// then queues the NCCL operation and its event (or the split) and passes
-// the task to the completer.
-func (c *Comm) launcher() {
-	defer close(c.completeQ)
-	for t := range c.launchQ {
-		if closed, aborted := c.state(); closed || aborted != nil {
-			// The control's check may wait for peers forever: don't.
-			t.err = c.stateError(t, aborted)
-			c.completeQ <- t
-			continue
-		}
-		if err := t.check.Wait(); err != nil {
-			if errors.Is(err, comm.ErrInvalidArgument) || comm.PlainAbandon(err) {
-				t.err = c.opError(t.call.Kind, t.seq, -1, fmt.Errorf("comparing the call's arguments: %w", err))
-			} else if errors.Is(err, comm.ErrMismatch) {
-				// A peer found the mismatch first and aborted the control
-				// before this rank's comparison completed.
-				peer := comm.PeerOf(err)
-				t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: err.Error()})
-				c.abort(t.err)
-			} else {
-				t.err = c.opError(t.call.Kind, t.seq, comm.PeerOf(err), err)
-				c.abort(t.err)
-			}
-			c.completeQ <- t
-			continue
-		}
-		if err, fatal := c.compare(t); err != nil {
-			t.err = err
-			if fatal {
-				c.abort(errors.Unwrap(err))
-			}
-			c.completeQ <- t
-			continue
-		}
-		if t.split != nil {
-			t.err = t.split()
-		} else if err := c.launch(t); err != nil {
-			t.err = c.opError(t.call.Kind, t.seq, -1, err)
+// launcher runs on the executor, one task at a time in order: it waits
+// for the control's comparison, then queues the NCCL operation and its
+// event (or the split) and passes the task to the completer.
+func (c *Comm) launcher(t *task) {
+	defer func() { c.completeQ <- t }()
+	if closed, aborted := c.state(); closed || aborted != nil {
+		// The control's check may wait for peers forever: don't.
+		t.err = c.stateError(t, aborted)
+		return
+	}
+	if err := t.check.Wait(); err != nil {
+		if errors.Is(err, comm.ErrInvalidArgument) || comm.PlainAbandon(err) {
+			t.err = c.opError(t.call.Kind, t.seq, -1, fmt.Errorf("comparing the call's arguments: %w", err))
+		} else if errors.Is(err, comm.ErrMismatch) {
+			// A peer found the mismatch first and aborted the control
+			// before this rank's comparison completed.
+			peer := comm.PeerOf(err)
+			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: err.Error()})
+			c.abort(t.err)
+		} else {
+			t.err = c.opError(t.call.Kind, t.seq, comm.PeerOf(err), err)
 			c.abort(t.err)
 		}
-		c.completeQ <- t
+		return
+	}
+	if err, fatal := c.compare(t); err != nil {
+		t.err = err
+		if fatal {
+			c.abort(errors.Unwrap(err))
+		}
+		return
+	}
+	if t.split != nil {
+		t.err = t.split()
+	} else if err := c.launch(t); err != nil {
+		t.err = c.opError(t.call.Kind, t.seq, -1, err)
+		c.abort(t.err)
 	}
 }
 

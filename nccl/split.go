@@ -23,19 +23,18 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 		err := &comm.ArgError{Kind: comm.KindSplit, Arg: "color", Problem: fmt.Sprintf("%d is negative (use comm.NoColor to take no part)", color)}
 		return nil, c.opError(comm.KindSplit, 0, -1, err)
 	}
-	t := &task{ctx: ctx, call: comm.Call{Kind: comm.KindSplit}, work: comm.NewWork()}
+	t := &task{ctx: ctx, call: comm.Call{Kind: comm.KindSplit}}
 	var child comm.Communicator
 	var made *Comm
-	c.startMu.Lock()
-	if !c.admit(t) {
-		c.startMu.Unlock()
-		return nil, t.work.Wait()
-	}
-	sub, err := c.control.Split(ctx, color, key)
-	if err != nil {
-		c.startMu.Unlock()
-		c.finish(t, nil)
-		return nil, c.opError(comm.KindSplit, t.seq, -1, err)
+	var sub comm.Communicator
+	t.admit = func() error {
+		// The control's split, in its place among the control's
+		// collectives.
+		var err error
+		if sub, err = c.control.Split(ctx, color, key); err != nil {
+			return c.opError(comm.KindSplit, t.seq, -1, err)
+		}
+		return nil
 	}
 	t.split = func() error {
 		ncColor, ncKey := int32(ncclSplitNoColor), int32(0)
@@ -107,12 +106,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 	}
 	// The split's place among the collectives: every rank's record is
 	// compared like a collective's.
-	mine := record(t, c.size)
-	t.all = make([]byte, len(mine)*c.size)
-	t.check = c.control.Start(ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
-	c.launchQ <- t
-	c.startMu.Unlock()
-	if err := t.work.Wait(); err != nil {
+	if err := c.exec.Do(ctx, t.call, nil, t); err != nil {
 		return nil, err
 	}
 	return child, nil

@@ -3,7 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -32,11 +31,9 @@ type Staged struct {
 	dev        *Device
 	pieceBytes int
 
-	mu     sync.Mutex // guards closed and the send on in (the order of calls)
-	closed bool
-	in     chan *staging
-	out    chan *staging
-	done   chan struct{}
+	exec *comm.Exec[[]*staging] // runs the first stage of each call, in order
+	out  chan *staging
+	done chan struct{}
 }
 
 // staging is one call on its way through the stages.
@@ -44,7 +41,10 @@ type staging struct {
 	ctx  context.Context
 	call comm.Call // the caller's
 	verr error     // this rank's own argument error
-	work *comm.Work
+	// done, on a call's last piece, completes the call with its pieces'
+	// first error (first).
+	done  func(error)
+	first *error
 
 	host      comm.Call // the call as the host communicator runs it
 	sub       *comm.Work
@@ -57,9 +57,14 @@ type staging struct {
 // NewStaged returns inner, able to move device memory of dev. The Staged
 // owns inner: Close closes it.
 func NewStaged(inner comm.Communicator, dev *Device) *Staged {
-	s := &Staged{inner: inner, dev: dev, pieceBytes: StageChunkBytes, in: make(chan *staging, 4096), out: make(chan *staging, 4096), done: make(chan struct{})}
+	s := &Staged{inner: inner, dev: dev, pieceBytes: StageChunkBytes, out: make(chan *staging, 4096), done: make(chan struct{})}
 	s.Blocking = comm.Blocking{S: s}
-	go s.stageIn()
+	s.exec = comm.NewExec(comm.ExecConfig[[]*staging]{
+		Run: s.stageIn,
+		Refuse: func(t *comm.Task[[]*staging], err error) error {
+			return &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.Call.Kind, Err: err}
+		},
+	})
 	go s.stageOut()
 	return s
 }
@@ -79,43 +84,32 @@ func (s *Staged) String() string {
 
 // Start implements comm.Communicator.
 func (s *Staged) Start(ctx context.Context, call comm.Call) *comm.Work {
+	return s.exec.Start(ctx, call, nil, s.stagings(ctx, call))
+}
+
+// Run implements comm.Runner: the first stage runs on the calling
+// goroutine when nothing is queued.
+func (s *Staged) Run(ctx context.Context, call comm.Call) error {
+	return s.exec.Do(ctx, call, nil, s.stagings(ctx, call))
+}
+
+// stagings are the pieces call is staged as.
+func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
 	verr := comm.Validate(call, s.Rank(), s.Size())
 	if verr == nil {
 		verr = s.dev.checkCall(call, "the staging", true)
 	}
-	var ts []*staging
 	if pieces := s.pieces(call); verr == nil && len(pieces) > 1 {
 		if call.Kind == comm.KindReduce && call.Root != s.Rank() {
 			call.Recv = comm.Buffer{} // ignored here, and of any length
 		}
+		ts := make([]*staging, 0, len(pieces))
 		for _, p := range pieces {
-			ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1]), work: comm.NewWork()})
+			ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1])})
 		}
-	} else {
-		ts = []*staging{{ctx: ctx, call: call, verr: verr, work: comm.NewWork()}}
+		return ts
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return comm.Failed(&comm.OpError{Rank: s.Rank(), Peer: -1, Kind: call.Kind, Err: comm.ErrClosed})
-	}
-	for _, t := range ts {
-		s.in <- t
-	}
-	if len(ts) == 1 {
-		return ts[0].work
-	}
-	w := comm.NewWork()
-	go func() {
-		var first error
-		for _, t := range ts {
-			if err := t.work.Wait(); err != nil && first == nil {
-				first = err
-			}
-		}
-		w.Complete(first)
-	}()
-	return w
+	return []*staging{{ctx: ctx, call: call, verr: verr}}
 }
 
 // StageChunkBytes is the default piece size of a large AllReduce,
@@ -182,15 +176,19 @@ func sliceCall(c comm.Call, off, n int) comm.Call {
 // device reports whether b is device memory with elements.
 func device(b comm.Buffer) bool { return !b.IsZero() && !b.OnHost() }
 
-// stageIn copies each call's device inputs to host memory and starts the
-// call on the host communicator, in order.
-func (s *Staged) stageIn() {
-	defer close(s.out)
-	for t := range s.in {
-		s.prepare(t)
-		t.sub = s.inner.Start(t.ctx, t.host)
-		s.out <- t
+// stageIn, on the executor (one call at a time, in order), copies each
+// piece's device inputs to host memory, starts it on the host
+// communicator and hands it to the second stage, which completes the call.
+func (s *Staged) stageIn(t *comm.Task[[]*staging]) error {
+	first := new(error)
+	t.X[len(t.X)-1].done = t.Detach()
+	for _, p := range t.X {
+		s.prepare(p)
+		p.sub = s.inner.Start(p.ctx, p.host)
+		p.first = first
+		s.out <- p
 	}
+	return nil
 }
 
 // prepare builds t.host. A rejected call (or one whose copy failed) runs
@@ -275,7 +273,12 @@ func (s *Staged) stageOut() {
 		for _, p := range t.pins {
 			s.dev.freeHost(p)
 		}
-		t.work.Complete(err)
+		if err != nil && *t.first == nil {
+			*t.first = err
+		}
+		if t.done != nil {
+			t.done(*t.first)
+		}
 	}
 }
 
@@ -304,7 +307,7 @@ func (s *Staged) Abort(cause error) {
 // PeerFailed passes an outside failure detector's news to the host
 // communicator.
 func (s *Staged) PeerFailed(peer int, cause error) {
-	if pf, ok := s.inner.(interface{ PeerFailed(int, error) }); ok {
+	if pf, ok := s.inner.(comm.PeerFailer); ok {
 		pf.PeerFailed(peer, cause)
 	}
 }
@@ -312,15 +315,12 @@ func (s *Staged) PeerFailed(peer int, cause error) {
 // Close implements comm.Communicator: the host communicator is closed
 // (its calls in flight fail with comm.ErrClosed) and the stages end.
 func (s *Staged) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.exec.Close() {
 		return nil
 	}
-	s.closed = true
-	close(s.in)
-	s.mu.Unlock()
 	err := s.inner.Close()
+	s.exec.Wait() // the first stage in progress, if any, hands its pieces on
+	close(s.out)
 	<-s.done
 	return err
 }

@@ -21,10 +21,11 @@ type Comm struct {
 	index   []int // world rank → comm rank, or -1
 	rank    int
 	opt     Options
-	owner   bool           // the world Comm: Close closes the Transport
-	done    chan struct{}  // closed by Close: every wait ends with comm.ErrClosed
-	notes   sync.WaitGroup // control frames being sent (failure notices, probe answers); see note
-	notesMu sync.Mutex     // guards notesShut and orders notes.Add before Close's notes.Wait
+	owner   bool             // the world Comm: Close closes the Transport
+	exec    *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
+	done    chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
+	notes   sync.WaitGroup   // control frames being sent (failure notices, probe answers); see note
+	notesMu sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
 	// notesShut: Close is waiting for the notes, so no new one may start.
 	notesShut bool
 
@@ -78,6 +79,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		done:    make(chan struct{}),
 	}
 	c.Blocking = comm.Blocking{S: c}
+	c.exec = c.newExec()
 	for i := range c.index {
 		c.index[i] = -1
 	}
@@ -172,7 +174,7 @@ func (c *Comm) announceAbort(cause error) {
 		if _, dead := c.w.peerState(wr); dead != nil {
 			continue
 		}
-		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: failCode(cause)}, []byte(reason))
+		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: uint32(comm.FailCodeOf(cause))}, []byte(reason))
 	}
 }
 
@@ -180,6 +182,7 @@ func (c *Comm) announceAbort(cause error) {
 // comm.ErrClosed. Closing the world Comm closes its Transport (gracefully:
 // frames already sent are delivered first).
 func (c *Comm) Close() error {
+	c.exec.Close()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -217,58 +220,89 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	verr := comm.Validate(call, c.rank, c.Size())
-	if verr == nil {
-		verr = comm.RequireHost(call)
-	}
-	return c.startCollective(ctx, call.Signature(), verr, func(o *op) error { return runCollective(o, call) })
+	return c.exec.Start(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), c.job(call))
 }
 
-// startCollective gives the collective its sequence number and runs it. A
-// collective whose arguments failed validation still takes its number, and
-// the peers are told, so they fail it too instead of waiting.
-func (c *Comm) startCollective(ctx context.Context, sig comm.Signature, verr error, run func(*op) error) *comm.Work {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return comm.Failed(&comm.OpError{Rank: c.rank, Peer: -1, Kind: sig.Kind, Comm: c.name, Err: comm.ErrClosed})
+// Run implements comm.Runner: the blocking form of Start, which runs the
+// collective on the calling goroutine.
+func (c *Comm) Run(ctx context.Context, call comm.Call) error {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return c.startP2P(ctx, call).Wait()
 	}
-	if c.aborted != nil && verr == nil {
-		// Refused, but still numbered and announced: a peer that has not
-		// heard of the failure yet must not wait for this rank.
-		verr = c.aborted
-	}
-	c.started++
-	o := c.newOp(ctx, c.started, sig)
-	if verr == nil {
-		// A rejected call is not registered: it takes its number and its
-		// peers are told, but no frame of theirs can be matched to it
-		// (they are dropped as late frames of a failed collective).
-		c.ops[o.seq] = o
-	}
-	ahead := c.ahead[o.seq]
-	delete(c.ahead, o.seq)
-	c.mu.Unlock()
+	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), c.job(call))
+}
 
-	w := comm.NewWork()
-	go func() {
-		var err error
-		switch {
-		case verr != nil:
-			o.fail(verr, true)
-		case ahead != nil && ahead.fail != nil:
-			o.fail(o.remoteFailure(*ahead.fail), true)
-		case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(sig, ahead.sig):
-			o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: sig, Remote: ahead.sig}, true)
-		default:
-			if err = run(o); err != nil {
-				o.fail(localFailure(err), true)
+// job is a collective on the executor: its Signature, its schedule, and
+// what Admit found for it.
+type job struct {
+	sig   comm.Signature
+	run   func(*op) error
+	o     *op
+	ahead *aheadMsg
+}
+
+func (c *Comm) job(call comm.Call) *job {
+	return &job{sig: call.Signature(), run: func(o *op) error { return runCollective(o, call) }}
+}
+
+// runCollective runs a collective that is not a comm.Call (Split) with
+// Signature sig and schedule run, on the calling goroutine.
+func (c *Comm) runCollective(ctx context.Context, sig comm.Signature, verr error, run func(*op) error) error {
+	return c.exec.Do(ctx, comm.Call{Kind: sig.Kind}, verr, &job{sig: sig, run: run})
+}
+
+// newExec is the communicator's executor. Collectives run concurrently,
+// each as soon as it is started (on the caller's goroutine when it
+// blocks): the sequence number fixed at Start keeps the ranks in step, and
+// frames carry it. A collective whose arguments failed validation still
+// takes its number, and the peers are told, so they fail it too instead of
+// waiting.
+func (c *Comm) newExec() *comm.Exec[*job] {
+	return comm.NewExec(comm.ExecConfig[*job]{
+		Concurrent: true,
+		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
+		Admit: func(t *comm.Task[*job]) error {
+			j := t.X
+			if c.aborted != nil && t.Err == nil {
+				// Refused, but still numbered and announced: a peer that
+				// has not heard of the failure yet must not wait for this
+				// rank.
+				t.Err = c.aborted
 			}
-		}
-		err = o.finish()
-		w.Complete(err)
-	}()
-	return w
+			c.started = t.Seq
+			j.o = c.newOp(t.Ctx, t.Seq, j.sig)
+			if t.Err == nil {
+				// A rejected call is not registered: it takes its number
+				// and its peers are told, but no frame of theirs can be
+				// matched to it (they are dropped as late frames of a
+				// failed collective).
+				c.ops[t.Seq] = j.o
+			}
+			j.ahead = c.ahead[t.Seq]
+			delete(c.ahead, t.Seq)
+			return nil
+		},
+		Run: func(t *comm.Task[*job]) error {
+			j := t.X
+			o, ahead := j.o, j.ahead
+			switch {
+			case t.Err != nil:
+				o.fail(t.Err, true)
+			case ahead != nil && ahead.fail != nil:
+				o.fail(o.remoteFailure(*ahead.fail), true)
+			case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(j.sig, ahead.sig):
+				o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: j.sig, Remote: ahead.sig}, true)
+			default:
+				if err := j.run(o); err != nil {
+					o.fail(localFailure(err), true)
+				}
+			}
+			return o.finish()
+		},
+		Refuse: func(t *comm.Task[*job], err error) error {
+			return &comm.OpError{Rank: c.rank, Peer: -1, Kind: t.X.sig.Kind, Comm: c.name, Err: err}
+		},
+	})
 }
 
 // refuseLocked is the error of a point-to-point call on a closed or
@@ -321,7 +355,7 @@ func (c *Comm) onData(f frame) {
 			if done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig) {
 				err := &comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: done.sig, Remote: f.h.Sig}
 				c.abort(err)
-				c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: failMismatch, Sig: done.sig}, []byte(err.Error()))
+				c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: uint32(comm.FailMismatch), Sig: done.sig}, []byte(err.Error()))
 			}
 			return
 		}
@@ -368,9 +402,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 func (c *Comm) onFail(f frame) {
 	defer putBuf(f.payload)
 	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
-		c.abort(&comm.RemoteError{Peer: f.src, Reason: "its side of the communicator was aborted: " + string(f.payload),
-			PeerFailed: f.h.Step == failPeer, Mismatch: f.h.Step == failMismatch,
-			Timeout: f.h.Step == failTimeout, Canceled: f.h.Step == failCanceled})
+		c.abort(comm.FailCode(f.h.Step).Remote(f.src, "its side of the communicator was aborted: "+string(f.payload)))
 		return
 	}
 	c.mu.Lock()
@@ -385,7 +417,7 @@ func (c *Comm) onFail(f frame) {
 		o.fail(o.remoteFailure(f), true)
 		return
 	}
-	if f.h.Step == failMismatch {
+	if comm.FailCode(f.h.Step) == comm.FailMismatch {
 		// This rank finished its part (it only sent) before a peer saw the
 		// mismatch: its next call reports it.
 		done := c.recent[f.h.Seq%uint64(len(c.recent))]
@@ -417,7 +449,7 @@ func (c *Comm) onProbe(f frame) {
 		o.fail(&comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}, true)
 	case o == nil && done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig):
 		reason := (&comm.MismatchError{Peer: c.rank, Seq: f.h.Seq, Local: f.h.Sig, Remote: done.sig}).Error()
-		c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: failMismatch, Sig: done.sig}, []byte(reason))
+		c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: uint32(comm.FailMismatch), Sig: done.sig}, []byte(reason))
 	}
 }
 
@@ -474,20 +506,17 @@ func sigMatch(a, b comm.Signature) bool {
 	return a == b
 }
 
-// errors.As helpers for the OpError's Peer.
+// peerOf is the peer an error names, for the OpError's Peer: the rank a
+// transport error happened with (a rank of this communicator; a
+// *comm.PeerError inside it may name a world rank), else comm.PeerOf.
 func peerOf(err error) int {
 	var me *comm.MismatchError
 	var re *comm.RemoteError
-	var pe *peerFault
-	switch {
-	case errors.As(err, &me):
-		return me.Peer
-	case errors.As(err, &re):
-		return re.Peer
-	case errors.As(err, &pe):
-		return pe.peer
+	var pf *peerFault
+	if !errors.As(err, &me) && !errors.As(err, &re) && errors.As(err, &pf) {
+		return pf.peer
 	}
-	return -1
+	return comm.PeerOf(err)
 }
 
 // peerFault ties an error to the comm rank it happened with, so the OpError

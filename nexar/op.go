@@ -10,34 +10,6 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// Why a rank ended a collective, in the Step of its FrameFail.
-const (
-	failOther uint32 = iota
-	failTimeout
-	failCanceled
-	failInvalid
-	failMismatch
-	failPeer // some rank failed (crashed, or declared dead)
-)
-
-// failCode is the FrameFail Step that tells peers why err ended a
-// collective (or, at sequence 0, the communicator).
-func failCode(err error) uint32 {
-	switch {
-	case errors.Is(err, comm.ErrInvalidArgument):
-		return failInvalid
-	case errors.Is(err, comm.ErrMismatch):
-		return failMismatch
-	case errors.Is(err, comm.ErrTimeout):
-		return failTimeout
-	case errors.Is(err, comm.ErrCanceled):
-		return failCanceled
-	case errors.Is(err, comm.ErrPeerFailed):
-		return failPeer
-	}
-	return failOther
-}
-
 // controlTimeout bounds the sending of failure notices and probe answers.
 const controlTimeout = 5 * time.Second
 
@@ -83,7 +55,7 @@ func (o *op) fail(err error, notify bool) {
 }
 
 func (o *op) notify(err error) {
-	why := failCode(err)
+	why := uint32(comm.FailCodeOf(err))
 	reason := err.Error()
 	if len(reason) > 4096 {
 		reason = reason[:4096]
@@ -106,17 +78,11 @@ func (o *op) notify(err error) {
 // remoteFailure turns a peer's failure notice into this rank's error.
 func (o *op) remoteFailure(f frame) error {
 	reason := string(f.payload)
-	switch f.h.Step {
-	case failMismatch:
+	code := comm.FailCode(f.h.Step)
+	if code == comm.FailMismatch {
 		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: reason}
-	case failTimeout:
-		return &comm.RemoteError{Peer: f.src, Reason: reason, Timeout: true}
-	case failCanceled:
-		return &comm.RemoteError{Peer: f.src, Reason: reason, Canceled: true}
-	case failPeer:
-		return &comm.RemoteError{Peer: f.src, Reason: reason, PeerFailed: true}
 	}
-	return &comm.RemoteError{Peer: f.src, Reason: reason}
+	return code.Remote(f.src, reason)
 }
 
 // localFailure classifies an error a schedule returned.

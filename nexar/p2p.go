@@ -20,10 +20,7 @@ func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	fail := func(err error) *comm.Work {
 		return comm.Failed(&comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: err})
 	}
-	if err := comm.Validate(call, c.rank, c.Size()); err != nil {
-		return fail(err)
-	}
-	if err := comm.RequireHost(call); err != nil {
+	if err := comm.ValidateHost(call, c.rank, c.Size()); err != nil {
 		return fail(err)
 	}
 	k := p2pKey{peer: call.Peer, tag: call.Tag}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -22,12 +21,12 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 	}
 	sig := comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}
 	var child *Comm
-	w := c.startCollective(ctx, sig, verr, func(o *op) error {
+	err := c.runCollective(ctx, sig, verr, func(o *op) error {
 		var err error
 		child, err = c.split(o, color, key)
 		return err
 	})
-	if err := w.Wait(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if child == nil {
@@ -51,17 +50,14 @@ func (c *Comm) split(o *op, color, key int) (*Comm, error) {
 	if color == comm.NoColor {
 		return nil, nil
 	}
-	type member struct{ key, rank int }
-	var group []member
+	colors, keys := make([]int, P), make([]int, P)
 	for i := range P {
-		if int(int64(binary.LittleEndian.Uint64(all[16*i:]))) == color {
-			group = append(group, member{key: int(int64(binary.LittleEndian.Uint64(all[16*i+8:]))), rank: i})
-		}
+		colors[i] = int(int64(binary.LittleEndian.Uint64(all[16*i:])))
+		keys[i] = int(int64(binary.LittleEndian.Uint64(all[16*i+8:])))
 	}
-	slices.SortFunc(group, func(a, b member) int { return comm.SplitLess(a.key, a.rank, b.key, b.rank) })
-	members := make([]int, len(group))
-	for i, m := range group {
-		members[i] = c.members[m.rank]
+	members := comm.SplitMembers(colors, keys, color)
+	for i, r := range members {
+		members[i] = c.members[r]
 	}
 	h := fnv.New64a()
 	var b [24]byte

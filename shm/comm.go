@@ -34,18 +34,17 @@ type Comm struct {
 	inProcess bool
 	spin      int // busy checks before a wait yields (see spinChecks)
 
+	exec *comm.Exec[*op] // numbers and runs the collectives
+
 	mu      sync.Mutex // guards the fields below
-	seq     uint64     // sequence number of the last collective started
-	queue   []*op      // collectives started and not yet executed
-	running bool       // an executor owns x and drains queue
 	aborted error      // *comm.AbortedError, once an earlier failure aborted the communicator
 	closed  bool
 	splits  int // Split calls, for the children's names
 
-	x   execState // owned by the running executor (handed over under mu)
+	x   execState // owned by the running collective (see newExec)
 	p2p *p2pEngine
 
-	users   sync.WaitGroup // goroutines that touch the mapping: executors, the p2p engine, the heartbeat
+	users   sync.WaitGroup // goroutines that touch the mapping but the executor's: the p2p engine, the heartbeat, Abort
 	closing atomic.Bool    // set by Close: every wait ends with comm.ErrClosed
 	killed  atomic.Bool    // test hook: the rank behaves as a process that died
 	stopHB  chan struct{}
@@ -171,6 +170,7 @@ func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
 	}
 	c.mine = c.words[c.rank]
 	c.x = execState{watch: newWatch(c.size)}
+	c.exec = c.newExec()
 	c.p2p = newP2P(c)
 	c.users.Add(1)
 	go c.heartbeat(c.stopHB)
@@ -202,15 +202,12 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closed = true
-	queued := c.queue
-	c.queue = nil
 	c.mu.Unlock()
+	c.exec.Close()
 	c.closing.Store(true)
-	for _, o := range queued {
-		o.work.Complete(c.opError(o, comm.ErrClosed))
-	}
 	c.p2p.close()
 	close(c.stopHB)
+	c.exec.Wait()
 	c.users.Wait()
 	c.mu.Lock()
 	aborted := c.aborted != nil

@@ -13,8 +13,7 @@ type op struct {
 	call  comm.Call
 	sig   comm.Signature
 	seq   uint64
-	verr  error // why this rank refuses the call (a bad argument); it still takes its step
-	work  *comm.Work
+	verr  error    // why this rank refuses the call (a bad argument); it still takes its step
 	split *splitOp // Split only
 }
 
@@ -27,6 +26,24 @@ type execState struct {
 	watch *watch
 }
 
+// newExec is the communicator's executor: one collective at a time, in
+// the order they were started, on the goroutine of a blocking call when
+// nothing else is queued (no hand-off, for latency), else on a goroutine
+// that drains the queue. The running task owns c.x (handed over under the
+// executor's lock).
+func (c *Comm) newExec() *comm.Exec[*op] {
+	return comm.NewExec(comm.ExecConfig[*op]{
+		Run: func(t *comm.Task[*op]) error {
+			t.X.seq = t.Seq
+			return c.execute(t.X)
+		},
+		Refuse: func(t *comm.Task[*op], err error) error {
+			t.X.seq = t.Seq
+			return c.opError(t.X, err)
+		},
+	})
+}
+
 // Start implements comm.Communicator. A collective's sequence number is
 // fixed here; Send and Recv go to the point-to-point engine.
 func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
@@ -34,108 +51,22 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 		return c.p2p.start(ctx, call)
 	}
 	o := c.newOp(ctx, call)
-	o.work = comm.NewWork()
-	if c.enqueue(o) {
-		go c.drain(nil)
+	return c.exec.Start(ctx, call, o.verr, o)
+}
+
+// Run implements comm.Runner: the blocking form of Start, which runs the
+// collective on the calling goroutine when it can (comm.Exec.Do).
+func (c *Comm) Run(ctx context.Context, call comm.Call) error {
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		return c.p2p.start(ctx, call).Wait()
 	}
-	return o.work
+	o := c.newOp(ctx, call)
+	return c.exec.Do(ctx, call, o.verr, o)
 }
 
 // newOp checks call on its own; a bad call is refused when it runs.
 func (c *Comm) newOp(ctx context.Context, call comm.Call) *op {
-	verr := comm.Validate(call, c.rank, c.size)
-	if verr == nil {
-		verr = comm.RequireHost(call)
-	}
-	return &op{ctx: ctx, call: call, sig: call.Signature(), verr: verr}
-}
-
-// run is the blocking form of Start: when nothing is queued or running,
-// the calling goroutine takes the executor's place and runs the collective
-// itself, without a Work or a trip through the queue.
-func (c *Comm) run(ctx context.Context, call comm.Call) error {
-	o := c.newOp(ctx, call)
-	c.mu.Lock()
-	if !c.running && len(c.queue) == 0 && !c.closed {
-		c.seq++
-		o.seq = c.seq
-		c.running = true
-		c.users.Add(1)
-		c.mu.Unlock()
-		err := c.execute(o)
-		c.mu.Lock()
-		more := len(c.queue) > 0
-		if !more {
-			c.running = false
-		}
-		c.mu.Unlock()
-		if more {
-			go c.drain(nil) // the executor's place, and its count in users, go with it
-		} else {
-			c.users.Done()
-		}
-		return err
-	}
-	c.mu.Unlock()
-	o.work = comm.NewWork()
-	if c.enqueue(o) {
-		c.drain(o)
-	}
-	return o.work.Wait()
-}
-
-// enqueue numbers o and queues it; it reports whether the caller must
-// become the executor (none was running).
-func (c *Comm) enqueue(o *op) (execute bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		o.work.Complete(c.opError(o, comm.ErrClosed))
-		return false
-	}
-	c.seq++
-	o.seq = c.seq
-	c.queue = append(c.queue, o)
-	if c.running {
-		return false
-	}
-	c.running = true
-	c.users.Add(1)
-	return true
-}
-
-// drain executes the queue in order. With until set (a blocking call's own
-// op, first in the queue), it returns once until is done, handing what is
-// left to a new goroutine.
-func (c *Comm) drain(until *op) {
-	for {
-		c.mu.Lock()
-		if len(c.queue) == 0 {
-			c.running = false
-			c.mu.Unlock()
-			c.users.Done()
-			return
-		}
-		o := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
-		c.mu.Unlock()
-		o.work.Complete(c.execute(o))
-		if o == until {
-			c.mu.Lock()
-			more := len(c.queue) > 0
-			if !more {
-				c.running = false
-			}
-			c.mu.Unlock()
-			if more {
-				go c.drain(nil)
-			} else {
-				c.users.Done()
-			}
-			return
-		}
-	}
+	return &op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
 }
 
 // execute runs o on this rank and returns its error for the caller.
@@ -183,72 +114,5 @@ func (c *Comm) execute(o *op) error {
 
 // opError wraps err as the *comm.OpError of o.
 func (c *Comm) opError(o *op, err error) error {
-	return &comm.OpError{Rank: c.rank, Peer: peerOf(err), Kind: o.sig.Kind, Seq: o.seq, Comm: c.name, Err: err}
-}
-
-// peerOf is the peer an error names, or -1.
-func peerOf(err error) int {
-	var me *comm.MismatchError
-	var re *comm.RemoteError
-	var pe *comm.PeerError
-	switch {
-	case errors.As(err, &pe):
-		return pe.Peer
-	case errors.As(err, &me):
-		return me.Peer
-	case errors.As(err, &re):
-		return re.Peer
-	}
-	return -1
-}
-
-// The blocking forms run on the calling goroutine when they can (see run);
-// they shadow the comm.Blocking methods, which would always hand off.
-
-func (c *Comm) AllReduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindAllReduce, Send: send, Recv: recv, Op: op})
-}
-
-func (c *Comm) Broadcast(ctx context.Context, buf comm.Buffer, root int) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindBroadcast, Send: buf, Recv: buf, Root: root})
-}
-
-func (c *Comm) Reduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp, root int) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindReduce, Send: send, Recv: recv, Op: op, Root: root})
-}
-
-func (c *Comm) AllGather(ctx context.Context, send, recv comm.Buffer) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindAllGather, Send: send, Recv: recv})
-}
-
-func (c *Comm) ReduceScatter(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindReduceScatter, Send: send, Recv: recv, Op: op})
-}
-
-func (c *Comm) AllToAll(ctx context.Context, send, recv comm.Buffer) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindAllToAll, Send: send, Recv: recv})
-}
-
-func (c *Comm) AllToAllV(ctx context.Context, send comm.Buffer, sendCounts []int, recv comm.Buffer, recvCounts []int) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindAllToAllV, Send: send, Recv: recv, SendCounts: sendCounts, RecvCounts: recvCounts})
-}
-
-func (c *Comm) Gather(ctx context.Context, send, recv comm.Buffer, root int) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindGather, Send: send, Recv: recv, Root: root})
-}
-
-func (c *Comm) Scatter(ctx context.Context, send, recv comm.Buffer, root int) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindScatter, Send: send, Recv: recv, Root: root})
-}
-
-func (c *Comm) Scan(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindScan, Send: send, Recv: recv, Op: op})
-}
-
-func (c *Comm) ExScan(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindExScan, Send: send, Recv: recv, Op: op})
-}
-
-func (c *Comm) Barrier(ctx context.Context) error {
-	return c.run(ctx, comm.Call{Kind: comm.KindBarrier})
+	return &comm.OpError{Rank: c.rank, Peer: comm.PeerOf(err), Kind: o.sig.Kind, Seq: o.seq, Comm: c.name, Err: err}
 }

@@ -104,29 +104,6 @@ func (c *Comm) peerState(q int) error {
 	return &comm.PeerError{Peer: q, Err: errors.New("it is not attached")}
 }
 
-// Abort codes: why a rank aborted, in its abort record.
-const (
-	codeOther uint32 = iota
-	codeTimeout
-	codeCanceled
-	codePeerFailed
-	codeMismatch
-)
-
-func codeOf(err error) uint32 {
-	switch {
-	case errors.Is(err, comm.ErrPeerFailed):
-		return codePeerFailed
-	case errors.Is(err, comm.ErrMismatch):
-		return codeMismatch
-	case errors.Is(err, comm.ErrTimeout):
-		return codeTimeout
-	case errors.Is(err, comm.ErrCanceled):
-		return codeCanceled
-	}
-	return codeOther
-}
-
 // writeAbort publishes this rank's abort record and state, and wakes every
 // waiter of the segment so that none sleeps through it.
 func (c *Comm) writeAbort(cause error) {
@@ -139,7 +116,7 @@ func (c *Comm) writeAbort(cause error) {
 		text = pe.Err.Error()
 	}
 	n := copy(mem[base+aText:base+aText+abortText], text)
-	atomic.StoreUint32(u32At(mem, base+aCode), codeOf(cause))
+	atomic.StoreUint32(u32At(mem, base+aCode), uint32(comm.FailCodeOf(cause)))
 	atomic.StoreUint32(u32At(mem, base+aPeer), uint32(peer))
 	atomic.StoreUint32(u32At(mem, base+aLen), uint32(n))
 	atomic.StoreUint64(u64At(mem, base+aStep), atomic.LoadUint64(c.mine.posted))
@@ -170,13 +147,12 @@ func (c *Comm) abortedAt(q int) (uint64, bool) {
 // is q abandoning the collective.
 func (c *Comm) abortError(q int) error {
 	mem, base := c.seg.mem, c.seg.l.ctl(q)+cAbort
-	code := atomic.LoadUint32(u32At(mem, base+aCode))
+	code := comm.FailCode(atomic.LoadUint32(u32At(mem, base+aCode)))
 	peer := int(int32(atomic.LoadUint32(u32At(mem, base+aPeer))))
 	n := min(int(atomic.LoadUint32(u32At(mem, base+aLen))), abortText)
 	text := string(mem[base+aText : base+aText+n])
-	if code == codePeerFailed && peer >= 0 && peer < c.size && peer != c.rank {
+	if code == comm.FailPeer && peer >= 0 && peer < c.size && peer != c.rank {
 		return &comm.PeerError{Peer: peer, Err: fmt.Errorf("%s (seen by rank %d)", text, q)}
 	}
-	return &comm.RemoteError{Peer: q, Reason: "it aborted the communicator: " + text,
-		Timeout: code == codeTimeout, Canceled: code == codeCanceled, PeerFailed: code == codePeerFailed, Mismatch: code == codeMismatch}
+	return code.Remote(q, "it aborted the communicator: "+text)
 }

@@ -104,7 +104,7 @@ func (e *p2pEngine) opError(call comm.Call, err error) error {
 		err = comm.ContextError(err)
 	}
 	peer := call.Peer
-	if p := peerOf(err); p >= 0 {
+	if p := comm.PeerOf(err); p >= 0 {
 		peer = p
 	}
 	return &comm.OpError{Rank: e.c.rank, Peer: peer, Kind: call.Kind, Comm: e.c.name, Err: err}
@@ -113,10 +113,7 @@ func (e *p2pEngine) opError(call comm.Call, err error) error {
 // start begins a Send or Recv.
 func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
 	c := e.c
-	if err := comm.Validate(call, c.rank, c.size); err != nil {
-		return comm.Failed(e.opError(call, err))
-	}
-	if err := comm.RequireHost(call); err != nil {
+	if err := comm.ValidateHost(call, c.rank, c.size); err != nil {
 		return comm.Failed(e.opError(call, err))
 	}
 	e.mu.Lock()

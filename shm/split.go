@@ -27,15 +27,12 @@ type splitOp struct {
 // own.
 func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	o := &op{ctx: ctx, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2},
-		work: comm.NewWork(), split: &splitOp{color: color, key: key}}
+		split: &splitOp{color: color, key: key}}
 	if color < 0 && color != comm.NoColor {
 		o.verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "color",
 			Problem: fmt.Sprintf("%d is negative; use a color ≥ 0, or comm.NoColor (%d) to take part without joining", color, comm.NoColor)}
 	}
-	if c.enqueue(o) {
-		c.drain(o)
-	}
-	if err := o.work.Wait(); err != nil {
+	if err := c.exec.Do(ctx, comm.Call{Kind: comm.KindSplit}, o.verr, o); err != nil {
 		return nil, err
 	}
 	if o.split.child == nil {
@@ -51,28 +48,24 @@ func (c *Comm) splitSchedule(s *stepper) error {
 		return err
 	}
 	hdr := s.cur()
-	type member struct{ key, rank int }
-	var group []member
+	colors, keys := make([]int, c.size), make([]int, c.size)
 	for q := range c.size {
-		color, key := sp.color, sp.key
+		colors[q], keys[q] = sp.color, sp.key
 		if q != c.rank {
-			color, key = int(s.peerCount(q, hdr, 0)), int(s.peerCount(q, hdr, 1))
-		}
-		if color == sp.color && color != comm.NoColor {
-			group = append(group, member{key: key, rank: q})
+			colors[q], keys[q] = int(s.peerCount(q, hdr, 0)), int(s.peerCount(q, hdr, 1))
 		}
 	}
-	slices.SortFunc(group, func(a, b member) int { return comm.SplitLess(a.key, a.rank, b.key, b.rank) })
+	group := comm.SplitMembers(colors, keys, sp.color)
 	c.mu.Lock()
 	c.splits++
 	nth := c.splits
 	c.mu.Unlock()
 
 	// Step 2: the first rank of each group creates its segment.
-	childRank := slices.IndexFunc(group, func(m member) bool { return m.rank == c.rank })
+	childRank := slices.Index(group, c.rank)
 	creator := -1
 	if len(group) > 0 {
-		creator = group[0].rank
+		creator = group[0]
 	}
 	cfg := c.cfg
 	cfg.Rank, cfg.Size = childRank, len(group)

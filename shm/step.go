@@ -3,7 +3,6 @@ package shm
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -26,26 +25,9 @@ type stepper struct {
 	broken bool // a failure after this rank's header said go
 }
 
-// Header statuses.
-const (
-	statusGo uint32 = iota + 1
-	statusInvalid
-	statusTimeout
-	statusCanceled
-	statusOther
-)
-
-func statusOf(err error) uint32 {
-	switch {
-	case errors.Is(err, comm.ErrInvalidArgument):
-		return statusInvalid
-	case errors.Is(err, comm.ErrTimeout):
-		return statusTimeout
-	case errors.Is(err, comm.ErrCanceled):
-		return statusCanceled
-	}
-	return statusOther
-}
+// statusGo is the header status of a rank that takes part; a rank that
+// refuses the collective writes why, a comm.FailCode (always below it).
+const statusGo uint32 = 1 << 31
 
 // half is the size of a slot's part.
 func (s *stepper) half() int { return s.c.seg.l.slotBytes / 2 }
@@ -137,7 +119,7 @@ func (s *stepper) refuse(why error) error {
 		}
 	}
 	g := x.g + 1
-	s.writeMeta(g, statusOf(why), why.Error())
+	s.writeMeta(g, uint32(comm.FailCodeOf(why)), why.Error())
 	c.post(g)
 	x.g = g
 	return why
@@ -213,7 +195,7 @@ func (s *stepper) checkHeaders(g uint64) error {
 					Reported: fmt.Sprintf("rank %d was at collective #%d when this rank was at #%d", q, m.seq, s.o.seq)}
 			}
 		case m.status != statusGo:
-			return &comm.RemoteError{Peer: q, Reason: m.reason, Timeout: m.status == statusTimeout, Canceled: m.status == statusCanceled}
+			return comm.FailCode(m.status).Remote(q, m.reason)
 		case m.sig != s.o.sig:
 			if mismatch == nil {
 				mismatch = &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig, Remote: m.sig}

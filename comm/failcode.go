@@ -1,0 +1,46 @@
+package comm
+
+import "errors"
+
+// FailCode says, in a frame or a shared-memory record, why a rank ended a
+// collective or aborted a communicator, so that the peer that reads it
+// rebuilds an error of the same kind (RemoteError): errors.Is with
+// ErrTimeout, ErrCanceled, ErrPeerFailed and ErrMismatch holds on every
+// rank as on the one that failed. The values travel between processes:
+// never renumber them.
+type FailCode uint32
+
+const (
+	FailOther    FailCode = iota // none of the below
+	FailTimeout                  // its context's deadline passed
+	FailCanceled                 // its context was canceled
+	FailInvalid                  // it rejected its own arguments
+	FailMismatch                 // ranks disagreed on a collective
+	FailPeer                     // some rank failed (crashed, closed, was declared dead)
+)
+
+// FailCodeOf classifies err. A peer's failure comes first (a deadline that
+// passed because a rank died is that rank's failure), then a mismatch,
+// then the context's end, then a bad argument.
+func FailCodeOf(err error) FailCode {
+	switch {
+	case errors.Is(err, ErrPeerFailed):
+		return FailPeer
+	case errors.Is(err, ErrMismatch):
+		return FailMismatch
+	case errors.Is(err, ErrTimeout):
+		return FailTimeout
+	case errors.Is(err, ErrCanceled):
+		return FailCanceled
+	case errors.Is(err, ErrInvalidArgument):
+		return FailInvalid
+	}
+	return FailOther
+}
+
+// Remote is the error of a rank whose peer ended the collective (or
+// aborted the communicator) with code c, saying reason.
+func (c FailCode) Remote(peer int, reason string) *RemoteError {
+	return &RemoteError{Peer: peer, Reason: reason,
+		Timeout: c == FailTimeout, Canceled: c == FailCanceled, PeerFailed: c == FailPeer, Mismatch: c == FailMismatch}
+}
