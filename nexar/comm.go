@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -22,6 +23,7 @@ type Comm struct {
 	rank    int
 	opt     Options
 	owner   bool             // the world Comm: Close closes the Transport
+	sent    []atomic.Uint64  // data and point-to-point frames sent to each rank (FrameClosed)
 	exec    *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
 	done    chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
 	notes   sync.WaitGroup   // control frames being sent (failure notices, probe answers); see note
@@ -38,7 +40,14 @@ type Comm struct {
 	waiters map[mkey]chan frame  // receives waiting for a frame (buffered, capacity 1)
 	sendSeq map[p2pKey]uint64    // next message number to send, by (peer, tag)
 	recvSeq map[p2pKey]uint64    // next message number to receive, by (peer, tag)
-	aborted error                // set once: the failure that aborted the communicator
+	// got counts the data and point-to-point frames that arrived from each
+	// rank; left is, for a rank that closed its side, the number it sent
+	// (FrameClosed), else -1; leftCh is closed and replaced when a waiter
+	// may have to give up on such a rank.
+	got     []uint64
+	left    []int64
+	leftCh  chan struct{}
+	aborted error // set once: the failure that aborted the communicator
 	closed  bool
 	splits  uint64 // number of Split calls, for child names
 }
@@ -77,6 +86,13 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		sendSeq: map[p2pKey]uint64{},
 		recvSeq: map[p2pKey]uint64{},
 		done:    make(chan struct{}),
+		sent:    make([]atomic.Uint64, len(members)),
+		got:     make([]uint64, len(members)),
+		left:    make([]int64, len(members)),
+		leftCh:  make(chan struct{}),
+	}
+	for i := range c.left {
+		c.left[i] = -1
 	}
 	c.Blocking = comm.Blocking{S: c}
 	c.exec = c.newExec()
@@ -197,6 +213,9 @@ func (c *Comm) Close() error {
 	c.mu.Unlock()
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
+	}
+	if !c.owner {
+		c.announceClose()
 	}
 	c.notesMu.Lock()
 	c.notesShut = true
@@ -328,6 +347,7 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		c.onData(f)
 	case FrameP2P:
 		c.mu.Lock()
+		c.countLocked(src)
 		c.putLocked(mkey{kind: FrameP2P, seq: h.Seq, step: h.Step, src: int32(src), tag: h.Sig.Root}, f)
 		c.mu.Unlock()
 	case FrameFail:
@@ -336,6 +356,12 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		c.onProbe(f)
 	case FrameProbeReply:
 		c.onProbeReply(f)
+	case FrameClosed:
+		putBuf(payload)
+		c.mu.Lock()
+		c.left[src] = max(0, h.Sig.Count)
+		c.wakeLocked()
+		c.mu.Unlock()
 	default:
 		putBuf(payload)
 	}
@@ -343,6 +369,7 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 
 func (c *Comm) onData(f frame) {
 	c.mu.Lock()
+	c.countLocked(f.src)
 	if f.h.Seq <= c.started {
 		o := c.ops[f.h.Seq]
 		if o == nil {
@@ -373,6 +400,55 @@ func (c *Comm) onData(f frame) {
 	}
 	c.putLocked(mkey{kind: FrameData, seq: f.h.Seq, step: f.h.Step, src: int32(f.src)}, f)
 	c.mu.Unlock()
+}
+
+// countLocked counts a data or point-to-point frame from src; when src
+// has closed and this was its last, the waiters re-check.
+func (c *Comm) countLocked(src int) {
+	c.got[src]++
+	if c.goneLocked(src) {
+		c.wakeLocked()
+	}
+}
+
+func (c *Comm) wakeLocked() {
+	close(c.leftCh)
+	c.leftCh = make(chan struct{})
+}
+
+// goneLocked reports whether src closed its side and everything it sent
+// has arrived: a frame not here yet will never come.
+func (c *Comm) goneLocked(src int) bool {
+	return c.left[src] >= 0 && c.got[src] >= uint64(c.left[src])
+}
+
+// errCommClosed is why a wait for a rank that closed its side ended.
+var errCommClosed = errors.New("it closed its communicator")
+
+// announceClose tells every live peer that this rank closed its side and
+// how many frames it sent them, so a peer waiting for more gives up once
+// those have arrived (a child's peers would otherwise wait for their
+// deadline: the transport stays up for the parent).
+func (c *Comm) announceClose() {
+	for p, wr := range c.members {
+		if p == c.rank {
+			continue
+		}
+		if _, dead := c.w.peerState(wr); dead != nil {
+			continue
+		}
+		c.notifyLater(p, Header{Kind: FrameClosed, Comm: c.id, Sig: comm.Signature{Count: int64(c.sent[p].Load())}}, nil)
+	}
+}
+
+// sendFrame sends a data or point-to-point frame to peer, counted for
+// announceClose.
+func (c *Comm) sendFrame(ctx context.Context, peer int, h Header, payload []byte) error {
+	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
+		return err
+	}
+	c.sent[peer].Add(1)
+	return nil
 }
 
 func (c *Comm) aheadLocked(seq uint64) *aheadMsg {

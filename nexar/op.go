@@ -144,7 +144,7 @@ func (o *op) send(peer int, step uint32, payload []byte) error {
 func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error {
 	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
 	h.Sig.Count = count
-	if err := o.c.w.send(o.ctx, o.c.members[peer], h, payload); err != nil {
+	if err := o.c.sendFrame(o.ctx, peer, h, payload); err != nil {
 		return &peerFault{peer: peer, err: err}
 	}
 	return nil
@@ -205,9 +205,16 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 		if dead != nil && peer != c.rank {
 			return abandon(&peerFault{peer: peer, err: dead})
 		}
+		c.mu.Lock()
+		gone, left := c.goneLocked(peer), c.leftCh
+		c.mu.Unlock()
+		if gone && peer != c.rank {
+			return abandon(&peerFault{peer: peer, err: &comm.PeerError{Peer: peer, Err: errCommClosed}})
+		}
 		select {
 		case f := <-ch:
 			return f, nil
+		case <-left:
 		case <-ctx.Done():
 			return abandon(context.Cause(ctx))
 		case <-c.done:

@@ -83,7 +83,7 @@ func (c *Comm) sendMessage(ctx context.Context, call comm.Call, num uint64) erro
 			c.deliver(c.w.rank, h, cp)
 			continue
 		}
-		if err := c.w.send(ctx, c.members[call.Peer], h, piece); err != nil {
+		if err := c.sendFrame(ctx, call.Peer, h, piece); err != nil {
 			return err
 		}
 	}

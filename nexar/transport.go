@@ -27,6 +27,11 @@ const (
 	// FrameProbeReply answers a probe: Sig is the receiver's call at Seq, or
 	// zero when it has not started Seq yet (Step then holds its last started seq).
 	FrameProbeReply
+	// FrameClosed says the sender closed its side of the communicator (a
+	// Split child: a world's close is the transport's close protocol) after
+	// sending the receiver Sig.Count data and point-to-point frames on it:
+	// once those have arrived, nothing more will.
+	FrameClosed
 	frameKindEnd
 )
 
@@ -42,6 +47,8 @@ func (k FrameKind) String() string {
 		return "probe"
 	case FrameProbeReply:
 		return "probe-reply"
+	case FrameClosed:
+		return "closed"
 	}
 	return "frame(?)"
 }
