@@ -29,9 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
@@ -125,7 +123,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if l.WorldSize == 1 && !l.Inherited {
 		return initSingle(ctx, l, dev, opt, log)
 	}
-	gossip, data, err := bindSockets(l, log)
+	gossip, data, err := l.Bind(log)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
@@ -266,102 +264,6 @@ func (w *World) withDevice(dev *nccl.Device) *World {
 // buffers of this device (allocate them with Device.Alloc, or pass a CUDA
 // pointer with comm.Device).
 func (w *World) Device() *nccl.Device { return w.device }
-
-// bindSockets returns the gossip and data sockets: the ones the local
-// launcher handed over, or new ones on the address the launch names or the
-// interface selection picks.
-func bindSockets(l cluster.Launch, log *slog.Logger) (cluster.Sockets, cluster.DataSocket, error) {
-	if l.Inherited {
-		return cluster.LauncherSockets(l.Network)
-	}
-	ip, err := chooseIP(l, log)
-	if err != nil {
-		return cluster.Sockets{}, cluster.DataSocket{}, err
-	}
-	gossip, err := cluster.BindGossip(ip, l.GossipPort)
-	if err != nil {
-		return cluster.Sockets{}, cluster.DataSocket{}, err
-	}
-	data, err := cluster.BindData(l.Network, ip, 0)
-	if err != nil {
-		gossip.Close()
-		return cluster.Sockets{}, cluster.DataSocket{}, err
-	}
-	return gossip, data, nil
-}
-
-// chooseIP is the address this process binds and announces: the launch's
-// Addr (an IP or a host name), or the interface selection's pick.
-func chooseIP(l cluster.Launch, log *slog.Logger) (string, error) {
-	if l.Addr != "" {
-		if ip := net.ParseIP(l.Addr); ip != nil {
-			return ip.String(), nil
-		}
-		ips, err := net.LookupIP(l.Addr)
-		if err != nil || len(ips) == 0 {
-			return "", fmt.Errorf("address %q (%s) does not resolve: %v", l.Addr, cluster.EnvAddr, err)
-		}
-		return ips[0].String(), nil
-	}
-	spec, err := l.IfaceSpec()
-	if err != nil {
-		return "", err
-	}
-	ifaces, err := cluster.SystemIfaces()
-	if err != nil {
-		return "", fmt.Errorf("listing network interfaces: %w", err)
-	}
-	// The seed process must listen where the seeds point (MASTER_ADDR, the
-	// first Slurm host): if a seed on this process's port resolves to an
-	// address of this machine, that address wins over interface selection.
-	if ip := seedIPHere(l.Seeds, l.GossipPort, ifaces, net.LookupIP); ip != "" {
-		log.Debug("hiercomm: binding the seed address", "ip", ip)
-		return ip, nil
-	}
-	ip, name, err := cluster.SelectAddr(spec, ifaces)
-	if err != nil {
-		return "", err
-	}
-	if spec.IsDefault() && ip.IsLoopback() {
-		log.Warn("hiercomm: no network interface but loopback is up; other hosts cannot reach this process (set "+cluster.EnvSocketIfname+" or "+cluster.EnvAddr+" on a multi-host job)",
-			"interface", name, "ip", ip.String())
-	}
-	log.Debug("hiercomm: interface chosen", "interface", name, "ip", ip.String(), "spec", spec.String())
-	return ip.String(), nil
-}
-
-// seedIPHere returns the address of this machine that a seed with port
-// names, or "" when this process binds no seed port or no seed is here.
-func seedIPHere(seeds []string, port int, ifaces []cluster.Iface, lookup func(string) ([]net.IP, error)) string {
-	if port == 0 {
-		return ""
-	}
-	for _, s := range seeds {
-		host, p, err := net.SplitHostPort(s)
-		if err != nil || p != strconv.Itoa(port) {
-			continue
-		}
-		ips := []net.IP{net.ParseIP(host)}
-		if ips[0] == nil {
-			if ips, err = lookup(host); err != nil {
-				continue
-			}
-		}
-		for _, ip := range ips {
-			for _, ifc := range ifaces {
-				if !ifc.Up {
-					continue
-				}
-				for _, a := range ifc.Addrs {
-					if a.Equal(ip) {
-						return ip.String()
-					}
-				}
-			}
-		}
-	}
-	return ""
-}
 
 // dumpTopology writes topo as JSON to path.
 func dumpTopology(path string, topo *topology.Topology) error {
