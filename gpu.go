@@ -63,7 +63,7 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 	if topo.NumNodes() > 1 && homogeneous && g == 1 {
 		return staged, fmt.Sprintf("%s between single-GPU nodes, staged through host memory", l.Network), nil
 	}
-	control, err := connectIntraHost(ctx, l, topo, rank, opt, log)
+	control, err := connectIntraHost(ctx, l, topo, rank, opt)
 	if err != nil {
 		staged.Close()
 		return nil, "", err
@@ -78,8 +78,9 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 		return intra, "nccl", nil
 	}
 	cfg := opt.Hierarchy
-	cfg.Stager = nil
-	cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
+	if cfg.Stager == nil && cfg.NewStager == nil {
+		cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
+	}
 	h, err := hierarchy.Build(ctx, staged, topo, intra, cfg)
 	if err != nil {
 		intra.Close()

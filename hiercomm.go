@@ -37,11 +37,20 @@ import (
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
 // Options configure Init. The zero value reads everything from the
 // environment.
+//
+// Each tier has its own config (Nexar, Shm, Hierarchy), as its package
+// defines it. Init copies them and fills only what the user left zero: the
+// parts it wires (a shm communicator's Namespace, Rank and Size; a
+// hierarchy's Topology, World, Intra and Rail), the Logger, the timeouts
+// the tiers share (FailureTimeout, ConnectTimeout, Nexar.Timeout) and, on
+// a GPU world, the hierarchy's device Stager. Every other zero field takes
+// its package's default. The caller's Options are never modified.
 type Options struct {
 	// Launch says who this process is and how to find the others
 	// (explicit options: Style "explicit"). If nil, it is read from the
@@ -54,18 +63,30 @@ type Options struct {
 	// cluster's defaults; cluster.Detector.Bound says how long a dead
 	// process may go unnoticed.
 	Detector cluster.Detector
-	// FailureTimeout is how long a peer's data connection may stay silent
-	// before the transport declares it failed. If zero, defaults to
-	// nexar.DefaultFailureTimeout.
+	// FailureTimeout is how long a peer may stay silent before the
+	// transport declares it failed: a data connection's (nexar) and a
+	// node's shared memory's (Shm.FailureTimeout, where zero). If zero,
+	// each tier's default (nexar.DefaultFailureTimeout,
+	// shm.DefaultFailureTimeout).
 	FailureTimeout time.Duration
 	// ConnectTimeout bounds the forming of the data mesh once membership is
-	// complete. If zero, defaults to nexar.DefaultConnectTimeout.
+	// complete, and the attaching of a node's shared memory
+	// (Shm.ConnectTimeout, where zero). If zero, each tier's default
+	// (nexar.DefaultConnectTimeout, shm.DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// Collectives tunes the collectives (timeouts, segment size, cost
-	// model); its Logger defaults to Logger.
-	Collectives nexar.Options
+	// Nexar tunes the network tier's collectives (timeouts, segment size,
+	// cost model). Its Logger defaults to Logger; its Timeout, if set, is
+	// also the shared-memory tier's (Shm.Timeout, where zero).
+	Nexar nexar.Options
+	// Shm tunes the shared-memory tier of a CPU node (slot and step
+	// sizes, algorithm thresholds, timeouts). Init sets Namespace, Rank
+	// and Size (they are ignored here); Timeout, FailureTimeout,
+	// ConnectTimeout and Logger are filled as Options says where zero.
+	Shm shm.Config
 	// Hierarchy tunes the hierarchical communicator of a multi-node world
-	// (SmallBytes, ChunkBytes, Stager); its parts come from Init.
+	// (SmallBytes, ChunkBytes, Stager). Init sets its parts (Topology,
+	// Rank, World, Intra, Rail; ignored here), its Logger where nil and,
+	// on a GPU world, NewStager where neither Stager nor NewStager is set.
 	Hierarchy hierarchy.Config
 	// GPU, if set, is the CUDA driver and NCCL to use (tests pass the
 	// fake, nccl.NewFake). If nil, nccl.Default loads them when the launch
@@ -96,9 +117,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if opt.Collectives.Logger == nil {
-		opt.Collectives.Logger = log
-	}
+	opt = opt.withDefaults(log)
 	var l cluster.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch
@@ -148,7 +167,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if topo.NumNodes() == 1 && topo.Size() > 1 && (dev != nil || useSHM(l, topo)) {
 		data.Close() // published, but no one dials it: every rank is here
 		var c comm.Communicator
-		c, err = connectIntraHost(ctx, l, topo, rank, opt, log)
+		c, err = connectIntraHost(ctx, l, topo, rank, opt)
 		via := "shm"
 		if err == nil && dev != nil {
 			c, err = nccl.New(ctx, c, nccl.Config{Device: dev, Logger: log})
@@ -177,7 +196,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			Logger:         log,
 		},
 		Network: l.Network,
-		Options: opt.Collectives,
+		Options: opt.Nexar,
 	})
 	if err != nil {
 		_ = leave(cl)
@@ -238,7 +257,7 @@ func initSingle(ctx context.Context, l cluster.Launch, dev *nccl.Device, opt Opt
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
-	cs, err := nexar.NewMemoryWorld(1, opt.Collectives)
+	cs, err := nexar.NewMemoryWorld(1, opt.Nexar)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}

@@ -37,7 +37,7 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	var intra comm.Communicator
 	via := "hierarchy: nexar within nodes, " + l.Network + " between"
 	if l.Intra != "nexar" {
-		c, err := connectIntraHost(ctx, l, topo, rank, opt, log)
+		c, err := connectIntraHost(ctx, l, topo, rank, opt)
 		if err != nil {
 			return nil, "", err
 		}
@@ -56,17 +56,11 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 
 // connectIntraHost joins this rank to the shared memory of its node's
 // ranks (local rank order).
-func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, error) {
+func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, error) {
 	node := topo.Nodes()[topo.NodeOf(rank)]
-	c, err := shm.New(ctx, shm.Config{
-		Namespace:      shmNamespace(l, topo.Member(rank).Host),
-		Rank:           topo.LocalRank(rank),
-		Size:           len(node.Ranks),
-		Timeout:        opt.Collectives.Timeout,
-		FailureTimeout: opt.FailureTimeout,
-		ConnectTimeout: opt.ConnectTimeout,
-		Logger:         log,
-	})
+	cfg := opt.Shm
+	cfg.Namespace, cfg.Rank, cfg.Size = shmNamespace(l, topo.Member(rank).Host), topo.LocalRank(rank), len(node.Ranks)
+	c, err := shm.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: joining rank %d to its node's shared memory: %w", rank, err)
 	}
