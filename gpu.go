@@ -26,7 +26,7 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 	lib := opt.GPU
 	if lib == nil {
 		var err error
-		if lib, err = nccl.Default(); err != nil {
+		if lib, err = nccl.Shared(nccl.LoadOptions{NCCLPath: l.NCCLLibrary, CUDAPath: l.CUDALibrary}); err != nil {
 			if l.Intra == "nccl" {
 				return nil, fmt.Errorf("%s=nccl, but the GPU tier cannot be used here: %w", cluster.EnvIntra, err)
 			}

@@ -28,6 +28,8 @@ const (
 	EnvJoinTimeout     = "HIERCOMM_JOIN_TIMEOUT"
 	EnvTopoDumpFile    = "HIERCOMM_TOPO_DUMP_FILE"
 	EnvIntra           = "HIERCOMM_INTRA"
+	EnvNCCLLibrary     = "HIERCOMM_NCCL_LIBRARY"
+	EnvCUDALibrary     = "HIERCOMM_CUDA_LIBRARY"
 	EnvK8sService      = "HIERCOMM_K8S_SERVICE"
 	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
 
@@ -63,6 +65,7 @@ const (
 var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
 	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvIntra, EnvK8sService,
+	EnvNCCLLibrary, EnvCUDALibrary,
 	EnvLauncherSockets, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
@@ -250,6 +253,7 @@ func (e env) own(l *Launch) error {
 		l.Device = d
 	}
 	l.TopoDumpFile = e.get(EnvTopoDumpFile)
+	l.NCCLLibrary, l.CUDALibrary = e.get(EnvNCCLLibrary), e.get(EnvCUDALibrary)
 	switch v := e.get(EnvIntra); v {
 	case "", "auto", "shm", "nexar", "nccl":
 		l.Intra = v

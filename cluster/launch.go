@@ -86,6 +86,10 @@ type Launch struct {
 	// and the process sees a GPU, else shared memory when a node has
 	// several ranks). Resolve refuses anything else.
 	Intra string
+	// NCCLLibrary and CUDALibrary are the libnccl.so.2 and the CUDA driver
+	// library (libcuda.so.1) the GPU tier loads (nccl.LoadOptions' NCCLPath
+	// and CUDAPath). If empty, the GPU tier searches for them.
+	NCCLLibrary, CUDALibrary string
 	// TopoDumpFile, if set, is where rank 0 writes the job's topology as
 	// JSON once the world is formed (NCCL_TOPO_DUMP_FILE's counterpart);
 	// `hiercomm topology FILE` prints it.
