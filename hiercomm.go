@@ -56,8 +56,9 @@ type Options struct {
 	// (explicit options: Style "explicit"). If nil, it is read from the
 	// environment with cluster.LoadLaunch.
 	Launch *cluster.Launch
-	// Getenv replaces os.Getenv when the environment is read (tests,
-	// embedding). If nil, defaults to os.Getenv.
+	// Getenv replaces os.Getenv when the environment is read (the launch
+	// environment when Launch is nil, HIERCOMM_DEBUG when Logger is nil;
+	// tests, embedding). If nil, defaults to os.Getenv.
 	Getenv func(string) string
 	// Detector tunes the membership failure detector. Zero fields take
 	// cluster's defaults; cluster.Detector.Bound says how long a dead
@@ -89,11 +90,16 @@ type Options struct {
 	// on a GPU world, NewStager where neither Stager nor NewStager is set.
 	Hierarchy hierarchy.Config
 	// GPU, if set, is the CUDA driver and NCCL to use (tests pass the
-	// fake, nccl.NewFake). If nil, nccl.Default loads them when the launch
+	// fake, nccl.NewFake). If nil, nccl.Shared loads them (the launch's
+	// NCCLLibrary and CUDALibrary, else a search) when the launch
 	// allows the GPU tier (HIERCOMM_INTRA auto or nccl).
 	GPU *nccl.Library
-	// Logger receives progress ("7/16 ranks joined"), warnings and failures.
-	// If nil, defaults to slog.Default().
+	// Logger receives progress ("7/16 ranks joined"), warnings and
+	// failures; each rank's start-up lines (its interface, its place in
+	// the world, its communicator) at Debug, and rank 0's summary of the
+	// world at Info. If nil, HIERCOMM_DEBUG (EnvDebug) names a level, like
+	// NCCL_DEBUG, and the lines go to stderr at that level; without it,
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -113,19 +119,22 @@ type World struct {
 // within the launch's join timeout (membership) plus ConnectTimeout (data
 // mesh), or when ctx ends, with an error that says what was missing.
 func Init(ctx context.Context, opt Options) (*World, error) {
+	getenv := opt.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	log := opt.Logger
 	if log == nil {
-		log = slog.Default()
+		var err error
+		if log, err = envLogger(getenv, os.Stderr); err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
 	}
 	opt = opt.withDefaults(log)
 	var l cluster.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch
 	} else {
-		getenv := opt.Getenv
-		if getenv == nil {
-			getenv = os.Getenv
-		}
 		var err error
 		if l, err = cluster.LoadLaunch(getenv); err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
@@ -243,8 +252,11 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 			log.Warn("hiercomm: could not write the topology dump", "file", l.TopoDumpFile, "err", err)
 		}
 	}
-	log.Info("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
+	log.Debug("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
 		"local_rank", topo.LocalRank(rank), "local_size", topo.LocalSize(rank), "via", via, "style", l.Style)
+	if rank == 0 {
+		log.Info("hiercomm: world ready", "size", topo.Size(), "nodes", topo.NumNodes(), "via", via, "style", l.Style, "job", l.JobID)
+	}
 	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -40,7 +41,13 @@ func (c *Cluster) form(ctx context.Context) error {
 		}
 		count := c.view.aliveCount()
 		if (count != lastCount && now.Sub(lastProgress) >= progressMinGap) || now.Sub(lastProgress) >= progressEvery {
-			c.log.Info(fmt.Sprintf("cluster: %d/%d ranks joined", count, c.cfg.WorldSize),
+			// The first line is a start-up line of every rank (Debug);
+			// later ones say that this rank is still waiting (Info).
+			level := slog.LevelInfo
+			if lastCount == 0 {
+				level = slog.LevelDebug
+			}
+			c.log.Log(ctx, level, fmt.Sprintf("cluster: %d/%d ranks joined", count, c.cfg.WorldSize),
 				"job", c.cfg.JobID, "waited", now.Sub(start).Round(time.Millisecond))
 			lastProgress, lastCount = now, count
 		}
@@ -93,7 +100,12 @@ func (c *Cluster) formed(topo *topology.Topology, start time.Time) {
 		}
 	}
 	summary, table, _ := strings.Cut(topo.String(), "\n")
-	c.log.Info(fmt.Sprintf("cluster: %d/%d ranks joined; world formed: %s", topo.Size(), c.cfg.WorldSize, summary),
+	// Every rank's line at Debug; rank 0's, the world's summary, at Info.
+	level := slog.LevelDebug
+	if c.rank == 0 {
+		level = slog.LevelInfo
+	}
+	c.log.Log(context.Background(), level, fmt.Sprintf("cluster: %d/%d ranks joined; world formed: %s", topo.Size(), c.cfg.WorldSize, summary),
 		"job", c.cfg.JobID, "rank", c.rank, "name", c.name, "waited", time.Since(start).Round(time.Millisecond))
 	c.log.Debug("cluster: topology\n"+table, "job", c.cfg.JobID)
 }
