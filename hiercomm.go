@@ -7,19 +7,28 @@
 //	err = w.AllReduce(ctx, comm.Host(grads), comm.Host(grads), comm.Sum)
 //
 // Init reads the launch environment (hiercomm run, torchrun, Slurm,
-// Kubernetes; see docs/environment.md), joins the job's encrypted
-// membership, computes the topology every rank agrees on, and connects the
-// inter-node mesh. The World it returns is a comm.Communicator plus the
-// topology: which ranks share a node, this rank's local rank, the leads.
+// Kubernetes; see docs/environment.md) through cluster.LoadLaunch, has
+// cluster choose the interface and bind the sockets, joins the job's
+// encrypted membership, computes the topology every rank agrees on, and
+// builds the communicator that layout calls for (see Init). The World it
+// returns is that comm.Communicator plus the topology: which ranks share a
+// node, this rank's local rank, the leads.
 //
 // On a GPU node (HIERCOMM_INTRA auto or nccl, NCCL and the driver found,
 // a GPU visible) the World moves device memory: NCCL among the ranks of a
 // node, device data staged through page-locked host memory between nodes
 // (World.Device allocates it). Elsewhere it moves host memory.
 //
+// Options composes the tiers' own configs (nexar.Options, shm.Config,
+// hierarchy.Config); Init fills only what is left zero. Logging goes to
+// Options.Logger, or, when it is nil, to stderr at the level HIERCOMM_DEBUG
+// names (ERROR, WARN, INFO, DEBUG, TRACE).
+//
 // This package is the only place that wires the parts together: it imports
-// comm, topology, cluster, nexar, shm, nccl and hierarchy, and none of
-// them imports it.
+// cluster (membership, launch environment, sockets), topology, comm and the
+// tiers — nexar (between nodes), shm (within a CPU node), nccl (within a
+// GPU node) and hierarchy (the 2D composition) — and none of them imports
+// it.
 package hiercomm
 
 import (
@@ -118,6 +127,26 @@ type World struct {
 // Init joins this process to its job and returns its World. It fails
 // within the launch's join timeout (membership) plus ConnectTimeout (data
 // mesh), or when ctx ends, with an error that says what was missing.
+//
+// The World's communicator depends on the layout the topology shows and
+// on the launch's Intra (HIERCOMM_INTRA):
+//
+//   - one process: a *nexar.Comm world of one (in memory, without sockets,
+//     unless `hiercomm run` handed it some); with a GPU, an *nccl.Comm over
+//     it;
+//   - one node, several ranks: an *shm.Comm over the node's shared memory;
+//     with a GPU, an *nccl.Comm (shared memory carries its control); with
+//     Intra "nexar", a flat *nexar.Comm over the network transport;
+//   - several nodes, one rank on each: a flat *nexar.Comm (with GPUs, an
+//     *nccl.Staged over it, device data staged through host memory);
+//   - several nodes, several ranks on some node: a *hierarchy.Comm, with
+//     shared memory (or NCCL on GPUs, or a nexar split with Intra "nexar")
+//     within each node and a nexar communicator per rail between nodes.
+//
+// Split of a hierarchical World is hierarchical again where the child
+// spans several nodes with several ranks on some node; a child on one
+// node is a split of the node's communicator (shared memory stays shared
+// memory), and a child with one rank per node a split of the flat world.
 func Init(ctx context.Context, opt Options) (*World, error) {
 	getenv := opt.Getenv
 	if getenv == nil {
