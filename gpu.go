@@ -57,7 +57,7 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 // ranks of each node (over shared memory as its control), and device data
 // across nodes through page-locked host memory on the world and its rails.
 // The result accepts device buffers of dev only.
-func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, dev *nccl.Device, opt Options, log *slog.Logger) (comm.Communicator, string, error) {
+func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, dev *nccl.Device, opt Options) (comm.Communicator, string, error) {
 	staged := nccl.NewStaged(world, dev)
 	g, homogeneous := topo.RanksPerNode()
 	if topo.NumNodes() > 1 && homogeneous && g == 1 {
@@ -68,7 +68,7 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 		staged.Close()
 		return nil, "", err
 	}
-	intra, err := nccl.New(ctx, control, nccl.Config{Device: dev, Name: fmt.Sprintf("nccl (node %d)", topo.NodeOf(rank)), Logger: log})
+	intra, err := nccl.New(ctx, control, opt.ncclConfig(dev, fmt.Sprintf("nccl (node %d)", topo.NodeOf(rank))))
 	if err != nil {
 		staged.Close()
 		return nil, "", fmt.Errorf("hiercomm.Init: rank %d: NCCL among the ranks of node %d: %w", rank, topo.NodeOf(rank), err)

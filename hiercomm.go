@@ -53,10 +53,11 @@ import (
 // Options configure Init. The zero value reads everything from the
 // environment.
 //
-// Each tier has its own config (Nexar, Shm, Hierarchy), as its package
+// Each tier has its own config (Nexar, Shm, NCCL, Hierarchy), as its package
 // defines it. Init copies them and fills only what the user left zero: the
-// parts it wires (a shm communicator's Namespace, Rank and Size; a
-// hierarchy's Topology, World, Intra and Rail), the Logger, the timeouts
+// parts it wires (a shm communicator's Namespace, Rank and Size; an NCCL
+// communicator's Device; a hierarchy's Topology, World, Intra and Rail),
+// the Logger, the timeouts
 // the tiers share (FailureTimeout, ConnectTimeout, Nexar.Timeout) and, on
 // a GPU world, the hierarchy's device Stager. Every other zero field takes
 // its package's default. The caller's Options are never modified.
@@ -98,6 +99,10 @@ type Options struct {
 	// Rank, World, Intra, Rail; ignored here), its Logger where nil and,
 	// on a GPU world, NewStager where neither Stager nor NewStager is set.
 	Hierarchy hierarchy.Config
+	// NCCL tunes the GPU tier's communicator among the ranks of a node
+	// (Stream: the caller's CUDA stream). Init sets Device (ignored here),
+	// Name where empty and Logger where nil.
+	NCCL nccl.Config
 	// GPU, if set, is the CUDA driver and NCCL to use (tests pass the
 	// fake, nccl.NewFake). If nil, nccl.Shared loads them (the launch's
 	// NCCLLibrary and CUDALibrary, else a search) when the launch
@@ -208,7 +213,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		c, err = connectIntraHost(ctx, l, topo, rank, opt)
 		via := "shm"
 		if err == nil && dev != nil {
-			c, err = nccl.New(ctx, c, nccl.Config{Device: dev, Logger: log})
+			c, err = nccl.New(ctx, c, opt.ncclConfig(dev, ""))
 			via = "nccl"
 		}
 		if err != nil {
@@ -241,7 +246,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
 	}
 	if dev != nil {
-		g, via, err := connectGPU(ctx, c, l, topo, rank, dev, opt, log)
+		g, via, err := connectGPU(ctx, c, l, topo, rank, dev, opt)
 		if err != nil {
 			_ = leave(cl)
 			return nil, err
@@ -251,7 +256,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if !hierarchical(topo) {
 		return ready(c, cl, topo, rank, l, log, l.Network), nil
 	}
-	h, via, err := buildHierarchy(ctx, c, l, topo, rank, opt, log)
+	h, via, err := buildHierarchy(ctx, c, l, topo, rank, opt)
 	if err != nil {
 		c.Close()
 		_ = leave(cl)
@@ -304,7 +309,7 @@ func initSingle(ctx context.Context, l cluster.Launch, dev *nccl.Device, opt Opt
 	}
 	w := &World{Communicator: cs[0], topo: topo, launch: l, log: log}
 	if dev != nil {
-		c, err := nccl.New(ctx, cs[0], nccl.Config{Device: dev, Logger: log})
+		c, err := nccl.New(ctx, cs[0], opt.ncclConfig(dev, ""))
 		if err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}

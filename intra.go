@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"github.com/hiercomm/hiercomm/cluster"
@@ -33,7 +32,7 @@ func hierarchical(topo *topology.Topology) bool {
 // buildHierarchy composes the hierarchical communicator over the flat
 // world: shared memory among the ranks of each node (or a split of the
 // world with HIERCOMM_INTRA=nexar) and one split of the world per rail.
-func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, string, error) {
+func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, string, error) {
 	var intra comm.Communicator
 	via := "hierarchy: nexar within nodes, " + l.Network + " between"
 	if l.Intra != "nexar" {
