@@ -20,9 +20,9 @@
 // (World.Device allocates it). Elsewhere it moves host memory.
 //
 // Options composes the tiers' own configs (nexar.Options, shm.Config,
-// hierarchy.Config); Init fills only what is left zero. Logging goes to
-// Options.Logger, or, when it is nil, to stderr at the level HIERCOMM_DEBUG
-// names (ERROR, WARN, INFO, DEBUG, TRACE).
+// nccl.Config, hierarchy.Config); Init fills only what is left zero.
+// Logging goes to Options.Logger, or, when it is nil, to stderr at the
+// level HIERCOMM_DEBUG names (ERROR, WARN, INFO, DEBUG, TRACE).
 //
 // This package is the only place that wires the parts together: it imports
 // cluster (membership, launch environment, sockets), topology, comm and the
