@@ -26,7 +26,7 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 	lib := opt.GPU
 	if lib == nil {
 		var err error
-		if lib, err = nccl.Default(); err != nil {
+		if lib, err = nccl.Shared(nccl.LoadOptions{NCCLPath: l.NCCLLibrary, CUDAPath: l.CUDALibrary}); err != nil {
 			if l.Intra == "nccl" {
 				return nil, fmt.Errorf("%s=nccl, but the GPU tier cannot be used here: %w", cluster.EnvIntra, err)
 			}
@@ -57,18 +57,18 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 // ranks of each node (over shared memory as its control), and device data
 // across nodes through page-locked host memory on the world and its rails.
 // The result accepts device buffers of dev only.
-func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, dev *nccl.Device, opt Options, log *slog.Logger) (comm.Communicator, string, error) {
+func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, dev *nccl.Device, opt Options) (comm.Communicator, string, error) {
 	staged := nccl.NewStaged(world, dev)
 	g, homogeneous := topo.RanksPerNode()
 	if topo.NumNodes() > 1 && homogeneous && g == 1 {
 		return staged, fmt.Sprintf("%s between single-GPU nodes, staged through host memory", l.Network), nil
 	}
-	control, err := connectIntraHost(ctx, l, topo, rank, opt, log)
+	control, err := connectIntraHost(ctx, l, topo, rank, opt)
 	if err != nil {
 		staged.Close()
 		return nil, "", err
 	}
-	intra, err := nccl.New(ctx, control, nccl.Config{Device: dev, Name: fmt.Sprintf("nccl (node %d)", topo.NodeOf(rank)), Logger: log})
+	intra, err := nccl.New(ctx, control, opt.ncclConfig(dev, fmt.Sprintf("nccl (node %d)", topo.NodeOf(rank))))
 	if err != nil {
 		staged.Close()
 		return nil, "", fmt.Errorf("hiercomm.Init: rank %d: NCCL among the ranks of node %d: %w", rank, topo.NodeOf(rank), err)
@@ -78,8 +78,9 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 		return intra, "nccl", nil
 	}
 	cfg := opt.Hierarchy
-	cfg.Stager = nil
-	cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
+	if cfg.Stager == nil && cfg.NewStager == nil {
+		cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
+	}
 	h, err := hierarchy.Build(ctx, staged, topo, intra, cfg)
 	if err != nil {
 		intra.Close()

@@ -3,7 +3,6 @@ package hiercomm
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -60,7 +59,7 @@ func TestConnectGPUWiring(t *testing.T) {
 			errs := make(chan error, size)
 			for r := range size {
 				go func() {
-					c, _, err := connectGPU(ctx, worlds[r], l, topo, r, dev, opt, slog.Default())
+					c, _, err := connectGPU(ctx, worlds[r], l, topo, r, dev, opt)
 					comms[r] = c
 					errs <- err
 				}()

@@ -7,19 +7,28 @@
 //	err = w.AllReduce(ctx, comm.Host(grads), comm.Host(grads), comm.Sum)
 //
 // Init reads the launch environment (hiercomm run, torchrun, Slurm,
-// Kubernetes; see docs/environment.md), joins the job's encrypted
-// membership, computes the topology every rank agrees on, and connects the
-// inter-node mesh. The World it returns is a comm.Communicator plus the
-// topology: which ranks share a node, this rank's local rank, the leads.
+// Kubernetes; see docs/environment.md) through cluster.LoadLaunch, has
+// cluster choose the interface and bind the sockets, joins the job's
+// encrypted membership, computes the topology every rank agrees on, and
+// builds the communicator that layout calls for (see Init). The World it
+// returns is that comm.Communicator plus the topology: which ranks share a
+// node, this rank's local rank, the leads.
 //
 // On a GPU node (HIERCOMM_INTRA auto or nccl, NCCL and the driver found,
 // a GPU visible) the World moves device memory: NCCL among the ranks of a
 // node, device data staged through page-locked host memory between nodes
 // (World.Device allocates it). Elsewhere it moves host memory.
 //
+// Options composes the tiers' own configs (nexar.Options, shm.Config,
+// nccl.Config, hierarchy.Config); Init fills only what is left zero.
+// Logging goes to Options.Logger, or, when it is nil, to stderr at the
+// level HIERCOMM_DEBUG names (ERROR, WARN, INFO, DEBUG, TRACE).
+//
 // This package is the only place that wires the parts together: it imports
-// comm, topology, cluster, nexar, shm, nccl and hierarchy, and none of
-// them imports it.
+// cluster (membership, launch environment, sockets), topology, comm and the
+// tiers — nexar (between nodes), shm (within a CPU node), nccl (within a
+// GPU node) and hierarchy (the 2D composition) — and none of them imports
+// it.
 package hiercomm
 
 import (
@@ -29,9 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
@@ -39,42 +46,74 @@ import (
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
 // Options configure Init. The zero value reads everything from the
 // environment.
+//
+// Each tier has its own config (Nexar, Shm, NCCL, Hierarchy), as its package
+// defines it. Init copies them and fills only what the user left zero: the
+// parts it wires (a shm communicator's Namespace, Rank and Size; an NCCL
+// communicator's Device; a hierarchy's Topology, World, Intra and Rail),
+// the Logger, the timeouts
+// the tiers share (FailureTimeout, ConnectTimeout, Nexar.Timeout) and, on
+// a GPU world, the hierarchy's device Stager. Every other zero field takes
+// its package's default. The caller's Options are never modified.
 type Options struct {
 	// Launch says who this process is and how to find the others
 	// (explicit options: Style "explicit"). If nil, it is read from the
 	// environment with cluster.LoadLaunch.
 	Launch *cluster.Launch
-	// Getenv replaces os.Getenv when the environment is read (tests,
-	// embedding). If nil, defaults to os.Getenv.
+	// Getenv replaces os.Getenv when the environment is read (the launch
+	// environment when Launch is nil, HIERCOMM_DEBUG when Logger is nil;
+	// tests, embedding). If nil, defaults to os.Getenv.
 	Getenv func(string) string
 	// Detector tunes the membership failure detector. Zero fields take
 	// cluster's defaults; cluster.Detector.Bound says how long a dead
 	// process may go unnoticed.
 	Detector cluster.Detector
-	// FailureTimeout is how long a peer's data connection may stay silent
-	// before the transport declares it failed. If zero, defaults to
-	// nexar.DefaultFailureTimeout.
+	// FailureTimeout is how long a peer may stay silent before the
+	// transport declares it failed: a data connection's (nexar) and a
+	// node's shared memory's (Shm.FailureTimeout, where zero). If zero,
+	// each tier's default (nexar.DefaultFailureTimeout,
+	// shm.DefaultFailureTimeout).
 	FailureTimeout time.Duration
 	// ConnectTimeout bounds the forming of the data mesh once membership is
-	// complete. If zero, defaults to nexar.DefaultConnectTimeout.
+	// complete, and the attaching of a node's shared memory
+	// (Shm.ConnectTimeout, where zero). If zero, each tier's default
+	// (nexar.DefaultConnectTimeout, shm.DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// Collectives tunes the collectives (timeouts, segment size, cost
-	// model); its Logger defaults to Logger.
-	Collectives nexar.Options
+	// Nexar tunes the network tier's collectives (timeouts, segment size,
+	// cost model). Its Logger defaults to Logger; its Timeout, if set, is
+	// also the shared-memory tier's (Shm.Timeout, where zero).
+	Nexar nexar.Options
+	// Shm tunes the shared-memory tier of a CPU node (slot and step
+	// sizes, algorithm thresholds, timeouts). Init sets Namespace, Rank
+	// and Size (they are ignored here); Timeout, FailureTimeout,
+	// ConnectTimeout and Logger are filled as Options says where zero.
+	Shm shm.Config
 	// Hierarchy tunes the hierarchical communicator of a multi-node world
-	// (SmallBytes, ChunkBytes, Stager); its parts come from Init.
+	// (SmallBytes, ChunkBytes, Stager). Init sets its parts (Topology,
+	// Rank, World, Intra, Rail; ignored here), its Logger where nil and,
+	// on a GPU world, NewStager where neither Stager nor NewStager is set.
 	Hierarchy hierarchy.Config
+	// NCCL tunes the GPU tier's communicator among the ranks of a node
+	// (Stream: the caller's CUDA stream). Init sets Device (ignored here),
+	// Name where empty and Logger where nil.
+	NCCL nccl.Config
 	// GPU, if set, is the CUDA driver and NCCL to use (tests pass the
-	// fake, nccl.NewFake). If nil, nccl.Default loads them when the launch
+	// fake, nccl.NewFake). If nil, nccl.Shared loads them (the launch's
+	// NCCLLibrary and CUDALibrary, else a search) when the launch
 	// allows the GPU tier (HIERCOMM_INTRA auto or nccl).
 	GPU *nccl.Library
-	// Logger receives progress ("7/16 ranks joined"), warnings and failures.
-	// If nil, defaults to slog.Default().
+	// Logger receives progress ("7/16 ranks joined"), warnings and
+	// failures; each rank's start-up lines (its interface, its place in
+	// the world, its communicator) at Debug, and rank 0's summary of the
+	// world at Info. If nil, HIERCOMM_DEBUG (EnvDebug) names a level, like
+	// NCCL_DEBUG, and the lines go to stderr at that level; without it,
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -93,22 +132,43 @@ type World struct {
 // Init joins this process to its job and returns its World. It fails
 // within the launch's join timeout (membership) plus ConnectTimeout (data
 // mesh), or when ctx ends, with an error that says what was missing.
+//
+// The World's communicator depends on the layout the topology shows and
+// on the launch's Intra (HIERCOMM_INTRA):
+//
+//   - one process: a *nexar.Comm world of one (in memory, without sockets,
+//     unless `hiercomm run` handed it some); with a GPU, an *nccl.Comm over
+//     it;
+//   - one node, several ranks: an *shm.Comm over the node's shared memory;
+//     with a GPU, an *nccl.Comm (shared memory carries its control); with
+//     Intra "nexar", a flat *nexar.Comm over the network transport;
+//   - several nodes, one rank on each: a flat *nexar.Comm (with GPUs, an
+//     *nccl.Staged over it, device data staged through host memory);
+//   - several nodes, several ranks on some node: a *hierarchy.Comm, with
+//     shared memory (or NCCL on GPUs, or a nexar split with Intra "nexar")
+//     within each node and a nexar communicator per rail between nodes.
+//
+// Split of a hierarchical World is hierarchical again where the child
+// spans several nodes with several ranks on some node; a child on one
+// node is a split of the node's communicator (shared memory stays shared
+// memory), and a child with one rank per node a split of the flat world.
 func Init(ctx context.Context, opt Options) (*World, error) {
+	getenv := opt.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	log := opt.Logger
 	if log == nil {
-		log = slog.Default()
+		var err error
+		if log, err = envLogger(getenv, os.Stderr); err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
 	}
-	if opt.Collectives.Logger == nil {
-		opt.Collectives.Logger = log
-	}
+	opt = opt.withDefaults(log)
 	var l cluster.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch
 	} else {
-		getenv := opt.Getenv
-		if getenv == nil {
-			getenv = os.Getenv
-		}
 		var err error
 		if l, err = cluster.LoadLaunch(getenv); err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
@@ -125,7 +185,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if l.WorldSize == 1 && !l.Inherited {
 		return initSingle(ctx, l, dev, opt, log)
 	}
-	gossip, data, err := bindSockets(l, log)
+	gossip, data, err := l.Bind(log)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
@@ -150,10 +210,10 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if topo.NumNodes() == 1 && topo.Size() > 1 && (dev != nil || useSHM(l, topo)) {
 		data.Close() // published, but no one dials it: every rank is here
 		var c comm.Communicator
-		c, err = connectIntraHost(ctx, l, topo, rank, opt, log)
+		c, err = connectIntraHost(ctx, l, topo, rank, opt)
 		via := "shm"
 		if err == nil && dev != nil {
-			c, err = nccl.New(ctx, c, nccl.Config{Device: dev, Logger: log})
+			c, err = nccl.New(ctx, c, opt.ncclConfig(dev, ""))
 			via = "nccl"
 		}
 		if err != nil {
@@ -179,14 +239,14 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			Logger:         log,
 		},
 		Network: l.Network,
-		Options: opt.Collectives,
+		Options: opt.Nexar,
 	})
 	if err != nil {
 		_ = leave(cl)
 		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
 	}
 	if dev != nil {
-		g, via, err := connectGPU(ctx, c, l, topo, rank, dev, opt, log)
+		g, via, err := connectGPU(ctx, c, l, topo, rank, dev, opt)
 		if err != nil {
 			_ = leave(cl)
 			return nil, err
@@ -196,7 +256,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if !hierarchical(topo) {
 		return ready(c, cl, topo, rank, l, log, l.Network), nil
 	}
-	h, via, err := buildHierarchy(ctx, c, l, topo, rank, opt, log)
+	h, via, err := buildHierarchy(ctx, c, l, topo, rank, opt)
 	if err != nil {
 		c.Close()
 		_ = leave(cl)
@@ -226,8 +286,11 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 			log.Warn("hiercomm: could not write the topology dump", "file", l.TopoDumpFile, "err", err)
 		}
 	}
-	log.Info("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
+	log.Debug("hiercomm: ready", "rank", rank, "size", topo.Size(), "node", topo.NodeOf(rank),
 		"local_rank", topo.LocalRank(rank), "local_size", topo.LocalSize(rank), "via", via, "style", l.Style)
+	if rank == 0 {
+		log.Info("hiercomm: world ready", "size", topo.Size(), "nodes", topo.NumNodes(), "via", via, "style", l.Style, "job", l.JobID)
+	}
 	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}
 }
 
@@ -240,13 +303,13 @@ func initSingle(ctx context.Context, l cluster.Launch, dev *nccl.Device, opt Opt
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
-	cs, err := nexar.NewMemoryWorld(1, opt.Collectives)
+	cs, err := nexar.NewMemoryWorld(1, opt.Nexar)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	w := &World{Communicator: cs[0], topo: topo, launch: l, log: log}
 	if dev != nil {
-		c, err := nccl.New(ctx, cs[0], nccl.Config{Device: dev, Logger: log})
+		c, err := nccl.New(ctx, cs[0], opt.ncclConfig(dev, ""))
 		if err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
@@ -266,102 +329,6 @@ func (w *World) withDevice(dev *nccl.Device) *World {
 // buffers of this device (allocate them with Device.Alloc, or pass a CUDA
 // pointer with comm.Device).
 func (w *World) Device() *nccl.Device { return w.device }
-
-// bindSockets returns the gossip and data sockets: the ones the local
-// launcher handed over, or new ones on the address the launch names or the
-// interface selection picks.
-func bindSockets(l cluster.Launch, log *slog.Logger) (cluster.Sockets, cluster.DataSocket, error) {
-	if l.Inherited {
-		return cluster.LauncherSockets(l.Network)
-	}
-	ip, err := chooseIP(l, log)
-	if err != nil {
-		return cluster.Sockets{}, cluster.DataSocket{}, err
-	}
-	gossip, err := cluster.BindGossip(ip, l.GossipPort)
-	if err != nil {
-		return cluster.Sockets{}, cluster.DataSocket{}, err
-	}
-	data, err := cluster.BindData(l.Network, ip, 0)
-	if err != nil {
-		gossip.Close()
-		return cluster.Sockets{}, cluster.DataSocket{}, err
-	}
-	return gossip, data, nil
-}
-
-// chooseIP is the address this process binds and announces: the launch's
-// Addr (an IP or a host name), or the interface selection's pick.
-func chooseIP(l cluster.Launch, log *slog.Logger) (string, error) {
-	if l.Addr != "" {
-		if ip := net.ParseIP(l.Addr); ip != nil {
-			return ip.String(), nil
-		}
-		ips, err := net.LookupIP(l.Addr)
-		if err != nil || len(ips) == 0 {
-			return "", fmt.Errorf("address %q (%s) does not resolve: %v", l.Addr, cluster.EnvAddr, err)
-		}
-		return ips[0].String(), nil
-	}
-	spec, err := l.IfaceSpec()
-	if err != nil {
-		return "", err
-	}
-	ifaces, err := cluster.SystemIfaces()
-	if err != nil {
-		return "", fmt.Errorf("listing network interfaces: %w", err)
-	}
-	// The seed process must listen where the seeds point (MASTER_ADDR, the
-	// first Slurm host): if a seed on this process's port resolves to an
-	// address of this machine, that address wins over interface selection.
-	if ip := seedIPHere(l.Seeds, l.GossipPort, ifaces, net.LookupIP); ip != "" {
-		log.Debug("hiercomm: binding the seed address", "ip", ip)
-		return ip, nil
-	}
-	ip, name, err := cluster.SelectAddr(spec, ifaces)
-	if err != nil {
-		return "", err
-	}
-	if spec.IsDefault() && ip.IsLoopback() {
-		log.Warn("hiercomm: no network interface but loopback is up; other hosts cannot reach this process (set "+cluster.EnvSocketIfname+" or "+cluster.EnvAddr+" on a multi-host job)",
-			"interface", name, "ip", ip.String())
-	}
-	log.Debug("hiercomm: interface chosen", "interface", name, "ip", ip.String(), "spec", spec.String())
-	return ip.String(), nil
-}
-
-// seedIPHere returns the address of this machine that a seed with port
-// names, or "" when this process binds no seed port or no seed is here.
-func seedIPHere(seeds []string, port int, ifaces []cluster.Iface, lookup func(string) ([]net.IP, error)) string {
-	if port == 0 {
-		return ""
-	}
-	for _, s := range seeds {
-		host, p, err := net.SplitHostPort(s)
-		if err != nil || p != strconv.Itoa(port) {
-			continue
-		}
-		ips := []net.IP{net.ParseIP(host)}
-		if ips[0] == nil {
-			if ips, err = lookup(host); err != nil {
-				continue
-			}
-		}
-		for _, ip := range ips {
-			for _, ifc := range ifaces {
-				if !ifc.Up {
-					continue
-				}
-				for _, a := range ifc.Addrs {
-					if a.Equal(ip) {
-						return ip.String()
-					}
-				}
-			}
-		}
-	}
-	return ""
-}
 
 // dumpTopology writes topo as JSON to path.
 func dumpTopology(path string, topo *topology.Topology) error {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"github.com/hiercomm/hiercomm/cluster"
@@ -33,11 +32,11 @@ func hierarchical(topo *topology.Topology) bool {
 // buildHierarchy composes the hierarchical communicator over the flat
 // world: shared memory among the ranks of each node (or a split of the
 // world with HIERCOMM_INTRA=nexar) and one split of the world per rail.
-func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, string, error) {
+func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, string, error) {
 	var intra comm.Communicator
 	via := "hierarchy: nexar within nodes, " + l.Network + " between"
 	if l.Intra != "nexar" {
-		c, err := connectIntraHost(ctx, l, topo, rank, opt, log)
+		c, err := connectIntraHost(ctx, l, topo, rank, opt)
 		if err != nil {
 			return nil, "", err
 		}
@@ -56,17 +55,11 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 
 // connectIntraHost joins this rank to the shared memory of its node's
 // ranks (local rank order).
-func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options, log *slog.Logger) (comm.Communicator, error) {
+func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, error) {
 	node := topo.Nodes()[topo.NodeOf(rank)]
-	c, err := shm.New(ctx, shm.Config{
-		Namespace:      shmNamespace(l, topo.Member(rank).Host),
-		Rank:           topo.LocalRank(rank),
-		Size:           len(node.Ranks),
-		Timeout:        opt.Collectives.Timeout,
-		FailureTimeout: opt.FailureTimeout,
-		ConnectTimeout: opt.ConnectTimeout,
-		Logger:         log,
-	})
+	cfg := opt.Shm
+	cfg.Namespace, cfg.Rank, cfg.Size = shmNamespace(l, topo.Member(rank).Host), topo.LocalRank(rank), len(node.Ranks)
+	c, err := shm.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: joining rank %d to its node's shared memory: %w", rank, err)
 	}

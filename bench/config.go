@@ -26,7 +26,10 @@ type Config struct {
 	// Network is the transport between the ranks: "quic" or "tcp" ("memory"
 	// for ranks in one process only).
 	Network string `json:"network"`
-	// InProcess runs the ranks as goroutines of one process.
+	// InProcess runs the ranks as goroutines of one process, as one flat
+	// nexar world (no hiercomm.Init: no membership, shared memory or
+	// hierarchy), over the in-memory transport (Network "memory") or
+	// loopback sockets.
 	InProcess bool `json:"inprocess"`
 	// Ops, MinBytes, MaxBytes, Factor, Root, Warmup, Iters, Repeats, Budget
 	// and Check are the Spec's fields of the same names. Sizes are numbers

@@ -16,13 +16,19 @@
 // within Detector.Bound; a member that leaves gracefully gossips a leave
 // notice first, so that its departure is not taken for a death.
 //
-// Files: launch.go, ifname.go and hostlist.go read the environment, select
-// interfaces and expand Slurm host lists; local.go starts a job's processes
-// on this host (hiercomm run); sockets.go binds sockets; gossip.go is the
-// memberlist transport over them; meta.go the metadata each member
-// publishes and this process's record of the members; join.go forms the
-// world; failure.go the failure detector's timings, leave notices and
-// failure events; errors.go the errors of a failed join.
+// Files: launch.go is the Launch (who this process is) and its
+// validation; env.go and styles.go read it from the environment (hiercomm's
+// own variables, torchrun, Slurm, Kubernetes), ifname.go and hostlist.go
+// select interfaces and expand Slurm host lists; local.go starts a job's
+// processes on this host (hiercomm run), localjob.go controls them and
+// inherit.go takes the sockets a child inherits; sockets.go binds sockets;
+// gossip.go is the memberlist transport over them; meta.go the metadata
+// each member publishes and this process's record of the members. Join
+// (join.go) forms the world: discover.go contacts the seeds, wait.go is the
+// loop that waits for the world and reports progress, assign.go judges the
+// members seen and assigns ranks; leave.go leaves it. failure.go holds the
+// failure detector's timings, leave notices and failure events; errors.go
+// the errors of a failed join.
 //
 // cluster imports topology and nothing else of hiercomm — never nexar, shm,
 // nccl or hierarchy: the root package wires membership events to the

@@ -189,6 +189,8 @@ func launchCases(t *testing.T) []launchCase {
 				JobID: "run.7_a~b", Key: []byte(testKey), Network: "tcp", JoinTimeout: 90 * time.Second}},
 		{"HIERCOMM_DEVICE=-1", map[string]string{"HIERCOMM_DEVICE": "-1"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1}},
 		{"HIERCOMM_DEVICE=0", map[string]string{"HIERCOMM_DEVICE": "0"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: 0}},
+		{"GPU libraries", map[string]string{"HIERCOMM_NCCL_LIBRARY": "/opt/nccl/lib/libnccl.so.2", "HIERCOMM_CUDA_LIBRARY": " /usr/lib/libcuda.so.1 "},
+			Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NCCLLibrary: "/opt/nccl/lib/libnccl.so.2", CUDALibrary: "/usr/lib/libcuda.so.1"}},
 		{"NCCL_SOCKET_IFNAME when ours is unset", map[string]string{"NCCL_SOCKET_IFNAME": "ib,eth"},
 			Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, IfSpec: "ib,eth", ifVar: "NCCL_SOCKET_IFNAME"}},
 		{"HIERCOMM_SOCKET_IFNAME beats NCCL_SOCKET_IFNAME", map[string]string{"NCCL_SOCKET_IFNAME": "ib", "HIERCOMM_SOCKET_IFNAME": "=eth0"},

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
@@ -32,17 +31,6 @@ import (
 // the launcher binds each process's sockets inside its node's namespace at
 // the address the fabric gives the rank, advertises that address, and
 // starts the process through the fabric's Wrap so that it runs there too.
-
-// Inherited socket file descriptors (LocalSpec's children).
-const (
-	fdGossipTCP = 3
-	fdGossipUDP = 4
-	fdData      = 5
-)
-
-// IsLocalChild reports whether this process was started by StartLocal
-// (its launcher sockets are on file descriptors 3 to 5).
-func IsLocalChild() bool { return os.Getenv(EnvLauncherSockets) == "1" }
 
 // LocalSpec describes a local job of emulated nodes.
 type LocalSpec struct {
@@ -83,12 +71,6 @@ type LocalSpec struct {
 	// 127.0.0.(n+1) on this host's loopback. The fabric must have been set
 	// up for RanksPerNode; the caller closes it after the job.
 	Fabric Fabric
-}
-
-// LocalJob is a running local job.
-type LocalJob struct {
-	g     *procgroup.Group
-	ranks []int // process index → the rank it was started as
 }
 
 // localProc is one process of a local job before it starts.
@@ -437,121 +419,6 @@ func closeFiles(procs []procgroup.Proc) {
 			f.Close()
 		}
 	}
-}
-
-// rankError names the rank of a process's failure.
-func (j *LocalJob) rankError(err error) error {
-	var pe *procgroup.ExitError
-	if errors.As(err, &pe) {
-		return &LocalExitError{Rank: j.ranks[pe.Index], err: pe}
-	}
-	return err
-}
-
-// LocalExitError is the failure of one process of a local job.
-type LocalExitError struct {
-	Rank int // the rank the process was started as
-	err  *procgroup.ExitError
-}
-
-func (e *LocalExitError) Error() string { return e.err.Error() }
-func (e *LocalExitError) Unwrap() error { return e.err }
-
-// ExitCode is the process's exit status (128+signal when a signal killed it).
-func (e *LocalExitError) ExitCode() int { return e.err.ExitCode() }
-
-// Wait waits for every process and returns the first failure, a
-// *LocalExitError, or nil when every process exited 0.
-func (j *LocalJob) Wait() error { return j.rankError(j.g.Wait()) }
-
-// Errors waits for every process and returns each rank's failure (nil for
-// a rank that exited 0), indexed by rank.
-func (j *LocalJob) Errors() []error {
-	byProc := j.g.Errors()
-	errs := make([]error, len(byProc))
-	for i, err := range byProc {
-		errs[j.ranks[i]] = j.rankError(err)
-	}
-	return errs
-}
-
-// Kill sends SIGKILL to the process started as rank, for fault tests.
-func (j *LocalJob) Kill(rank int) error {
-	for i, r := range j.ranks {
-		if r == rank {
-			return j.g.Kill(i)
-		}
-	}
-	return fmt.Errorf("cluster.LocalJob.Kill: no rank %d (world of %d)", rank, len(j.ranks))
-}
-
-// Signal sends sig to every process still running (and what it started).
-func (j *LocalJob) Signal(sig syscall.Signal) { j.g.Signal(sig) }
-
-// LauncherSockets returns the sockets a local job's launcher handed this
-// process (file descriptors 3, 4 and 5), for network "quic" or "tcp". It is
-// called only when the environment says they are there
-// (HIERCOMM_LAUNCHER_SOCKETS=1).
-func LauncherSockets(network string) (Sockets, DataSocket, error) {
-	file := func(fd int, what string) (*os.File, error) {
-		f := os.NewFile(uintptr(fd), what)
-		if f == nil {
-			return nil, fmt.Errorf("cluster: file descriptor %d (%s from the launcher) is not open; was this process started by `hiercomm run`?", fd, what)
-		}
-		return f, nil
-	}
-	var g Sockets
-	var d DataSocket
-	fail := func(err error) (Sockets, DataSocket, error) {
-		g.Close()
-		d.Close()
-		return Sockets{}, DataSocket{}, err
-	}
-	f, err := file(fdGossipTCP, "gossip TCP socket")
-	if err != nil {
-		return fail(err)
-	}
-	ln, err := net.FileListener(f)
-	f.Close()
-	if err != nil {
-		return fail(fmt.Errorf("cluster: fd %d is not the launcher's gossip TCP socket: %w", fdGossipTCP, err))
-	}
-	var ok bool
-	if g.TCP, ok = ln.(*net.TCPListener); !ok {
-		ln.Close()
-		return fail(fmt.Errorf("cluster: fd %d is not a TCP listener", fdGossipTCP))
-	}
-	if f, err = file(fdGossipUDP, "gossip UDP socket"); err != nil {
-		return fail(err)
-	}
-	pc, err := net.FilePacketConn(f)
-	f.Close()
-	if err != nil {
-		return fail(fmt.Errorf("cluster: fd %d is not the launcher's gossip UDP socket: %w", fdGossipUDP, err))
-	}
-	if g.UDP, ok = pc.(*net.UDPConn); !ok {
-		pc.Close()
-		return fail(fmt.Errorf("cluster: fd %d is not a UDP socket", fdGossipUDP))
-	}
-	if f, err = file(fdData, "data socket"); err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	switch network {
-	case "quic":
-		if d.Packet, err = net.FilePacketConn(f); err != nil {
-			return fail(fmt.Errorf("cluster: fd %d is not the launcher's UDP data socket (network quic): %w", fdData, err))
-		}
-		d.Addr = d.Packet.LocalAddr().String()
-	case "tcp":
-		if d.Listener, err = net.FileListener(f); err != nil {
-			return fail(fmt.Errorf("cluster: fd %d is not the launcher's TCP data socket (network tcp): %w", fdData, err))
-		}
-		d.Addr = d.Listener.Addr().String()
-	default:
-		return fail(fmt.Errorf("cluster: network %q, want quic or tcp", network))
-	}
-	return g, d, nil
 }
 
 // SplitRanksPerNode parses a --ranks-per-node value for n nodes: one count

@@ -88,7 +88,7 @@ func decodeMeta(b []byte) (job string, m topology.Member, err error) {
 //
 // Each process keeps a view of its job's members, built from the metadata
 // memberlist delivers with every join and update. Join judges it (evaluate,
-// join.go); failure.go turns departures after formation into Failures.
+// assign.go); failure.go turns departures after formation into Failures.
 
 // memberState is a member's state as memberlist last reported it.
 type memberState int

@@ -8,7 +8,7 @@ import (
 )
 
 // The launcher styles: what each launcher's variables say about this
-// process. LoadLaunch (launch.go) picks the style; hiercomm's own variables
+// process. LoadLaunch (env.go) picks the style; hiercomm's own variables
 // are applied after it (env.own).
 
 // torchrun reads torchrun's variables (also what torch's env:// rendezvous

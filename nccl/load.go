@@ -32,7 +32,8 @@ type LoadOptions struct {
 	CUDAPath string
 }
 
-// Environment variables read by Default (and nowhere else).
+// Environment variables that name LoadOptions' paths, for error messages:
+// cluster.LoadLaunch reads them, and hiercomm.Init passes them to Shared.
 const (
 	envNCCLLibrary = "HIERCOMM_NCCL_LIBRARY" // LoadOptions.NCCLPath
 	envCUDALibrary = "HIERCOMM_CUDA_LIBRARY" // LoadOptions.CUDAPath
@@ -51,8 +52,8 @@ const (
 // CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected", as a
 // *CUDAError), or when no NCCL 2.23.0 or later is found; every such error
 // wraps ErrUnavailable. Load reads no environment variable except
-// those naming Python installations (see LoadOptions.NCCLPath); Default
-// adds HIERCOMM_NCCL_LIBRARY and HIERCOMM_CUDA_LIBRARY.
+// those naming Python installations (see LoadOptions.NCCLPath): where
+// other tools put NCCL, as the system loader reads LD_LIBRARY_PATH.
 //
 // Libraries are never unloaded: a Library stays valid for the life of the
 // process, and loading the same files again is cheap.
@@ -92,19 +93,38 @@ func LoadDriver(path string) (*Library, error) {
 	return &Library{drv: drv.api, driverVersion: drv.version, where: where, devices: map[int]*Device{}}, nil
 }
 
-// Default is the Library that the environment names, loaded by the first
-// call and kept for the life of the process, error included (a machine
-// does not grow a GPU while a job runs): HIERCOMM_NCCL_LIBRARY is
-// LoadOptions.NCCLPath and HIERCOMM_CUDA_LIBRARY is LoadOptions.CUDAPath,
-// unset meaning search. Safe for concurrent use.
-func Default() (*Library, error) { return loadDefault() }
+// Shared is the Library that opt names, loaded by the first call with the
+// same options and kept for the life of the process, error included (a
+// machine does not grow a GPU while a job runs). hiercomm.Init loads it
+// with the paths of the launch environment (HIERCOMM_NCCL_LIBRARY and
+// HIERCOMM_CUDA_LIBRARY, read by cluster.LoadLaunch). Safe for concurrent
+// use.
+func Shared(opt LoadOptions) (*Library, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	r, ok := shared[opt]
+	if !ok {
+		r.lib, r.err = Load(opt)
+		shared[opt] = r
+	}
+	return r.lib, r.err
+}
 
-var loadDefault = sync.OnceValues(func() (*Library, error) {
-	return Load(LoadOptions{NCCLPath: os.Getenv(envNCCLLibrary), CUDAPath: os.Getenv(envCUDALibrary)})
-})
+// Default is Shared(LoadOptions{}): the libraries the search finds.
+func Default() (*Library, error) { return Shared(LoadOptions{}) }
+
+// shared holds Shared's results, by options.
+var (
+	sharedMu sync.Mutex
+	shared   = map[LoadOptions]struct {
+		lib *Library
+		err error
+	}{}
+)
 
 // Available reports whether this process can use a GPU through this
-// package: nil when Default loads and the driver sees at least one device;
+// package with the libraries the search finds: nil when Default loads and
+// the driver sees at least one device;
 // otherwise an error saying why (no driver library, cuInit's reason, no
 // NCCL 2.23.0 or later, ...), fit to show a user or to skip a test with.
 // The driver is looked at before NCCL, so on a machine without a GPU the

@@ -22,6 +22,10 @@ import (
 // hands socket i to child i as file descriptor 3; the children learn the
 // world from the environment below. The cluster layer's launcher replaces
 // this for real deployments.
+//
+// The variables are this launcher's message to its children, not settings
+// for a user. A child reads them through the getenv its program passes
+// (os.Getenv): nexar itself never reads the process environment.
 const (
 	envLocalRank    = "HIERCOMM_NEXAR_RANK"
 	envLocalAddrs   = "HIERCOMM_NEXAR_ADDRS"
@@ -58,8 +62,9 @@ type LocalJob struct {
 	g *procgroup.Group
 }
 
-// IsLocalChild reports whether this process was started by StartLocal.
-func IsLocalChild() bool { return os.Getenv(envLocalRank) != "" }
+// IsLocalChild reports whether the environment getenv reads (os.Getenv in
+// programs) is that of a process StartLocal started.
+func IsLocalChild(getenv func(string) string) bool { return getenv(envLocalRank) != "" }
 
 // StartLocal starts the processes of a local job. When one of them fails,
 // the others are killed; Wait returns the first failure.
@@ -171,10 +176,10 @@ func prebind(network string, n int) ([]*os.File, []string, error) {
 }
 
 // LocalConfig reads the world a local job's launcher gave this process
-// from its environment and file descriptor 3. It is the one place that
-// reads that environment.
-func LocalConfig(opt Options) (Config, error) {
-	rankStr := os.Getenv(envLocalRank)
+// from its environment, through getenv (os.Getenv in programs), and file
+// descriptor 3.
+func LocalConfig(getenv func(string) string, opt Options) (Config, error) {
+	rankStr := getenv(envLocalRank)
 	if rankStr == "" {
 		return Config{}, errors.New("nexar: not started by nexar.StartLocal (" + envLocalRank + " is not set)")
 	}
@@ -182,12 +187,12 @@ func LocalConfig(opt Options) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("nexar: %s=%q is not a rank", envLocalRank, rankStr)
 	}
-	addrs := strings.Split(os.Getenv(envLocalAddrs), ",")
-	key, err := hex.DecodeString(os.Getenv(envLocalKey))
+	addrs := strings.Split(getenv(envLocalAddrs), ",")
+	key, err := hex.DecodeString(getenv(envLocalKey))
 	if err != nil {
 		return Config{}, fmt.Errorf("nexar: %s is not hex: %w", envLocalKey, err)
 	}
-	cfg := Config{Network: os.Getenv(envLocalNetwork), Options: opt}
+	cfg := Config{Network: getenv(envLocalNetwork), Options: opt}
 	cfg.Net = NetConfig{Rank: rank, Addrs: addrs, JobKey: key, JobID: "local"}
 	f := os.NewFile(localSocketFD, "hiercomm-socket")
 	if f == nil {
@@ -213,9 +218,10 @@ func LocalConfig(opt Options) (Config, error) {
 	return cfg, nil
 }
 
-// JoinLocal connects this process, started by StartLocal, to its local job's world.
-func JoinLocal(ctx context.Context, opt Options) (*Comm, error) {
-	cfg, err := LocalConfig(opt)
+// JoinLocal connects this process, started by StartLocal, to its local
+// job's world; getenv reads its environment (os.Getenv in programs).
+func JoinLocal(ctx context.Context, getenv func(string) string, opt Options) (*Comm, error) {
+	cfg, err := LocalConfig(getenv, opt)
 	if err != nil {
 		return nil, err
 	}

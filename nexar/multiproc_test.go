@@ -22,7 +22,7 @@ import (
 const envRole = "NEXAR_TEST_ROLE"
 
 func TestMain(m *testing.M) {
-	if nexar.IsLocalChild() {
+	if nexar.IsLocalChild(os.Getenv) {
 		os.Exit(child(os.Getenv(envRole)))
 	}
 	os.Exit(m.Run())
@@ -48,7 +48,7 @@ func (s *syncBuffer) String() string {
 
 func child(role string) int {
 	ctx := context.Background()
-	cfg, err := nexar.LocalConfig(nexar.Options{Timeout: 2 * time.Minute, ProbeAfter: 200 * time.Millisecond})
+	cfg, err := nexar.LocalConfig(os.Getenv, nexar.Options{Timeout: 2 * time.Minute, ProbeAfter: 200 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

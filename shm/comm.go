@@ -120,7 +120,7 @@ func attach(ctx context.Context, cfg Config, path, name string) (*Comm, error) {
 	var seg *segment
 	var err error
 	if cfg.Rank == 0 {
-		seg, err = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), me, cfg.Logger)
+		seg, err = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), cfg.StepBytes, me, cfg.Logger)
 	} else {
 		seg, err = openSegment(ctx, path, cfg.Size)
 	}

@@ -4,7 +4,10 @@ package shm
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -44,19 +47,38 @@ func TestCopyOutIsCopy(t *testing.T) {
 	}
 }
 
-// Every rank cuts messages into the steps of the creator's stepBytes (the
+// Every rank cuts messages into the steps of the creator's StepBytes (the
 // segment's header says it), and the schedules are right with steps far
 // smaller than a part and every result written with non-temporal stores:
 // the conformance suite on that configuration, with counts that cross
 // many steps.
 func TestSmallStepsAndNonTemporalResults(t *testing.T) {
-	defer func(step, nt int) { stepBytes, ntBytes = step, nt }(stepBytes, ntBytes)
-	stepBytes, ntBytes = 3000, 0 // not a multiple of any element or line size
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			cs := localWorld(t, n, Config{SlotBytes: 64 << 10})
-			stepBytes = 1 << 20 // too late: the world has its step size
-			defer func() { stepBytes = 3000 }()
+			ns := testNamespace()
+			cs := make([]*Comm, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for r := range n {
+				wg.Go(func() {
+					cfg := Config{Namespace: ns, Rank: r, Size: n, SlotBytes: 64 << 10, NonTemporalBytes: 1}
+					cfg.StepBytes = 3000 // not a multiple of any element or line size
+					if r > 0 {
+						cfg.StepBytes = 1 << 20 // not the creator: its value is not used
+					}
+					cs[r], errs[r] = New(context.Background(), cfg)
+				})
+			}
+			wg.Wait()
+			t.Cleanup(func() {
+				if err := CloseAll(cs); err != nil {
+					t.Errorf("CloseAll: %v", err)
+				}
+				noSegments(t, ns)
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
 			for _, c := range cs {
 				if c.seg.l.stepBytes != 3000 {
 					t.Fatalf("rank %d cuts steps of %d bytes, want the creator's 3000", c.rank, c.seg.l.stepBytes)

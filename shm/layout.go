@@ -107,12 +107,13 @@ type layout struct {
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
-// newLayout computes the geometry; slotBytes is a multiple of 2·lineBytes.
+// newLayout computes the geometry; slotBytes is a multiple of 2·lineBytes,
+// stepBytes is Config.StepBytes (see copy.go).
 // A ring gets a share of a slot's size (at most a quarter of it, at least a
 // page), so that the rings of all P² pairs take half what the slots do: 8
 // ranks with the default slots need 48 MiB, inside Docker's default 64 MiB
 // /dev/shm.
-func newLayout(P, slotBytes int) layout {
+func newLayout(P, slotBytes, stepBytes int) layout {
 	l := layout{P: P, slotBytes: slotBytes, stepBytes: stepBytes}
 	l.ringBytes = max(pageBytes, min(slotBytes/4, slotBytes/(2*P))&^(pageBytes-1))
 	l.metaBytes = alignUp(mCounts+16*P, lineBytes)
@@ -128,9 +129,8 @@ func newLayout(P, slotBytes int) layout {
 // layoutOf reads the geometry from a segment's header.
 func layoutOf(mem []byte) layout {
 	P := int(atomic.LoadUint32(u32At(mem, hSize)))
-	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))))
+	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))), int(atomic.LoadUint64(u64At(mem, hStepBytes))))
 	l.ringBytes = int(atomic.LoadUint64(u64At(mem, hRingBytes)))
-	l.stepBytes = int(atomic.LoadUint64(u64At(mem, hStepBytes)))
 	l.ringsOff = l.slotsOff + P*l.slotBytes
 	l.end = l.ringsOff + P*P*l.ringBytes
 	return l

@@ -78,7 +78,7 @@ func steps(n, C int) int { return max(1, (n+C-1)/C) }
 // broadcast stages the root's buffer chunk by chunk; the others copy it out.
 func broadcast(s *stepper, buf []byte, root, es int) error {
 	me, n, C := s.c.rank, len(buf), s.chunkBytes(es)
-	put := putFor(s.resultBytes(n, -1))
+	put := s.putFor(s.resultBytes(n, -1))
 	for i := range steps(n, C) {
 		lo := i * C
 		cnt := min(C, n-lo)
@@ -101,7 +101,7 @@ func broadcast(s *stepper, buf []byte, root, es int) error {
 func allGather(s *stepper, send, recv []byte, es, root int) error {
 	P, me, n, C := s.c.size, s.c.rank, len(send), s.chunkBytes(es)
 	out := root < 0 || root == me
-	put := putFor(s.resultBytes(len(recv), root))
+	put := s.putFor(s.resultBytes(len(recv), root))
 	inPlace := n > 0 && out && &recv[me*n] == &send[0]
 	for i := range steps(n, C) {
 		lo := i * C

@@ -52,16 +52,11 @@ func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, s
 	}
 }
 
-// smallReduceBytes: up to this many bytes from all ranks together (the
-// message's size × P), AllReduce and Reduce take one step in which every
-// rank (the root, for Reduce) reduces the whole message from every rank's
-// part, instead of the direct algorithm's two steps. Measured on 2 cores
-// with 2 and 4 processes: one step is faster up to 16 KiB messages on 4
-// ranks and as fast at 32 KiB on 2 (2–7 µs against 3–10), two steps from
-// 32 KiB on 4 ranks. A variable so that benchmarks can move it.
-var smallReduceBytes = 64 << 10
-
 // allReduce is AllReduce (root < 0) and Reduce (to root).
+//
+// Small messages (Config.SmallReduceBytes over all ranks) take one step:
+// every rank stages its input, and every rank (the root, for Reduce)
+// reduces the whole message from every rank's part.
 //
 // Large messages use the direct algorithm, pipelined in chunks: in step i
 // every rank stages chunk i of its input, but for its own slice; after the
@@ -78,7 +73,7 @@ var smallReduceBytes = 64 << 10
 func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 	P, me, es := s.c.size, s.c.rank, k.es
 	out := root < 0 || root == me
-	if n := len(send); n*P <= smallReduceBytes && n <= s.half() {
+	if n := len(send); n*P <= s.c.cfg.SmallReduceBytes && n <= s.half() {
 		if err := s.step(func(p []byte) { copy(p, send) }); err != nil {
 			return err
 		}
@@ -95,7 +90,7 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 	K := (N + c - 1) / c
 	chunk := func(i int) (lo, cnt int) { return i * c, min(c, N-i*c) }
 	slice := func(cnt, q int) (lo, hi int) { return q * cnt / P, (q + 1) * cnt / P }
-	put := putFor(s.resultBytes(len(recv), root))
+	put := s.putFor(s.resultBytes(len(recv), root))
 	var mine []byte // this rank's recv slice of the chunk being reduced (nil: not wanted)
 	for i := 0; i <= K; i++ {
 		var write func([]byte)

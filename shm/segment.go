@@ -60,11 +60,12 @@ func Segments(namespace string) ([]string, error) {
 // tmpSeq makes this process's temporary names unique.
 var tmpSeq atomic.Uint64
 
-// createSegment makes the segment file at path for P ranks, replacing a
-// stale one (logged); a live one is an error that names its process.
-func createSegment(path string, P, slotBytes int, me procID, log *slog.Logger) (*segment, error) {
+// createSegment makes the segment file at path for P ranks, with slots of
+// slotBytes and steps of stepBytes, replacing a stale one (logged); a live
+// one is an error that names its process.
+func createSegment(path string, P, slotBytes, stepBytes int, me procID, log *slog.Logger) (*segment, error) {
 	removeStaleTemps(path, log)
-	l := newLayout(P, slotBytes)
+	l := newLayout(P, slotBytes, stepBytes)
 	for attempt := 0; ; attempt++ {
 		seg, err := createOnce(path, l, me)
 		if err == nil || !errors.Is(err, fs.ErrExist) {

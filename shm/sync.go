@@ -37,14 +37,14 @@ import (
 // once. The CPU numbers are hints (a rank may move): after spinYields
 // turns without a yield, the rank yields anyway.
 
-// Wait policy. Variables, not constants, so that a benchmark can tune them.
+// Wait policy.
 // Measured on 2 cores: spinning pays when every rank has a core (2 ranks:
 // under 1 µs per 8-byte AllReduce, against several µs when yielding at
 // once), and only delays the yield that lets a waiting rank run when there
 // are more ranks than cores. Yielding lasts long enough to cover the
 // imbalance of a large step (hundreds of µs) without a futex wake-up, which
 // costs tens of µs in a VM; a longer wait sleeps.
-var (
+const (
 	spinChecks = 100                    // checks before the first yield, when every rank can have a core
 	spinOver   = 4                      // the same, with more ranks than cores
 	spinYields = 256                    // turns of the yielding phase spent spinning, at most, between two yields

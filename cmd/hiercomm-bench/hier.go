@@ -13,6 +13,7 @@ import (
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/hierarchy"
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // Names of the communicators a hierarchical run compares.
@@ -23,12 +24,25 @@ const (
 	comm2D    = "2d"    // the hierarchy with every AllReduce on the 2D path
 )
 
+// layered is a hierarchical communicator as the bench asks it
+// (hierarchy.Comm is one): its topology, its flat world part and its intra
+// and rail parts.
+type layered interface {
+	comm.Communicator
+	Topology() *topology.Topology
+	Flat() comm.Communicator
+	Parts() (intra, rail comm.Communicator)
+}
+
+// The hierarchy must stay layered, or the bench would measure it alone.
+var _ layered = (*hierarchy.Comm)(nil)
+
 // measureWorld runs the Spec on this rank's World. A hierarchical World is
 // measured against its flat world part, interleaved on the same processes;
 // then, with -switch, the hierarchy's two AllReduce paths against each
 // other. Anything else is measured alone.
 func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.Spec, log *slog.Logger) (bench.Result, error) {
-	h, ok := w.Communicator.(*hierarchy.Comm)
+	h, ok := w.Communicator.(layered)
 	if !ok {
 		if o.limiter == limitWrapper || o.limiter == limitTBF {
 			log.Warn("the world is not hierarchical (one node, or one rank per node): measuring it alone", "via", fmt.Sprintf("%T", w.Communicator))

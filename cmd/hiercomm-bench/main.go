@@ -147,7 +147,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	repeats := fs.Int("repeats", d.Repeats, "timed repeats per size; the median is reported")
 	budget := fs.Duration("budget", time.Duration(d.Budget), "time per repeat when -iters is 0")
 	check := fs.Bool("check", d.Check, "verify every size's result with rank-distinct data (#wrong)")
-	inProcess := fs.Bool("inprocess", d.InProcess, "run the ranks as goroutines of this process, not as child processes")
+	inProcess := fs.Bool("inprocess", d.InProcess, "run the ranks as goroutines of this process, as one flat nexar world (no hiercomm.Init: no membership, shared memory or hierarchy), over the in-memory transport with -network memory, else over loopback sockets")
 	timeout := fs.Duration("timeout", time.Duration(d.Timeout), "bound on the whole run (0: none)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the result as JSON to `file`")
 	fs.BoolVar(&o.verbose, "v", false, "log every measured row and the transport's debug events")
@@ -319,7 +319,7 @@ func runProcesses(ctx context.Context, o options, args []string, stderr io.Write
 
 // runChild is one rank of a local job.
 func runChild(ctx context.Context, o options, spec bench.Spec, log *slog.Logger) error {
-	c, err := hiercomm.Init(ctx, hiercomm.Options{Logger: log, Collectives: nexar.Options{Logger: log}})
+	c, err := hiercomm.Init(ctx, hiercomm.Options{Logger: log, Nexar: nexar.Options{Logger: log}})
 	if err != nil {
 		return fmt.Errorf("joining the local job: %w", err)
 	}

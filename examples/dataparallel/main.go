@@ -18,6 +18,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"os"
 	"unsafe"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -39,7 +40,7 @@ const in, out, samples = 16, 4, 256
 
 func train(steps int) error {
 	ctx := context.Background()
-	c, err := nexar.JoinLocal(ctx, nexar.Options{})
+	c, err := nexar.JoinLocal(ctx, os.Getenv, nexar.Options{})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/examples/internal/launch"
@@ -33,7 +34,7 @@ const params = 1 << 12
 
 func train(steps int) error {
 	ctx := context.Background()
-	c, err := nexar.JoinLocal(ctx, nexar.Options{})
+	c, err := nexar.JoinLocal(ctx, os.Getenv, nexar.Options{})
 	if err != nil {
 		return err
 	}

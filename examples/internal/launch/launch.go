@@ -20,7 +20,7 @@ import (
 // waits for them. It exits the process on failure.
 func Main(ranks int, network string, train func() error) {
 	var err error
-	if nexar.IsLocalChild() {
+	if nexar.IsLocalChild(os.Getenv) {
 		err = train()
 	} else {
 		var job *nexar.LocalJob
@@ -37,7 +37,7 @@ func Main(ranks int, network string, train func() error) {
 
 // TestMain makes a test binary serve as the ranks that TestRanks starts.
 func TestMain(m *testing.M, train func() error) {
-	if nexar.IsLocalChild() {
+	if nexar.IsLocalChild(os.Getenv) {
 		if err := train(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -1,15 +1,13 @@
-package hiercomm
+package cluster
 
 import (
 	"errors"
 	"net"
 	"testing"
-
-	"github.com/hiercomm/hiercomm/cluster"
 )
 
 func TestSeedIPHere(t *testing.T) {
-	ifaces := []cluster.Iface{
+	ifaces := []Iface{
 		{Name: "lo", Up: true, Loopback: true, Addrs: []net.IP{net.IPv4(127, 0, 0, 1)}},
 		{Name: "eth0", Up: true, Addrs: []net.IP{net.IPv4(10, 0, 0, 5)}},
 		{Name: "ib0", Up: false, Addrs: []net.IP{net.IPv4(10, 1, 0, 5)}},

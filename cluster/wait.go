@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+// form runs the join loop until the world is complete, and records it.
+func (c *Cluster) form(ctx context.Context) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
+	defer cancel()
+
+	seeds := make([]*seedStatus, len(c.cfg.Seeds))
+	for i, s := range c.cfg.Seeds {
+		seeds[i] = &seedStatus{seed: s}
+	}
+	grace := c.grace()
+	var (
+		nextJoin     = start
+		backoff      = 50 * time.Millisecond
+		lastProgress = start.Add(-progressMinGap) // the first line at once
+		lastCount    = 0
+		timer        = time.NewTimer(time.Hour)
+	)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		topo, wake, err := c.view.evaluate(now, grace)
+		if err != nil {
+			return c.joinError(err, start, seeds)
+		}
+		if topo != nil {
+			c.formed(topo, start)
+			return nil
+		}
+		count := c.view.aliveCount()
+		if (count != lastCount && now.Sub(lastProgress) >= progressMinGap) || now.Sub(lastProgress) >= progressEvery {
+			// The first line is a start-up line of every rank (Debug);
+			// later ones say that this rank is still waiting (Info).
+			level := slog.LevelInfo
+			if lastCount == 0 {
+				level = slog.LevelDebug
+			}
+			c.log.Log(ctx, level, fmt.Sprintf("cluster: %d/%d ranks joined", count, c.cfg.WorldSize),
+				"job", c.cfg.JobID, "waited", now.Sub(start).Round(time.Millisecond))
+			lastProgress, lastCount = now, count
+		}
+		if c.cfg.WorldSize > 1 && !now.Before(nextJoin) {
+			joined, err := c.contactSeeds(ctx, seeds)
+			if err != nil {
+				return c.joinError(err, start, seeds)
+			}
+			if joined {
+				nextJoin, backoff = time.Now().Add(rejoinInterval), 50*time.Millisecond
+			} else {
+				nextJoin, backoff = time.Now().Add(backoff), min(2*backoff, maxSeedBackoff)
+			}
+			continue // evaluate what the join brought
+		}
+		next := nextJoin
+		if c.cfg.WorldSize == 1 {
+			next = now.Add(progressEvery)
+		}
+		if count != lastCount {
+			next = minTime(next, lastProgress.Add(progressMinGap))
+		}
+		next = minTime(next, lastProgress.Add(progressEvery))
+		if !wake.IsZero() {
+			next = minTime(next, wake)
+		}
+		timer.Reset(max(time.Until(next), time.Millisecond))
+		select {
+		case <-c.view.changed:
+		case <-timer.C:
+		case <-ctx.Done():
+			return c.joinError(c.incomplete(ctx, start), start, seeds)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// formed records the topology and logs it.
+func (c *Cluster) formed(topo *topology.Topology, start time.Time) {
+	c.topo = topo
+	for _, m := range topo.Members() {
+		if m.Name == c.name {
+			c.rank = m.Rank
+		}
+	}
+	summary, table, _ := strings.Cut(topo.String(), "\n")
+	// Every rank's line at Debug; rank 0's, the world's summary, at Info.
+	level := slog.LevelDebug
+	if c.rank == 0 {
+		level = slog.LevelInfo
+	}
+	c.log.Log(context.Background(), level, fmt.Sprintf("cluster: %d/%d ranks joined; world formed: %s", topo.Size(), c.cfg.WorldSize, summary),
+		"job", c.cfg.JobID, "rank", c.rank, "name", c.name, "waited", time.Since(start).Round(time.Millisecond))
+	c.log.Debug("cluster: topology\n"+table, "job", c.cfg.JobID)
+}
