@@ -15,8 +15,9 @@ import (
 // members or not. A listed rank gets the new communicator; a rank not
 // listed gets (nil, nil), as with Split's NoColor. The new communicator is
 // a Split of c (color 0 for the members, key their index in the list), so
-// it is what Split makes on c: its own sequence space, every operation, a
-// hierarchical one where c is hierarchical; the caller closes it.
+// it is what Split makes on c: its own sequence space, every operation;
+// on a hierarchical c, a hierarchical communicator where the group spans
+// several nodes with several ranks on some node. The caller closes it.
 //
 // The ranks first agree on the list with one AllReduce (the Min and Max of
 // a hash of it), then Split. So:
