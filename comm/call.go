@@ -111,7 +111,13 @@ func (c Call) Signature() Signature {
 	return s
 }
 
+// String is the call as a user would write it, with the arguments ranks
+// must agree on: "AllReduce(4×f32, sum)", "Broadcast(16×u8, root 2)",
+// "Barrier()". The zero Signature is "an unknown call".
 func (s Signature) String() string {
+	if s == (Signature{}) {
+		return "an unknown call"
+	}
 	out := s.Kind.String() + "("
 	sep := ""
 	if s.Count >= 0 && s.Kind != KindBarrier {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinels, for errors.Is. Every error a Communicator returns wraps one of
@@ -72,27 +73,87 @@ func (e *ArgError) Error() string {
 
 func (e *ArgError) Is(target error) bool { return target == ErrInvalidArgument }
 
-// MismatchError says that this rank and Peer disagree on collective Seq.
+// MismatchError says that this rank and Peer disagree on collective Seq
+// (or, with Seq 0, on a point-to-point message: a Recv whose buffer does
+// not fit the Send's).
 type MismatchError struct {
 	Peer   int
 	Seq    uint64
-	Local  Signature // what this rank called
+	Local  Signature // what this rank called; Kind 0 when not known
 	Remote Signature // what Peer called; Kind 0 when Peer's call is unknown
 	// Reported is set when Peer only reported a mismatch it saw (possibly
 	// with a third rank): Peer's own description of it.
 	Reported string
 }
 
+// Error says what each side called, as far as this rank knows it: the
+// fields of the two Signatures that differ, or, where Peer's call is not
+// known (it reported the mismatch, or its call agreed in every field a
+// Signature carries), what is known.
 func (e *MismatchError) Error() string {
-	remote := e.Remote.String()
-	if e.Remote.Kind == 0 {
-		remote = "something else"
+	p2p := e.Seq == 0 && (e.Local.Kind == KindSend || e.Local.Kind == KindRecv)
+	var b strings.Builder
+	if p2p {
+		b.WriteString("mismatched message: ")
+	} else {
+		fmt.Fprintf(&b, "mismatched collective #%d: ", e.Seq)
 	}
-	if e.Reported != "" {
-		return fmt.Sprintf("mismatched collective #%d: this rank called %v; rank %d reported: %s", e.Seq, e.Local, e.Peer, e.Reported)
+	local := e.Local.Kind != 0
+	if local {
+		fmt.Fprintf(&b, "this rank called %v", e.Local)
 	}
-	return fmt.Sprintf("mismatched collective #%d: this rank called %v, rank %d called %s; every rank must start the same collectives in the same order with the same counts, dtypes, ops and roots",
-		e.Seq, e.Local, e.Peer, remote)
+	switch {
+	case e.Reported != "" && local:
+		fmt.Fprintf(&b, "; rank %d reported: %s", e.Peer, e.Reported)
+	case e.Reported != "":
+		fmt.Fprintf(&b, "rank %d reported: %s", e.Peer, e.Reported)
+	case !local && e.Remote.Kind == 0:
+		fmt.Fprintf(&b, "rank %d disagreed (neither call is known here)", e.Peer)
+	case !local:
+		fmt.Fprintf(&b, "rank %d called %v", e.Peer, e.Remote)
+	case e.Remote.Kind == 0:
+		fmt.Fprintf(&b, ", rank %d called something else (its call is not known here)", e.Peer)
+	case e.Remote == e.Local:
+		fmt.Fprintf(&b, ", and so did rank %d, but with arguments that disagree with this rank's beyond what a signature shows (such as AllToAllV's counts)", e.Peer)
+	case p2p:
+		remote := e.Remote
+		remote.Kind = e.Local.Kind // a Send meets a Recv: only the rest must agree
+		fmt.Fprintf(&b, ", rank %d called %v (%s)", e.Peer, e.Remote, differences(e.Local, remote))
+	default:
+		fmt.Fprintf(&b, ", rank %d called %v (%s)", e.Peer, e.Remote, differences(e.Local, e.Remote))
+	}
+	if e.Reported == "" {
+		if p2p {
+			b.WriteString("; a Recv's buffer must have the dtype and length of the Send's")
+		} else {
+			b.WriteString("; every rank must start the same collectives in the same order with the same counts, dtypes, ops and roots")
+		}
+	}
+	return b.String()
+}
+
+// differences names the fields in which a and b differ: "the count
+// differs", "the kind and the root differ".
+func differences(a, b Signature) string {
+	var fields []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"kind", a.Kind == b.Kind}, {"dtype", a.DType == b.DType}, {"count", a.Count == b.Count},
+		{"op", a.Op == b.Op}, {"root", a.Root == b.Root},
+	} {
+		if !f.same {
+			fields = append(fields, "the "+f.name)
+		}
+	}
+	switch len(fields) {
+	case 0:
+		return "the same"
+	case 1:
+		return fields[0] + " differs"
+	}
+	return strings.Join(fields[:len(fields)-1], ", ") + " and " + fields[len(fields)-1] + " differ"
 }
 
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
