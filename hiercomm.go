@@ -265,12 +265,6 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	return ready(h, cl, topo, rank, l, log, via), nil
 }
 
-// peerFailer is a communicator that can be told of a rank the membership
-// failure detector declared dead (nexar.Comm).
-type peerFailer interface {
-	PeerFailed(rank int, cause error)
-}
-
 // ready wires membership failures into c, writes the topology dump, and
 // returns the World.
 func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, rank int, l cluster.Launch, log *slog.Logger, via string) *World {
@@ -278,7 +272,7 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 	// closing anything (a kill -9, a hung host, a cut cable): every
 	// communicator that includes the dead rank is aborted with an error
 	// naming it, on every survivor.
-	if pf, ok := c.(peerFailer); ok {
+	if pf, ok := c.(comm.PeerFailer); ok {
 		cl.OnFailure(func(f *cluster.Failure) { pf.PeerFailed(f.Rank, f) })
 	}
 	if rank == 0 && l.TopoDumpFile != "" {

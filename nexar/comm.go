@@ -214,13 +214,15 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
-	if !c.owner {
-		c.announceClose()
-	}
 	c.notesMu.Lock()
 	c.notesShut = true
 	c.notesMu.Unlock()
 	c.notes.Wait() // each is bounded by controlTimeout
+	if !c.owner {
+		// After the notices queued before (a failure's reason must reach
+		// the peers before the news that this rank is gone).
+		c.announceClose()
+	}
 	c.w.unregister(c)
 	c.mu.Lock()
 	for k, f := range c.arrived {
@@ -430,6 +432,7 @@ var errCommClosed = errors.New("it closed its communicator")
 // those have arrived (a child's peers would otherwise wait for their
 // deadline: the transport stays up for the parent).
 func (c *Comm) announceClose() {
+	var wg sync.WaitGroup
 	for p, wr := range c.members {
 		if p == c.rank {
 			continue
@@ -437,8 +440,11 @@ func (c *Comm) announceClose() {
 		if _, dead := c.w.peerState(wr); dead != nil {
 			continue
 		}
-		c.notifyLater(p, Header{Kind: FrameClosed, Comm: c.id, Sig: comm.Signature{Count: int64(c.sent[p].Load())}}, nil)
+		wg.Go(func() {
+			c.sendControl(p, Header{Kind: FrameClosed, Comm: c.id, Sig: comm.Signature{Count: int64(c.sent[p].Load())}}, nil)
+		})
 	}
+	wg.Wait() // each is bounded by controlTimeout
 }
 
 // sendFrame sends a data or point-to-point frame to peer, counted for
@@ -496,8 +502,11 @@ func (c *Comm) onFail(f frame) {
 	if comm.FailCode(f.h.Step) == comm.FailMismatch {
 		// This rank finished its part (it only sent) before a peer saw the
 		// mismatch: its next call reports it.
-		done := c.recent[f.h.Seq%uint64(len(c.recent))]
-		c.abort(&comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: done.sig, Remote: f.h.Sig, Reported: string(f.payload)})
+		var local comm.Signature // unknown, unless the slot still holds this collective
+		if done := c.recent[f.h.Seq%uint64(len(c.recent))]; done.seq == f.h.Seq {
+			local = done.sig
+		}
+		c.abort(&comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: local, Remote: f.h.Sig, Reported: string(f.payload)})
 	}
 }
 

@@ -3,7 +3,6 @@ package shm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -205,8 +204,7 @@ func fits(r *recvOp, m *message) bool { return m.dtype == r.dtype && m.count == 
 func mismatch(r *recvOp, m *message) error {
 	local := comm.Signature{Kind: comm.KindRecv, DType: r.dtype, Root: -1, Count: int64(r.count)}
 	remote := comm.Signature{Kind: comm.KindSend, DType: m.dtype, Root: -1, Count: m.count}
-	return &comm.MismatchError{Peer: m.src, Local: local, Remote: remote,
-		Reported: fmt.Sprintf("rank %d sent %d×%v with tag %d, but this Recv expects %d×%v", m.src, m.count, m.dtype, m.tag, r.count, r.dtype)}
+	return &comm.MismatchError{Peer: m.src, Local: local, Remote: remote}
 }
 
 // matchLocked gives message m, arriving or arrived, to Recv r: its bytes
