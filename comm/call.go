@@ -1,6 +1,10 @@
 package comm
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+)
 
 // Kind names an operation of the Communicator interface.
 type Kind uint8
@@ -74,6 +78,46 @@ type Call struct {
 	Peer, Tag  int      // Send and Recv only; Tag ≥ 0
 	SendCounts []int    // AllToAllV only: elements for each destination rank
 	RecvCounts []int    // AllToAllV only: elements from each source rank
+	// Outer is set by a composed communicator (the hierarchy) on the calls
+	// it makes of its parts: the call its user made, which the parts
+	// compare with the rest of the Signature. Zero on a user's own call.
+	Outer Outer
+}
+
+// Outer identifies the user's call on the phases a composed communicator
+// runs for it. Ranks whose phases agree but whose own calls differ (an
+// AllReduce with Avg on one rank and Sum on another: the phases sum
+// either way) still mismatch, in the part that sees it first.
+type Outer struct {
+	Kind  Kind
+	DType DType
+	Op    ReduceOp
+	// Hash is a fingerprint of the user's whole Signature (its Root and
+	// Count too); never 0 in a set Outer.
+	Hash uint32
+}
+
+// AsOuter is s as the Outer of the phases of the call it describes.
+func (s Signature) AsOuter() Outer {
+	h := fnv.New32a()
+	var b [16]byte
+	b[0], b[1], b[2] = byte(s.Kind), byte(s.DType), byte(s.Op)
+	binary.LittleEndian.PutUint32(b[4:], uint32(s.Root))
+	binary.LittleEndian.PutUint64(b[8:], uint64(s.Count))
+	h.Write(b[:])
+	o := Outer{Kind: s.Kind, DType: s.DType, Op: s.Op, Hash: h.Sum32()}
+	if o.Hash == 0 {
+		o.Hash = 1
+	}
+	return o
+}
+
+// Call is what is known of the user's call from o: its kind, dtype and
+// op, with root and count taken from like (the other side's call) when
+// they fit o's Hash; else ok is false and those two are not known.
+func (o Outer) Call(like Signature) (s Signature, ok bool) {
+	s = Signature{Kind: o.Kind, DType: o.DType, Op: o.Op, Root: like.Root, Count: like.Count}
+	return s, s.AsOuter() == o
 }
 
 // Signature is what every rank must agree on for one collective: it is
@@ -85,11 +129,12 @@ type Signature struct {
 	Op    ReduceOp // 0 unless the kind reduces
 	Root  int32    // -1 unless the kind is rooted
 	Count int64    // the per-rank count every rank must agree on; -1 when ranks may differ (AllToAllV)
+	Outer Outer    // the user's call, on a composed communicator's phase (Call.Outer)
 }
 
 // Signature returns the part of c that every rank must agree on.
 func (c Call) Signature() Signature {
-	s := Signature{Kind: c.Kind, Root: -1, Count: -1}
+	s := Signature{Kind: c.Kind, Root: -1, Count: -1, Outer: c.Outer}
 	if c.Kind.Reduces() {
 		s.Op = c.Op
 	}

@@ -131,7 +131,7 @@ func (c Call) Uses(rank int) (send, recv bool) {
 // how a composed communicator keeps its parts aligned after a rank's own
 // bad argument (the hierarchy's phases, nccl.Staged).
 func (c Call) WithoutBuffers() Call {
-	return Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
+	return Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag, Outer: c.Outer}
 }
 
 // inPlaceBlock reports whether c is the in-place form of AllGather (send is

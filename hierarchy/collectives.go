@@ -9,6 +9,7 @@ func (h *Comm) run(t *task) error {
 	defer h.cfg.Stager.Reset()
 	c := t.Call
 	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: c.Signature()}
+	x.outer = x.sig.AsOuter()
 	if t.Err != nil {
 		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
 		c = h.shapeOf(c)

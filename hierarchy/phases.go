@@ -42,7 +42,11 @@ type phases struct {
 	ctx  context.Context
 	kind comm.Kind
 	seq  uint64
-	sig  comm.Signature
+	sig  comm.Signature // the user's call
+	// outer is sig as every phase carries it (comm.Call.Outer), so that
+	// ranks whose user calls differ mismatch even where the phases agree
+	// (Avg runs as Sum through them).
+	outer comm.Outer
 	// abandoned is this rank's own *comm.ArgError or the first plain
 	// abandonment a part reported.
 	abandoned error
@@ -59,6 +63,7 @@ type pending struct {
 
 // start starts c on p (see phases).
 func (x *phases) start(p part, c comm.Call) pending {
+	c.Outer = x.outer
 	switch {
 	case x.fatal != nil:
 		return pending{}
@@ -131,13 +136,35 @@ func (x *phases) fail(p part, err error) {
 	peer := p.global(comm.PeerOf(err))
 	var cause error
 	if errors.Is(err, comm.ErrMismatch) {
-		cause = &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Reported: fmt.Sprintf("%s: %v", p.name, err)}
+		cause = x.userMismatch(p, peer, err)
 		x.fatal = x.h.opError(x.kind, x.seq, peer, cause)
 	} else {
 		x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
 		cause = x.fatal
 	}
 	x.h.abort(cause)
+}
+
+// userMismatch is a part's mismatch error as a *comm.MismatchError of the
+// user's calls: where the part compared the phase's Outer with the peer's,
+// the peer's call is known (its kind, dtype and op; its count and root when
+// they fit the fingerprint), else the part's report is quoted.
+func (x *phases) userMismatch(p part, peer int, err error) error {
+	var me *comm.MismatchError
+	if errors.As(err, &me) && me.Remote.Outer.Hash != 0 && me.Remote.Outer != x.outer {
+		remote, ok := me.Remote.Outer.Call(x.sig)
+		if ok {
+			return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Remote: remote}
+		}
+		if remote.Kind == x.sig.Kind && remote.DType == x.sig.DType && remote.Op == x.sig.Op {
+			return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig,
+				Reported: fmt.Sprintf("it called %v with a different count or root (seen in the %s)", x.sig.Kind, p.name)}
+		}
+		return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig,
+			Reported: fmt.Sprintf("it called %v on %v with op %v, and a count or root this rank cannot tell (seen in the %s)",
+				remote.Kind, remote.DType, remote.Op, p.name)}
+	}
+	return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Reported: fmt.Sprintf("%s: %v", p.name, err)}
 }
 
 // mismatch aborts the hierarchy with a *comm.MismatchError this rank

@@ -148,6 +148,18 @@ func (h *Comm) allToAllV(x *phases, c comm.Call) {
 			r2[m] += c.RecvCounts[h.rankAt(m, l)]
 		}
 	}
+	if x.ok() {
+		// The blocks this node's ranks send this rank travel in the rail's
+		// message to this rank itself, which the rail checks as an argument
+		// (it must fit): a disagreement there is a mismatch, said here.
+		for l := range G {
+			r := h.rankAt(h.node, l)
+			if got, want := from[l*N+h.node], int64(c.RecvCounts[r]); got != want {
+				x.mismatch(r, fmt.Sprintf("rank %d sends %d elements to rank %d, whose recvCounts[%d] is %d", r, got, h.rank, r, want))
+				return
+			}
+		}
+	}
 	byNode := x.alloc(send, sum(s2))
 	if x.ok() {
 		h.packByNode(x, byNode, fromNode, from, head)

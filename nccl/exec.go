@@ -158,6 +158,8 @@ func record(t *task, size int) []byte {
 	}
 	binary.LittleEndian.PutUint32(b[12:], uint32(sig.Root))
 	binary.LittleEndian.PutUint64(b[16:], uint64(sig.Count))
+	b[24], b[25], b[26] = byte(sig.Outer.Kind), byte(sig.Outer.DType), byte(sig.Outer.Op)
+	binary.LittleEndian.PutUint32(b[28:], sig.Outer.Hash)
 	if sig.Kind == comm.KindAllToAllV && t.verr == nil {
 		for j, k := range t.call.SendCounts {
 			binary.LittleEndian.PutUint64(b[recordBytes+8*j:], uint64(k))
@@ -172,6 +174,8 @@ func parseRecord(b []byte) (seq uint64, sig comm.Signature, bad bool) {
 		Kind: comm.Kind(b[8]), DType: comm.DType(b[9]), Op: comm.ReduceOp(b[10]),
 		Root:  int32(binary.LittleEndian.Uint32(b[12:])),
 		Count: int64(binary.LittleEndian.Uint64(b[16:])),
+		Outer: comm.Outer{Kind: comm.Kind(b[24]), DType: comm.DType(b[25]), Op: comm.ReduceOp(b[26]),
+			Hash: binary.LittleEndian.Uint32(b[28:])},
 	}
 	return seq, sig, b[11] != 0
 }

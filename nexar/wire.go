@@ -20,14 +20,16 @@ import (
 //	  2    1 Sig.Kind
 //	  3    1 Sig.DType
 //	  4    1 Sig.Op
-//	  5    3 reserved, zero
+//	  5    1 Sig.Outer.Kind
+//	  6    1 Sig.Outer.DType
+//	  7    1 Sig.Outer.Op
 //	  8    8 Comm
 //	 16    8 Seq
 //	 24    4 Step
 //	 28    4 Sig.Root (int32)
 //	 32    8 Sig.Count (int64)
 //	 40    4 Len
-//	 44    4 reserved, zero
+//	 44    4 Sig.Outer.Hash
 //
 // A sender that closes gracefully ends each of its streams with a goodbye
 // record (a header of kind frameGoodbye, everything else zero) and then the
@@ -40,7 +42,7 @@ const HeaderSize = 48
 
 // wireVersion is the first byte of every header. A receiver refuses any
 // other: the peer runs an incompatible hiercomm.
-const wireVersion = 1
+const wireVersion = 2 // 2: Sig.Outer in what were reserved bytes
 
 // frameGoodbye is the transport-internal kind of the goodbye record.
 // decodeHeader refuses it like any other unknown kind; read loops test for
@@ -55,14 +57,14 @@ func putHeader(b []byte, h Header) {
 	b[2] = byte(h.Sig.Kind)
 	b[3] = byte(h.Sig.DType)
 	b[4] = byte(h.Sig.Op)
-	b[5], b[6], b[7] = 0, 0, 0
+	b[5], b[6], b[7] = byte(h.Sig.Outer.Kind), byte(h.Sig.Outer.DType), byte(h.Sig.Outer.Op)
 	binary.LittleEndian.PutUint64(b[8:], h.Comm)
 	binary.LittleEndian.PutUint64(b[16:], h.Seq)
 	binary.LittleEndian.PutUint32(b[24:], h.Step)
 	binary.LittleEndian.PutUint32(b[28:], uint32(h.Sig.Root))
 	binary.LittleEndian.PutUint64(b[32:], uint64(h.Sig.Count))
 	binary.LittleEndian.PutUint32(b[40:], h.Len)
-	binary.LittleEndian.PutUint32(b[44:], 0)
+	binary.LittleEndian.PutUint32(b[44:], h.Sig.Outer.Hash)
 }
 
 // appendHeader appends the encoding of h to b.
@@ -101,9 +103,6 @@ func decodeHeader(b []byte) (Header, error) {
 	if k == 0 || k >= frameKindEnd {
 		return Header{}, &HeaderError{"kind", fmt.Sprintf("unknown frame kind %d", b[1])}
 	}
-	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[44:]) != 0 {
-		return Header{}, &HeaderError{"reserved", "reserved bytes are not zero"}
-	}
 	h := Header{
 		Kind: k,
 		Sig: comm.Signature{
@@ -112,6 +111,8 @@ func decodeHeader(b []byte) (Header, error) {
 			Op:    comm.ReduceOp(b[4]),
 			Root:  int32(binary.LittleEndian.Uint32(b[28:])),
 			Count: int64(binary.LittleEndian.Uint64(b[32:])),
+			Outer: comm.Outer{Kind: comm.Kind(b[5]), DType: comm.DType(b[6]), Op: comm.ReduceOp(b[7]),
+				Hash: binary.LittleEndian.Uint32(b[44:])},
 		},
 		Comm: binary.LittleEndian.Uint64(b[8:]),
 		Seq:  binary.LittleEndian.Uint64(b[16:]),

@@ -77,6 +77,8 @@ const (
 	mRoot      = 16 // i32
 	mCount     = 24 // i64
 	mReasonLen = 32 // u32
+	mOuter     = 36 // u8 kind, u8 dtype, u8 op of Sig.Outer
+	mOuterHash = 40 // u32
 	mReason    = 64 // up to maxReason bytes
 	mCounts    = 512
 	maxReason  = mCounts - mReason

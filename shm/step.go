@@ -137,6 +137,8 @@ func (s *stepper) writeMeta(g uint64, status uint32, reason string) {
 	m[mKind], m[mKind+1], m[mKind+2] = byte(sig.Kind), byte(sig.DType), byte(sig.Op)
 	binary.LittleEndian.PutUint32(m[mRoot:], uint32(sig.Root))
 	binary.LittleEndian.PutUint64(m[mCount:], uint64(sig.Count))
+	m[mOuter], m[mOuter+1], m[mOuter+2] = byte(sig.Outer.Kind), byte(sig.Outer.DType), byte(sig.Outer.Op)
+	binary.LittleEndian.PutUint32(m[mOuterHash:], sig.Outer.Hash)
 	n := copy(m[mReason:mReason+maxReason], reason)
 	binary.LittleEndian.PutUint32(m[mReasonLen:], uint32(n))
 	for i, v := range s.counts {
@@ -161,7 +163,9 @@ func (s *stepper) meta(q int, g uint64) peerMeta {
 		seq:    binary.LittleEndian.Uint64(m[mSeq:]),
 		status: binary.LittleEndian.Uint32(m[mStatus:]),
 		sig: comm.Signature{Kind: comm.Kind(m[mKind]), DType: comm.DType(m[mKind+1]), Op: comm.ReduceOp(m[mKind+2]),
-			Root: int32(binary.LittleEndian.Uint32(m[mRoot:])), Count: int64(binary.LittleEndian.Uint64(m[mCount:]))},
+			Root: int32(binary.LittleEndian.Uint32(m[mRoot:])), Count: int64(binary.LittleEndian.Uint64(m[mCount:])),
+			Outer: comm.Outer{Kind: comm.Kind(m[mOuter]), DType: comm.DType(m[mOuter+1]), Op: comm.ReduceOp(m[mOuter+2]),
+				Hash: binary.LittleEndian.Uint32(m[mOuterHash:])}},
 		reason: string(m[mReason : mReason+n]),
 	}
 }
