@@ -14,6 +14,11 @@ import (
 // another waits for counts its finished steps on a channel, so a pipelined
 // ring sends segment s of stage t as soon as segment s of stage t−1 has
 // been received and reduced. The first error ends every lane.
+//
+// A lane that another waits for passes the index of each step it finishes
+// on its ticks channel (buffered for every step, so it never blocks); as a
+// lane's steps come in index order, its one waiter (schedule.Schedule
+// promises one) waits for step i by taking ticks until it sees i or later.
 func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
 	x := &runner{o: o, s: s, send: send, recv: recv, k: k, temps: make([][]byte, len(s.Temps))}
 	defer x.release()
@@ -25,23 +30,21 @@ func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
 		}
 		return nil
 	}
-	x.pos = make([]int, len(s.Steps))
-	lanes := make([][]int, s.Lanes)
-	for i, st := range s.Steps {
-		x.pos[i] = len(lanes[st.Lane])
-		lanes[st.Lane] = append(lanes[st.Lane], i)
-	}
-	x.ticks = make([]chan struct{}, s.Lanes)
+	x.ticks = make([]chan int, s.Lanes)
 	x.seen = make([]int, s.Lanes)
 	for l, w := range s.Waited {
 		if w {
-			x.ticks[l] = make(chan struct{}, len(lanes[l]))
+			x.ticks[l] = make(chan int, len(s.Steps))
+			x.seen[l] = -1
 		}
 	}
 	fs := make([]func() error, s.Lanes)
 	for l := range fs {
 		fs[l] = func() error {
-			for _, i := range lanes[l] {
+			for i := range s.Steps {
+				if s.Steps[i].Lane != l {
+					continue
+				}
 				if err := x.wait(s.Steps[i].After); err != nil {
 					return err
 				}
@@ -49,7 +52,7 @@ func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
 					return err
 				}
 				if x.ticks[l] != nil {
-					x.ticks[l] <- struct{}{}
+					x.ticks[l] <- i
 				}
 			}
 			return nil
@@ -60,16 +63,15 @@ func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
 
 // runner is one execution of a schedule. temps[k] is temp slot k's memory
 // (nil until first written): a slot is touched by one lane at a time, the
-// handover ordered by the ticks channel. seen[l] is how many of lane l's
-// ticks its one waiting lane has taken (schedule.Schedule promises one).
+// handover ordered by the ticks channel. seen[l] is the last step of lane l
+// that its waiting lane has taken from ticks[l]; only that lane touches it.
 type runner struct {
 	o          *op
 	s          schedule.Schedule
 	send, recv []byte
 	k          comm.Kernel
 	temps      [][]byte
-	pos        []int // each step's place in its lane
-	ticks      []chan struct{}
+	ticks      []chan int
 	seen       []int
 }
 
@@ -79,10 +81,9 @@ func (x *runner) wait(after int) error {
 		return nil
 	}
 	l := x.s.Steps[after].Lane
-	for x.seen[l] <= x.pos[after] {
+	for x.seen[l] < after {
 		select {
-		case <-x.ticks[l]:
-			x.seen[l]++
+		case x.seen[l] = <-x.ticks[l]:
 		case <-x.o.ctx.Done():
 			return waitCtx(x.o.ctx)
 		}

@@ -11,7 +11,7 @@ package schedule
 // the result back (fold out). Messages are cut into frames of at most seg
 // elements.
 func DoublingAllReduce(P, r, n, seg int) Schedule {
-	var b builder
+	b := newBuilder(2 + 2*Segments(n, seg)*(log2Floor(P)+1))
 	buf := whole(RecvBuf, n)
 	b.local(0, -1, buf, whole(SendBuf, n), Copy, false)
 	if P == 1 {

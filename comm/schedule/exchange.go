@@ -7,7 +7,7 @@ package schedule
 // recv; every block goes as frames of at most seg elements. With announce
 // (AllToAllV) each frame tells its receiver the sender's count.
 func PairwiseAllToAll(P, r int, sendCounts, recvCounts []int, seg int, announce bool) Schedule {
-	var b builder
+	b := newBuilder(1 + 2*(P-1))
 	sendOff, recvOff := offsets(sendCounts), offsets(recvCounts)
 	b.local(recvLane, -1, Range{Buf: RecvBuf, Off: recvOff[r], Len: recvCounts[r]},
 		Range{Buf: SendBuf, Off: sendOff[r], Len: sendCounts[r]}, Copy, false)
@@ -45,7 +45,7 @@ func offsets(counts []int) []int {
 // copies its own block and receives the others' at once, one lane per
 // peer (the root's link is the bottleneck either way).
 func Gather(P, r, root, n, seg int) Schedule {
-	var b builder
+	b := newBuilder(1 + P*Segments(n, seg))
 	if r != root {
 		b.sendMsg(0, -1, root, 0, whole(SendBuf, n), seg)
 		return b.done()
@@ -64,7 +64,7 @@ func Gather(P, r, root, n, seg int) Schedule {
 // Scatter: the root copies its own block and sends block j straight to rank
 // j, starting with the next rank so that roots spread their load.
 func Scatter(P, r, root, n, seg int) Schedule {
-	var b builder
+	b := newBuilder(1 + P*Segments(n, seg))
 	if r != root {
 		b.recvMsg(0, -1, root, 0, whole(RecvBuf, n), seg, Copy)
 		return b.done()

@@ -25,13 +25,13 @@ const (
 // order, on one rank, and then only copied, so every rank ends with the
 // same bits.
 func RingAllReduce(P, r, n, seg int) Schedule {
-	var b builder
+	_, maxBlock := BlockRange(n, P, 0)
+	S := Segments(maxBlock, seg)
+	b := newBuilder(1 + 4*(P-1)*S + S)
 	start := b.local(recvLane, -1, whole(RecvBuf, n), whole(SendBuf, n), Copy, false)
 	if P == 1 {
 		return b.done()
 	}
-	_, maxBlock := BlockRange(n, P, 0)
-	S := Segments(maxBlock, seg)
 	segment := func(block, s int) Range {
 		off, ln := BlockRange(n, P, block)
 		so, sl := BlockRange(ln, S, s)
@@ -92,13 +92,13 @@ func RingAllReduce(P, r, n, seg int) Schedule {
 // memory and never writes send. Blocks are cut into segments and pipelined
 // like RingAllReduce.
 func RingReduceScatter(P, r, n, seg int) Schedule {
-	var b builder
+	S := Segments(n, seg)
+	b := newBuilder(3*(P-1)*S + 2*S)
 	if P == 1 {
 		b.local(recvLane, -1, whole(RecvBuf, n), whole(SendBuf, n), Copy, false)
 		b.finish(recvLane, whole(RecvBuf, n))
 		return b.done()
 	}
-	S := Segments(n, seg)
 	left, right := mod(r-1, P), mod(r+1, P)
 	part := func(buf Buf, block, s int) Range {
 		so, sl := BlockRange(n, S, s)
@@ -143,12 +143,12 @@ func RingReduceScatter(P, r, n, seg int) Schedule {
 // block r−t−1 from the left, each block cut into segments and pipelined
 // (segment s of stage t leaves once segment s of stage t−1 has arrived).
 func RingAllGather(P, r, n, seg int) Schedule {
-	var b builder
+	S := Segments(n, seg)
+	b := newBuilder(1 + 2*(P-1)*S)
 	start := b.local(recvLane, -1, Range{Buf: RecvBuf, Off: r * n, Len: n}, whole(SendBuf, n), Copy, false)
 	if P == 1 {
 		return b.done()
 	}
-	S := Segments(n, seg)
 	left, right := mod(r-1, P), mod(r+1, P)
 	part := func(block, s int) Range {
 		so, sl := BlockRange(n, S, s)

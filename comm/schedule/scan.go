@@ -7,7 +7,7 @@ package schedule
 // slot for ExScan, where recv keeps the exclusive partial x₀ … x_{r−1}
 // the same way; rank 0, which has no predecessor, gets the op's identity).
 func Scan(P, r, n, seg int, exclusive bool) Schedule {
-	var b builder
+	b := newBuilder(2 + (log2Floor(P)+1)*(2*Segments(n, seg)+2))
 	incl := whole(RecvBuf, n)
 	if exclusive {
 		incl = Range{Buf: TempBuf, Slot: b.temp(n), Len: n}
@@ -45,7 +45,7 @@ func Scan(P, r, n, seg int, exclusive bool) Schedule {
 // sends an empty frame to r+2^k and waits for one from r−2^k; after
 // ⌈log₂ P⌉ rounds every rank has heard, directly or not, from every other.
 func Barrier(P, r int) Schedule {
-	var b builder
+	b := newBuilder(2 * (log2Floor(P) + 1))
 	round := uint32(0)
 	for d := 1; d < P; d <<= 1 {
 		b.send(0, -1, mod(r+d, P), round, Range{Buf: RecvBuf})

@@ -81,8 +81,8 @@ const (
 	ReduceFirst
 )
 
-// Step is one action of one rank. Steps of one Lane run in order; lanes
-// run at once (a runtime gives each its goroutine), which is how a
+// Step is one action of one rank. Steps of one Lane run in the order they
+// have in Schedule.Steps; lanes run at once (a runtime gives each its goroutine), which is how a
 // schedule overlaps sending, receiving and reducing. After orders a step
 // behind a step of another lane, by index into Schedule.Steps (-1: none):
 // a pipelined ring's Send of segment s at stage t waits for the Recv that
@@ -116,13 +116,19 @@ type Schedule struct {
 	Temps []int
 	// Waited[l] says whether some step of another lane waits for a step of
 	// lane l (a runtime then signals lane l's progress). At most one other
-	// lane waits for any one lane, and its waits are in lane order.
+	// lane waits for any one lane, and its waits are in increasing order.
 	Waited []bool
 }
 
 // builder accumulates the steps of one rank's schedule.
 type builder struct {
 	s Schedule
+}
+
+// newBuilder is a builder with room for about steps steps, so that a
+// schedule costs one allocation for its steps.
+func newBuilder(steps int) builder {
+	return builder{s: Schedule{Steps: make([]Step, 0, steps)}}
 }
 
 func (b *builder) add(st Step) int {

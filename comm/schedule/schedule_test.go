@@ -324,7 +324,7 @@ func TestSchedules(t *testing.T) {
 			case testing.Short() && P > 16:
 				counts, segs = []int{P - 1, 2*P + 3}, []int{3}
 			case P > 16:
-				counts, segs = []int{0, 1, P - 1, P + 1, 2*P + 3}, []int{4, 1 << 20}
+				counts, segs = []int{0, 1, P - 1, P + 1, 2*P + 3}, []int{4}
 			}
 			for _, c := range collectives {
 				roots := []int{0}

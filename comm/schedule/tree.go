@@ -5,7 +5,7 @@ package schedule
 // receives from v − 2^j for the lowest set bit j of v, then sends to
 // v + 2^i for every i below j (largest first), ⌈log₂ P⌉ rounds in all.
 func TreeBroadcast(P, r, root, n, seg int) Schedule {
-	var b builder
+	b := newBuilder((log2Floor(P) + 1) * Segments(n, seg))
 	buf := whole(RecvBuf, n)
 	v := mod(r-root, P)
 	mask := 1
@@ -29,7 +29,7 @@ func TreeBroadcast(P, r, root, n, seg int) Schedule {
 // each rank forwards piece s (lane 1) as soon as it has received it
 // (lane 0), so for S pieces the time is P−2+S piece steps, not (P−1)·S.
 func ChainBroadcast(P, r, root, n, seg int) Schedule {
-	var b builder
+	b := newBuilder(2 * Segments(n, seg))
 	if P == 1 {
 		return b.done()
 	}
@@ -64,7 +64,7 @@ func ChainBroadcast(P, r, root, n, seg int) Schedule {
 // a temp slot), and passes the result up (lane 1) while it works on the
 // next piece.
 func BinomialReduce(P, r, root, n, seg int) Schedule {
-	var b builder
+	b := newBuilder(1 + (log2Floor(P)+3)*Segments(n, seg))
 	v := mod(r-root, P)
 	var children []int
 	parent := -1
