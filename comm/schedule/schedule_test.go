@@ -386,3 +386,21 @@ func TestSimulatorCatches(t *testing.T) {
 		t.Error("a contribution reduced twice was not reported")
 	}
 }
+
+// TestCheckRefuses: Check catches the broken promises a runtime would hang
+// or race on.
+func TestCheckRefuses(t *testing.T) {
+	two := func(steps ...Step) Schedule { return Schedule{Steps: steps, Lanes: 2, Waited: []bool{true, false}} }
+	for name, s := range map[string]Schedule{
+		"own lane":      two(Step{Lane: 0, After: -1}, Step{Lane: 0, After: 0}),
+		"bad lane":      two(Step{Lane: 2, After: -1}),
+		"backwards":     two(Step{Lane: 0, After: -1}, Step{Lane: 0, After: -1}, Step{Lane: 1, After: 1}, Step{Lane: 1, After: 0}),
+		"not marked":    {Steps: []Step{{Lane: 1, After: -1}, {Lane: 0, After: 0}}, Lanes: 2, Waited: []bool{true, false}},
+		"two waiters":   {Steps: []Step{{Lane: 0, After: -1}, {Lane: 1, After: 0}, {Lane: 2, After: 0}}, Lanes: 3, Waited: []bool{true, false, false}},
+		"free non-temp": two(Step{Lane: 0, After: -1, Src: Range{Buf: RecvBuf}, Free: true}),
+	} {
+		if s.Check() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

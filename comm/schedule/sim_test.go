@@ -91,7 +91,7 @@ func simulate(P int, sched func(r int) Schedule, send, recv func(r int) []val) (
 	w := &world{P: P, inbox: map[msgKey]message{}, used: map[msgKey]bool{}}
 	for r := range P {
 		s := sched(r)
-		if err := check(s); err != nil {
+		if err := s.Check(); err != nil {
 			return nil, fmt.Errorf("rank %d: %w", r, err)
 		}
 		sr := &simRank{sched: s, send: send(r), recv: recv(r), temps: make([][]val, len(s.Temps)),
@@ -159,47 +159,6 @@ func describe(st Step) string {
 		return fmt.Sprintf("identity %v", st.Dst)
 	}
 	return fmt.Sprintf("kind %d", st.Kind)
-}
-
-// check is what a runtime relies on that the simulator cannot see by
-// running: lanes and After within bounds, at most one waiting lane per
-// waited lane, with its waits in that lane's order.
-func check(s Schedule) error {
-	pos := make([]int, len(s.Steps))
-	count := make([]int, s.Lanes)
-	for i, st := range s.Steps {
-		if st.Lane < 0 || st.Lane >= s.Lanes {
-			return fmt.Errorf("step %d: lane %d of %d", i, st.Lane, s.Lanes)
-		}
-		pos[i] = count[st.Lane]
-		count[st.Lane]++
-	}
-	waiter := make([]int, s.Lanes)
-	last := make([]int, s.Lanes)
-	for l := range waiter {
-		waiter[l], last[l] = -1, -1
-	}
-	for i, st := range s.Steps {
-		if st.After < 0 {
-			continue
-		}
-		if st.After >= len(s.Steps) {
-			return fmt.Errorf("step %d: After %d out of range", i, st.After)
-		}
-		wl := s.Steps[st.After].Lane
-		switch {
-		case wl == st.Lane:
-			return fmt.Errorf("step %d waits for step %d of its own lane", i, st.After)
-		case waiter[wl] >= 0 && waiter[wl] != st.Lane:
-			return fmt.Errorf("lanes %d and %d both wait for lane %d", waiter[wl], st.Lane, wl)
-		case pos[st.After] < last[wl]:
-			return fmt.Errorf("step %d waits for step %d, before an earlier wait of its lane", i, st.After)
-		case !s.Waited[wl]:
-			return fmt.Errorf("lane %d is waited for but not marked Waited", wl)
-		}
-		waiter[wl], last[wl] = st.Lane, pos[st.After]
-	}
-	return nil
 }
 
 func (w *world) buf(r int, rg Range, write bool) ([]val, error) {
