@@ -1,85 +1,86 @@
 package nexar
 
 import (
+	"fmt"
+
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
-// kernel is what the reducing schedules need: the element size, the
-// in-place reduction, and whether to divide by the size at the end (Avg).
-type kernel struct {
-	dt  comm.DType
-	es  int
-	op  comm.ReduceOp
-	red func(dst, src []byte)
-	avg bool
-}
-
-func newKernel(dt comm.DType, op comm.ReduceOp) (kernel, error) {
-	red, err := comm.ReduceFunc(dt, op)
-	if err != nil {
-		return kernel{}, err
-	}
-	return kernel{dt: dt, es: dt.Size(), op: op, red: red, avg: op == comm.Avg}, nil
-}
-
-// runCollective executes a validated call on this rank.
+// runCollective executes a validated call on this rank: it picks the
+// schedule (the cost model chooses where there is a choice; every rank
+// chooses alike) and runs it over the op's frames.
 func runCollective(o *op, c comm.Call) error {
 	P, r := o.size(), o.rank()
 	send, recv := c.Send.Bytes(), c.Recv.Bytes()
-	es := max(1, c.Send.DType().Size(), c.Recv.DType().Size())
-	var k kernel
+	k := comm.Kernel{Size: max(1, c.Send.DType().Size(), c.Recv.DType().Size())}
 	if c.Kind.Reduces() {
 		dt := c.Send.DType()
 		if c.Kind == comm.KindReduceScatter {
 			dt = c.Recv.DType()
 		}
 		var err error
-		if k, err = newKernel(dt, c.Op); err != nil {
+		if k, err = comm.NewKernel(dt, c.Op); err != nil {
 			return err
 		}
 	}
+	es := k.Size
+	seg := o.segBytes(es) / es
+	var s schedule.Schedule
 	switch c.Kind {
 	case comm.KindAllReduce:
-		copyIfApart(recv, send)
-		return allReduce(o, recv, k)
+		n := len(recv) / es
+		if o.c.opt.Cost.AllReduce(len(recv), P) == schedule.Doubling {
+			s = schedule.DoublingAllReduce(P, r, n, seg)
+		} else {
+			s = schedule.RingAllReduce(P, r, n, seg)
+		}
 	case comm.KindBroadcast:
-		return broadcast(o, recv, c.Root, es)
+		n := len(recv) / es
+		if o.c.opt.Cost.Broadcast(len(recv), P, seg*es) == schedule.Tree {
+			s = schedule.TreeBroadcast(P, r, c.Root, n, seg)
+		} else {
+			s = schedule.ChainBroadcast(P, r, c.Root, n, seg)
+		}
 	case comm.KindReduce:
-		return reduce(o, send, recv, c.Root, k)
+		s = schedule.BinomialReduce(P, r, c.Root, len(send)/es, seg)
 	case comm.KindAllGather:
-		n := len(send)
-		copyIfApart(recv[r*n:(r+1)*n], send)
-		return ringAllGather(o, recv, es)
+		s = schedule.RingAllGather(P, r, len(send)/es, seg)
 	case comm.KindReduceScatter:
-		return ringReduceScatter(o, send, recv, k)
+		s = schedule.RingReduceScatter(P, r, len(recv)/es, seg)
 	case comm.KindAllToAll:
-		n := len(send) / P
 		counts := make([]int, P)
 		for i := range counts {
-			counts[i] = n / es
+			counts[i] = len(send) / P / es
 		}
-		return allToAll(o, send, counts, recv, counts, es, false)
+		s = schedule.PairwiseAllToAll(P, r, counts, counts, seg, false)
 	case comm.KindAllToAllV:
-		return allToAll(o, send, c.SendCounts, recv, c.RecvCounts, es, true)
+		if c.SendCounts[r] != c.RecvCounts[r] {
+			return &comm.ArgError{Kind: comm.KindAllToAllV, Arg: fmt.Sprintf("recvCounts[%d]", r),
+				Problem: fmt.Sprintf("is %d but sendCounts[%d] is %d (this rank's message to itself)", c.RecvCounts[r], r, c.SendCounts[r])}
+		}
+		s = schedule.PairwiseAllToAll(P, r, c.SendCounts, c.RecvCounts, seg, true)
 	case comm.KindGather:
-		return gather(o, send, recv, c.Root, es)
+		s = schedule.Gather(P, r, c.Root, len(send)/es, seg)
 	case comm.KindScatter:
-		return scatter(o, send, recv, c.Root, es)
+		s = schedule.Scatter(P, r, c.Root, len(recv)/es, seg)
 	case comm.KindScan:
-		return scan(o, send, recv, k, false)
+		s = schedule.Scan(P, r, len(send)/es, seg, false)
 	case comm.KindExScan:
-		return scan(o, send, recv, k, true)
+		s = schedule.Scan(P, r, len(send)/es, seg, true)
 	case comm.KindBarrier:
-		return barrier(o)
+		s = schedule.Barrier(P, r)
+	default:
+		return &comm.ArgError{Kind: c.Kind, Arg: "kind", Problem: "not a collective"}
 	}
-	return &comm.ArgError{Kind: c.Kind, Arg: "kind", Problem: "not a collective"}
+	return o.run(s, send, recv, k)
 }
 
-// copyIfApart copies src into dst unless they are the same memory (an
-// in-place call).
-func copyIfApart(dst, src []byte) {
-	if len(dst) == 0 || &dst[0] == &src[0] {
-		return
-	}
-	copy(dst, src)
+// ringAllGather completes buf (P blocks of elements of es bytes, this
+// rank's block already in place) with the ring AllGather schedule; Split
+// exchanges colors and keys with it.
+func ringAllGather(o *op, buf []byte, es int) error {
+	P, r := o.size(), o.rank()
+	n := len(buf) / es / P
+	return o.run(schedule.RingAllGather(P, r, n, o.segBytes(es)/es), buf[r*n*es:(r+1)*n*es], buf, comm.Kernel{Size: es})
 }

@@ -2,6 +2,8 @@ package nexar
 
 import (
 	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm/schedule"
 	"log/slog"
 	"time"
 )
@@ -22,9 +24,9 @@ type Options struct {
 	// (rounded down to whole elements, at most MaxFrame). If zero, defaults
 	// to 256 KiB.
 	SegmentBytes int
-	// Cost is the model that picks an algorithm by size and world. If zero,
-	// defaults to DefaultCost.
-	Cost CostModel
+	// Cost is the α-β model that picks an algorithm by size and world;
+	// each of its zero fields takes its default (schedule.DefaultCost).
+	Cost schedule.CostModel
 	// Logger receives the communicator's logs. If nil, defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -39,9 +41,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SegmentBytes == 0 {
 		o.SegmentBytes = 256 << 10
 	}
-	if o.Cost == (CostModel{}) {
-		o.Cost = DefaultCost
-	}
+	o.Cost = o.Cost.WithDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -52,8 +52,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("nexar.Options: ProbeAfter %v is negative", o.ProbeAfter)
 	case o.SegmentBytes < 8 || o.SegmentBytes > MaxFrame:
 		return o, fmt.Errorf("nexar.Options: SegmentBytes %d is outside [8, %d]", o.SegmentBytes, MaxFrame)
-	case o.Cost.Latency < 0 || o.Cost.BytesPerSec <= 0 || o.Cost.ReduceBytesPerSec <= 0:
-		return o, fmt.Errorf("nexar.Options: Cost %+v needs Latency ≥ 0 and positive rates", o.Cost)
+	case o.Cost.Validate() != nil:
+		return o, fmt.Errorf("nexar.Options: %w", o.Cost.Validate())
 	}
 	return o, nil
 }

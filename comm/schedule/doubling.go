@@ -1,0 +1,67 @@
+package schedule
+
+// DoublingAllReduce is recursive doubling over n elements, the
+// latency-optimal AllReduce for small messages, on one lane: rank r copies
+// its send into recv, then with pof2 the largest power of two ≤ P and
+// rem = P − pof2 the first 2·rem ranks pair up and the even one of each
+// pair hands its vector to the odd one (fold in), leaving pof2
+// participants. They run log₂ pof2 rounds: in round k, virtual rank v
+// exchanges the whole vector with v XOR 2^k and both compute lower ⊕ higher,
+// so both get the same bits. Finally the odd ranks of the folded pairs send
+// the result back (fold out). Messages are cut into frames of at most seg
+// elements.
+func DoublingAllReduce(P, r, n, seg int) Schedule {
+	b := newBuilder(2 + 2*Segments(n, seg)*(log2Floor(P)+1))
+	buf := whole(RecvBuf, n)
+	b.local(0, -1, buf, whole(SendBuf, n), Copy, false)
+	if P == 1 {
+		return b.done()
+	}
+	pcs := uint32(Segments(n, seg))
+	pof2 := 1
+	for pof2*2 <= P {
+		pof2 *= 2
+	}
+	rem := P - pof2
+	virt := r - rem // rank among the pof2 participants, or -1
+	if r < 2*rem {
+		if r%2 == 0 {
+			b.sendMsg(0, -1, r+1, 0, buf, seg)
+			virt = -1
+		} else {
+			b.recvMsg(0, -1, r-1, 0, buf, seg, ReduceFirst)
+			virt = r / 2
+		}
+	}
+	real := func(v int) int {
+		if v < rem {
+			return 2*v + 1
+		}
+		return v + rem
+	}
+	round := uint32(1)
+	if virt >= 0 {
+		for mask := 1; mask < pof2; mask <<= 1 {
+			pv := virt ^ mask
+			peer := real(pv)
+			b.sendMsg(0, -1, peer, round*pcs, buf, seg)
+			op := Reduce
+			if pv < virt {
+				op = ReduceFirst
+			}
+			b.recvMsg(0, -1, peer, round*pcs, buf, seg, op)
+			round++
+		}
+		b.finish(0, buf)
+	}
+	if r < 2*rem {
+		// Both partners know the round count: ⌊log₂ P⌋ + 1.
+		last := uint32(1+log2Floor(pof2)) * pcs
+		if r%2 == 1 {
+			b.sendMsg(0, -1, r-1, last, buf, seg)
+		} else {
+			b.recvMsg(0, -1, r+1, last, buf, seg, Copy)
+		}
+	}
+	return b.done()
+}
