@@ -8,6 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -count=1 -v -run 'TestRealDriverLibrary' ./nccl/
+	$(GO) test -count=1 -run 'TestSchedules' ./comm/schedule/ # every world 1-64 (the race pass sweeps 1-8)
 	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/ ./shm/
 	$(GO) test -timeout 15m -run 'Conformance' ./hierarchy/
 	HIERCOMM_TEST_FULL=1 $(GO) test -timeout 15m -run 'ConformanceMultiProcessHierarchy' .
@@ -24,8 +25,9 @@ lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-fuzz: ## 30 s of fuzzing nexar's frame header decoder
+fuzz: ## 30 s each: nexar's frame header decoder, and the schedules under the simulator
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime 30s ./nexar/
+	$(GO) test -run '^$$' -fuzz '^FuzzSchedules$$' -fuzztime 30s ./comm/schedule/
 
 gpu-test: ## build the GPU tests cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
 	mkdir -p gpu-bin

@@ -14,14 +14,14 @@ func (c *Comm) schedule(s *stepper) error {
 	call := s.o.call
 	send, recv := call.Send.Bytes(), call.Recv.Bytes()
 	es := max(1, call.Send.DType().Size(), call.Recv.DType().Size())
-	var k kernel
+	var k comm.Kernel
 	if call.Kind.Reduces() {
 		dt := call.Send.DType()
 		if call.Kind == comm.KindReduceScatter {
 			dt = call.Recv.DType()
 		}
 		var err error
-		if k, err = newKernel(dt, call.Op); err != nil {
+		if k, err = comm.NewKernel(dt, call.Op); err != nil {
 			return err // Validate refuses such calls first
 		}
 	}

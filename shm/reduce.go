@@ -8,23 +8,6 @@ import (
 // data, then rank 1's, …) whichever rank computes it, so that a reducing
 // collective gives every rank the same bits.
 
-// kernel is what the reducing schedules need of the dtype and op.
-type kernel struct {
-	dt  comm.DType
-	op  comm.ReduceOp
-	es  int
-	red func(dst, src []byte)
-	avg bool
-}
-
-func newKernel(dt comm.DType, op comm.ReduceOp) (kernel, error) {
-	red, err := comm.ReduceFunc(dt, op)
-	if err != nil {
-		return kernel{}, err
-	}
-	return kernel{dt: dt, op: op, es: dt.Size(), red: red, avg: op == comm.Avg}, nil
-}
-
 // reduceBlock is the cache blocking of reduceInto: one block of the
 // accumulator stays in L1 while every rank's block is folded into it.
 const reduceBlock = 16 << 10
@@ -35,17 +18,15 @@ const reduceBlock = 16 << 10
 // With also set (as long as dst), each finished block is copied there too,
 // with put, while it is in L1: the direct AllReduce's own slice reaches
 // the rank's recv without another pass over memory.
-func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, src func(q int) []byte) {
+func reduceInto(k comm.Kernel, dst, also []byte, put func(dst, src []byte), n int, src func(q int) []byte) {
 	for b := 0; b < len(dst); b += reduceBlock {
 		e := min(len(dst), b+reduceBlock)
 		d := dst[b:e]
 		copy(d, src(0)[b:e])
 		for q := 1; q < n; q++ {
-			k.red(d, src(q)[b:e])
+			k.Reduce(d, src(q)[b:e])
 		}
-		if k.avg {
-			comm.FinishAvg(k.dt, d, n)
-		}
+		k.Finish(d, n)
 		if also != nil {
 			put(also[b:e], d)
 		}
@@ -70,15 +51,15 @@ func (k kernel) reduceInto(dst, also []byte, put func(dst, src []byte), n int, s
 // rank's input and result crosses memory as few times as shared staging
 // allows: staged once, read once by its reducer, published once, copied
 // out once by each other rank.
-func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
-	P, me, es := s.c.size, s.c.rank, k.es
+func allReduce(s *stepper, send, recv []byte, k comm.Kernel, root int) error {
+	P, me, es := s.c.size, s.c.rank, k.Size
 	out := root < 0 || root == me
 	if n := len(send); n*P <= s.c.cfg.SmallReduceBytes && n <= s.half() {
 		if err := s.step(func(p []byte) { copy(p, send) }); err != nil {
 			return err
 		}
 		if out {
-			k.reduceInto(recv, nil, nil, P, s.read)
+			reduceInto(k, recv, nil, nil, P, s.read)
 		}
 		return nil
 	}
@@ -124,7 +105,7 @@ func allReduce(s *stepper, send, recv []byte, k kernel, root int) error {
 			if out {
 				mine = recv[(lo+a)*es : (lo+b)*es]
 			}
-			k.reduceInto(dst, mine, put, P, func(q int) []byte {
+			reduceInto(k, dst, mine, put, P, func(q int) []byte {
 				if q == me {
 					return own
 				}
@@ -153,10 +134,10 @@ func (s *stepper) blockBytes(es int) int {
 // is block r of send) the rank stages its own piece too: the reduction,
 // which starts from rank 0's piece, overwrites recv before it reaches
 // this rank's.
-func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
+func reduceScatter(s *stepper, send, recv []byte, k comm.Kernel) error {
 	P, me := s.c.size, s.c.rank
 	m := len(recv)
-	B := s.blockBytes(k.es)
+	B := s.blockBytes(k.Size)
 	K := steps(m, B)
 	inPlace := m > 0 && &recv[0] == &send[me*m]
 	for i := range K {
@@ -171,7 +152,7 @@ func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
 		}); err != nil {
 			return err
 		}
-		k.reduceInto(recv[lo:lo+cnt], nil, nil, P, func(q int) []byte {
+		reduceInto(k, recv[lo:lo+cnt], nil, nil, P, func(q int) []byte {
 			if q == me && !inPlace {
 				return send[me*m+lo : me*m+lo+cnt]
 			}
@@ -183,10 +164,10 @@ func reduceScatter(s *stepper, send, recv []byte, k kernel) error {
 
 // scan is Scan (inclusive) and ExScan: rank r reduces the staged chunks of
 // ranks 0…r (0…r-1), and rank 0 of an ExScan gets the op's identity.
-func scan(s *stepper, send, recv []byte, k kernel, exclusive bool) error {
+func scan(s *stepper, send, recv []byte, k comm.Kernel, exclusive bool) error {
 	me := s.c.rank
 	n := len(send)
-	C := s.chunkBytes(k.es)
+	C := s.chunkBytes(k.Size)
 	K := steps(n, C)
 	upto := me + 1
 	if exclusive {
@@ -200,10 +181,10 @@ func scan(s *stepper, send, recv []byte, k kernel, exclusive bool) error {
 		}
 		dst := recv[lo : lo+cnt]
 		if upto == 0 {
-			comm.FillIdentity(k.dt, k.op, dst)
+			comm.FillIdentity(k.DType, k.Op, dst)
 			continue
 		}
-		k.reduceInto(dst, nil, nil, upto, func(q int) []byte { return s.read(q)[:cnt] })
+		reduceInto(k, dst, nil, nil, upto, func(q int) []byte { return s.read(q)[:cnt] })
 	}
 	return nil
 }
