@@ -98,8 +98,21 @@ func (x *phases) wait(pd pending) bool {
 	return false
 }
 
-// do starts c on p and waits for it.
-func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.start(p, c)) }
+// do runs c on p and waits for it: through the part's blocking form when
+// it has one (comm.Runner: on this goroutine when the part is idle, no
+// hand-off per phase), else Start and Wait.
+func (x *phases) do(p part, c comm.Call) bool {
+	r, ok := p.c.(comm.Runner)
+	if !ok || x.fatal != nil {
+		return x.wait(x.start(p, c))
+	}
+	c.Outer = x.outer
+	poisoned := x.abandoned != nil
+	if poisoned {
+		c = c.WithoutBuffers()
+	}
+	return x.wait(pending{p: p, w: comm.Failed(r.Run(x.ctx, c)), poisoned: poisoned})
+}
 
 // ok reports whether the collective is still good.
 func (x *phases) ok() bool { return x.fatal == nil && x.abandoned == nil }
