@@ -2,6 +2,7 @@ package nexar
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
@@ -26,6 +27,10 @@ func runCollective(o *op, c comm.Call) error {
 	}
 	es := k.Size
 	seg := o.segBytes(es) / es
+	key := scheduleKey{kind: c.Kind, es: es, send: len(send), recv: len(recv), root: c.Root}
+	if s, ok := o.c.schedules.get(key); ok {
+		return o.run(s, send, recv, k)
+	}
 	var s schedule.Schedule
 	switch c.Kind {
 	case comm.KindAllReduce:
@@ -73,7 +78,45 @@ func runCollective(o *op, c comm.Call) error {
 	default:
 		return &comm.ArgError{Kind: c.Kind, Arg: "kind", Problem: "not a collective"}
 	}
+	if c.Kind != comm.KindAllToAllV { // its schedule depends on the counts too
+		o.c.schedules.put(key, s)
+	}
 	return o.run(s, send, recv, k)
+}
+
+// scheduleKey is what a collective's schedule depends on besides the
+// communicator (its size, this rank, its options): a trainer repeats the
+// same few calls, and building a schedule costs allocations on every call.
+type scheduleKey struct {
+	kind           comm.Kind
+	es, send, recv int
+	root           int
+}
+
+// scheduleCache keeps the schedules built for recent calls; a schedule is
+// never written once built, so runs share it.
+type scheduleCache struct {
+	mu sync.Mutex
+	m  map[scheduleKey]schedule.Schedule
+}
+
+// scheduleCacheSize bounds the cache; when full it starts over.
+const scheduleCacheSize = 64
+
+func (sc *scheduleCache) get(k scheduleKey) (schedule.Schedule, bool) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	s, ok := sc.m[k]
+	return s, ok
+}
+
+func (sc *scheduleCache) put(k scheduleKey, s schedule.Schedule) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.m == nil || len(sc.m) >= scheduleCacheSize {
+		sc.m = make(map[scheduleKey]schedule.Schedule, scheduleCacheSize)
+	}
+	sc.m[k] = s
 }
 
 // ringAllGather completes buf (P blocks of elements of es bytes, this

@@ -22,12 +22,14 @@ type Comm struct {
 	index   []int // world rank → comm rank, or -1
 	rank    int
 	opt     Options
-	owner   bool             // the world Comm: Close closes the Transport
-	sent    []atomic.Uint64  // data and point-to-point frames sent to each rank (FrameClosed)
-	exec    *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
-	done    chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
-	notes   sync.WaitGroup   // control frames being sent (failure notices, probe answers); see note
-	notesMu sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
+	owner   bool            // the world Comm: Close closes the Transport
+	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
+	// schedules keeps the schedules of recent calls (collective.go).
+	schedules scheduleCache
+	exec      *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
+	done      chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
+	notes     sync.WaitGroup   // control frames being sent (failure notices, probe answers); see note
+	notesMu   sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
 	// notesShut: Close is waiting for the notes, so no new one may start.
 	notesShut bool
 
