@@ -85,6 +85,17 @@ type Aborter interface {
 	Abort(cause error)
 }
 
+// Abort aborts c with cause where c is an Aborter, and closes it where it
+// is not, so that its peers see an error rather than wait: how a composed
+// communicator gives up a part.
+func Abort(c Communicator, cause error) {
+	if a, ok := c.(Aborter); ok {
+		a.Abort(cause)
+	} else {
+		c.Close()
+	}
+}
+
 // PeerFailer is a Communicator that can be told of a rank that an outside
 // failure detector (the cluster layer's membership) declared dead: its
 // operations waiting on that rank, and every later one, fail with a
@@ -125,67 +136,67 @@ func (b Blocking) do(ctx context.Context, c Call) error {
 }
 
 func (b Blocking) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, Call{Kind: KindAllReduce, Send: send, Recv: recv, Op: op})
+	return b.do(ctx, allReduceCall(send, recv, op))
 }
 
 func (b Blocking) Broadcast(ctx context.Context, buf Buffer, root int) error {
-	return b.do(ctx, Call{Kind: KindBroadcast, Send: buf, Recv: buf, Root: root})
+	return b.do(ctx, broadcastCall(buf, root))
 }
 
 func (b Blocking) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
-	return b.do(ctx, Call{Kind: KindReduce, Send: send, Recv: recv, Op: op, Root: root})
+	return b.do(ctx, reduceCall(send, recv, op, root))
 }
 
 func (b Blocking) AllGather(ctx context.Context, send, recv Buffer) error {
-	return b.do(ctx, Call{Kind: KindAllGather, Send: send, Recv: recv})
+	return b.do(ctx, allGatherCall(send, recv))
 }
 
 func (b Blocking) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, Call{Kind: KindReduceScatter, Send: send, Recv: recv, Op: op})
+	return b.do(ctx, reduceScatterCall(send, recv, op))
 }
 
 func (b Blocking) AllToAll(ctx context.Context, send, recv Buffer) error {
-	return b.do(ctx, Call{Kind: KindAllToAll, Send: send, Recv: recv})
+	return b.do(ctx, allToAllCall(send, recv))
 }
 
 func (b Blocking) AllToAllV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
-	return b.do(ctx, Call{Kind: KindAllToAllV, Send: send, Recv: recv, SendCounts: sendCounts, RecvCounts: recvCounts})
+	return b.do(ctx, allToAllVCall(send, sendCounts, recv, recvCounts))
 }
 
 func (b Blocking) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	return b.do(ctx, Call{Kind: KindGather, Send: send, Recv: recv, Root: root})
+	return b.do(ctx, gatherCall(send, recv, root))
 }
 
 func (b Blocking) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	return b.do(ctx, Call{Kind: KindScatter, Send: send, Recv: recv, Root: root})
+	return b.do(ctx, scatterCall(send, recv, root))
 }
 
 func (b Blocking) Scan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, Call{Kind: KindScan, Send: send, Recv: recv, Op: op})
+	return b.do(ctx, scanCall(send, recv, op))
 }
 
 func (b Blocking) ExScan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, Call{Kind: KindExScan, Send: send, Recv: recv, Op: op})
+	return b.do(ctx, exScanCall(send, recv, op))
 }
 
 func (b Blocking) Send(ctx context.Context, buf Buffer, peer, tag int) error {
-	return b.do(ctx, Call{Kind: KindSend, Send: buf, Peer: peer, Tag: tag})
+	return b.do(ctx, sendCall(buf, peer, tag))
 }
 
 func (b Blocking) Recv(ctx context.Context, buf Buffer, peer, tag int) error {
-	return b.do(ctx, Call{Kind: KindRecv, Recv: buf, Peer: peer, Tag: tag})
+	return b.do(ctx, recvCall(buf, peer, tag))
 }
 
 func (b Blocking) Barrier(ctx context.Context) error {
-	return b.do(ctx, Call{Kind: KindBarrier})
+	return b.do(ctx, barrierCall())
 }
 
-// SplitLess orders the members of one Split color as Split defines it: by
+// splitLess orders the members of one Split color as Split defines it: by
 // key, then by rank in the parent. It compares, never subtracts, so keys
 // at the ends of int's range (math.MinInt, math.MaxInt) order correctly.
 // Every implementation orders with it, so that the parts of a composed
 // communicator agree on the new ranks.
-func SplitLess(keyA, rankA, keyB, rankB int) int {
+func splitLess(keyA, rankA, keyB, rankB int) int {
 	if c := cmp.Compare(keyA, keyB); c != 0 {
 		return c
 	}
@@ -194,19 +205,12 @@ func SplitLess(keyA, rankA, keyB, rankB int) int {
 
 // SplitMembers is the group of color in a Split where rank r passed
 // colors[r] and keys[r]: the ranks of that color, in the new
-// communicator's order (SplitLess). It is nil for NoColor.
+// communicator's order (splitLess). It is nil for NoColor.
 func SplitMembers(colors, keys []int, color int) []int {
 	if color == NoColor {
 		return nil
 	}
-	var ms []int
-	for r, c := range colors {
-		if c == color {
-			ms = append(ms, r)
-		}
-	}
-	slices.SortFunc(ms, func(a, b int) int { return SplitLess(keys[a], a, keys[b], b) })
-	return ms
+	return SplitGroups(colors, keys)[color]
 }
 
 // SplitGroups is every group of a Split (see SplitMembers), by color.
@@ -218,7 +222,7 @@ func SplitGroups(colors, keys []int) map[int][]int {
 		}
 	}
 	for _, ms := range groups {
-		slices.SortFunc(ms, func(a, b int) int { return SplitLess(keys[a], a, keys[b], b) })
+		slices.SortFunc(ms, func(a, b int) int { return splitLess(keys[a], a, keys[b], b) })
 	}
 	return groups
 }

@@ -245,13 +245,6 @@ func (e *Exec[X]) handOff() {
 	}
 }
 
-// Seq is the sequence number of the last task started.
-func (e *Exec[X]) Seq() uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.seq
-}
-
 // Close refuses every later task and every queued one (ExecConfig.Refuse
 // with ErrClosed); the running task goes on until the tier ends it. Only
 // the first call has an effect; it reports whether it was the first.
@@ -269,13 +262,6 @@ func (e *Exec[X]) Close() bool {
 		t.work.Complete(e.refuse(t, ErrClosed))
 	}
 	return true
-}
-
-// Closed reports whether Close was called.
-func (e *Exec[X]) Closed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
 }
 
 // Wait waits until no task is running (after Close: until the runners have

@@ -121,9 +121,6 @@ func TestExecCloseRefusesQueuedAndLater(t *testing.T) {
 	gate := make(chan struct{})
 	w1 := e.Start(context.Background(), barrier, nil, gate)
 	w2 := e.Start(context.Background(), barrier, nil, nil)
-	if e.Seq() != 2 {
-		t.Fatalf("Seq %d after two Starts", e.Seq())
-	}
 	time.Sleep(10 * time.Millisecond) // w1 is running
 	if !e.Close() || e.Close() {
 		t.Fatal("Close: want true on the first call only")

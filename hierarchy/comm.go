@@ -331,11 +331,7 @@ func (h *Comm) abort(cause error) {
 	h.mu.Unlock()
 	h.log.Debug("hierarchy: aborted", "comm", h.cfg.Name, "rank", h.rank, "cause", cause)
 	for _, p := range h.partsOwned() {
-		if a, ok := p.(comm.Aborter); ok {
-			a.Abort(cause)
-		} else {
-			p.Close()
-		}
+		comm.Abort(p, cause)
 	}
 }
 
@@ -391,12 +387,8 @@ func (h *Comm) Close() error {
 // this node, through the world to another node's. One pair of ranks always
 // uses the same part, so messages with one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	err := comm.Validate(call, h.rank, h.size)
-	if err == nil {
-		// The same memory as the collectives, whichever part carries it.
-		err = h.cfg.Stager.Check(call)
-	}
-	if err != nil {
+	// The same memory as the collectives, whichever part carries it.
+	if err := h.check(call); err != nil {
 		return comm.Failed(h.opError(call.Kind, 0, call.Peer, err))
 	}
 	h.mu.Lock()

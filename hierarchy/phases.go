@@ -62,15 +62,30 @@ type pending struct {
 }
 
 // start starts c on p (see phases).
-func (x *phases) start(p part, c comm.Call) pending {
-	c.Outer = x.outer
-	switch {
-	case x.fatal != nil:
+func (x *phases) start(p part, c comm.Call) pending { return x.issue(p, c, false) }
+
+// do runs c on p and waits for it.
+func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.issue(p, c, true)) }
+
+// issue starts c on p, carrying the user's call (Outer), without buffers
+// once the collective is abandoned, not at all once it failed. With block,
+// a part with a blocking form (comm.Runner) runs it at once: on this
+// goroutine when the part is idle, no hand-off per phase.
+func (x *phases) issue(p part, c comm.Call, block bool) pending {
+	if x.fatal != nil {
 		return pending{}
-	case x.abandoned != nil:
-		return pending{p: p, w: p.c.Start(x.ctx, c.WithoutBuffers()), poisoned: true}
 	}
-	return pending{p: p, w: p.c.Start(x.ctx, c)}
+	c.Outer = x.outer
+	pd := pending{p: p, poisoned: x.abandoned != nil}
+	if pd.poisoned {
+		c = c.WithoutBuffers()
+	}
+	if r, ok := p.c.(comm.Runner); ok && block {
+		pd.w = comm.Failed(r.Run(x.ctx, c))
+	} else {
+		pd.w = p.c.Start(x.ctx, c)
+	}
+	return pd
 }
 
 // wait waits for an operation and reports whether the collective is still
@@ -96,22 +111,6 @@ func (x *phases) wait(pd pending) bool {
 	}
 	x.fail(pd.p, err)
 	return false
-}
-
-// do runs c on p and waits for it: through the part's blocking form when
-// it has one (comm.Runner: on this goroutine when the part is idle, no
-// hand-off per phase), else Start and Wait.
-func (x *phases) do(p part, c comm.Call) bool {
-	r, ok := p.c.(comm.Runner)
-	if !ok || x.fatal != nil {
-		return x.wait(x.start(p, c))
-	}
-	c.Outer = x.outer
-	poisoned := x.abandoned != nil
-	if poisoned {
-		c = c.WithoutBuffers()
-	}
-	return x.wait(pending{p: p, w: comm.Failed(r.Run(x.ctx, c)), poisoned: poisoned})
 }
 
 // ok reports whether the collective is still good.

@@ -394,11 +394,7 @@ func (c *Comm) abort(cause error) {
 		c.abortChildren()
 		return nil
 	})
-	if a, ok := c.control.(comm.Aborter); ok {
-		a.Abort(cause)
-	} else {
-		c.control.Close()
-	}
+	comm.Abort(c.control, cause)
 }
 
 // PeerFailed reports that the process of rank peer is gone, as an outside
@@ -484,10 +480,10 @@ func (c *Comm) Close() error {
 	if busy {
 		c.abort(comm.ErrClosed)
 	}
+	c.exec.Close() // refuses every later Start (ErrClosed), so admit need not
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	c.exec.Close()
 	c.exec.Wait() // the launch in progress, if any, hands its task on
 	close(c.completeQ)
 	<-c.stopped

@@ -95,15 +95,11 @@ func (c *Comm) newExec() *comm.Exec[*task] {
 }
 
 // admit numbers t as seq and sends its record to the control, or fails it
-// when the communicator is closed or aborted. The executor's lock is held.
+// when the communicator is aborted (after Close the executor refuses it). The
+// executor's lock is held.
 func (c *Comm) admit(t *task, seq uint64) error {
 	c.mu.Lock()
-	switch {
-	case c.closed:
-		c.mu.Unlock()
-		return c.opError(t.call.Kind, 0, -1, comm.ErrClosed)
-	case c.aborted != nil:
-		aborted := c.aborted
+	if aborted := c.aborted; aborted != nil {
 		c.mu.Unlock()
 		return c.opError(t.call.Kind, 0, -1, &comm.AbortedError{Cause: aborted})
 	}

@@ -132,6 +132,22 @@ func (w *fakeWorld) state(c *fakeComm) ncclResult {
 	return ncclSuccess
 }
 
+// onComm runs f with w locked on the communicator h names (ready: one
+// that takes operations, see ready), or returns why there is none.
+func (w *fakeWorld) onComm(h ncclComm, call string, ready bool, f func(c *fakeComm) ncclResult) ncclResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	look := w.comm
+	if ready {
+		look = w.ready
+	}
+	c, r := look(h, call)
+	if r != ncclSuccess {
+		return r
+	}
+	return f(c)
+}
+
 // ready resolves a handle for a call that uses the communicator, as
 // ncclCommEnsureReady does: it must be live, its state not in progress
 // and not in error. The caller holds w.mu.
@@ -288,58 +304,54 @@ type fakeSplitPart struct {
 // must keep out valid meanwhile. A nil cfg inherits the parent's config.
 func (n fakeNCCL) CommSplit(h ncclComm, color, key int32, out *ncclComm, cfg *ncclConfig) ncclResult {
 	w := n.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	const call = "ncclCommSplit"
-	c, r := w.ready(h, call)
-	if r != ncclSuccess {
-		return r
-	}
-	if out == nil {
-		return w.fail(c, ncclInvalidArgument, "%s on rank %d: newcomm must not be NULL", call, c.rank)
-	}
-	*out = 0
-	if color < 0 && color != ncclSplitNoColor {
-		return w.fail(c, ncclInvalidArgument, "%s on rank %d: color %d is negative and not NCCL_SPLIT_NOCOLOR", call, c.rank, color)
-	}
-	part := &fakeSplitPart{comm: c, color: color, key: key, out: out, cfg: c.cfg, blocking: c.blocking}
-	if cfg != nil {
-		conf, blocking, bad := parseConfig(cfg)
-		if bad != "" {
-			return w.fail(c, ncclInvalidArgument, "%s on rank %d: %s", call, c.rank, bad)
+	return w.onComm(h, call, true, func(c *fakeComm) ncclResult {
+		if out == nil {
+			return w.fail(c, ncclInvalidArgument, "%s on rank %d: newcomm must not be NULL", call, c.rank)
 		}
-		part.cfg, part.blocking = conf, blocking
-	}
-	cl := c.clique
-	seq := c.splitSeq
-	c.splitSeq++
-	m := cl.splits[seq]
-	if m == nil {
-		m = &fakeSplitMeet{parts: make([]*fakeSplitPart, cl.nranks), done: make(chan struct{})}
-		cl.splits[seq] = m
-	}
-	m.parts[c.rank] = part
-	m.arrived++
-	if !c.blocking {
-		c.splitting = true
-	}
-	if m.arrived == cl.nranks && !m.poisoned {
-		delete(cl.splits, seq)
-		w.completeSplit(m)
-	}
-	if !c.blocking {
-		return ncclInProgress
-	}
-	w.mu.Unlock()
-	select {
-	case <-m.done:
-	case <-c.aborted:
-	}
-	w.mu.Lock()
-	if c.dead != ncclSuccess {
-		return w.fail(c, ncclInvalidUsage, "%s on rank %d: aborted during the split", call, c.rank)
-	}
-	return ncclSuccess
+		*out = 0
+		if color < 0 && color != ncclSplitNoColor {
+			return w.fail(c, ncclInvalidArgument, "%s on rank %d: color %d is negative and not NCCL_SPLIT_NOCOLOR", call, c.rank, color)
+		}
+		part := &fakeSplitPart{comm: c, color: color, key: key, out: out, cfg: c.cfg, blocking: c.blocking}
+		if cfg != nil {
+			conf, blocking, bad := parseConfig(cfg)
+			if bad != "" {
+				return w.fail(c, ncclInvalidArgument, "%s on rank %d: %s", call, c.rank, bad)
+			}
+			part.cfg, part.blocking = conf, blocking
+		}
+		cl := c.clique
+		seq := c.splitSeq
+		c.splitSeq++
+		m := cl.splits[seq]
+		if m == nil {
+			m = &fakeSplitMeet{parts: make([]*fakeSplitPart, cl.nranks), done: make(chan struct{})}
+			cl.splits[seq] = m
+		}
+		m.parts[c.rank] = part
+		m.arrived++
+		if !c.blocking {
+			c.splitting = true
+		}
+		if m.arrived == cl.nranks && !m.poisoned {
+			delete(cl.splits, seq)
+			w.completeSplit(m)
+		}
+		if !c.blocking {
+			return ncclInProgress
+		}
+		w.mu.Unlock()
+		select {
+		case <-m.done:
+		case <-c.aborted:
+		}
+		w.mu.Lock()
+		if c.dead != ncclSuccess {
+			return w.fail(c, ncclInvalidUsage, "%s on rank %d: aborted during the split", call, c.rank)
+		}
+		return ncclSuccess
+	})
 }
 
 // completeSplit makes the children of a split every rank has called. The
@@ -372,19 +384,15 @@ func (w *fakeWorld) completeSplit(m *fakeSplitMeet) {
 // and the communicator takes no more operations.
 func (n fakeNCCL) CommFinalize(h ncclComm) ncclResult {
 	w := n.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c, r := w.ready(h, "ncclCommFinalize")
-	if r != ncclSuccess {
-		return r
-	}
-	if !c.blocking {
-		c.finalizing = true
-		return ncclInProgress
-	}
-	w.waitDrained(c)
-	c.finalized = true
-	return ncclSuccess
+	return w.onComm(h, "ncclCommFinalize", true, func(c *fakeComm) ncclResult {
+		if !c.blocking {
+			c.finalizing = true
+			return ncclInProgress
+		}
+		w.waitDrained(c)
+		c.finalized = true
+		return ncclSuccess
+	})
 }
 
 // CommDestroy waits for the communicator's queued operations to end (as
@@ -392,20 +400,16 @@ func (n fakeNCCL) CommFinalize(h ncclComm) ncclResult {
 // ever: abort instead), then frees it.
 func (n fakeNCCL) CommDestroy(h ncclComm) ncclResult {
 	w := n.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c, r := w.comm(h, "ncclCommDestroy")
-	if r != ncclSuccess {
-		return r
-	}
-	if c.launch != nil {
-		w.launchNow(c)
-	}
-	w.waitDrained(c)
-	if c.dead == ncclSuccess {
-		w.kill(c, ncclInvalidArgument)
-	}
-	return ncclSuccess
+	return w.onComm(h, "ncclCommDestroy", false, func(c *fakeComm) ncclResult {
+		if c.launch != nil {
+			w.launchNow(c)
+		}
+		w.waitDrained(c)
+		if c.dead == ncclSuccess {
+			w.kill(c, ncclInvalidArgument)
+		}
+		return ncclSuccess
+	})
 }
 
 // waitDrained waits, releasing w.mu, until c has no operation queued or
@@ -431,14 +435,10 @@ func (w *fakeWorld) waitDrained(c *fakeComm) {
 // it in an operation wait until they are aborted too, as in NCCL.
 func (n fakeNCCL) CommAbort(h ncclComm) ncclResult {
 	w := n.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c, r := w.comm(h, "ncclCommAbort")
-	if r != ncclSuccess {
-		return r
-	}
-	w.kill(c, ncclInvalidUsage)
-	return ncclSuccess
+	return w.onComm(h, "ncclCommAbort", false, func(c *fakeComm) ncclResult {
+		w.kill(c, ncclInvalidUsage)
+		return ncclSuccess
+	})
 }
 
 // kill ends c: calls on it return dead from now on, its operations end,
@@ -474,20 +474,16 @@ func (w *fakeWorld) kill(c *fakeComm, dead ncclResult) {
 // non-blocking launch waiting for this poll is queued now.
 func (n fakeNCCL) CommGetAsyncError(h ncclComm, r *ncclResult) ncclResult {
 	w := n.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c, res := w.comm(h, "ncclCommGetAsyncError")
-	if res != ncclSuccess {
-		return res
-	}
-	if r == nil {
-		return w.fail(c, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError must not be NULL")
-	}
-	if c.launch != nil {
-		w.launchNow(c)
-	}
-	*r = w.state(c)
-	return ncclSuccess
+	return w.onComm(h, "ncclCommGetAsyncError", false, func(c *fakeComm) ncclResult {
+		if r == nil {
+			return w.fail(c, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError must not be NULL")
+		}
+		if c.launch != nil {
+			w.launchNow(c)
+		}
+		*r = w.state(c)
+		return ncclSuccess
+	})
 }
 
 // fakeNCCLErrors are ncclGetErrorString's texts (src/init.cc).

@@ -297,11 +297,7 @@ func (s *Staged) Split(ctx context.Context, color, key int) (comm.Communicator, 
 
 // Abort implements comm.Aborter when the host communicator does.
 func (s *Staged) Abort(cause error) {
-	if a, ok := s.inner.(comm.Aborter); ok {
-		a.Abort(cause)
-	} else {
-		s.inner.Close()
-	}
+	comm.Abort(s.inner, cause)
 }
 
 // PeerFailed passes an outside failure detector's news to the host

@@ -88,13 +88,17 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		sendSeq: map[p2pKey]uint64{},
 		recvSeq: map[p2pKey]uint64{},
 		done:    make(chan struct{}),
-		sent:    make([]atomic.Uint64, len(members)),
-		got:     make([]uint64, len(members)),
-		left:    make([]int64, len(members)),
 		leftCh:  make(chan struct{}),
 	}
-	for i := range c.left {
-		c.left[i] = -1
+	if !owner {
+		// Only a Split child announces its close by counts (a world's
+		// close is the transport's close protocol).
+		c.sent = make([]atomic.Uint64, len(members))
+		c.got = make([]uint64, len(members))
+		c.left = make([]int64, len(members))
+		for i := range c.left {
+			c.left[i] = -1
+		}
 	}
 	c.Blocking = comm.Blocking{S: c}
 	c.exec = c.newExec()
@@ -243,7 +247,7 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	return c.exec.Start(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), c.job(call))
+	return c.exec.Start(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), &job{sig: call.Signature()})
 }
 
 // Run implements comm.Runner: the blocking form of Start, which runs the
@@ -252,26 +256,23 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call).Wait()
 	}
-	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), c.job(call))
+	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), &job{sig: call.Signature()})
 }
 
-// job is a collective on the executor: its Signature, its schedule, and
-// what Admit found for it.
+// job is a collective on the executor: its Signature, what Admit found
+// for it, and for a collective that is not a comm.Call (Split) what it
+// runs instead of the call's schedule.
 type job struct {
 	sig   comm.Signature
-	run   func(*op) error
+	split func(*op) error
 	o     *op
 	ahead *aheadMsg
 }
 
-func (c *Comm) job(call comm.Call) *job {
-	return &job{sig: call.Signature(), run: func(o *op) error { return runCollective(o, call) }}
-}
-
-// runCollective runs a collective that is not a comm.Call (Split) with
-// Signature sig and schedule run, on the calling goroutine.
-func (c *Comm) runCollective(ctx context.Context, sig comm.Signature, verr error, run func(*op) error) error {
-	return c.exec.Do(ctx, comm.Call{Kind: sig.Kind}, verr, &job{sig: sig, run: run})
+// doSplit runs split as a collective with Signature sig, on the calling
+// goroutine.
+func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, split func(*op) error) error {
+	return c.exec.Do(ctx, comm.Call{Kind: sig.Kind}, verr, &job{sig: sig, split: split})
 }
 
 // newExec is the communicator's executor. Collectives run concurrently,
@@ -316,7 +317,11 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(j.sig, ahead.sig):
 				o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: j.sig, Remote: ahead.sig}, true)
 			default:
-				if err := j.run(o); err != nil {
+				run := j.split
+				if run == nil {
+					run = func(o *op) error { return runCollective(o, t.Call) }
+				}
+				if err := run(o); err != nil {
 					o.fail(localFailure(err), true)
 				}
 			}
@@ -363,8 +368,10 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 	case FrameClosed:
 		putBuf(payload)
 		c.mu.Lock()
-		c.left[src] = max(0, h.Sig.Count)
-		c.wakeLocked()
+		if c.left != nil {
+			c.left[src] = max(0, h.Sig.Count)
+			c.wakeLocked()
+		}
 		c.mu.Unlock()
 	default:
 		putBuf(payload)
@@ -409,6 +416,9 @@ func (c *Comm) onData(f frame) {
 // countLocked counts a data or point-to-point frame from src; when src
 // has closed and this was its last, the waiters re-check.
 func (c *Comm) countLocked(src int) {
+	if c.got == nil {
+		return
+	}
 	c.got[src]++
 	if c.goneLocked(src) {
 		c.wakeLocked()
@@ -423,7 +433,7 @@ func (c *Comm) wakeLocked() {
 // goneLocked reports whether src closed its side and everything it sent
 // has arrived: a frame not here yet will never come.
 func (c *Comm) goneLocked(src int) bool {
-	return c.left[src] >= 0 && c.got[src] >= uint64(c.left[src])
+	return c.left != nil && c.left[src] >= 0 && c.got[src] >= uint64(c.left[src])
 }
 
 // errCommClosed is why a wait for a rank that closed its side ended.
@@ -455,7 +465,9 @@ func (c *Comm) sendFrame(ctx context.Context, peer int, h Header, payload []byte
 	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
 		return err
 	}
-	c.sent[peer].Add(1)
+	if c.sent != nil {
+		c.sent[peer].Add(1)
+	}
 	return nil
 }
 

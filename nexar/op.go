@@ -179,6 +179,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 	}
 	ch := make(chan frame, 1)
 	c.waiters[k] = ch
+	gone, left := c.goneLocked(peer), c.leftCh
 	c.mu.Unlock()
 
 	abandon := func(err error) (frame, error) {
@@ -205,16 +206,16 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 		if dead != nil && peer != c.rank {
 			return abandon(&peerFault{peer: peer, err: dead})
 		}
-		c.mu.Lock()
-		gone, left := c.goneLocked(peer), c.leftCh
-		c.mu.Unlock()
 		if gone && peer != c.rank {
-			return abandon(&peerFault{peer: peer, err: &comm.PeerError{Peer: peer, Err: errCommClosed}})
+			return abandon(&comm.PeerError{Peer: peer, Err: errCommClosed})
 		}
 		select {
 		case f := <-ch:
 			return f, nil
-		case <-left:
+		case <-left: // a rank closed its side, or sent its last frame
+			c.mu.Lock()
+			gone, left = c.goneLocked(peer), c.leftCh
+			c.mu.Unlock()
 		case <-ctx.Done():
 			return abandon(context.Cause(ctx))
 		case <-c.done:

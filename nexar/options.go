@@ -52,8 +52,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("nexar.Options: ProbeAfter %v is negative", o.ProbeAfter)
 	case o.SegmentBytes < 8 || o.SegmentBytes > MaxFrame:
 		return o, fmt.Errorf("nexar.Options: SegmentBytes %d is outside [8, %d]", o.SegmentBytes, MaxFrame)
-	case o.Cost.Validate() != nil:
-		return o, fmt.Errorf("nexar.Options: %w", o.Cost.Validate())
+	}
+	if err := o.Cost.Validate(); err != nil {
+		return o, fmt.Errorf("nexar.Options: %w", err)
 	}
 	return o, nil
 }

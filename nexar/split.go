@@ -21,7 +21,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 	}
 	sig := comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}
 	var child *Comm
-	err := c.runCollective(ctx, sig, verr, func(o *op) error {
+	err := c.doSplit(ctx, sig, verr, func(o *op) error {
 		var err error
 		child, err = c.split(o, color, key)
 		return err

@@ -18,8 +18,8 @@ type op struct {
 }
 
 // execState is the executor's: the step protocol's position, and the
-// heartbeat watch of its waits. One executor runs at a time; it is handed
-// from one to the next under Comm.mu.
+// heartbeat watch of its waits. One task runs at a time; it is handed from
+// one to the next under the executor's lock (comm.Exec).
 type execState struct {
 	g     uint64 // the last step this rank posted
 	seen  uint64 // the last step every peer is known to have posted

@@ -41,6 +41,9 @@ func main() {
 }
 
 func run(n, iters int, fake bool) error {
+	if iters < 1 {
+		return fmt.Errorf("-iters %d: want at least 1 timed AllReduce", iters)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	opt := hiercomm.Options{}
