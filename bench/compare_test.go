@@ -159,8 +159,8 @@ func compareResult(sizes []int64, hierUS, flatUS []float64) Result {
 	r := Result{Ranks: 4, Comms: []string{"hier", "flat"}}
 	for i, b := range sizes {
 		r.Rows = append(r.Rows,
-			Row{Op: "allreduce", Comm: "hier", Bytes: b, TimeUS: hierUS[i], BusBW: float64(b) / hierUS[i]},
-			Row{Op: "allreduce", Comm: "flat", Bytes: b, TimeUS: flatUS[i], BusBW: float64(b) / flatUS[i]})
+			Row{Op: "allreduce", Comm: "hier", Bytes: b, Timing: Timing{TimeUS: hierUS[i], BusBW: float64(b) / hierUS[i]}},
+			Row{Op: "allreduce", Comm: "flat", Bytes: b, Timing: Timing{TimeUS: flatUS[i], BusBW: float64(b) / flatUS[i]}})
 	}
 	return r
 }
@@ -227,7 +227,7 @@ func TestCrossover(t *testing.T) {
 func TestFormatTraffic(t *testing.T) {
 	r := Result{Ranks: 4, Comms: []string{"hier", "flat"}}
 	add := func(op, c string, us, net float64) {
-		r.Rows = append(r.Rows, Row{Op: op, Comm: c, Bytes: 1 << 20, TimeUS: us, HasNet: true, NetBytes: net, NetBytesMax: net})
+		r.Rows = append(r.Rows, Row{Op: op, Comm: c, Bytes: 1 << 20, Timing: Timing{TimeUS: us, HasNet: true, NetBytes: net, NetBytesMax: net}})
 	}
 	add("reducescatter", "hier", 100, 250)
 	add("reducescatter", "flat", 200, 750)

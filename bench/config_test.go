@@ -65,7 +65,7 @@ func TestConfigRoundTrip(t *testing.T) {
 
 func TestResultJSON(t *testing.T) {
 	res := Result{Ranks: 2, Spec: Spec{Ops: []string{"allreduce"}, DType: comm.F16, Progress: func(Row) {}},
-		Rows: []Row{{Op: "allreduce", Bytes: 8, Count: 4, DType: comm.F16, RedOp: comm.Sum, Root: -1, TimeUS: 1.5, Wrong: 0}}}
+		Rows: []Row{{Op: "allreduce", Bytes: 8, Count: 4, DType: comm.F16, RedOp: comm.Sum, Root: -1, Timing: Timing{TimeUS: 1.5, Wrong: 0}}}}
 	b, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)

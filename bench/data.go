@@ -183,16 +183,12 @@ func countWrong(b comm.Buffer, want func(i int) uint64) int64 {
 // and returns the number of wrong elements on this rank.
 func (c call) check(g gen, rank, p int, run func() error) (int64, error) {
 	n := c.recv.Len() // elements of this rank's result
-	switch c.def.kind {
-	case comm.KindBroadcast:
-		g.fill(c.recv, rank, 0) // the root's data wins everywhere
-	case comm.KindReduceScatter, comm.KindAllToAll, comm.KindAllGather,
-		comm.KindAllReduce, comm.KindReduce, comm.KindSend:
-		g.fill(c.send, rank, 0)
-		if !c.recv.IsZero() {
-			poison(c.recv)
-		}
+	// Poison first: in place, the send is (or holds) the receive buffer,
+	// and its data must survive.
+	if !c.recv.IsZero() {
+		poison(c.recv)
 	}
+	g.fill(c.send, rank, 0) // Broadcast: send is recv, and the root's data wins everywhere
 	if err := run(); err != nil {
 		return 0, err
 	}

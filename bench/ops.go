@@ -133,6 +133,7 @@ type call struct {
 	root       int
 	rank       int
 	scratch    comm.Buffer // viaAllReduce: the AllReduce's result
+	inPlace    bool        // the in-place form (see hasInPlace)
 	right      int         // sendrecv: the rank this one sends to
 	left       int         // sendrecv: the rank this one receives from
 }
@@ -140,7 +141,22 @@ type call struct {
 // sendRecvTag is the tag of the sendrecv messages.
 const sendRecvTag = 0x62656e //  "ben"
 
-func newCall(d opDef, bufs buffers, dt comm.DType, op comm.ReduceOp, total, p, rank, root int) (call, error) {
+// hasInPlace reports whether the op has an in-place form distinct from
+// its out-of-place one (NCCL's definitions): AllReduce, Reduce, AllGather
+// and ReduceScatter (and reducescatter_ar, by an in-place AllReduce).
+// Broadcast has one buffer, so it is always in place; AllToAll and
+// sendrecv have no in-place form.
+func (d opDef) hasInPlace() bool {
+	switch d.kind {
+	case comm.KindAllReduce, comm.KindReduce, comm.KindAllGather, comm.KindReduceScatter:
+		return true
+	}
+	return false
+}
+
+// newCall slices one rank's buffers for a size of total elements, in the
+// op's out-of-place or (inPlace, where hasInPlace) in-place form.
+func newCall(d opDef, bufs buffers, dt comm.DType, op comm.ReduceOp, total, p, rank, root int, inPlace bool) (call, error) {
 	es := dt.Size()
 	ns, nr := d.layout(total, p, rank, root)
 	send, err := comm.HostBytes(dt, bufs.send[:ns*es])
@@ -163,6 +179,25 @@ func newCall(d opDef, bufs buffers, dt comm.DType, op comm.ReduceOp, total, p, r
 	if d.kind == comm.KindReduce && rank != root {
 		c.recv = comm.Buffer{}
 	}
+	if !inPlace || !d.hasInPlace() {
+		return c, nil
+	}
+	c.inPlace = true
+	switch d.kind {
+	case comm.KindAllReduce:
+		c.send = c.recv
+	case comm.KindReduce:
+		if rank == root {
+			c.send = c.recv
+		}
+	case comm.KindAllGather:
+		c.send = c.recv.Slice(rank*ns, ns)
+	case comm.KindReduceScatter:
+		c.recv = c.send.Slice(rank*nr, nr)
+		if d.viaAllReduce {
+			c.scratch = c.send // the AllReduce in place; the block is then already there
+		}
+	}
 	return c, nil
 }
 
@@ -178,8 +213,10 @@ func (c call) run(ctx context.Context, cm comm.Communicator) error {
 			if err := cm.AllReduce(ctx, c.send, c.scratch, c.op); err != nil {
 				return err
 			}
-			n := c.recv.ByteLen()
-			copy(c.recv.Bytes(), c.scratch.Bytes()[c.rank*n:])
+			if !c.inPlace {
+				n := c.recv.ByteLen()
+				copy(c.recv.Bytes(), c.scratch.Bytes()[c.rank*n:])
+			}
 			return nil
 		}
 		return cm.ReduceScatter(ctx, c.send, c.recv, c.op)

@@ -12,17 +12,20 @@ import (
 
 // Run measures spec on c. Every rank of c must call it with an equal Spec,
 // and nothing else may use c meanwhile. Every rank gets the same Result:
-// each size's time is the maximum over the ranks (an AllReduce of the
-// per-rank times), and #wrong is the sum over the ranks. Print it on rank 0.
+// each size's time combines the ranks' times as Spec.Average says (the
+// mean over the ranks by default, as nccl-tests), and #wrong is the sum
+// over the ranks. Print it on rank 0.
 //
-// Per size and operation, Run: checks the result once (with Check; that run
-// counts as the first warmup iteration), runs the Warmup untimed
-// iterations, picks the iteration count from the slowest
+// Per size and operation, and per form (out of place, then in place with
+// Spec.InPlace), Run: checks the result once (with Check; that run, after
+// a Barrier, counts as the first warmup iteration), runs the rest of the
+// Warmup untimed iterations, picks the iteration count from the slowest
 // rank's last warmup (unless Iters is set), then Repeats times: a Barrier,
-// then Iters back-to-back blocking calls, timed on each rank. The row's time
-// is the median over the repeats of the slowest rank's time per iteration.
-// When Iters is chosen and one iteration outlasts Repeats × Budget, the size
-// is timed once.
+// then Iters back-to-back blocking calls, timed on each rank. Each rank's
+// time per iteration is combined over the ranks per repeat, and the row
+// reports the median over the repeats. When Iters is chosen and one
+// iteration outlasts Repeats × Budget, the size is timed once: by the
+// check's own run when it was the last warmup, else by one more run.
 //
 // An error (a failed collective, a bad Spec) ends the run on every rank; the
 // Result holds the rows measured before it.
@@ -80,14 +83,24 @@ func RunCompare(ctx context.Context, contenders []Contender, spec Spec) (Result,
 		}
 		bufs := newBuffers(d, int(sizes[len(sizes)-1])/es, es, p, rank, s.Root)
 		g := newGen(s.DType, op, p)
+		inPlace := s.InPlace && d.hasInPlace()
 		for _, b := range sizes {
-			cl, err := newCall(d, bufs, s.DType, op, int(b)/es, p, rank, s.Root)
+			cl, err := newCall(d, bufs, s.DType, op, int(b)/es, p, rank, s.Root, false)
+			if err != nil {
+				return res, err
+			}
+			in, err := newCall(d, bufs, s.DType, op, int(b)/es, p, rank, s.Root, true)
 			if err != nil {
 				return res, err
 			}
 			for _, ct := range contenders {
-				row, err := measure(ctx, ct.Comm, s, cl, g, b)
+				row := newRow(s, d, b)
 				row.Comm = ct.Name
+				err := measure(ctx, ct.Comm, s, cl, g, b, &row.Timing)
+				if err == nil && inPlace {
+					row.InPlace = &Timing{}
+					err = measure(ctx, ct.Comm, s, in, g, b, row.InPlace)
+				}
 				if err != nil {
 					on := ""
 					if ct.Name != "" {
@@ -105,103 +118,164 @@ func RunCompare(ctx context.Context, contenders []Contender, spec Spec) (Result,
 	return res, nil
 }
 
-// measure produces the row of one operation at one size.
-func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, bytes int64) (Row, error) {
-	p, rank := c.Size(), c.Rank()
-	run := func() error { return cl.run(ctx, c) }
-	row := Row{Op: cl.def.name, Bytes: bytes, Count: bytes / int64(s.DType.Size()), DType: s.DType, Root: -1, Wrong: -1}
-	if cl.def.reduces() {
+// newRow is the row of op d at a size, before it is measured.
+func newRow(s Spec, d opDef, bytes int64) Row {
+	row := Row{Op: d.name, Bytes: bytes, Count: bytes / int64(s.DType.Size()), DType: s.DType, Root: -1}
+	if d.reduces() {
 		row.RedOp = s.Op
 	}
-	if cl.def.rooted() {
+	if d.rooted() {
 		row.Root = s.Root
 	}
+	row.Wrong = -1
+	return row
+}
+
+// measure times one form of an operation at one size into t.
+func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, bytes int64, t *Timing) error {
+	p, rank := c.Size(), c.Rank()
+	run := func() error { return cl.run(ctx, c) }
+	var net0 int64
+	readNet := func() (int64, error) {
+		if s.Traffic == nil {
+			return 0, nil
+		}
+		n, err := s.Traffic()
+		if err != nil {
+			return 0, fmt.Errorf("reading the inter-node byte counter: %w", err)
+		}
+		return n, nil
+	}
 	var last time.Duration // the last untimed iteration, for the calibration
+	var lastNet int64      // the counter's growth over it
 	timed := func() error {
+		n0, err := readNet()
+		if err != nil {
+			return err
+		}
 		t0 := time.Now()
-		err := run()
+		err = run()
 		last = time.Since(t0)
+		if err != nil {
+			return err
+		}
+		n1, err := readNet()
+		lastNet = n1 - n0
 		return err
 	}
+	t.Wrong = -1
 	warmup := s.Warmup
+	checkLast := false // the last untimed run was the check's, after a Barrier
 	if s.Check {
-		// The check's own run is the first warmup iteration.
+		// The check's own run is the first warmup iteration. The Barrier
+		// lets it stand as the timing of a size too long to repeat.
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
 		wrong, err := cl.check(g, rank, p, timed)
 		if err != nil {
-			return row, err
+			return err
 		}
 		total := []int64{wrong}
 		if err := c.AllReduce(ctx, comm.Host(total), comm.Host(total), comm.Sum); err != nil {
-			return row, err
+			return err
 		}
-		row.Wrong = total[0]
+		t.Wrong = total[0]
 		warmup--
+		checkLast = warmup <= 0
 	}
 	for range warmup {
 		if err := timed(); err != nil {
-			return row, err
+			return err
 		}
 	}
 	iters, repeats := s.Iters, s.Repeats
+	var times []float64 // seconds per iteration, this rank
+	var netSent int64   // this rank's counter growth over the timed iterations
 	if iters == 0 {
 		slowest := []float64{last.Seconds()}
 		if err := c.AllReduce(ctx, comm.Host(slowest), comm.Host(slowest), comm.Max); err != nil {
-			return row, err
+			return err
 		}
 		iters = itersFor(s.Budget, slowest[0])
 		if slowest[0] > float64(s.Repeats)*s.Budget.Seconds() {
 			// One iteration outlasts every repeat's budget together: it is
-			// long enough to time once, and repeating it would dominate the run.
+			// long enough to time once, and repeating it would dominate the
+			// run. The check's run, started together after a Barrier, is
+			// that one time.
 			repeats = 1
-		}
-	}
-
-	var net0 int64
-	if s.Traffic != nil {
-		var err error
-		if net0, err = s.Traffic(); err != nil {
-			return row, fmt.Errorf("reading the inter-node byte counter: %w", err)
-		}
-	}
-	times := make([]float64, repeats) // seconds per iteration, this rank
-	for k := range times {
-		if err := c.Barrier(ctx); err != nil {
-			return row, err
-		}
-		t0 := time.Now()
-		for range iters {
-			if err := run(); err != nil {
-				return row, err
+			if checkLast {
+				times, netSent = []float64{last.Seconds()}, lastNet
 			}
 		}
-		times[k] = time.Since(t0).Seconds() / float64(iters)
+	}
+	if times == nil {
+		var err error
+		if net0, err = readNet(); err != nil {
+			return err
+		}
+		times = make([]float64, repeats)
+		for k := range times {
+			if err := c.Barrier(ctx); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			for range iters {
+				if err := run(); err != nil {
+					return err
+				}
+			}
+			times[k] = time.Since(t0).Seconds() / float64(iters)
+		}
+		net1, err := readNet()
+		if err != nil {
+			return err
+		}
+		netSent = net1 - net0
 	}
 	if s.Traffic != nil {
-		net1, err := s.Traffic()
-		if err != nil {
-			return row, fmt.Errorf("reading the inter-node byte counter: %w", err)
-		}
-		per := float64(net1-net0) / float64(iters*repeats)
+		per := float64(netSent) / float64(iters*repeats)
 		sum, most := []float64{per}, []float64{per}
 		if err := c.AllReduce(ctx, comm.Host(sum), comm.Host(sum), comm.Sum); err != nil {
-			return row, err
+			return err
 		}
 		if err := c.AllReduce(ctx, comm.Host(most), comm.Host(most), comm.Max); err != nil {
-			return row, err
+			return err
 		}
-		row.HasNet, row.NetBytes, row.NetBytesMax = true, sum[0]/float64(p), most[0]
+		t.HasNet, t.NetBytes, t.NetBytesMax = true, sum[0]/float64(p), most[0]
 	}
-	if err := c.AllReduce(ctx, comm.Host(times), comm.Host(times), comm.Max); err != nil {
-		return row, err
+	if err := combine(ctx, c, s.Average, times); err != nil {
+		return err
 	}
-	t := median(times)
-	row.Iters, row.Repeats = iters, repeats
-	row.TimeUS = t * 1e6
-	if t > 0 {
-		row.AlgBW = float64(bytes) / t / 1e9
+	sec := median(times)
+	t.Iters, t.Repeats = iters, repeats
+	t.TimeUS = sec * 1e6
+	if sec > 0 {
+		t.AlgBW = float64(bytes) / sec / 1e9
 	}
-	row.BusBW = row.AlgBW * cl.def.busFactor(float64(p))
-	return row, nil
+	t.BusBW = t.AlgBW * cl.def.busFactor(float64(p))
+	return nil
+}
+
+// combine replaces each rank's times by their combination over the ranks,
+// the same on every rank.
+func combine(ctx context.Context, c comm.Communicator, a Average, times []float64) error {
+	buf := comm.Host(times)
+	switch a {
+	case Rank0Time:
+		return c.Broadcast(ctx, buf, 0)
+	case MinRanks:
+		return c.AllReduce(ctx, buf, buf, comm.Min)
+	case MaxRanks:
+		return c.AllReduce(ctx, buf, buf, comm.Max)
+	}
+	if err := c.AllReduce(ctx, buf, buf, comm.Sum); err != nil {
+		return err
+	}
+	for i := range times {
+		times[i] /= float64(c.Size())
+	}
+	return nil
 }
 
 // itersFor is the number of iterations of per seconds each that fills

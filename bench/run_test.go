@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func runWorld(t *testing.T, p int, spec Spec, wrap func(comm.Communicator) comm.
 
 // quick is a Spec that runs in milliseconds.
 func quick(ops ...string) Spec {
-	return Spec{Ops: ops, MinBytes: 8, MaxBytes: 4 << 10, Factor: 4, Warmup: 1, Iters: 2, Repeats: 1, Check: true}
+	return Spec{Ops: ops, MinBytes: 8, MaxBytes: 4 << 10, Factor: 4, Warmup: 1, Iters: 2, Repeats: 1, Check: true, InPlace: true}
 }
 
 func TestRunEveryOp(t *testing.T) {
@@ -62,7 +63,7 @@ func TestRunEveryOp(t *testing.T) {
 					t.Fatalf("rank %d has %d rows, rank 0 %d", r, len(res[r].Rows), len(res[0].Rows))
 				}
 				for i, row := range res[r].Rows {
-					if row != res[0].Rows[i] {
+					if !reflect.DeepEqual(row, res[0].Rows[i]) {
 						t.Errorf("rank %d row %d = %+v, rank 0 has %+v (every rank must get the same table)", r, i, row, res[0].Rows[i])
 					}
 				}
@@ -72,6 +73,11 @@ func TestRunEveryOp(t *testing.T) {
 				seen[row.Op]++
 				if row.Wrong != 0 {
 					t.Errorf("%s %d B: %d wrong elements", row.Op, row.Bytes, row.Wrong)
+				}
+				if in := row.InPlace; opDefs[row.Op].hasInPlace() != (in != nil) {
+					t.Errorf("%s %d B: in-place form %v, want one exactly when the op has it", row.Op, row.Bytes, in)
+				} else if in != nil && (in.Wrong != 0 || in.TimeUS <= 0 || in.Iters != 2) {
+					t.Errorf("%s %d B in place: %+v, want 0 wrong over 2 iterations", row.Op, row.Bytes, *in)
 				}
 				if row.TimeUS <= 0 || row.Iters != 2 || row.Repeats != 1 {
 					t.Errorf("%s %d B: time %v µs over %d iterations × %d repeats", row.Op, row.Bytes, row.TimeUS, row.Iters, row.Repeats)
@@ -106,8 +112,8 @@ func TestCheckEveryDType(t *testing.T) {
 				spec.MinBytes, spec.MaxBytes, spec.Factor = 24, 768, 32
 				spec.DType, spec.Op, spec.Warmup, spec.Iters = dt, op, 1, 1
 				for _, row := range runWorld(t, 3, spec, nil)[0].Rows {
-					if row.Wrong != 0 {
-						t.Errorf("%s %d B: %d wrong elements", row.Op, row.Bytes, row.Wrong)
+					if row.Wrong != 0 || (row.InPlace != nil && row.InPlace.Wrong != 0) {
+						t.Errorf("%s %d B: %d wrong elements (in place: %+v)", row.Op, row.Bytes, row.Wrong, row.InPlace)
 					}
 				}
 			})
@@ -151,16 +157,16 @@ func TestCheckCatchesWrongResults(t *testing.T) {
 			t.Fatal("no rows")
 		}
 		for _, row := range rows {
-			if row.Wrong != 1 {
-				t.Errorf("%d B: #wrong = %d, want 1 (rank 1's first element)", row.Bytes, row.Wrong)
+			if row.Wrong != 1 || row.InPlace == nil || row.InPlace.Wrong != 1 {
+				t.Errorf("%d B: #wrong = %d (in place %+v), want 1 in both forms (rank 1's first element)", row.Bytes, row.Wrong, row.InPlace)
 			}
 		}
 	})
 	t.Run("shifted block", func(t *testing.T) {
 		rows := runWorld(t, 4, quick("reducescatter"), func(c comm.Communicator) comm.Communicator { return shiftedReduceScatter{c} })[0].Rows
 		for _, row := range rows {
-			if row.Wrong <= row.Count/2 {
-				t.Errorf("%d B: #wrong = %d of %d elements, want most of them", row.Bytes, row.Wrong, row.Count)
+			if row.Wrong <= row.Count/2 || row.InPlace == nil || row.InPlace.Wrong <= row.Count/2 {
+				t.Errorf("%d B: #wrong = %d of %d elements (in place %+v), want most of them in both forms", row.Bytes, row.Wrong, row.Count, row.InPlace)
 			}
 		}
 	})
@@ -236,5 +242,42 @@ func TestItersForAndMedian(t *testing.T) {
 		if got := median(tc.xs); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
 		}
+	}
+}
+
+// TestCombine: each Average gives every rank the same combination of the
+// ranks' times (rank r took r+1 and 10(r+1) seconds in two repeats).
+func TestCombine(t *testing.T) {
+	const p = 4
+	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	for a, want := range map[Average][2]float64{AvgRanks: {2.5, 25}, Rank0Time: {1, 10}, MinRanks: {1, 10}, MaxRanks: {4, 40}} {
+		got := make([][]float64, p)
+		var wg sync.WaitGroup
+		for r, c := range cs {
+			got[r] = []float64{float64(r + 1), float64(10 * (r + 1))}
+			wg.Go(func() {
+				if err := combine(context.Background(), c, a, got[r]); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		for r := range got {
+			if got[r][0] != want[0] || got[r][1] != want[1] {
+				t.Errorf("%v: rank %d has %v, want %v", a, r, got[r], want)
+			}
+		}
+	}
+	for nccl, want := range map[int]Average{0: Rank0Time, 1: AvgRanks, 2: MinRanks, 3: MaxRanks} {
+		if a, err := AverageFromNCCL(nccl); err != nil || a != want || a.NCCL() != nccl {
+			t.Errorf("-a %d: %v, %v; want %v", nccl, a, err, want)
+		}
+	}
+	if _, err := AverageFromNCCL(4); err == nil {
+		t.Error("-a 4 accepted")
 	}
 }

@@ -33,6 +33,9 @@ type Spec struct {
 	// Factor multiplies the size from one step to the next (nccl-tests -f).
 	// If zero, defaults to 2.
 	Factor int
+	// StepBytes, if not zero, adds this many bytes from one step to the
+	// next instead of multiplying by Factor (nccl-tests -i).
+	StepBytes int64
 	// DType is the element type. If zero, defaults to comm.F32.
 	DType comm.DType
 	// Op is the reduction of the reducing operations. If zero, defaults to
@@ -57,6 +60,16 @@ type Spec struct {
 	// be stable, and repeating it would dominate the run). If zero, defaults
 	// to 3.
 	Repeats int
+	// InPlace also measures each operation's in-place form, nccl-tests'
+	// second group of columns (Row.InPlace): AllReduce and Reduce with
+	// send == recv, AllGather with send = block rank of recv, ReduceScatter
+	// with recv = block rank of send. Broadcast (one buffer: always in
+	// place), AllToAll and sendrecv have no separate in-place form.
+	InPlace bool
+	// Average is how the ranks' times per iteration combine into a row's
+	// time, as nccl-tests -a. The zero value is AvgRanks, nccl-tests'
+	// default.
+	Average Average
 	// Check fills every rank's buffers with rank-distinct data once per
 	// size, runs the operation, and counts the elements that differ from a
 	// sequential reference (nccl-tests' #wrong). The data is chosen so that
@@ -134,8 +147,12 @@ func (spec Spec) withDefaults(size int) (Spec, error) {
 	switch {
 	case s.MinBytes < 0 || s.MaxBytes < s.MinBytes:
 		return bad("sizes %d … %d bytes: want 0 < MinBytes ≤ MaxBytes", s.MinBytes, s.MaxBytes)
-	case s.Factor < 2:
+	case s.Factor < 2 && s.StepBytes == 0:
 		return bad("Factor %d: want ≥ 2", s.Factor)
+	case s.StepBytes < 0:
+		return bad("StepBytes %d: want ≥ 0", s.StepBytes)
+	case s.Average < AvgRanks || s.Average > MaxRanks:
+		return bad("unknown Average %d", int(s.Average))
 	case !s.DType.Valid():
 		return bad("invalid dtype %v", s.DType)
 	case s.Root < 0 || s.Root >= size:
@@ -154,6 +171,15 @@ func (spec Spec) withDefaults(size int) (Spec, error) {
 // sizes are the byte sizes of the sweep, before rounding to an op's unit.
 func (s Spec) sizes() []int64 {
 	var out []int64
+	if s.StepBytes > 0 {
+		for b := s.MinBytes; b <= s.MaxBytes; b += s.StepBytes {
+			out = append(out, b)
+			if b > s.MaxBytes-s.StepBytes {
+				break
+			}
+		}
+		return out
+	}
 	for b := s.MinBytes; b <= s.MaxBytes; b *= int64(s.Factor) {
 		out = append(out, b)
 		if b > s.MaxBytes/int64(s.Factor) {
@@ -161,6 +187,78 @@ func (s Spec) sizes() []int64 {
 		}
 	}
 	return out
+}
+
+// Step is one row a run will measure: an operation at a size (on each
+// communicator of a RunCompare in turn).
+type Step struct {
+	Op    string
+	Bytes int64
+}
+
+// Plan lists the steps Run measures for spec on a communicator of size
+// ranks, in order: what a progress display counts. It fails as Run would
+// on a bad Spec.
+func (spec Spec) Plan(size int) ([]Step, error) {
+	s, err := spec.withDefaults(size)
+	if err != nil {
+		return nil, err
+	}
+	var out []Step
+	for _, name := range s.Ops {
+		for _, b := range opDefs[name].sizesFor(s, size) {
+			out = append(out, Step{Op: name, Bytes: b})
+		}
+	}
+	return out, nil
+}
+
+// Average is how the ranks' times combine into a row's time (nccl-tests
+// -a): each rank times its own loop of iterations, and the row reports the
+// mean over the ranks (AvgRanks, the default), rank 0's time, the fastest
+// rank's or the slowest rank's.
+type Average int
+
+const (
+	AvgRanks  Average = iota // mean over the ranks (nccl-tests -a 1, its default)
+	Rank0Time                // rank 0's time (-a 0)
+	MinRanks                 // the fastest rank's time (-a 2)
+	MaxRanks                 // the slowest rank's time (-a 3)
+)
+
+// AverageFromNCCL maps nccl-tests' -a values (0 rank 0, 1 mean, 2 min,
+// 3 max) to an Average.
+func AverageFromNCCL(a int) (Average, error) {
+	switch a {
+	case 0:
+		return Rank0Time, nil
+	case 1:
+		return AvgRanks, nil
+	case 2:
+		return MinRanks, nil
+	case 3:
+		return MaxRanks, nil
+	}
+	return 0, fmt.Errorf("%d: want 0 (rank 0's time), 1 (mean over ranks), 2 (fastest rank) or 3 (slowest rank)", a)
+}
+
+// NCCL is a's value of nccl-tests -a.
+func (a Average) NCCL() int { return [...]int{1, 0, 2, 3}[a] }
+
+// String names a in words: "mean over ranks", "rank 0", "fastest rank",
+// "slowest rank".
+func (a Average) String() string {
+	switch a {
+	case AvgRanks:
+		return "mean over ranks"
+	case Rank0Time:
+		return "rank 0"
+	case MinRanks:
+		return "fastest rank"
+	case MaxRanks:
+		return "slowest rank"
+	}
+	return fmt.Sprintf("Average(%d)", int(a))
 }
 
 // ParseSize reads a byte size as nccl-tests' -b and -e do: a number with an

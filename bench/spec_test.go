@@ -99,3 +99,25 @@ func TestParseSize(t *testing.T) {
 		t.Errorf("FormatSize(1.5 MiB) = %q", got)
 	}
 }
+
+func TestPlanAndStepBytes(t *testing.T) {
+	plan, err := Spec{Ops: []string{"allreduce", "allgather"}, MinBytes: 8, MaxBytes: 32, Factor: 2}.Plan(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// allgather on 4 ranks of f32 rounds to multiples of 16: 8 is dropped, 32 stays.
+	want := []Step{{"allreduce", 8}, {"allreduce", 16}, {"allreduce", 32}, {"allgather", 16}, {"allgather", 32}}
+	if !slices.Equal(plan, want) {
+		t.Errorf("Plan = %v, want %v", plan, want)
+	}
+	s, err := Spec{MinBytes: 100, MaxBytes: 400, StepBytes: 150}.withDefaults(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.sizes(); !slices.Equal(got, []int64{100, 250, 400}) {
+		t.Errorf("StepBytes 150 from 100 to 400: %v, want 100 250 400", got)
+	}
+	if _, err := (Spec{StepBytes: -1}).Plan(2); err == nil {
+		t.Error("negative StepBytes accepted")
+	}
+}

@@ -11,7 +11,7 @@ func TestSummarize(t *testing.T) {
 	rows := func(op string, pts ...[3]float64) []Row { // {bytes, time µs, busbw}
 		var out []Row
 		for _, p := range pts {
-			out = append(out, Row{Op: op, Bytes: int64(p[0]), TimeUS: p[1], BusBW: p[2]})
+			out = append(out, Row{Op: op, Bytes: int64(p[0]), Timing: Timing{TimeUS: p[1], BusBW: p[2]}})
 		}
 		return out
 	}
@@ -59,9 +59,9 @@ func TestSummarizeMissing(t *testing.T) {
 		name string
 		res  Result
 	}{
-		{"no sendrecv", Result{Ranks: 4, Rows: []Row{{Op: "allreduce", Bytes: 8, TimeUS: 1}, {Op: "allreduce", Bytes: 64 << 20, BusBW: 1}}}},
-		{"small sizes only", Result{Ranks: 4, Rows: []Row{{Op: "allreduce", Bytes: 1 << 20, TimeUS: 9, BusBW: 1}, {Op: "sendrecv", Bytes: 1 << 20, TimeUS: 9, BusBW: 1}}}},
-		{"one rank", Result{Ranks: 1, Rows: []Row{{Op: "allreduce", Bytes: 8, TimeUS: 1}, {Op: "sendrecv", Bytes: 8, TimeUS: 1}}}},
+		{"no sendrecv", Result{Ranks: 4, Rows: []Row{{Op: "allreduce", Bytes: 8, Timing: Timing{TimeUS: 1}}, {Op: "allreduce", Bytes: 64 << 20, Timing: Timing{BusBW: 1}}}}},
+		{"small sizes only", Result{Ranks: 4, Rows: []Row{{Op: "allreduce", Bytes: 1 << 20, Timing: Timing{TimeUS: 9, BusBW: 1}}, {Op: "sendrecv", Bytes: 1 << 20, Timing: Timing{TimeUS: 9, BusBW: 1}}}}},
+		{"one rank", Result{Ranks: 1, Rows: []Row{{Op: "allreduce", Bytes: 8, Timing: Timing{TimeUS: 1}}, {Op: "sendrecv", Bytes: 8, Timing: Timing{TimeUS: 1}}}}},
 	} {
 		s := Summarize(tc.res)
 		if s.HasBandwidth || s.HasLatency || s.BandwidthMet() || s.LatencyMet() {
@@ -77,10 +77,10 @@ func TestSummarizeMissing(t *testing.T) {
 
 func TestSummarizeIntra(t *testing.T) {
 	res := Result{Ranks: 4, Nodes: 1, Rows: []Row{
-		{Op: "allreduce", Bytes: 8, TimeUS: 3.5},
-		{Op: "allreduce", Bytes: 1 << 20, BusBW: 4},
-		{Op: "allreduce", Bytes: 4 << 20, BusBW: 3},
-		{Op: "allreduce", Bytes: 64 << 20, BusBW: 0.1}, // outside 1–16 MiB: not judged
+		{Op: "allreduce", Bytes: 8, Timing: Timing{TimeUS: 3.5}},
+		{Op: "allreduce", Bytes: 1 << 20, Timing: Timing{BusBW: 4}},
+		{Op: "allreduce", Bytes: 4 << 20, Timing: Timing{BusBW: 3}},
+		{Op: "allreduce", Bytes: 64 << 20, Timing: Timing{BusBW: 0.1}}, // outside 1–16 MiB: not judged
 	}}
 	res.Copy = []CopyRow{{Bytes: 1 << 20, GBs: 8}, {Bytes: 4 << 20, GBs: 6}, {Bytes: 16 << 20, GBs: 5}}
 	s := Summarize(res)
