@@ -127,7 +127,7 @@ func HierGoals(r Result, hier, flat string) []Goal {
 // FormatGoals prints goals as "met" or "MISSED" lines.
 func FormatGoals(w io.Writer, goals []Goal) error {
 	var s strings.Builder
-	s.WriteString("# Goals (issue 5):\n")
+	s.WriteString("# Speed goals of the hierarchical communicator against the flat one (informational):\n")
 	for _, g := range goals {
 		to := FormatSize(g.To)
 		if g.To == math.MaxInt64 {
@@ -183,7 +183,7 @@ func FormatTraffic(w io.Writer, r Result, comms []string) error {
 		}
 	}
 	var s strings.Builder
-	s.WriteString("# reducescatter vs allreduce-then-copy (numr's composition): time per call")
+	s.WriteString("# reducescatter vs the same result by a full allreduce and a copy (AR+copy): time per call")
 	if hasNet {
 		s.WriteString(" and inter-node bytes sent per call by the busiest rank (mean rank in brackets)")
 	}

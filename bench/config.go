@@ -39,14 +39,22 @@ type Config struct {
 	MinBytes Size     `json:"minBytes"`
 	MaxBytes Size     `json:"maxBytes"`
 	Factor   int      `json:"factor"`
-	DType    string   `json:"dtype"` // comm.DType's name: "f32", "bf16", …
-	RedOp    string   `json:"redop"` // comm.ReduceOp's name: "sum", "max", …
-	Root     int      `json:"root"`
-	Warmup   int      `json:"warmup"`
-	Iters    int      `json:"iters"`
-	Repeats  int      `json:"repeats"`
-	Budget   Duration `json:"budget"`
-	Check    bool     `json:"check"`
+	// StepBytes, if set, steps the sizes linearly (nccl-tests -i).
+	StepBytes Size     `json:"stepBytes"`
+	DType     string   `json:"dtype"` // "f32", "bf16", … or nccl-tests' "float", "bfloat16", … (ParseDType)
+	RedOp     string   `json:"redop"` // comm.ReduceOp's name: "sum", "max", …
+	Root      int      `json:"root"`
+	Warmup    int      `json:"warmup"`
+	Iters     int      `json:"iters"`
+	Repeats   int      `json:"repeats"`
+	Budget    Duration `json:"budget"`
+	Check     bool     `json:"check"`
+	// InPlace also measures the in-place form of each operation that has
+	// one (Spec.InPlace).
+	InPlace bool `json:"inplace"`
+	// Average is how the ranks' times combine: "avg" (the mean, the
+	// default), "rank0", "min" or "max" (ParseAverage; nccl-tests -a).
+	Average string `json:"average"`
 	// LinkRate limits every inter-node link of a multi-node process run
 	// to this rate each way, tc style ("1gbit", "500mbit"): with emulated
 	// NICs (network namespaces, veth, tbf) when this process is root and
@@ -86,14 +94,18 @@ func LoadConfig(r io.Reader, c *Config) error {
 // Spec.Validate does).
 func (c Config) Spec() (Spec, error) {
 	s := Spec{
-		Ops: c.Ops, MinBytes: int64(c.MinBytes), MaxBytes: int64(c.MaxBytes), Factor: c.Factor,
+		Ops: c.Ops, MinBytes: int64(c.MinBytes), MaxBytes: int64(c.MaxBytes), Factor: c.Factor, StepBytes: int64(c.StepBytes),
 		Root: c.Root, Warmup: c.Warmup, Iters: c.Iters, Repeats: c.Repeats, Budget: time.Duration(c.Budget), Check: c.Check,
+		InPlace: c.InPlace,
 	}
 	var err error
 	if c.DType != "" {
-		if s.DType, err = comm.ParseDType(c.DType); err != nil {
+		if s.DType, err = ParseDType(c.DType); err != nil {
 			return Spec{}, err
 		}
+	}
+	if s.Average, err = ParseAverage(c.Average); err != nil {
+		return Spec{}, err
 	}
 	if c.RedOp != "" {
 		if s.Op, err = comm.ParseReduceOp(c.RedOp); err != nil {
@@ -101,6 +113,48 @@ func (c Config) Spec() (Spec, error) {
 		}
 	}
 	return s, nil
+}
+
+// Filled is spec as Run measures it on a communicator of size ranks: every
+// default filled in, or the error Run would return.
+func (spec Spec) Filled(size int) (Spec, error) { return spec.withDefaults(size) }
+
+// ParseDType reads an element type by hiercomm's name ("f32", "bf16", …)
+// or nccl-tests' ("float", "bfloat16", "half", "double", "int32", "int", …).
+func ParseDType(s string) (comm.DType, error) {
+	if s == "int" {
+		return comm.I32, nil
+	}
+	for dt, name := range ncclTypeNames {
+		if s == name {
+			return dt, nil
+		}
+	}
+	dt, err := comm.ParseDType(s)
+	if err != nil {
+		return 0, fmt.Errorf("unknown element type %q (want float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64, or f32, f64, f16, bf16, i8, …)", s)
+	}
+	return dt, nil
+}
+
+// ParseAverage reads Config.Average: "" or "avg", "rank0", "min", "max".
+func ParseAverage(s string) (Average, error) {
+	switch s {
+	case "", "avg":
+		return AvgRanks, nil
+	case "rank0":
+		return Rank0Time, nil
+	case "min":
+		return MinRanks, nil
+	case "max":
+		return MaxRanks, nil
+	}
+	return 0, fmt.Errorf("unknown average %q (want avg, rank0, min or max)", s)
+}
+
+// Name is a's name in Config.Average.
+func (a Average) Name() string {
+	return [...]string{"avg", "rank0", "min", "max"}[a]
 }
 
 // Validate reports whether Run would accept spec on a communicator of size

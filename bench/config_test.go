@@ -41,7 +41,7 @@ func TestLoadConfig(t *testing.T) {
 			t.Errorf("LoadConfig(%s) failed but changed the config", bad)
 		}
 	}
-	for _, bad := range []Config{{DType: "float"}, {RedOp: "add"}} {
+	for _, bad := range []Config{{DType: "float32"}, {RedOp: "add"}, {Average: "mean"}} {
 		if _, err := bad.Spec(); err == nil {
 			t.Errorf("%+v.Spec() accepted", bad)
 		}

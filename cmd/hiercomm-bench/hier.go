@@ -7,21 +7,35 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/bench"
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/hierarchy"
+	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
-// Names of the communicators a hierarchical run compares.
+// Names of the communicators a run measures.
 const (
 	commHier  = "hier"  // the hierarchical communicator
 	commFlat  = "flat"  // its world part: nexar over every rank
+	commSHM   = "shm"   // shared memory between the ranks of a node
+	commNCCL  = "nccl"  // NCCL between the GPUs of a node
 	commSmall = "small" // the hierarchy with every AllReduce on its latency path
 	comm2D    = "2d"    // the hierarchy with every AllReduce on the 2D path
+)
+
+// -split's values, as NCCL_TESTS_SPLIT.
+const (
+	splitIntra = "intra" // within each node
+	splitInter = "inter" // across nodes: local rank l of every node (a rail)
 )
 
 // layered is a hierarchical communicator as the bench asks it
@@ -37,28 +51,71 @@ type layered interface {
 // The hierarchy must stay layered, or the bench would measure it alone.
 var _ layered = (*hierarchy.Comm)(nil)
 
-// measureWorld runs the Spec on this rank's World. A hierarchical World is
-// measured against its flat world part, interleaved on the same processes;
-// then, with -switch, the hierarchy's two AllReduce paths against each
-// other. Anything else is measured alone.
-func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.Spec, log *slog.Logger) (bench.Result, error) {
-	h, ok := w.Communicator.(layered)
-	if !ok {
-		if o.limiter == limitWrapper || o.limiter == limitTBF {
-			log.Warn("the world is not hierarchical (one node, or one rank per node): measuring it alone", "via", fmt.Sprintf("%T", w.Communicator))
-		}
-		return bench.Run(ctx, w, spec)
+// describe says what a communicator is, in words.
+func describe(c comm.Communicator, network string) string {
+	switch c := c.(type) {
+	case *shm.Comm:
+		return "shared memory between the processes of a node"
+	case *nexar.Comm:
+		return "nexar over " + network
+	case layered:
+		intra, rail := c.Parts()
+		return fmt.Sprintf("hierarchical: %s, and %s between nodes (one rail per local rank)", describe(intra, network), describe(rail, network))
 	}
-	topo, rank := h.Topology(), h.Rank()
-	world := h.Flat()
-	intra, rail := h.Parts()
-	hier := comm.Communicator(h)
+	return fmt.Sprintf("%T", c)
+}
+
+// launcherName says who started this rank.
+func launcherName(o options) string {
+	get := os.Getenv
+	switch {
+	case o.stream != "":
+		return "this program as a local emulated cluster"
+	case get(cluster.EnvLauncherSockets) == "1":
+		return "`hiercomm run`"
+	case get(cluster.EnvK8sService) != "":
+		return "Kubernetes"
+	case get(cluster.EnvRank) != "" || get(cluster.EnvWorldSize) != "":
+		return "a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR)"
+	case get(cluster.EnvSlurmProcID) != "":
+		return "Slurm (srun)"
+	}
+	return "an unknown launcher"
+}
+
+// measureWorld runs the Spec on this rank's World. What it measures: with
+// -split, the communicator within each node or across nodes alone; with
+// -impl or -compare, the communicators named; otherwise a hierarchical
+// World against its flat world part, interleaved on the same processes
+// (then, with -switch, the hierarchy's two AllReduce paths against each
+// other), and anything else alone. Rank 0 reports to to (nil elsewhere).
+func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.Spec, to sink, log *slog.Logger) (bench.Result, error) {
+	topo, rank := w.Topology(), w.Rank()
+	network := o.cfg.Network
+	if n := os.Getenv(cluster.EnvNetwork); n != "" {
+		network = n
+	}
+	h, isLayered := w.Communicator.(layered)
+	var world, intra, rail comm.Communicator = w.Communicator, nil, nil
+	var hier comm.Communicator
+	if isLayered {
+		world = h.Flat()
+		intra, rail = h.Parts()
+		hier = h
+	}
 	// variant is a hierarchy over the same parts with another SmallBytes.
 	// It shares them with h (which owns and closes them) and is used only
 	// while h is not, so it is never closed.
 	variant := func(small int) (comm.Communicator, error) {
 		return hierarchy.New(hierarchy.Config{Topology: topo, Rank: rank, World: world, Intra: intra, Rail: rail, SmallBytes: small, Name: "hierarchy(bench)"})
 	}
+	info := runInfo{Launcher: launcherName(o), Ranks: w.Size(), Nodes: topo.NumNodes(), Network: network, Split: o.split,
+		Topology: topo, Started: time.Now(), Links: os.Getenv(envLinks), Copy: parseCopy(os.Getenv(envCopy))}
+	whatFlat := describe(world, network) + ", every rank"
+	if isLayered {
+		whatFlat += " (the hierarchy's own flat world)"
+	}
+	whatHier := describe(w.Communicator, network)
 	switch o.limiter {
 	case limitTBF:
 		spec.Traffic = nicCounter(fmt.Sprintf("nic%d", topo.LocalRank(rank)))
@@ -67,20 +124,96 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		if err != nil {
 			return bench.Result{}, err
 		}
+		info.LinkBits = bits
 		link, err := bench.NewLink(bits)
 		if err != nil {
 			return bench.Result{}, err
 		}
 		node := topo.NodeOf(rank)
 		world = link.Wrap(world, func(peer int) bool { return topo.NodeOf(peer) == node })
-		rail = link.Wrap(rail, nil)
-		if hier, err = variant(0); err != nil {
-			return bench.Result{}, err
+		if isLayered {
+			rail = link.Wrap(rail, nil)
+			if hier, err = variant(0); err != nil {
+				return bench.Result{}, err
+			}
 		}
 		spec.Traffic = func() (int64, error) { return link.Sent(), nil }
 	}
-	res, err := bench.RunCompare(ctx, []bench.Contender{{Name: commHier, Comm: hier}, {Name: commFlat, Comm: world}}, spec)
-	if err != nil || o.cfg.SwitchFrom == 0 {
+	if o.limiter == limitTBF {
+		info.LinkBits, _ = linkBits(o.cfg.LinkRate)
+	}
+
+	// What to measure.
+	var cts []bench.Contender
+	var infos []commInfo
+	pick := func(name string) error {
+		var c comm.Communicator
+		var what string
+		switch {
+		case name == commHier && isLayered:
+			c, what = hier, whatHier
+		case name == commFlat && (isLayered || isNexar(w.Communicator)):
+			c, what = world, whatFlat
+		case name == commSHM && isSHM(w.Communicator):
+			c, what = w.Communicator, describe(w.Communicator, network)
+		case name == commNCCL:
+			return errors.New("-impl nccl: the bench measures host memory and NCCL needs device buffers; measure the GPU tier with examples/gpu (docs/gpu.md)")
+		default:
+			return fmt.Errorf("this world has no %q communicator: hiercomm.Init returned %s on %d node(s)", name, whatHier, topo.NumNodes())
+		}
+		cts = append(cts, bench.Contender{Name: name, Comm: c})
+		infos = append(infos, commInfo{Name: name, What: what})
+		return nil
+	}
+	switch {
+	case o.split != "":
+		part, what, err := splitPart(ctx, w, o.split, intra, rail, network)
+		if err != nil {
+			return bench.Result{}, err
+		}
+		cts, infos = []bench.Contender{{Name: o.split, Comm: part}}, []commInfo{{Name: o.split, What: what}}
+	case o.impl == commSHM && isLayered:
+		// Shared memory is the within-node part of a hierarchy.
+		cts, infos = []bench.Contender{{Name: commSHM, Comm: intra}}, []commInfo{{Name: commSHM, What: describe(intra, network) + ", within each node (the rows are node 0's)"}}
+	case o.impl != "":
+		if err := pick(o.impl); err != nil {
+			return bench.Result{}, err
+		}
+	case len(o.compare) > 0:
+		for _, name := range o.compare {
+			if err := pick(name); err != nil {
+				return bench.Result{}, err
+			}
+		}
+	case isLayered:
+		pick(commHier)
+		pick(commFlat)
+	default:
+		if (o.limiter == limitWrapper || o.limiter == limitTBF) && rank == 0 {
+			log.Warn("the world is not hierarchical (one node, or one rank per node): measuring it alone")
+		}
+		cts, infos = []bench.Contender{{Comm: world}}, []commInfo{{What: describe(w.Communicator, network)}}
+	}
+	info.Comms, info.Measured = infos, cts[0].Comm.Size()
+	full, err := spec.Filled(info.Measured)
+	if err != nil {
+		return bench.Result{}, err
+	}
+	info.Spec = full
+	if to != nil {
+		to.start(info)
+		spec.Progress = to.row
+	}
+	var res bench.Result
+	if len(cts) == 1 {
+		res, err = bench.Run(ctx, cts[0].Comm, spec)
+		for i := range res.Rows {
+			res.Rows[i].Comm = cts[0].Name
+		}
+	} else {
+		res, err = bench.RunCompare(ctx, cts, spec)
+	}
+	if err != nil || o.cfg.SwitchFrom == 0 || !isLayered || o.split != "" || !slices.ContainsFunc(cts, func(c bench.Contender) bool { return c.Name == commHier }) {
 		return res, err
 	}
 	small, err := variant(math.MaxInt32)
@@ -92,14 +225,45 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		return res, err
 	}
 	sw := spec
-	sw.Ops, sw.MinBytes, sw.MaxBytes, sw.Factor = []string{"allreduce"}, int64(o.cfg.SwitchFrom), int64(o.cfg.SwitchTo), 2
-	sw.Progress = nil
-	if rank == 0 {
-		log.Info("measuring the AllReduce paths of the hierarchy", "from", bench.FormatSize(sw.MinBytes), "to", bench.FormatSize(sw.MaxBytes))
+	sw.Ops, sw.MinBytes, sw.MaxBytes, sw.Factor, sw.StepBytes = []string{"allreduce"}, int64(o.cfg.SwitchFrom), int64(o.cfg.SwitchTo), 2, 0
+	sw.Progress, sw.InPlace = nil, false
+	if to != nil {
+		steps, _ := sw.Plan(w.Size())
+		to.phase(fmt.Sprintf("the hierarchy's AllReduce paths, %s–%s", bench.FormatSize(sw.MinBytes), bench.FormatSize(sw.MaxBytes)), 2*len(steps))
 	}
 	swRes, err := bench.RunCompare(ctx, []bench.Contender{{Name: commSmall, Comm: small}, {Name: comm2D, Comm: twoD}}, sw)
 	res.Switch = &swRes
 	return res, err
+}
+
+func isNexar(c comm.Communicator) bool { _, ok := c.(*nexar.Comm); return ok }
+func isSHM(c comm.Communicator) bool   { _, ok := c.(*shm.Comm); return ok }
+
+// splitPart is the communicator -split measures: within each node
+// (intra) or across nodes, local rank l of every node (inter). A
+// hierarchy has them as parts; another world is split by its topology.
+func splitPart(ctx context.Context, w *hiercomm.World, split string, intra, rail comm.Communicator, network string) (comm.Communicator, string, error) {
+	topo := w.Topology()
+	if split == splitIntra {
+		if intra == nil {
+			col := topo.Colors(w.Rank())
+			c, err := w.Split(ctx, col.Intra, col.IntraKey)
+			if err != nil {
+				return nil, "", fmt.Errorf("-split intra: %w", err)
+			}
+			intra = c
+		}
+		return intra, describe(intra, network) + ", the ranks of one node (every node measures at once; the rows are node 0's)", nil
+	}
+	if rail == nil {
+		col := topo.Colors(w.Rank())
+		c, err := w.Split(ctx, col.Rail, col.RailKey)
+		if err != nil {
+			return nil, "", fmt.Errorf("-split inter: %w", err)
+		}
+		rail = c
+	}
+	return rail, describe(rail, network) + ", one rank per node (every rail measures at once; the rows are rail 0's)", nil
 }
 
 // reportComparison prints what a hierarchical run compared: hier against
