@@ -22,12 +22,26 @@ const (
 // plotColors are the communicators' colours, in order (colour-blind safe).
 var plotColors = []string{"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"}
 
+// PlotOptions are what WritePlot draws besides the rows.
+type PlotOptions struct {
+	Title string
+	// Ceiling, if positive, is drawn as a dashed line on the bandwidth
+	// panels (GB/s: what one link carries each way, say), and named in
+	// the legend by CeilingLabel (if empty, "ceiling").
+	Ceiling      float64
+	CeilingLabel string
+}
+
 // WritePlot draws r as an SVG image: for each operation, bus bandwidth
 // (left) and time (right) against size, every axis logarithmic, one line
-// per communicator (out-of-place form), and, when ceilingGBs > 0, that
-// ceiling as a dashed line on the bandwidth panel (what one link carries
-// each way, say). It uses nothing but the standard library.
-func WritePlot(w io.Writer, r Result, title string, ceilingGBs float64) error {
+// per communicator (out-of-place form), and the ceiling dashed. It uses
+// nothing but the standard library.
+func WritePlot(w io.Writer, r Result, opt PlotOptions) error {
+	title, ceilingGBs := opt.Title, opt.Ceiling
+	label := opt.CeilingLabel
+	if label == "" {
+		label = "ceiling"
+	}
 	var ops []string
 	comms := r.Comms
 	if len(comms) == 0 {
@@ -56,8 +70,8 @@ func WritePlot(w io.Writer, r Result, title string, ceilingGBs float64) error {
 		x += 40 + 8*len(name)
 	}
 	if ceilingGBs > 0 {
-		fmt.Fprintf(&b, `<line x1="%d" y1="40" x2="%d" y2="40" stroke="#444" stroke-width="1.5" stroke-dasharray="6,4"/><text x="%d" y="44">ceiling %s GB/s</text>`+"\n",
-			x, x+24, x+30, cFloat(ceilingGBs))
+		fmt.Fprintf(&b, `<line x1="%d" y1="40" x2="%d" y2="40" stroke="#444" stroke-width="1.5" stroke-dasharray="6,4"/><text x="%d" y="44">%s %s GB/s</text>`+"\n",
+			x, x+24, x+30, xmlText(label), cFloat(ceilingGBs))
 	}
 	for i, op := range ops {
 		top := plotTop + i*plotRowH + 20

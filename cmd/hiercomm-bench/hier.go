@@ -192,7 +192,14 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		if (o.limiter == limitWrapper || o.limiter == limitTBF) && rank == 0 {
 			log.Warn("the world is not hierarchical (one node, or one rank per node): measuring it alone")
 		}
-		cts, infos = []bench.Contender{{Comm: world}}, []commInfo{{What: describe(w.Communicator, network)}}
+		name := ""
+		switch {
+		case isNexar(w.Communicator):
+			name = commFlat
+		case isSHM(w.Communicator):
+			name = commSHM
+		}
+		cts, infos = []bench.Contender{{Name: name, Comm: world}}, []commInfo{{Name: name, What: describe(w.Communicator, network)}}
 	}
 	info.Comms, info.Measured = infos, cts[0].Comm.Size()
 	full, err := spec.Filled(info.Measured)
@@ -204,15 +211,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		to.start(info)
 		spec.Progress = to.row
 	}
-	var res bench.Result
-	if len(cts) == 1 {
-		res, err = bench.Run(ctx, cts[0].Comm, spec)
-		for i := range res.Rows {
-			res.Rows[i].Comm = cts[0].Name
-		}
-	} else {
-		res, err = bench.RunCompare(ctx, cts, spec)
-	}
+	res, err := bench.RunCompare(ctx, cts, spec)
 	if err != nil || o.cfg.SwitchFrom == 0 || !isLayered || o.split != "" || !slices.ContainsFunc(cts, func(c bench.Contender) bool { return c.Name == commHier }) {
 		return res, err
 	}
@@ -281,12 +280,12 @@ func reportComparison(w io.Writer, res bench.Result) error {
 	if res.Switch == nil || err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "# AllReduce switch point: the hierarchy's 2D path vs its latency path (hierarchy.Config.SmallBytes forced either way)")
+	fmt.Fprintln(w, "# Where the hierarchy's AllReduce should switch from its latency path to its 2D path (the hierarchy rebuilt with each path forced):")
 	if err := bench.FormatComparison(w, *res.Switch, comm2D, commSmall); err != nil {
 		return err
 	}
 	if b, ok := bench.Crossover(*res.Switch, commSmall, comm2D); ok {
-		fmt.Fprintf(w, "# crossover: the 2D path is as fast or faster from %s up (SmallBytes ≈ %s)\n#\n", bench.FormatSize(b), bench.FormatSize(b/2))
+		fmt.Fprintf(w, "# crossover: the 2D path is as fast or faster from %s up (hierarchy.Config.SmallBytes ≈ %s)\n#\n", bench.FormatSize(b), bench.FormatSize(b/2))
 	} else {
 		fmt.Fprintf(w, "# crossover: none in %s–%s (the latency path wins at the largest size)\n#\n", bench.FormatSize(res.Switch.Spec.MinBytes), bench.FormatSize(res.Switch.Spec.MaxBytes))
 	}

@@ -124,7 +124,7 @@ func explain(ctx context.Context, o options, err error) error {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("the run took longer than -timeout %v and was stopped; raise -timeout or measure less (-e, -ops): %w", time.Duration(o.cfg.Timeout), err)
 	case ctx.Err() != nil:
-		return fmt.Errorf("interrupted: %w", err)
+		return fmt.Errorf("interrupted, and the ranks were stopped (%w)", err)
 	}
 	return err
 }

@@ -36,9 +36,9 @@ type commInfo struct {
 	What string `json:"what"`
 }
 
-// names are the Result's communicator names (none for a lone one).
+// names are the Result's communicator names (none for a lone unnamed one).
 func (r runInfo) names() []string {
-	if len(r.Comms) < 2 {
+	if len(r.Comms) == 1 && r.Comms[0].Name == "" {
 		return nil
 	}
 	var out []string
@@ -249,7 +249,8 @@ func (p *printer) writeFiles(res bench.Result, complete bool, runErr error) erro
 	}
 	if p.o.plotOut != "" {
 		errs = append(errs, writeFile(p.o.plotOut, func(w io.Writer) error {
-			return bench.WritePlot(w, res, plotTitle(*p.info), ceilingGBs(*p.info, res))
+			ceiling, label := ceilingGBs(*p.info, res)
+			return bench.WritePlot(w, res, bench.PlotOptions{Title: plotTitle(*p.info), Ceiling: ceiling, CeilingLabel: label})
 		}))
 	}
 	return errors.Join(errs...)
@@ -260,7 +261,7 @@ func (p *printer) writeFiles(res bench.Result, complete bool, runErr error) erro
 func writeHeader(b *strings.Builder, info runInfo) {
 	fmt.Fprintf(b, "# hiercomm-bench %s, %s: %d ranks", version(), goVersion(), info.Ranks)
 	if info.Nodes > 0 {
-		fmt.Fprintf(b, " on %d node(s)", info.Nodes)
+		fmt.Fprintf(b, " on %s", plural(info.Nodes, "node"))
 	}
 	fmt.Fprintf(b, ", %s, started by %s\n", info.Network, info.Launcher)
 	if info.Topology != nil {
@@ -296,11 +297,11 @@ func writeHeader(b *strings.Builder, info runInfo) {
 // per rail.
 func writeTopology(b *strings.Builder, t *topology.Topology) {
 	g, same := t.RanksPerNode()
-	per := fmt.Sprintf("%d ranks per node", g)
+	per := plural(g, "rank") + " per node"
 	if !same {
 		per = "different numbers of ranks per node"
 	}
-	fmt.Fprintf(b, "# Topology: %d ranks on %d node(s), %s\n", t.Size(), t.NumNodes(), per)
+	fmt.Fprintf(b, "# Topology: %s on %s, %s\n", plural(t.Size(), "rank"), plural(t.NumNodes(), "node"), per)
 	fmt.Fprintf(b, "#   %4s  %-16s  %-16s  %s\n", "node", "host", "ranks", "devices")
 	for i, n := range t.Nodes() {
 		var ranks, devs []string
@@ -330,9 +331,12 @@ func writeTopology(b *strings.Builder, t *topology.Topology) {
 
 // plotTitle is the -plot image's title: the run in a few words.
 func plotTitle(info runInfo) string {
-	s := fmt.Sprintf("hiercomm-bench: %d ranks", info.Measured)
+	s := "hiercomm-bench: " + plural(info.Measured, "rank")
+	if info.Measured != info.Ranks {
+		s += " of " + plural(info.Ranks, "rank")
+	}
 	if info.Nodes > 0 {
-		s += fmt.Sprintf(" (world of %d on %d node(s))", info.Ranks, info.Nodes)
+		s += " on " + plural(info.Nodes, "node")
 	}
 	s += ", " + info.Network
 	if info.LinkBits > 0 {
@@ -344,9 +348,9 @@ func plotTitle(info runInfo) string {
 // ceilingGBs is the dashed line of the plot's bandwidth panels: each
 // inter-node link's limit when the run limited them, else the best
 // sendrecv busbw the run measured (the transport's own ceiling), else none.
-func ceilingGBs(info runInfo, res bench.Result) float64 {
+func ceilingGBs(info runInfo, res bench.Result) (float64, string) {
 	if info.LinkBits > 0 {
-		return float64(info.LinkBits) / 8 / 1e9
+		return float64(info.LinkBits) / 8 / 1e9, "inter-node link limit"
 	}
 	best := 0.0
 	for _, row := range res.Rows {
@@ -354,7 +358,15 @@ func ceilingGBs(info runInfo, res bench.Result) float64 {
 			best = max(best, row.BusBW)
 		}
 	}
-	return best
+	return best, "best sendrecv busbw"
 }
 
 func cFloatGB(v float64) string { return fmt.Sprintf("%.4g", v) }
+
+// plural is "1 node", "2 nodes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

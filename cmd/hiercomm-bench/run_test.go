@@ -211,7 +211,7 @@ func TestExternalLauncher(t *testing.T) {
 		}
 	}
 	out := outs[0].String()
-	for _, want := range []string{"started by a torchrun-style environment", "# Topology: 4 ranks on 2 node(s), 2 ranks per node",
+	for _, want := range []string{"started by a torchrun-style environment", "# Topology: 4 ranks on 2 nodes, 2 ranks per node",
 		"# Collective test starting: all_reduce_perf", "# Out of bounds values : 0 OK", "  hier\n", "  flat\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rank 0's output lacks %q:\n%s", want, out)
@@ -279,5 +279,40 @@ func TestInterruptKeepsRows(t *testing.T) {
 	}
 	if err := json.Unmarshal(b, &r); err != nil || r.Complete || len(r.Rows) != rows || r.Error == "" {
 		t.Errorf("report after Ctrl-C: complete %v, %d rows (printed %d), error %q, %v", r.Complete, len(r.Rows), rows, r.Error, err)
+	}
+}
+
+// TestLocalJobChoices runs the command alone (a local job of 4 ranks on 2
+// emulated nodes) measuring one communicator, or one side of the
+// topology, and checks what the tables say was measured.
+func TestLocalJobChoices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts local jobs")
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-impl", "flat"}, []string{"#   flat   nexar over tcp, every rank", "# 4 ranks;", "# Avg bus bandwidth    : "}},
+		{[]string{"-split", "inter"}, []string{"# Split: measuring only across nodes", "#   inter  nexar over tcp, one rank per node", "# 2 ranks;"}},
+		{[]string{"-split", "intra"}, []string{"#   intra  shared memory between the processes of a node", "# 2 ranks;"}},
+		{[]string{"-compare", "flat,hier"}, []string{"  flat\n", "  hier\n", "# allreduce: hier vs flat"}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		args := append([]string{"-np", "4", "-nodes", "2", "-network", "tcp", "-link-rate", "off", "-ops", "allreduce", "-e", "1K", "-f", "8", "-n", "2", "-repeats", "1", "-switch", "off"}, tc.args...)
+		cmd := command(ctx, args)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			t.Errorf("%v: %v\n%s", tc.args, err, errOut.String())
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, w, out.String())
+			}
+		}
 	}
 }
