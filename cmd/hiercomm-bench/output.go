@@ -168,7 +168,7 @@ func (p *printer) showLocked() {
 		if n := len(p.info.Comms); n > 1 {
 			on = " on " + p.info.Comms[k%n].Name
 		}
-		s = fmt.Sprintf("measuring %s %s%s (row %d of %d)", st.Op, bench.FormatSize(st.Bytes), on, k+1, len(p.plan))
+		s = fmt.Sprintf("measuring %s %s%s (row %d of %d)", st.Op, sizeWords(st.Bytes), on, k+1, len(p.plan))
 	default:
 		s = "finishing"
 	}
@@ -369,4 +369,17 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// sizeWords is a byte size for people: "8 B", "64 KiB", "1.5 MiB".
+func sizeWords(n int64) string {
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			return strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/float64(u.size)), ".0") + " " + u.unit
+		}
+	}
+	return fmt.Sprintf("%d B", n)
 }
