@@ -1,8 +1,9 @@
 // Package bench measures collectives the way nccl-tests does, on any
 // comm.Communicator: the flat nexar one, shared memory, NCCL or the
 // hierarchical one. Every rank calls Run with the same Spec; the sizes are
-// swept from MinBytes to MaxBytes, each size's time is the slowest rank's
-// (what nccl-tests reports), and the table is printed in nccl-tests' layout,
+// swept from MinBytes to MaxBytes, out of place and in place, each size's
+// time combines the ranks' as nccl-tests -a does (the mean by default), and
+// the table is printed in nccl-tests' layout,
 // so its parsers and habits carry over: algbw = bytes / time and
 // busbw = algbw × a per-collective factor that makes the figures comparable
 // with the link's bandwidth.
@@ -16,6 +17,12 @@
 // stated in (AllReduce bus bandwidth against the transport's own ceiling,
 // small-message AllReduce latency against the ideal number of hops).
 //
-// bench imports comm and the standard library only; it never builds a
-// communicator itself (cmd/hiercomm-bench does).
+// TableWriter prints rows as they are measured; WriteCSV and WritePlot
+// (an SVG, standard library only) write a run's rows. Simulate runs the
+// schedules of comm/schedule for thousands of ranks under an α-β model
+// (SimModel, fitted from a run's sendrecv by FitAlphaBeta), and
+// PredictFlat, PredictHier and ModelError predict collectives from them.
+//
+// bench imports comm, comm/schedule and the standard library only; it
+// never builds a communicator itself (cmd/hiercomm-bench does).
 package bench

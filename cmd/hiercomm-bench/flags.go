@@ -23,6 +23,8 @@ type options struct {
 	impl     string   // -impl: the one communicator to measure
 	compare  []string // -compare: the communicators to measure in turn
 	split    string   // -split: "intra" or "inter"
+	simulate bool     // -simulate: fit a model to the run, and predict
+	sim      simulation
 	verbose  bool
 	args     []string // the command line, for the report
 	explicit map[string]bool
@@ -81,6 +83,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	impl := fs.String("impl", "", "measure only this communicator: hier (what hiercomm.Init returns on several nodes), flat (nexar over every rank), shm (shared memory within a node) or nccl")
 	compare := fs.String("compare", "", "measure these communicators in turn at each size, e.g. hier,flat (the default on several nodes)")
 	fs.StringVar(&o.split, "split", "", "measure only within nodes (intra) or only across them, one rank per node (inter), as NCCL_TESTS_SPLIT")
+	simulate := fs.String("simulate", "", "after the run, fit an alpha-beta model to its flat sendrecv, print its error on the run's flat rows, and predict flat and hierarchical collectives on NODESxRANKS (e.g. 128x8) from the schedules; \"local\": the error only")
+	simLink := fs.String("sim-link", "", "-simulate: each inter-node link's rate each way (400gbit, 50GB/s); default: the run's fitted rate")
+	simIntra := fs.String("sim-intra", "", "-simulate: the bandwidth within a node (900GB/s); default 100GB/s")
 	fs.BoolVar(&o.verbose, "v", false, "log every measured row and the transport's debug events")
 	linkRate := fs.String("link-rate", d.LinkRate, "limit each inter-node link of the local job to this rate each way (1gbit, 500mbit): tbf on emulated NICs when root, else a wrapper; \"off\": unlimited loopback")
 	switchSizes := fs.String("switch", switchFlag(d), "sizes FROM-TO at which the hierarchy's AllReduce paths (latency vs 2D) are measured against each other; \"off\": skip")
@@ -189,6 +194,26 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 				bad("switch", err)
 			}
 			c.SwitchFrom, c.SwitchTo = bench.Size(from), bench.Size(to)
+		case "simulate":
+			o.simulate = true
+			if *simulate != "local" {
+				var err error
+				if o.sim.nodes, o.sim.perNode, err = parseSimulate(*simulate); err != nil {
+					bad("simulate", err)
+				}
+			}
+		case "sim-link":
+			r, err := parseBytesRate(*simLink)
+			if err != nil {
+				bad("sim-link", err)
+			}
+			o.sim.linkBits = uint64(r * 8)
+		case "sim-intra":
+			r, err := parseBytesRate(*simIntra)
+			if err != nil {
+				bad("sim-intra", err)
+			}
+			o.sim.intraBytes = r
 		case "impl":
 			o.impl = *impl
 		case "compare":

@@ -210,6 +210,9 @@ func (p *printer) finish(runErr error) int {
 		res.Switch = p.res.Switch
 		var b strings.Builder
 		err := errors.Join(reportComparison(&b, res), bench.Summarize(res).Format(&b))
+		if p.o.simulate && err == nil {
+			err = writeSimulation(&b, res, *p.info, p.o.sim)
+		}
 		io.WriteString(out, b.String())
 		if err != nil {
 			p.log.Error("hiercomm-bench: writing the summary", "err", err)

@@ -316,3 +316,45 @@ func TestLocalJobChoices(t *testing.T) {
 		}
 	}
 }
+
+func TestSimulateFlags(t *testing.T) {
+	if n, g, err := parseSimulate("128x8"); err != nil || n != 128 || g != 8 {
+		t.Errorf("128x8: %d %d %v", n, g, err)
+	}
+	for _, bad := range []string{"128", "0x8", "x8", "128x", "1000x1000"} {
+		if _, _, err := parseSimulate(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	for in, want := range map[string]float64{"900GB/s": 900e9, "50 GB/s": 50e9, "400gbit": 50e9, "500MB/s": 500e6} {
+		if got, err := parseBytesRate(in); err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", in, got, err, want)
+		}
+	}
+	if _, err := parseBytesRate("fast"); err == nil {
+		t.Error("fast accepted")
+	}
+}
+
+// TestSimulateInProcess runs the ranks in process with -simulate: the
+// model fitted from the run's sendrecv, its error table, and the
+// predictions at a small scale.
+func TestSimulateInProcess(t *testing.T) {
+	args := []string{"-inprocess", "-network", "memory", "-np", "4", "-ops", "allreduce,sendrecv", "-b", "1K", "-e", "1M", "-f", "32", "-n", "2", "-repeats", "1", "-simulate", "4x2", "-sim-link", "1gbit"}
+	var out, errOut bytes.Buffer
+	if code := run(args, &out, &errOut, func(string) string { return "" }); code != 0 {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{"# Simulation: an alpha-beta model fitted from this run's flat sendrecv:", "#     median", "within 25%",
+		"# At scale, predicted: 8 ranks, 4 nodes of 2;", "0.125 GB/s each way (-sim-link)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	// Without sendrecv there is nothing to fit, and the output says so.
+	out.Reset()
+	args[6] = "allreduce"
+	if code := run(args, &out, &errOut, func(string) string { return "" }); code != 0 || !strings.Contains(out.String(), "add sendrecv to -ops") {
+		t.Errorf("exit %d:\n%s", code, out.String())
+	}
+}

@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/hiercomm/hiercomm/comm/schedule"
+)
+
+// SimModel is the α-β model a simulation charges: a message of b bytes
+// from one rank to another takes Alpha + b·Beta seconds to arrive (the
+// intra-node pair when both ranks are on one node), a sender's outgoing
+// link carries one message at a time, and reducing b bytes takes
+// b / ReduceBytesPerSec (copies within a rank are not charged).
+type SimModel struct {
+	Alpha, Beta           float64 // between nodes: seconds, seconds per byte
+	IntraAlpha, IntraBeta float64 // within a node
+	ReduceBytesPerSec     float64
+	// RanksPerNode places the ranks node-major (node = rank / RanksPerNode);
+	// if zero, every rank is its own node.
+	RanksPerNode int
+}
+
+// SimResult is a simulated collective: when the last rank finished, and
+// what each rank sent.
+type SimResult struct {
+	Seconds  float64
+	Messages []int   // frames each rank sent
+	Bytes    []int64 // bytes each rank sent
+	// InterBytes are the bytes each rank sent to other nodes.
+	InterBytes []int64
+}
+
+// MaxInterBytes is the most any rank sent to other nodes.
+func (r SimResult) MaxInterBytes() int64 { return slices.Max(append([]int64{0}, r.InterBytes...)) }
+
+// frameKey names one frame of a simulation.
+type frameKey struct {
+	from, to int
+	tag      uint32
+}
+
+// frame is a frame in flight: its length in elements and when it arrives.
+type frame struct {
+	elems   int
+	arrival float64
+}
+
+// Simulate runs the schedules of one collective on p ranks (build returns
+// rank r's, for elements of es bytes) under m, as a dataflow: every step
+// starts when its lane's previous step and its After step are done and,
+// for a receive, its frame has arrived. It pairs every receive with its
+// send (same peers and tag, same length) and fails when a step can never
+// run (a receive without its send: the schedules do not pair up). It does
+// no I/O and reads no clock, so it runs thousands of ranks.
+func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimResult, error) {
+	res := SimResult{Messages: make([]int, p), Bytes: make([]int64, p), InterBytes: make([]int64, p)}
+	type rankState struct {
+		s        schedule.Schedule
+		lanes    [][]int   // step indices of each lane, in order
+		next     []int     // next position in each lane
+		laneFree []float64 // when each lane's last step ended
+		done     []float64 // when each step ended; NaN before
+		nicFree  float64   // when this rank's outgoing link is free
+		left     int       // steps not yet run
+	}
+	node := func(r int) int {
+		if m.RanksPerNode <= 0 {
+			return r
+		}
+		return r / m.RanksPerNode
+	}
+	ranks := make([]*rankState, p)
+	total := 0
+	for r := range ranks {
+		s := build(r)
+		st := &rankState{s: s, lanes: make([][]int, max(s.Lanes, 1)), done: make([]float64, len(s.Steps)), left: len(s.Steps)}
+		for i, step := range s.Steps {
+			st.lanes[step.Lane] = append(st.lanes[step.Lane], i)
+			st.done[i] = math.NaN()
+		}
+		st.next, st.laneFree = make([]int, len(st.lanes)), make([]float64, len(st.lanes))
+		ranks[r] = st
+		total += len(s.Steps)
+	}
+	frames := make(map[frameKey]frame)
+	// Run ranks until none can move; a rank is looked at again when a
+	// frame is sent to it.
+	queue := make([]int, p)
+	queued := make([]bool, p)
+	for r := range queue {
+		queue[r], queued[r] = r, true
+	}
+	for len(queue) > 0 {
+		r := queue[0]
+		queue = queue[1:]
+		queued[r] = false
+		st := ranks[r]
+		for moved := true; moved; {
+			moved = false
+			for l, lane := range st.lanes {
+			steps:
+				for st.next[l] < len(lane) {
+					i := lane[st.next[l]]
+					step := st.s.Steps[i]
+					start := st.laneFree[l]
+					if step.After >= 0 {
+						if math.IsNaN(st.done[step.After]) {
+							break steps
+						}
+						start = math.Max(start, st.done[step.After])
+					}
+					var end float64
+					switch step.Kind {
+					case schedule.Send:
+						bytes := float64(step.Src.Len * es)
+						alpha, beta := m.Alpha, m.Beta
+						if node(step.Peer) == node(r) {
+							alpha, beta = m.IntraAlpha, m.IntraBeta
+						} else {
+							res.InterBytes[r] += int64(bytes)
+						}
+						depart := math.Max(start, st.nicFree)
+						st.nicFree = depart + bytes*beta
+						k := frameKey{r, step.Peer, step.Tag}
+						if _, dup := frames[k]; dup {
+							return res, fmt.Errorf("simulate: rank %d sends frame %d to rank %d twice", r, step.Tag, step.Peer)
+						}
+						frames[k] = frame{elems: step.Src.Len, arrival: st.nicFree + alpha}
+						res.Messages[r]++
+						res.Bytes[r] += int64(bytes)
+						end = start // the transport buffers: a send does not wait
+						if !queued[step.Peer] {
+							queue, queued[step.Peer] = append(queue, step.Peer), true
+						}
+					case schedule.Recv:
+						k := frameKey{step.Peer, r, step.Tag}
+						f, ok := frames[k]
+						if !ok {
+							break steps
+						}
+						if f.elems != step.Dst.Len {
+							return res, fmt.Errorf("simulate: rank %d receives frame %d of %d elements from rank %d into %d", r, step.Tag, f.elems, step.Peer, step.Dst.Len)
+						}
+						delete(frames, k)
+						end = math.Max(start, f.arrival)
+						if step.Op != schedule.Copy && m.ReduceBytesPerSec > 0 {
+							end += float64(step.Dst.Len*es) / m.ReduceBytesPerSec
+						}
+					case schedule.Local:
+						end = start
+						if step.Op != schedule.Copy && m.ReduceBytesPerSec > 0 {
+							end += float64(step.Dst.Len*es) / m.ReduceBytesPerSec
+						}
+					default:
+						end = start
+					}
+					st.done[i], st.laneFree[l] = end, end
+					st.next[l]++
+					st.left--
+					total--
+					res.Seconds = math.Max(res.Seconds, end)
+					moved = true
+				}
+			}
+		}
+	}
+	if total > 0 {
+		for r, st := range ranks {
+			if st.left > 0 {
+				return res, fmt.Errorf("simulate: rank %d is stuck with %d of %d steps left (a receive whose send never comes)", r, st.left, len(st.s.Steps))
+			}
+		}
+	}
+	if len(frames) > 0 {
+		return res, errors.New("simulate: frames were sent that no rank receives")
+	}
+	return res, nil
+}
+
+// FitAlphaBeta fits the α-β model t(b) = α + b·β to rows of one
+// point-to-point operation (sendrecv): α is the median time of the sizes
+// up to 4 KiB, β the median of (t − α)/b over the sizes from 1 MiB. ok is
+// false when the rows lack either range.
+func FitAlphaBeta(rows []Row) (alpha, beta float64, ok bool) {
+	var small, slopes []float64
+	for _, r := range rows {
+		if r.TimeUS > 0 && r.Bytes <= 4<<10 {
+			small = append(small, r.TimeUS*1e-6)
+		}
+	}
+	if len(small) == 0 {
+		return 0, 0, false
+	}
+	alpha = median(small)
+	for _, r := range rows {
+		if r.TimeUS > 0 && r.Bytes >= 1<<20 {
+			slopes = append(slopes, math.Max(r.TimeUS*1e-6-alpha, 0)/float64(r.Bytes))
+		}
+	}
+	if len(slopes) == 0 {
+		return alpha, 0, false
+	}
+	sort.Float64s(slopes)
+	return alpha, median(slopes), true
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/hiercomm/hiercomm/bench"
+	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/hierarchy"
+	"github.com/hiercomm/hiercomm/internal/netemu"
+)
+
+// simulation is -simulate's cluster: nodes × ranks per node, and its links.
+type simulation struct {
+	nodes, perNode int
+	linkBits       uint64  // -sim-link, bits per second each way; 0: this run's fitted β
+	intraBytes     float64 // -sim-intra, bytes per second; 0: 100 GB/s
+}
+
+// intraAlpha is the latency assumed within a node at scale (the run
+// measures none that a model can use: its intra-node transport is shared
+// memory behind the hierarchy).
+const intraAlpha = 2e-6
+
+// parseSimulate reads -simulate NODESxRANKS ("128x8").
+func parseSimulate(s string) (nodes, perNode int, err error) {
+	a, b, ok := strings.Cut(s, "x")
+	if ok {
+		nodes, err = strconv.Atoi(a)
+		if err == nil {
+			perNode, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || nodes < 1 || perNode < 1 || nodes*perNode > 1<<16 {
+		return 0, 0, fmt.Errorf("%q: want NODESxRANKS with at most 65536 ranks, e.g. 128x8", s)
+	}
+	return nodes, perNode, nil
+}
+
+// parseBytesRate reads a rate in bytes per second with a GB/s or MB/s
+// unit ("900GB/s"), or in bits as tc writes it ("400gbit").
+func parseBytesRate(s string) (float64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for _, u := range []struct {
+		unit string
+		mult float64
+	}{{"gb/s", 1e9}, {"mb/s", 1e6}} {
+		if v, ok := strings.CutSuffix(t, u.unit); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || f <= 0 {
+				break
+			}
+			return f * u.mult, nil
+		}
+	}
+	bits, err := netemu.ParseRate(s)
+	if err != nil || bits == 0 {
+		return 0, fmt.Errorf("%q: want a rate such as 900GB/s or 400gbit", s)
+	}
+	return float64(bits) / 8, nil
+}
+
+// writeSimulation prints the model fitted from this run, its error on this
+// run's flat rows, and the predictions at the scale of sim.
+func writeSimulation(w io.Writer, res bench.Result, info runInfo, sim simulation) error {
+	flat := ""
+	if info.names() != nil {
+		flat = commFlat
+	}
+	var sendrecv []bench.Row
+	for _, row := range res.Rows {
+		if row.Op == "sendrecv" && row.Comm == flat {
+			sendrecv = append(sendrecv, row)
+		}
+	}
+	alpha, beta, ok := bench.FitAlphaBeta(sendrecv)
+	if !ok {
+		_, err := fmt.Fprintf(w, "# Simulation: needs this run's flat sendrecv from 4 KiB or less up to 1 MiB or more, to fit its model; add sendrecv to -ops\n#\n")
+		return err
+	}
+	reduce := schedule.DefaultCost.ReduceBytesPerSec
+	perNode := info.Ranks
+	if t := info.Topology; t != nil {
+		perNode, _ = t.RanksPerNode()
+	}
+	local := bench.SimModel{Alpha: alpha, Beta: beta, IntraAlpha: alpha, IntraBeta: beta, ReduceBytesPerSec: reduce, RanksPerNode: perNode}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Simulation: an alpha-beta model fitted from this run's flat sendrecv: %.1f us per message, %.4g GB/s per link; reduction at %.0f GB/s (nexar's cost model)\n",
+		alpha*1e6, 1/beta/1e9, reduce/1e9)
+	fmt.Fprintf(&b, "# Its error on this run: predicted / measured time of the flat communicator (out of place), from the schedules nexar runs\n")
+	rows, err := bench.ModelError(res, flat, local)
+	if err != nil {
+		return err
+	}
+	if err := bench.FormatModelError(&b, rows); err != nil {
+		return err
+	}
+	if sim.nodes > 0 {
+		if err := writeScale(&b, res, sim, alpha, beta, reduce); err != nil {
+			return err
+		}
+	}
+	b.WriteString("#\n")
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+// writeScale predicts flat and hierarchical collectives at sim's scale.
+func writeScale(b *strings.Builder, res bench.Result, sim simulation, alpha, beta, reduce float64) error {
+	interBeta, how := beta, "this run's fitted rate"
+	if sim.linkBits > 0 {
+		interBeta, how = 8/float64(sim.linkBits), "-sim-link"
+	}
+	intraBytes := sim.intraBytes
+	if intraBytes == 0 {
+		intraBytes = 100e9
+	}
+	p := sim.nodes * sim.perNode
+	es := res.Spec.DType.Size()
+	flat := bench.SimModel{Alpha: alpha, Beta: interBeta, IntraAlpha: intraAlpha, IntraBeta: 1 / intraBytes, ReduceBytesPerSec: reduce, RanksPerNode: sim.perNode}
+	inter := bench.SimModel{Alpha: alpha, Beta: interBeta, ReduceBytesPerSec: reduce}
+	intra := bench.SimModel{Alpha: intraAlpha, Beta: 1 / intraBytes, IntraAlpha: intraAlpha, IntraBeta: 1 / intraBytes, ReduceBytesPerSec: reduce}
+	fmt.Fprintf(b, "# At scale, predicted: %d ranks, %d nodes of %d; between nodes %.1f us per message (fitted) and %.4g GB/s each way (%s); within a node %.0f us and %.4g GB/s (assumed)\n",
+		p, sim.nodes, sim.perNode, alpha*1e6, 1/interBeta/1e9, how, intraAlpha*1e6, intraBytes/1e9)
+	fmt.Fprintf(b, "# every rank's schedule run to completion by the simulator, every receive paired with its send\n")
+	fmt.Fprintf(b, "# %10s  %13s  %10s  %10s  %10s  %10s  %9s  %12s  %12s\n", "size(B)", "op", "flat(us)", "flat busbw", "hier(us)", "hier busbw", "flat msgs", "flat across", "hier across")
+	for _, size := range []int64{8, 4 << 10, 256 << 10, 16 << 20, 64 << 20} {
+		for _, op := range bench.PredictOps {
+			unit := int64(es)
+			if op == "allgather" || op == "reducescatter" {
+				unit *= int64(p)
+			}
+			bytes := size / unit * unit
+			if bytes == 0 {
+				continue
+			}
+			f, err := bench.PredictFlat(op, p, bytes, es, flat)
+			if err != nil {
+				return err
+			}
+			h, hAcross, err := bench.PredictHier(op, sim.nodes, sim.perNode, bytes, es, inter, intra, hierarchy.DefaultSmallBytes)
+			if err != nil {
+				return err
+			}
+			factor := bench.BusFactor(op, p)
+			bw := func(sec float64) float64 { return float64(bytes) / sec / 1e9 * factor }
+			fmt.Fprintf(b, "  %10d  %13s  %10.1f  %10.4g  %10.1f  %10.4g  %9d  %12d  %12d\n",
+				bytes, op, f.Seconds*1e6, bw(f.Seconds), h*1e6, bw(h), f.Messages[0], f.MaxInterBytes(), hAcross)
+		}
+	}
+	b.WriteString("# (msgs: frames rank 0 sends; across: the most bytes a rank sends to other nodes per call)\n")
+	return nil
+}
