@@ -167,9 +167,12 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	}
 	switch {
 	case o.split != "":
-		part, what, err := splitPart(ctx, w, o.split, intra, rail, network)
+		part, what, owned, err := splitPart(ctx, w, o.split, intra, rail, network)
 		if err != nil {
 			return bench.Result{}, err
+		}
+		if owned {
+			defer part.Close()
 		}
 		cts, infos = []bench.Contender{{Name: o.split, Comm: part}}, []commInfo{{Name: o.split, What: what}}
 	case o.impl == commSHM && isLayered:
@@ -240,29 +243,21 @@ func isSHM(c comm.Communicator) bool   { _, ok := c.(*shm.Comm); return ok }
 
 // splitPart is the communicator -split measures: within each node
 // (intra) or across nodes, local rank l of every node (inter). A
-// hierarchy has them as parts; another world is split by its topology.
-func splitPart(ctx context.Context, w *hiercomm.World, split string, intra, rail comm.Communicator, network string) (comm.Communicator, string, error) {
-	topo := w.Topology()
+// hierarchy has them as parts; another world is split by its topology
+// (owned: the caller closes the new communicator).
+func splitPart(ctx context.Context, w *hiercomm.World, split string, intra, rail comm.Communicator, network string) (part comm.Communicator, what string, owned bool, err error) {
+	col := w.Topology().Colors(w.Rank())
+	part, color, key, what := rail, col.Rail, col.RailKey, ", one rank per node (every rail measures at once; the rows are rail 0's)"
 	if split == splitIntra {
-		if intra == nil {
-			col := topo.Colors(w.Rank())
-			c, err := w.Split(ctx, col.Intra, col.IntraKey)
-			if err != nil {
-				return nil, "", fmt.Errorf("-split intra: %w", err)
-			}
-			intra = c
-		}
-		return intra, describe(intra, network) + ", the ranks of one node (every node measures at once; the rows are node 0's)", nil
+		part, color, key, what = intra, col.Intra, col.IntraKey, ", the ranks of one node (every node measures at once; the rows are node 0's)"
 	}
-	if rail == nil {
-		col := topo.Colors(w.Rank())
-		c, err := w.Split(ctx, col.Rail, col.RailKey)
-		if err != nil {
-			return nil, "", fmt.Errorf("-split inter: %w", err)
+	if part == nil {
+		if part, err = w.Split(ctx, color, key); err != nil {
+			return nil, "", false, fmt.Errorf("-split %s: %w", split, err)
 		}
-		rail = c
+		owned = true
 	}
-	return rail, describe(rail, network) + ", one rank per node (every rail measures at once; the rows are rail 0's)", nil
+	return part, describe(part, network) + what, owned, nil
 }
 
 // reportComparison prints what a hierarchical run compared: hier against

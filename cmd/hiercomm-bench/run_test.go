@@ -296,6 +296,7 @@ func TestLocalJobChoices(t *testing.T) {
 		{[]string{"-impl", "flat"}, []string{"#   flat   nexar over tcp, every rank", "# 4 ranks;", "# Avg bus bandwidth    : "}},
 		{[]string{"-split", "inter"}, []string{"# Split: measuring only across nodes", "#   inter  nexar over tcp, one rank per node", "# 2 ranks;"}},
 		{[]string{"-split", "intra"}, []string{"#   intra  shared memory between the processes of a node", "# 2 ranks;"}},
+		{[]string{"-nodes", "4", "-split", "inter"}, []string{"#   inter  nexar over tcp, one rank per node", "# 4 ranks;"}}, // a flat world, split by the topology
 		{[]string{"-compare", "flat,hier"}, []string{"  flat\n", "  hier\n", "# allreduce: hier vs flat"}},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
