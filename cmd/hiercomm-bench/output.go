@@ -228,6 +228,7 @@ func (p *printer) finish(runErr error) int {
 		}
 	}
 	if runErr != nil {
+		p.log.Error("hiercomm-bench: the run did not finish", "err", runErr)
 		return 1
 	}
 	w := res.Wrong()
