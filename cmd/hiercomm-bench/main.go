@@ -69,7 +69,6 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		fmt.Fprintf(stderr, "hiercomm-bench: %v (see -h)\n", err)
 		return 2
 	}
-	spec.InPlace = true // nccl-tests' second group of columns
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
