@@ -2,6 +2,7 @@ package hierarchy
 
 import (
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
 // run executes one collective (see the package doc for the algorithms).
@@ -32,7 +33,7 @@ func (h *Comm) run(t *task) error {
 		x.do(h.worldPart(), c)
 		return x.err()
 	case c.Kind == comm.KindAllReduce:
-		if h.small(c.Send) {
+		if h.small(schedule.AllReduceOp, c.Send) {
 			h.allReduceLeads(x, c.Send, c.Recv, op)
 		} else {
 			h.allReduce2D(x, c.Send, c.Recv, op)
@@ -112,9 +113,18 @@ func (h *Comm) shapeOf(c comm.Call) comm.Call {
 	return out
 }
 
-// small reports whether a message of b's size takes the latency path.
-func (h *Comm) small(b comm.Buffer) bool {
-	return b.Len() < h.g || (h.cfg.SmallBytes > 0 && b.ByteLen() <= h.cfg.SmallBytes)
+// small reports whether collective c of b's size takes the leads route:
+// always when b has fewer elements than a node has ranks (the 2D route
+// splits it over them), else by Config.SmallBytes when set, else by the
+// cost model.
+func (h *Comm) small(c schedule.Collective, b comm.Buffer) bool {
+	switch {
+	case b.Len() < h.g:
+		return true
+	case h.cfg.SmallBytes != 0:
+		return b.ByteLen() <= h.cfg.SmallBytes
+	}
+	return b.ByteLen() < h.switchAt[c]
 }
 
 // chunks splits [0, n) into pieces of about ChunkBytes (each a multiple of
@@ -304,7 +314,7 @@ func (h *Comm) allGather2D(x *phases, send, recv comm.Buffer) {
 // AllGathers the pieces.
 func (h *Comm) broadcast(x *phases, buf comm.Buffer, root int) {
 	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
-	if h.small(buf) {
+	if h.small(schedule.BroadcastOp, buf) {
 		h.broadcastSmall(x, buf, mr, lr)
 		return
 	}
@@ -361,7 +371,7 @@ func (h *Comm) reduce(x *phases, send, recv comm.Buffer, op comm.ReduceOp, root 
 	if h.rank != root {
 		recv = comm.Buffer{}
 	}
-	if h.small(send) {
+	if h.small(schedule.ReduceOp, send) {
 		h.reduceSmall(x, send, recv, op, mr, lr)
 		return
 	}
