@@ -35,7 +35,8 @@
 //   - AllGather: the inverse (rail AllGather, intra AllGather, permutation).
 //   - Broadcast, large: the root's node scatters the message over its
 //     ranks, every rail broadcasts its piece across nodes, every node
-//     AllGathers; small: the root's rail, then every node's intra Broadcast.
+//     AllGathers; small: the world part's Broadcast (its tree crosses nodes
+//     first, and back-to-back calls pipeline).
 //   - Reduce: intra ReduceScatter → rail Reduce to the root's node → intra
 //     Gather to the root (large); intra Reduce → rail Reduce (small).
 //   - Barrier: intra, leads, intra.
