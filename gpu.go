@@ -7,6 +7,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/topology"
@@ -78,6 +79,9 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 		return intra, "nccl", nil
 	}
 	cfg := opt.Hierarchy
+	// NCCL inside the node has no model of its own yet: the intra part
+	// takes the defaults unless the user gave one.
+	cfg.Cost = hierarchyCost(cfg.Cost, schedule.CostModel{}, opt.Nexar.Cost, l, topo, rank)
 	if cfg.Stager == nil && cfg.NewStager == nil {
 		cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
 	}

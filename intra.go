@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
@@ -43,7 +45,13 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		intra = c
 		via = "hierarchy: shm within nodes, " + l.Network + " between"
 	}
-	h, err := hierarchy.Build(ctx, world, topo, intra, opt.Hierarchy)
+	intraCost := opt.Nexar.Cost
+	if intra != nil {
+		intraCost = opt.Shm.Cost.Or(shm.DefaultCost)
+	}
+	cfg := opt.Hierarchy
+	cfg.Cost = hierarchyCost(cfg.Cost, intraCost, opt.Nexar.Cost, l, topo, rank)
+	h, err := hierarchy.Build(ctx, world, topo, intra, cfg)
 	if err != nil {
 		if intra != nil {
 			intra.Close()
@@ -51,6 +59,28 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	return h, via, nil
+}
+
+// hierarchyCost is the hierarchy's cost model: the user's (c), each part
+// of it left zero filled from its transport's model (intra, inter), and
+// RanksPerCore, if zero, from the processes that share this host's cores:
+// those the local launcher started together (Launch.HostProcs), else the
+// ranks of this node. (hierarchy.Build takes the largest over the ranks.)
+func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l cluster.Launch, topo *topology.Topology, rank int) schedule.Hierarchy {
+	if c.Intra == (schedule.CostModel{}) {
+		c.Intra = intra
+	}
+	if c.Inter == (schedule.CostModel{}) {
+		c.Inter = inter
+	}
+	if c.RanksPerCore == 0 {
+		procs := l.HostProcs
+		if procs == 0 {
+			procs = len(topo.Nodes()[topo.NodeOf(rank)].Ranks)
+		}
+		c.RanksPerCore = float64(procs) / float64(runtime.NumCPU())
+	}
+	return c
 }
 
 // connectIntraHost joins this rank to the shared memory of its node's

@@ -32,6 +32,7 @@ const (
 	EnvCUDALibrary     = "HIERCOMM_CUDA_LIBRARY"
 	EnvK8sService      = "HIERCOMM_K8S_SERVICE"
 	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
+	EnvHostProcs       = "HIERCOMM_HOST_PROCS"
 
 	// NCCL's interface choice, read when HIERCOMM_SOCKET_IFNAME is unset.
 	EnvNCCLSocketIfname = "NCCL_SOCKET_IFNAME"
@@ -66,7 +67,7 @@ var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
 	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvIntra, EnvK8sService,
 	EnvNCCLLibrary, EnvCUDALibrary,
-	EnvLauncherSockets, EnvNCCLSocketIfname,
+	EnvLauncherSockets, EnvHostProcs, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
 	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmNodeID,
@@ -266,6 +267,11 @@ func (e env) own(l *Launch) error {
 			return e.errorf(EnvJoinTimeout, "%s=%s is not a positive Go duration such as 90s or 5m", EnvJoinTimeout, s)
 		}
 		l.JoinTimeout = d
+	}
+	if n, ok, err := e.intVar(EnvHostProcs, 1, 1<<20, "[1, 2^20]"); err != nil {
+		return err
+	} else if ok {
+		l.HostProcs = n
 	}
 	switch s := e.get(EnvLauncherSockets); s {
 	case "", "0":

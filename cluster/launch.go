@@ -86,6 +86,12 @@ type Launch struct {
 	// and the process sees a GPU, else shared memory when a node has
 	// several ranks). Resolve refuses anything else.
 	Intra string
+	// HostProcs is how many processes of jobs started together share this
+	// host's cores (the local launchers set HIERCOMM_HOST_PROCS: every
+	// rank of an emulated cluster runs on one host). If zero, a rank
+	// counts the ranks of its own node. The hierarchy's cost model uses
+	// it to know how crowded the cores are.
+	HostProcs int
 	// NCCLLibrary and CUDALibrary are the libnccl.so.2 and the CUDA driver
 	// library (libcuda.so.1) the GPU tier loads (nccl.LoadOptions' NCCLPath
 	// and CUDAPath). If empty, the GPU tier searches for them.

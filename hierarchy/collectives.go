@@ -2,6 +2,7 @@ package hierarchy
 
 import (
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
 // run executes one collective (see the package doc for the algorithms).
@@ -32,7 +33,7 @@ func (h *Comm) run(t *task) error {
 		x.do(h.worldPart(), c)
 		return x.err()
 	case c.Kind == comm.KindAllReduce:
-		if h.small(c.Send) {
+		if h.small(schedule.AllReduceOp, c.Send) {
 			h.allReduceLeads(x, c.Send, c.Recv, op)
 		} else {
 			h.allReduce2D(x, c.Send, c.Recv, op)
@@ -112,9 +113,18 @@ func (h *Comm) shapeOf(c comm.Call) comm.Call {
 	return out
 }
 
-// small reports whether a message of b's size takes the latency path.
-func (h *Comm) small(b comm.Buffer) bool {
-	return b.Len() < h.g || (h.cfg.SmallBytes > 0 && b.ByteLen() <= h.cfg.SmallBytes)
+// small reports whether collective c of b's size takes the leads route:
+// always when b has fewer elements than a node has ranks (the 2D route
+// splits it over them), else by Config.SmallBytes when set, else by the
+// cost model.
+func (h *Comm) small(c schedule.Collective, b comm.Buffer) bool {
+	switch {
+	case b.Len() < h.g:
+		return true
+	case h.cfg.SmallBytes != 0:
+		return b.ByteLen() <= h.cfg.SmallBytes
+	}
+	return b.ByteLen() < h.switchAt[c]
 }
 
 // chunks splits [0, n) into pieces of about ChunkBytes (each a multiple of
@@ -297,15 +307,19 @@ func (h *Comm) allGather2D(x *phases, send, recv comm.Buffer) {
 // a rank whose root is out of range rejects its call and must still issue
 // the operations its peers issue, without knowing the root.
 
-// broadcast: small, every rail broadcasts from the root's node (only the
-// root's rail with data) and every node broadcasts from the root's local
-// rank; large, per chunk the root's node scatters the chunk over its ranks,
-// every rail broadcasts its piece from the root's node, and every node
-// AllGathers the pieces.
+// broadcast: small, the world part's Broadcast — its binomial tree over
+// node-major ranks crosses nodes in its top levels and stays within them
+// below, the leads route's shape, as one operation whose root returns once
+// its messages are sent, so back-to-back broadcasts pipeline (the leads
+// route on the parts synchronized every call, with an empty Broadcast on
+// every rail but the root's: in the bench's stream of 8-byte broadcasts,
+// 0.12× the world part's speed); large, per chunk the root's
+// node scatters the chunk over its ranks, every rail broadcasts its piece
+// from the root's node, and every node AllGathers the pieces.
 func (h *Comm) broadcast(x *phases, buf comm.Buffer, root int) {
 	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
-	if h.small(buf) {
-		h.broadcastSmall(x, buf, mr, lr)
+	if h.small(schedule.BroadcastOp, buf) {
+		x.do(h.worldPart(), comm.Call{Kind: comm.KindBroadcast, Send: buf, Recv: buf, Root: root})
 		return
 	}
 	G := h.g
@@ -361,7 +375,7 @@ func (h *Comm) reduce(x *phases, send, recv comm.Buffer, op comm.ReduceOp, root 
 	if h.rank != root {
 		recv = comm.Buffer{}
 	}
-	if h.small(send) {
+	if h.small(schedule.ReduceOp, send) {
 		h.reduceSmall(x, send, recv, op, mr, lr)
 		return
 	}

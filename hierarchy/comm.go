@@ -2,36 +2,30 @@ package hierarchy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
 // Defaults of Config.
 const (
-	// DefaultSmallBytes is the largest AllReduce (and Broadcast, Reduce)
-	// that takes the latency path. Measured with 2 emulated nodes × 2 ranks
-	// (shm inside a node, QUIC between nodes over 500 Mbit/s tbf links, one
-	// per rank, each process GOMAXPROCS=1 as the local launcher sets it;
-	// hiercomm-bench -switch 16K-512K, 4 runs): 2D ÷ latency path 0.92–1.01
-	// at 32 KiB, 0.74–1.00 at 64 KiB (the latency path as fast or faster),
-	// 0.90–1.73 at 128 KiB (three of four 2D faster), 1.17–1.72 at 256 KiB;
-	// see docs/benchmarks.md. (Before the launcher shared the CPUs, the 2D
-	// path won from 64 KiB and the default was 32 KiB.)
-	DefaultSmallBytes = 64 << 10
 	// DefaultChunkBytes is the pipelining unit of the large paths, per
 	// node-wide chunk of the message.
 	DefaultChunkBytes = 4 << 20
 )
 
 // Config is what a hierarchical communicator is made of. Every rank of the
-// hierarchy must use the same Topology, SmallBytes and ChunkBytes (the
-// algorithm choice is computed from them).
+// hierarchy must use the same Topology, Cost, SmallBytes and ChunkBytes
+// (the algorithm choice is computed from them; Build checks that they do).
 type Config struct {
 	// Topology is the job's shape; Rank is this process's rank in it.
 	// Required.
@@ -48,8 +42,17 @@ type Config struct {
 	// Rail holds the ranks with this local rank, one per node that has it,
 	// in node order (topology.Topology.Rails). Required.
 	Rail comm.Communicator
-	// SmallBytes is the largest message that takes the latency-optimal
-	// paths. If zero, defaults to DefaultSmallBytes; negative: never.
+	// Cost is the α-β model that picks each AllReduce's, Broadcast's and
+	// Reduce's route (schedule.Hierarchy.Route): the whole message over
+	// one rail between the node steps (schedule.Leads), or split over
+	// every rail (schedule.TwoD). Each zero field takes its default;
+	// hiercomm.Init fills Intra and Inter from the parts' transports and
+	// RanksPerCore from the host (see docs/hierarchy.md).
+	Cost schedule.Hierarchy
+	// SmallBytes, if positive, overrides Cost with a fixed switch: up to
+	// this many bytes, the leads route; above, the 2D route. Negative:
+	// the 2D route always (but for messages of fewer elements than a node
+	// has ranks, which take the leads route). Zero: Cost decides.
 	SmallBytes int
 	// ChunkBytes is the pipelining unit of the large paths. If zero,
 	// defaults to DefaultChunkBytes.
@@ -94,6 +97,9 @@ type Comm struct {
 	// ownStager says that cfg.Stager came from cfg.NewStager: Close
 	// releases it.
 	ownStager bool
+	// switchAt[c] is the size from which collective c takes the 2D route
+	// (Config.Cost's Switch for this shape).
+	switchAt [schedule.BroadcastOp + 1]int
 	// leadShardOnly is a test hook: the large AllReduce reduces only the
 	// lead's shard across nodes, as the reference stack's nexar-nccl did.
 	// The conformance suite must catch it.
@@ -137,8 +143,8 @@ func New(cfg Config) (*Comm, error) {
 		return nil, fmt.Errorf("hierarchy.New: Config.World, Intra and Rail are all required (world %v, intra %v, rail %v)",
 			cfg.World != nil, cfg.Intra != nil, cfg.Rail != nil)
 	}
-	if cfg.SmallBytes == 0 {
-		cfg.SmallBytes = DefaultSmallBytes
+	if err := cfg.Cost.Validate(); err != nil {
+		return nil, fmt.Errorf("hierarchy.New: Config.Cost: %w", err)
 	}
 	if cfg.ChunkBytes == 0 {
 		cfg.ChunkBytes = DefaultChunkBytes
@@ -161,6 +167,9 @@ func New(cfg Config) (*Comm, error) {
 		world: cfg.World, intra: cfg.Intra, rail: cfg.Rail,
 		intraRanks: t.Nodes()[node].Ranks,
 		log:        cfg.Logger,
+	}
+	for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
+		h.switchAt[c] = cfg.Cost.Switch(c, g, t.NumNodes())
 	}
 	h.Blocking = comm.Blocking{S: h}
 	h.exec = comm.NewExec(comm.ExecConfig[splitRun]{
@@ -237,12 +246,39 @@ func Build(ctx context.Context, world comm.Communicator, t *topology.Topology, i
 		return fail(fmt.Errorf("splitting rail %d: %w", col.Rail, err))
 	}
 	made = append(made, rail)
+	if err := agree(ctx, world, &cfg); err != nil {
+		return fail(err)
+	}
 	cfg.Topology, cfg.Rank, cfg.World, cfg.Intra, cfg.Rail = t, rank, world, intra, rail
 	h, err := New(cfg)
 	if err != nil {
 		return fail(err)
 	}
 	return h, nil
+}
+
+// agree makes every rank's choice of routes the same: the ranks exchange
+// what the choice is computed from; they must have been given the same
+// Cost (but for RanksPerCore), SmallBytes and ChunkBytes, and they take
+// the largest RanksPerCore (the most crowded host sets the pace), which
+// each rank computes from its own host.
+func agree(ctx context.Context, world comm.Communicator, cfg *Config) error {
+	mine := cfg.Cost
+	mine.RanksPerCore = 0
+	key := fmt.Sprintf("%+v small %d chunk %d", mine, cfg.SmallBytes, cfg.ChunkBytes)
+	sum := sha256.Sum256([]byte(key))
+	send := []uint64{binary.LittleEndian.Uint64(sum[:]), math.Float64bits(cfg.Cost.RanksPerCore)}
+	all := make([]uint64, 2*world.Size())
+	if err := world.AllGather(ctx, comm.Host(send), comm.Host(all)); err != nil {
+		return fmt.Errorf("agreeing on the cost model: %w", err)
+	}
+	for r := range world.Size() {
+		if all[2*r] != send[0] {
+			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes or ChunkBytes (this rank's: %s): every rank must pick the same routes", world.Rank(), r, key)
+		}
+		cfg.Cost.RanksPerCore = max(cfg.Cost.RanksPerCore, math.Float64frombits(all[2*r+1]))
+	}
+	return nil
 }
 
 // Rank implements comm.Communicator.

@@ -114,7 +114,7 @@ func TestReduceScatterIsNoAllReduce(t *testing.T) {
 	const N, G, n = 2, 2, 1000
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hs, _, rails := countedHierarchy(ctx, t, N, G)
+	hs, _, rails := countedHierarchy(ctx, t, N, G, Config{})
 	errs := make([]error, N*G)
 	var wg sync.WaitGroup
 	for r := range N * G {
@@ -149,9 +149,9 @@ func TestReduceScatterIsNoAllReduce(t *testing.T) {
 }
 
 // countedHierarchy builds the hierarchies of an N×G layout (node-major,
-// in-process nexar world) whose world part and rails count what runs on
-// them; they are closed when the test ends.
-func countedHierarchy(ctx context.Context, t *testing.T, N, G int) (hs []*Comm, worlds, rails []*counting) {
+// in-process nexar world, cfg's tuning) whose world part and rails count
+// what runs on them; they are closed when the test ends.
+func countedHierarchy(ctx context.Context, t *testing.T, N, G int, cfg Config) (hs []*Comm, worlds, rails []*counting) {
 	t.Helper()
 	var ms []topology.Member
 	for r := range N * G {
@@ -184,7 +184,9 @@ func countedHierarchy(ctx context.Context, t *testing.T, N, G int) (hs []*Comm, 
 			}
 			worlds[r] = &counting{Communicator: ws[r], kinds: map[comm.Kind]int{}, ops: map[comm.Kind]int{}}
 			rails[r] = &counting{Communicator: rail, kinds: map[comm.Kind]int{}, ops: map[comm.Kind]int{}}
-			hs[r], errs[r] = New(Config{Topology: tp, Rank: r, World: worlds[r], Intra: intra, Rail: rails[r]})
+			c := cfg
+			c.Topology, c.Rank, c.World, c.Intra, c.Rail = tp, r, worlds[r], intra, rails[r]
+			hs[r], errs[r] = New(c)
 		})
 	}
 	wg.Wait()

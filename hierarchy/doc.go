@@ -20,9 +20,13 @@
 //     in chunks so the intra and inter tiers overlap. The count is split
 //     into a part divisible by G and a tail of fewer than G elements, which
 //     takes the small path: exact for every count.
-//   - AllReduce, small (at most Config.SmallBytes): intra Reduce to the lead
-//     → the leads allreduce → intra Broadcast. Every rank picks the same
-//     path (the choice depends on the count and the Config only).
+//   - AllReduce, small: intra Reduce to the lead → the leads allreduce →
+//     intra Broadcast. Which messages are small is the cost model's choice
+//     (Config.Cost, schedule.Hierarchy: the leads route below its Switch
+//     size, computed when the communicator is made), or Config.SmallBytes
+//     where it is set. Every rank picks the same path: the choice depends
+//     on the count and the Config only, and Build checks that every rank
+//     was given the same.
 //   - ReduceScatter: a local permutation puts the blocks of rail l's ranks
 //     together, an intra ReduceScatter leaves local rank l the node's sum of
 //     those N blocks, and a ReduceScatter on rail l hands every rank its own
@@ -31,7 +35,8 @@
 //   - AllGather: the inverse (rail AllGather, intra AllGather, permutation).
 //   - Broadcast, large: the root's node scatters the message over its
 //     ranks, every rail broadcasts its piece across nodes, every node
-//     AllGathers; small: the root's rail, then every node's intra Broadcast.
+//     AllGathers; small: the world part's Broadcast (its tree crosses nodes
+//     first, and back-to-back calls pipeline).
 //   - Reduce: intra ReduceScatter → rail Reduce to the root's node → intra
 //     Gather to the root (large); intra Reduce → rail Reduce (small).
 //   - Barrier: intra, leads, intra.

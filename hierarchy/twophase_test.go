@@ -23,7 +23,7 @@ func TestTwoPhaseStayOffTheWorld(t *testing.T) {
 	const gatherRoot, scatterRoot = 3, 2 // local ranks 1 and 0
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hs, worlds, rails := countedHierarchy(ctx, t, N, G)
+	hs, worlds, rails := countedHierarchy(ctx, t, N, G, Config{})
 	val := func(src, dst, i int) int64 { return int64(src*1_000_000 + dst*1000 + i) }
 	vcount := func(src, dst int) int { return (src + 2*dst) % 4 } // zeros included
 	errs := make([]error, P)
@@ -155,7 +155,7 @@ func TestAllToAllVCountsDisagree(t *testing.T) {
 	const P = N * G
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hs, _, _ := countedHierarchy(ctx, t, N, G)
+	hs, _, _ := countedHierarchy(ctx, t, N, G, Config{})
 	errs := make([]error, P)
 	var wg sync.WaitGroup
 	for r := range P {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
 // Config configures one rank of a shared-memory communicator. It is copied
@@ -45,12 +47,18 @@ type Config struct {
 	// segment (rank 0, or the first member of a Split's group) decides:
 	// the others take its value from the segment.
 	StepBytes int
-	// SmallReduceBytes: up to this many bytes from all ranks together (the
-	// message's size × Size), AllReduce and Reduce take one step in which
-	// every rank (the root, for Reduce) reduces the whole message from
-	// every rank's part, instead of the direct algorithm's two. If zero,
-	// DefaultSmallReduceBytes; negative: never. Every rank of a
-	// communicator must use the same value (it chooses the algorithm).
+	// Cost is the α-β model (a Direct one: Latency is a step's, BytesPerSec
+	// the copy rate) that chooses whether an AllReduce or Reduce takes one
+	// step, in which every rank (the root, for Reduce) reduces the whole
+	// message from every rank's part, or the direct algorithm's two
+	// (schedule.CostModel.OneStepReduce). Its zero fields take
+	// DefaultCost's. Every rank of a communicator must use the same model
+	// (it chooses the algorithm).
+	Cost schedule.CostModel
+	// SmallReduceBytes, if positive, overrides Cost with a fixed switch:
+	// up to this many bytes from all ranks together (the message's size ×
+	// Size), one step. Negative: two steps always. Zero: Cost decides.
+	// Every rank of a communicator must use the same value.
 	SmallReduceBytes int
 	// NonTemporalBytes: from this many bytes of results over all ranks, a
 	// collective writes its results with non-temporal stores, around the
@@ -59,6 +67,15 @@ type Config struct {
 	// may differ.
 	NonTemporalBytes int
 }
+
+// DefaultCost is shm's cost model, fitted to what was measured on a
+// 2-core host with 2 and 4 processes: one step faster up to 16 KiB
+// messages on 4 ranks and as fast at 32 KiB on 2 (2–7 µs against 3–10),
+// two steps from 32 KiB on 4 ranks. A step of a few µs and equal copy and
+// reduction rates for data in cache put the switch at about 21 KiB per
+// message on 4 ranks and 6 KiB on 8, and never on 2 (up to the part's
+// half, which bounds one step anyway).
+var DefaultCost = schedule.CostModel{Latency: 4 * time.Microsecond, BytesPerSec: 8e9, ReduceBytesPerSec: 8e9, Direct: true}
 
 // Defaults of Config's zero fields.
 const (
@@ -70,10 +87,6 @@ const (
 	// and 4 ranks): 512 KiB steps are as fast as any size from 256 KiB to
 	// 1 MiB and faster than 128 KiB or a whole part.
 	DefaultStepBytes = 512 << 10
-	// Measured on 2 cores with 2 and 4 processes: one step is faster up
-	// to 16 KiB messages on 4 ranks and as fast at 32 KiB on 2 (2–7 µs
-	// against 3–10), two steps from 32 KiB on 4 ranks.
-	DefaultSmallReduceBytes = 64 << 10
 	// Measured on 2 cores: a 4 MiB AllReduce on 2 ranks (8 MiB of results,
 	// in cache) is faster with ordinary stores, on 4 ranks (16 MiB) and a
 	// 16 MiB one on 2 ranks with non-temporal ones.
@@ -102,12 +115,14 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	c.StepBytes = cmp.Or(c.StepBytes, DefaultStepBytes)
-	c.SmallReduceBytes = cmp.Or(c.SmallReduceBytes, DefaultSmallReduceBytes)
+	c.Cost = c.Cost.Or(DefaultCost)
 	c.NonTemporalBytes = cmp.Or(c.NonTemporalBytes, DefaultNonTemporalBytes)
 	if err := checkNamespace(c.Namespace); err != nil {
 		return c, err
 	}
 	switch {
+	case c.Cost.Validate() != nil:
+		return c, fmt.Errorf("shm.Config: Cost: %w", c.Cost.Validate())
 	case c.Size < 1 || c.Size > maxSize:
 		return c, fmt.Errorf("shm.Config: Size %d is outside [1, %d]", c.Size, maxSize)
 	case c.Rank < 0 || c.Rank >= c.Size:

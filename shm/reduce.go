@@ -35,7 +35,8 @@ func reduceInto(k comm.Kernel, dst, also []byte, put func(dst, src []byte), n in
 
 // allReduce is AllReduce (root < 0) and Reduce (to root).
 //
-// Small messages (Config.SmallReduceBytes over all ranks) take one step:
+// Small messages (Config.Cost's choice, or Config.SmallReduceBytes over
+// all ranks) take one step:
 // every rank stages its input, and every rank (the root, for Reduce)
 // reduces the whole message from every rank's part.
 //
@@ -54,7 +55,7 @@ func reduceInto(k comm.Kernel, dst, also []byte, put func(dst, src []byte), n in
 func allReduce(s *stepper, send, recv []byte, k comm.Kernel, root int) error {
 	P, me, es := s.c.size, s.c.rank, k.Size
 	out := root < 0 || root == me
-	if n := len(send); n*P <= s.c.cfg.SmallReduceBytes && n <= s.half() {
+	if n := len(send); s.c.oneStep(n) && n <= s.half() {
 		if err := s.step(func(p []byte) { copy(p, send) }); err != nil {
 			return err
 		}
@@ -187,4 +188,14 @@ func scan(s *stepper, send, recv []byte, k comm.Kernel, exclusive bool) error {
 		reduceInto(k, dst, nil, nil, upto, func(q int) []byte { return s.read(q)[:cnt] })
 	}
 	return nil
+}
+
+// oneStep reports whether an AllReduce or Reduce of n bytes takes one step
+// (see allReduce): by Config.SmallReduceBytes when it is set, else by the
+// cost model.
+func (c *Comm) oneStep(n int) bool {
+	if c.cfg.SmallReduceBytes != 0 {
+		return n*c.size <= c.cfg.SmallReduceBytes
+	}
+	return c.cfg.Cost.OneStepReduce(n, c.size)
 }

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"time"
@@ -25,6 +26,18 @@ type CostModel struct {
 	// ReduceBytesPerSec is the rate of the reduction kernel. If zero,
 	// defaults to 4e9.
 	ReduceBytesPerSec float64
+	// CPUBytesPerSec is the rate at which one rank's transport moves
+	// bytes when it has a core to itself (encryption, framing, copies):
+	// what bounds a link that is faster than the CPU can feed, as
+	// loopback QUIC is on a small host. The bytes of a message go at the
+	// lower of BytesPerSec and this. If zero, the CPU is never the bound.
+	CPUBytesPerSec float64
+	// Direct says that the tier runs its collectives as shared memory
+	// does: in one or two steps in which every rank reads the others'
+	// staged parts (shm's direct algorithms), not as schedules of
+	// messages. Its Latency is then one step's (a rank staging and every
+	// rank seeing it), BytesPerSec the copy rate.
+	Direct bool
 }
 
 // DefaultCost is the model with every default filled in: a rough model of
@@ -32,17 +45,17 @@ type CostModel struct {
 // 1 GB/s per link); it is not calibrated per transport yet.
 var DefaultCost = CostModel{Latency: 50 * time.Microsecond, BytesPerSec: 1e9, ReduceBytesPerSec: 4e9}
 
-// WithDefaults returns m with every zero field replaced by its default.
-func (m CostModel) WithDefaults() CostModel {
-	if m.Latency == 0 {
-		m.Latency = DefaultCost.Latency
-	}
-	if m.BytesPerSec == 0 {
-		m.BytesPerSec = DefaultCost.BytesPerSec
-	}
-	if m.ReduceBytesPerSec == 0 {
-		m.ReduceBytesPerSec = DefaultCost.ReduceBytesPerSec
-	}
+// WithDefaults returns m with every zero field replaced by DefaultCost's.
+func (m CostModel) WithDefaults() CostModel { return m.Or(DefaultCost) }
+
+// Or returns m with every zero field replaced by d's: a tier with a
+// model of its own (shm's) fills a user's partial model from it.
+func (m CostModel) Or(d CostModel) CostModel {
+	m.Latency = cmp.Or(m.Latency, d.Latency)
+	m.BytesPerSec = cmp.Or(m.BytesPerSec, d.BytesPerSec)
+	m.ReduceBytesPerSec = cmp.Or(m.ReduceBytesPerSec, d.ReduceBytesPerSec)
+	m.CPUBytesPerSec = cmp.Or(m.CPUBytesPerSec, d.CPUBytesPerSec)
+	m.Direct = m.Direct || d.Direct
 	return m
 }
 
@@ -50,8 +63,8 @@ func (m CostModel) WithDefaults() CostModel {
 // latency or a negative rate.
 func (m CostModel) Validate() error {
 	m = m.WithDefaults()
-	if m.Latency < 0 || m.BytesPerSec <= 0 || m.ReduceBytesPerSec <= 0 {
-		return fmt.Errorf("cost model %+v needs Latency ≥ 0 and positive rates", m)
+	if m.Latency < 0 || m.BytesPerSec <= 0 || m.ReduceBytesPerSec <= 0 || m.CPUBytesPerSec < 0 {
+		return fmt.Errorf("cost model %+v needs Latency ≥ 0, positive rates and CPUBytesPerSec ≥ 0", m)
 	}
 	return nil
 }
@@ -60,7 +73,34 @@ func (m CostModel) Validate() error {
 // messages frames, bytes moved over one link and reduced bytes.
 func (m CostModel) Time(messages, bytes, reduced float64) float64 {
 	m = m.WithDefaults()
-	return messages*m.Latency.Seconds() + bytes/m.BytesPerSec + reduced/m.ReduceBytesPerSec
+	return messages*m.Latency.Seconds() + bytes/m.rate() + reduced/m.ReduceBytesPerSec
+}
+
+// rate is the bytes per second of a message: the link's, or the CPU's
+// where that is lower. m has its defaults.
+func (m CostModel) rate() float64 {
+	if m.CPUBytesPerSec > 0 {
+		return min(m.BytesPerSec, m.CPUBytesPerSec)
+	}
+	return m.BytesPerSec
+}
+
+// Shared is m on a host where f ranks share each core while they all
+// communicate (an emulated cluster of 4 processes on 2 cores: f = 2): the
+// software parts of the cost — the latency, the CPU's byte rate and the
+// reduction — take f times as long; the link's rate is unchanged. f ≤ 1
+// (a core per rank, or more) is m.
+func (m CostModel) Shared(f float64) CostModel {
+	m = m.WithDefaults()
+	if !(f > 1) {
+		return m
+	}
+	m.Latency = time.Duration(float64(m.Latency) * f)
+	m.ReduceBytesPerSec /= f
+	if m.CPUBytesPerSec > 0 {
+		m.CPUBytesPerSec /= f
+	}
+	return m
 }
 
 // Algorithm names a schedule the model can pick.
@@ -99,17 +139,22 @@ func (m CostModel) AllReduce(n, p int) Algorithm {
 	if p <= 1 {
 		return Doubling
 	}
-	N, P := float64(n), float64(p)
-	ring := m.Time(2*(P-1), 2*(P-1)/P*N, (P-1)/P*N)
-	steps := float64(log2Floor(p))
-	if p&(p-1) != 0 {
-		steps += 2
-	}
-	doubling := m.Time(steps, steps*N, steps*N)
+	ring, doubling := m.allReduceTimes(n, p)
 	if doubling <= ring {
 		return Doubling
 	}
 	return Ring
+}
+
+// allReduceTimes are the predicted times of Ring and Doubling.
+func (m CostModel) allReduceTimes(n, p int) (ring, doubling float64) {
+	N, P := float64(n), float64(p)
+	ring = m.Time(2*(P-1), 2*(P-1)/P*N, (P-1)/P*N)
+	steps := float64(log2Floor(p))
+	if p&(p-1) != 0 {
+		steps += 2
+	}
+	return ring, m.Time(steps, steps*N, steps*N)
 }
 
 // Broadcast picks the Broadcast schedule for n bytes on p ranks cut into

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,18 +62,24 @@ func CPUShare(n int) int {
 	return max(1, runtime.NumCPU()/max(1, n))
 }
 
-// withCPUShare is env (nil: this process's) with GOMAXPROCS=share added,
-// unless env sets it.
-func withCPUShare(env []string, share int) []string {
+// withCPUShare is env (nil: this process's) with GOMAXPROCS set to the
+// share of each of n processes, and HIERCOMM_HOST_PROCS (cluster's
+// EnvHostProcs) to n, unless env sets them: a rank's cost model learns
+// from it how many processes share the host's cores.
+func withCPUShare(env []string, n int) []string {
 	if env == nil {
 		env = os.Environ()
 	}
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "GOMAXPROCS=") {
-			return env
+	out := env[:len(env):len(env)]
+	for _, v := range []struct{ name, value string }{
+		{"GOMAXPROCS", strconv.Itoa(CPUShare(n))},
+		{"HIERCOMM_HOST_PROCS", strconv.Itoa(n)},
+	} {
+		if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, v.name+"=") }) {
+			out = append(out, v.name+"="+v.value)
 		}
 	}
-	return append(env[:len(env):len(env)], "GOMAXPROCS="+strconv.Itoa(share))
+	return out
 }
 
 // Group is a running group of processes.
@@ -104,7 +111,7 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 	outMu := new(sync.Mutex) // one line at a time across all processes
 	for _, p := range spec.Procs {
 		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
-		cmd.Env = withCPUShare(p.Env, CPUShare(len(spec.Procs)))
+		cmd.Env = withCPUShare(p.Env, len(spec.Procs))
 		cmd.ExtraFiles = p.Files
 		// Each process leads its own process group, so that stopping it
 		// stops what it started too (a shell's children, a helper that

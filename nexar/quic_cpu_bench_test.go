@@ -1,0 +1,198 @@
+package nexar
+
+import (
+	"context"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/quic-go/quic-go"
+)
+
+// Bytes per CPU-second of one direction of one pair over QUIC: nexar's
+// transport (its frames on its streams), and a communicator's Send and
+// Recv over it (matching, the copy into the posted buffer), against
+// quic-go alone on one
+// stream with the same TLS, windows and sockets, both sides in this
+// process. CPU time is the process's (user + system, getrusage), so the
+// figure holds on a busy machine better than a rate does:
+//
+//	go test -run '^$' -bench 'QUICCPU' -benchtime 200x -count 5 ./nexar/
+//
+// MB/cpu-s is the metric; nexar÷raw and sendrecv÷raw are the shares of
+// quic-go's own ceiling that the transport and the communicator keep.
+func BenchmarkQUICCPU(b *testing.B) {
+	const chunk = 1 << 20
+	b.Run("raw", func(b *testing.B) {
+		ca, err := newJobCA(testJobKey, "quic-cpu")
+		if err != nil {
+			b.Fatal(err)
+		}
+		leaf0, err := ca.issueLeaf(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		leaf1, err := ca.issueLeaf(1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conf := &quic.Config{
+			InitialStreamReceiveWindow: quicStreamWindow, MaxStreamReceiveWindow: quicMaxStreamWindow,
+			InitialConnectionReceiveWindow: quicConnWindow, MaxConnectionReceiveWindow: quicMaxConnWindow,
+			MaxIncomingUniStreams: 4, MaxIdleTimeout: 30 * time.Second,
+		}
+		pc1, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc0, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		tr1, tr0 := &quic.Transport{Conn: pc1}, &quic.Transport{Conn: pc0}
+		defer tr1.Close()
+		defer tr0.Close()
+		ln, err := tr1.Listen(ca.serverTLS(leaf1, func(int) error { return nil }, nil), conf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		ctx := context.Background()
+		accepted := make(chan *quic.ReceiveStream, 1)
+		go func() {
+			conn, err := ln.Accept(ctx)
+			if err != nil {
+				b.Error(err)
+				close(accepted)
+				return
+			}
+			s, err := conn.AcceptUniStream(ctx)
+			if err != nil {
+				b.Error(err)
+				close(accepted)
+				return
+			}
+			accepted <- s
+		}()
+		conn, err := tr0.Dial(ctx, pc1.LocalAddr(), ca.clientTLS(leaf0, 1, nil), conf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.CloseWithError(0, "")
+		s, err := conn.OpenUniStream()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Write([]byte{1}); err != nil { // the peer sees the stream
+			b.Fatal(err)
+		}
+		rs := <-accepted
+		if rs == nil {
+			b.FailNow()
+		}
+		if _, err := io.ReadFull(rs, make([]byte, 1)); err != nil {
+			b.Fatal(err)
+		}
+		msg := make([]byte, chunk)
+		got := make(chan error, 1)
+		b.SetBytes(chunk)
+		cpu := startCPU()
+		b.ResetTimer()
+		go func() {
+			buf := make([]byte, chunk)
+			var err error
+			for range b.N {
+				if _, err = io.ReadFull(rs, buf); err != nil {
+					break
+				}
+			}
+			got <- err
+		}()
+		for range b.N {
+			if _, err := s.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-got; err != nil {
+			b.Fatal(err)
+		}
+		cpu.report(b, chunk)
+	})
+	b.Run("nexar", func(b *testing.B) {
+		cs := []*counter{{}, {}}
+		cfg := baseConfig()
+		cfg.FailureTimeout = 30 * time.Second
+		trs := startMesh(b, NewQUIC, "udp", 2, cfg, []Handler{cs[0], cs[1]})
+		msg := make([]byte, chunk)
+		ctx := context.Background()
+		b.SetBytes(chunk)
+		done := cs[1].expect(int64(b.N) * chunk)
+		cpu := startCPU()
+		b.ResetTimer()
+		for i := range b.N {
+			if err := trs[0].Send(ctx, 1, Header{Kind: FrameData, Step: uint32(i)}, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-done
+		cpu.report(b, chunk)
+	})
+	b.Run("sendrecv", func(b *testing.B) {
+		ctx := context.Background()
+		cs, err := NewLocalWorld(ctx, 2, "quic", Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			for _, c := range cs {
+				c.Close()
+			}
+		}()
+		send, recv := make([]byte, chunk), make([]byte, chunk)
+		b.SetBytes(chunk)
+		cpu := startCPU()
+		b.ResetTimer()
+		got := make(chan error, 1)
+		go func() {
+			var err error
+			for range b.N {
+				if err = cs[1].Recv(ctx, comm.Host(recv), 0, 0); err != nil {
+					break
+				}
+			}
+			got <- err
+		}()
+		for range b.N {
+			if err := cs[0].Send(ctx, comm.Host(send), 1, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := <-got; err != nil {
+			b.Fatal(err)
+		}
+		cpu.report(b, chunk)
+	})
+}
+
+// cpuClock reads this process's CPU time (user + system).
+type cpuClock struct{ start time.Duration }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startCPU() cpuClock { return cpuClock{processCPU()} }
+
+// report adds MB per CPU-second of n bytes per iteration.
+func (c cpuClock) report(b *testing.B, n int) {
+	if d := processCPU() - c.start; d > 0 {
+		b.ReportMetric(float64(n)*float64(b.N)/1e6/d.Seconds(), "MB/cpu-s")
+	}
+}
