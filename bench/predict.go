@@ -68,7 +68,8 @@ func PredictFlat(op string, p int, bytes int64, es int, m SimModel) (SimResult, 
 // reduce-scatter's cost), AllReduce over the leads, broadcast within the
 // node. ReduceScatter: within the node, then over the rail. AllGather: over
 // the rail, then within the node. It returns the time and the most bytes a
-// rank sends across nodes.
+// rank sends across nodes. (schedule.Hierarchy.Estimate gives the same
+// phases in closed form; this runs their schedules.)
 func PredictHier(op string, nodes, g int, bytes int64, es int, inter, intra SimModel, smallBytes int64) (float64, int64, error) {
 	var total float64
 	var interMax int64

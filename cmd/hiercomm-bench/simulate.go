@@ -5,10 +5,10 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/comm/schedule"
-	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/internal/netemu"
 )
 
@@ -122,6 +122,12 @@ func writeScale(b *strings.Builder, res bench.Result, sim simulation, alpha, bet
 	flat := bench.SimModel{Alpha: alpha, Beta: interBeta, IntraAlpha: intraAlpha, IntraBeta: 1 / intraBytes, ReduceBytesPerSec: reduce, RanksPerNode: sim.perNode}
 	inter := bench.SimModel{Alpha: alpha, Beta: interBeta, ReduceBytesPerSec: reduce}
 	intra := bench.SimModel{Alpha: intraAlpha, Beta: 1 / intraBytes, IntraAlpha: intraAlpha, IntraBeta: 1 / intraBytes, ReduceBytesPerSec: reduce}
+	// Where the hierarchy's AllReduce takes its 2D route, as its own cost
+	// model (hierarchy.Config.Cost) decides under the same α and β.
+	cost := func(m bench.SimModel) schedule.CostModel {
+		return schedule.CostModel{Latency: time.Duration(m.Alpha * float64(time.Second)), BytesPerSec: 1 / m.Beta, ReduceBytesPerSec: reduce}
+	}
+	switchAt := int64(schedule.Hierarchy{Intra: cost(intra), Inter: cost(inter)}.Switch(schedule.AllReduceOp, sim.perNode, sim.nodes))
 	fmt.Fprintf(b, "# At scale, predicted: %d ranks, %d nodes of %d; between nodes %.1f us per message (fitted) and %.4g GB/s each way (%s); within a node %.0f us and %.4g GB/s (assumed)\n",
 		p, sim.nodes, sim.perNode, alpha*1e6, 1/interBeta/1e9, how, intraAlpha*1e6, intraBytes/1e9)
 	fmt.Fprintf(b, "# every rank's schedule run to completion by the simulator, every receive paired with its send\n")
@@ -140,7 +146,7 @@ func writeScale(b *strings.Builder, res bench.Result, sim simulation, alpha, bet
 			if err != nil {
 				return err
 			}
-			h, hAcross, err := bench.PredictHier(op, sim.nodes, sim.perNode, bytes, es, inter, intra, hierarchy.DefaultSmallBytes)
+			h, hAcross, err := bench.PredictHier(op, sim.nodes, sim.perNode, bytes, es, inter, intra, switchAt)
 			if err != nil {
 				return err
 			}
@@ -150,6 +156,6 @@ func writeScale(b *strings.Builder, res bench.Result, sim simulation, alpha, bet
 				bytes, op, f.Seconds*1e6, bw(f.Seconds), h*1e6, bw(h), f.Messages[0], f.MaxInterBytes(), hAcross)
 		}
 	}
-	b.WriteString("# (msgs: frames rank 0 sends; across: the most bytes a rank sends to other nodes per call)\n")
+	fmt.Fprintf(b, "# (msgs: frames rank 0 sends; across: the most bytes a rank sends to other nodes per call; the hierarchy's AllReduce takes its 2D route from %s, as its cost model picks)\n", sizeWords(switchAt))
 	return nil
 }
