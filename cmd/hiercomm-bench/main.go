@@ -87,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		}
 		return 0
 	case launched(getenv):
-		p := newPrinter(con, o, log)
+		p := newPrinter(ctx, con, o, log)
 		err := runRank(ctx, o, spec, p, log)
 		if p.info == nil { // not rank 0, or it failed before the first row
 			if err != nil {
@@ -98,10 +98,10 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		}
 		return p.finish(explain(ctx, o, err))
 	case o.cfg.InProcess:
-		p := newPrinter(con, o, log)
+		p := newPrinter(ctx, con, o, log)
 		return p.finish(explain(ctx, o, runInProcess(ctx, o, spec, p, log)))
 	}
-	p := newPrinter(con, o, log)
+	p := newPrinter(ctx, con, o, log)
 	return p.finish(runProcesses(ctx, o, args, con, p, log))
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +54,8 @@ func (r runInfo) names() []string {
 // the summary and the files. It is a sink; its methods may be called from
 // any goroutine.
 type printer struct {
-	mu   sync.Mutex // guards everything below
+	ctx  context.Context // bounds the work after the run (-simulate)
+	mu   sync.Mutex      // guards everything below
 	con  *console
 	o    options
 	log  *slog.Logger
@@ -72,8 +74,8 @@ type printer struct {
 	tickDone  chan struct{}
 }
 
-func newPrinter(con *console, o options, log *slog.Logger) *printer {
-	return &printer{con: con, o: o, log: log}
+func newPrinter(ctx context.Context, con *console, o options, log *slog.Logger) *printer {
+	return &printer{ctx: ctx, con: con, o: o, log: log}
 }
 
 func (p *printer) start(info runInfo) {
@@ -211,7 +213,7 @@ func (p *printer) finish(runErr error) int {
 		var b strings.Builder
 		err := errors.Join(reportComparison(&b, res), bench.Summarize(res).Format(&b))
 		if p.o.simulate && err == nil {
-			err = writeSimulation(&b, res, *p.info, p.o.sim)
+			err = writeSimulation(p.ctx, &b, res, *p.info, p.o.sim)
 		}
 		io.WriteString(out, b.String())
 		if err != nil {

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hiercomm/hiercomm/bench"
+	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/internal/netemu"
+	"github.com/hiercomm/hiercomm/nexar"
 )
 
 // simulation is -simulate's cluster: nodes × ranks per node, and its links.
@@ -64,7 +68,7 @@ func parseBytesRate(s string) (float64, error) {
 
 // writeSimulation prints the model fitted from this run, its error on this
 // run's flat rows, and the predictions at the scale of sim.
-func writeSimulation(w io.Writer, res bench.Result, info runInfo, sim simulation) error {
+func writeSimulation(ctx context.Context, w io.Writer, res bench.Result, info runInfo, sim simulation) error {
 	flat := ""
 	if info.names() != nil {
 		flat = commFlat
@@ -99,6 +103,9 @@ func writeSimulation(w io.Writer, res bench.Result, info runInfo, sim simulation
 	}
 	if sim.nodes > 0 {
 		if err := writeScale(&b, res, sim, alpha, beta, reduce); err != nil {
+			return err
+		}
+		if err := checkAtScale(ctx, &b, sim.nodes*sim.perNode, res.Spec.DType); err != nil {
 			return err
 		}
 	}
@@ -157,5 +164,45 @@ func writeScale(b *strings.Builder, res bench.Result, sim simulation, alpha, bet
 		}
 	}
 	fmt.Fprintf(b, "# (msgs: frames rank 0 sends; across: the most bytes a rank sends to other nodes per call; the hierarchy's AllReduce takes its 2D route from %s, as its cost model picks)\n", sizeWords(switchAt))
+	return nil
+}
+
+// checkAtScale runs the flat collectives on p ranks over nexar's
+// in-memory transport, one goroutine per rank, with rank-distinct data
+// checked against a sequential reference (bench.Spec.Check), both forms:
+// the schedules the simulation timed, run for real at that scale. Each
+// rank's block is two elements, so it is about the schedules, not the
+// bytes.
+func checkAtScale(ctx context.Context, w io.Writer, p int, dt comm.DType) error {
+	start := time.Now()
+	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
+	if err != nil {
+		return err
+	}
+	defer nexar.CloseAll(cs)
+	size := int64(2 * dt.Size() * p)
+	spec := bench.Spec{Ops: []string{"allreduce", "allgather", "reducescatter", "broadcast"}, MinBytes: size, MaxBytes: size,
+		DType: dt, Warmup: 1, Iters: 1, Repeats: 1, Check: true, InPlace: true}
+	results := make([]bench.Result, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() { results[r], errs[r] = bench.Run(ctx, c, spec) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("running the schedules on %d ranks in memory: rank %d: %w", p, r, err)
+		}
+	}
+	fmt.Fprintf(w, "# Run for real on %d ranks over nexar's in-memory transport (one goroutine per rank, %s each, rank-distinct data checked, in %v):", p, sizeWords(size), time.Since(start).Round(time.Second))
+	for _, row := range results[0].Rows {
+		wrong := row.Wrong
+		if row.InPlace != nil {
+			wrong += row.InPlace.Wrong
+		}
+		fmt.Fprintf(w, " %s %d wrong;", row.Op, wrong)
+	}
+	fmt.Fprintln(w)
 	return nil
 }
