@@ -195,7 +195,7 @@ func checkAtScale(ctx context.Context, w io.Writer, p int, dt comm.DType) error 
 			return fmt.Errorf("running the schedules on %d ranks in memory: rank %d: %w", p, r, err)
 		}
 	}
-	fmt.Fprintf(w, "# Run for real on %d ranks over nexar's in-memory transport (one goroutine per rank, %s each, rank-distinct data checked, in %v):", p, sizeWords(size), time.Since(start).Round(time.Second))
+	fmt.Fprintf(w, "# Run for real on %d ranks over nexar's in-memory transport (one goroutine per rank; %s, two elements per rank; both forms, rank-distinct data checked; %v):", p, sizeWords(size), time.Since(start).Round(time.Second))
 	for _, row := range results[0].Rows {
 		wrong := row.Wrong
 		if row.InPlace != nil {
