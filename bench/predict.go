@@ -141,7 +141,9 @@ func (m ModelRow) Ratio() float64 {
 }
 
 // ModelError predicts every out-of-place row of r measured on the flat
-// communicator comm (the PredictOps) under m, on r.Ranks ranks.
+// communicator comm (the PredictOps) under m, on r.Ranks ranks: the time
+// per call of m.Calls calls back to back, as the bench's loop times them
+// (set m.Calls to a few; 1 predicts one call alone).
 func ModelError(r Result, comm string, m SimModel) ([]ModelRow, error) {
 	var out []ModelRow
 	es := r.Spec.DType.Size()
@@ -153,7 +155,7 @@ func ModelError(r Result, comm string, m SimModel) ([]ModelRow, error) {
 		if err != nil {
 			return out, err
 		}
-		out = append(out, ModelRow{Op: row.Op, Bytes: row.Bytes, PredictedUS: p.Seconds * 1e6, MeasuredUS: row.TimeUS})
+		out = append(out, ModelRow{Op: row.Op, Bytes: row.Bytes, PredictedUS: p.PerCall * 1e6, MeasuredUS: row.TimeUS})
 	}
 	return out, nil
 }

@@ -22,15 +22,22 @@ type SimModel struct {
 	// RanksPerNode places the ranks node-major (node = rank / RanksPerNode);
 	// if zero, every rank is its own node.
 	RanksPerNode int
+	// Calls is how many calls run back to back, as the bench's timed loop
+	// runs them: each rank starts its next call once it has finished its
+	// last, so calls overlap where a rank may run ahead (a broadcast's
+	// root). If below 2, one.
+	Calls int
 }
 
 // SimResult is a simulated collective: when the last rank finished, and
 // what each rank sent.
 type SimResult struct {
-	Seconds  float64
-	Messages []int   // frames each rank sent
-	Bytes    []int64 // bytes each rank sent
-	// InterBytes are the bytes each rank sent to other nodes.
+	// Seconds is when the last rank finished the first call; PerCall the
+	// time per call once calls follow each other (Seconds for one call).
+	Seconds, PerCall float64
+	Messages         []int   // frames each rank sent, per call
+	Bytes            []int64 // bytes each rank sent, per call
+	// InterBytes are the bytes each rank sent to other nodes, per call.
 	InterBytes []int64
 }
 
@@ -39,8 +46,8 @@ func (r SimResult) MaxInterBytes() int64 { return slices.Max(append([]int64{0}, 
 
 // frameKey names one frame of a simulation.
 type frameKey struct {
-	from, to int
-	tag      uint32
+	from, to, call int
+	tag            uint32
 }
 
 // frame is a frame in flight: its length in elements and when it arrives.
@@ -65,8 +72,12 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 		laneFree []float64 // when each lane's last step ended
 		done     []float64 // when each step ended; NaN before
 		nicFree  float64   // when this rank's outgoing link is free
-		left     int       // steps not yet run
+		left     int       // steps of the current call not yet run
+		call     int       // the current call
+		end      float64   // when this rank's last step so far ended
 	}
+	calls := max(m.Calls, 1)
+	finish := make([]float64, calls) // when the last rank finished each call
 	node := func(r int) int {
 		if m.RanksPerNode <= 0 {
 			return r
@@ -84,7 +95,7 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 		}
 		st.next, st.laneFree = make([]int, len(st.lanes)), make([]float64, len(st.lanes))
 		ranks[r] = st
-		total += len(s.Steps)
+		total += calls * len(s.Steps)
 	}
 	frames := make(map[frameKey]frame)
 	// Run ranks until none can move; a rank is looked at again when a
@@ -120,24 +131,26 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 						alpha, beta := m.Alpha, m.Beta
 						if node(step.Peer) == node(r) {
 							alpha, beta = m.IntraAlpha, m.IntraBeta
-						} else {
+						} else if st.call == 0 {
 							res.InterBytes[r] += int64(bytes)
 						}
 						depart := math.Max(start, st.nicFree)
 						st.nicFree = depart + bytes*beta
-						k := frameKey{r, step.Peer, step.Tag}
+						k := frameKey{r, step.Peer, st.call, step.Tag}
 						if _, dup := frames[k]; dup {
 							return res, fmt.Errorf("simulate: rank %d sends frame %d to rank %d twice", r, step.Tag, step.Peer)
 						}
 						frames[k] = frame{elems: step.Src.Len, arrival: st.nicFree + alpha}
-						res.Messages[r]++
-						res.Bytes[r] += int64(bytes)
+						if st.call == 0 {
+							res.Messages[r]++
+							res.Bytes[r] += int64(bytes)
+						}
 						end = start // the transport buffers: a send does not wait
 						if !queued[step.Peer] {
 							queue, queued[step.Peer] = append(queue, step.Peer), true
 						}
 					case schedule.Recv:
-						k := frameKey{step.Peer, r, step.Tag}
+						k := frameKey{step.Peer, r, st.call, step.Tag}
 						f, ok := frames[k]
 						if !ok {
 							break steps
@@ -162,8 +175,21 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 					st.next[l]++
 					st.left--
 					total--
-					res.Seconds = math.Max(res.Seconds, end)
+					st.end = math.Max(st.end, end)
+					finish[st.call] = math.Max(finish[st.call], st.end)
 					moved = true
+					if st.left == 0 && st.call+1 < calls {
+						// The call returns on this rank: the next one starts.
+						st.call++
+						st.left = len(st.s.Steps)
+						for j := range st.done {
+							st.done[j] = math.NaN()
+						}
+						for j := range st.next {
+							st.next[j], st.laneFree[j] = 0, st.end
+						}
+						break steps
+					}
 				}
 			}
 		}
@@ -174,6 +200,10 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 				return res, fmt.Errorf("simulate: rank %d is stuck with %d of %d steps left (a receive whose send never comes)", r, st.left, len(st.s.Steps))
 			}
 		}
+	}
+	res.Seconds, res.PerCall = finish[0], finish[0]
+	if calls > 1 {
+		res.PerCall = (finish[calls-1] - finish[0]) / float64(calls-1)
 	}
 	if len(frames) > 0 {
 		return res, errors.New("simulate: frames were sent that no rank receives")

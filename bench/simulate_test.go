@@ -114,3 +114,30 @@ func TestPredictScale(t *testing.T) {
 		t.Errorf("flat %v s and %d B across, hierarchy %v s and %d B: want the hierarchy ahead at 16 MiB", flat.Seconds, flat.MaxInterBytes(), hier, hierInter)
 	}
 }
+
+// TestSimulateBackToBack: calls that follow each other overlap where ranks
+// may run ahead. A tree broadcast's root returns once it has sent, so in
+// a loop the root's link (3 messages per call on 8 ranks) sets the pace,
+// not the tree's depth; a ring AllReduce cannot run ahead, so its time
+// per call stays its latency.
+func TestSimulateBackToBack(t *testing.T) {
+	const p, es = 8, 4
+	m := SimModel{Alpha: 1, Beta: 1e-3, Calls: 10}
+	tree, err := Simulate(p, es, func(r int) schedule.Schedule { return schedule.TreeBroadcast(p, r, 0, 1, 1) }, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(tree.Seconds-3*(1+0.004)) > 0.01 || math.Abs(tree.PerCall-3*0.004) > 1e-9 {
+		t.Errorf("tree broadcast: first call %v s, %v s per call; want about 3.012 and 0.012 (the root's link)", tree.Seconds, tree.PerCall)
+	}
+	if tree.Messages[0] != 3 {
+		t.Errorf("the root sent %d messages per call, want 3", tree.Messages[0])
+	}
+	ring, err := Simulate(p, es, func(r int) schedule.Schedule { return schedule.RingAllReduce(p, r, 16, 1<<20) }, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ring.PerCall < 0.9*ring.Seconds {
+		t.Errorf("ring allreduce: %v s per call back to back, %v s alone; want about the same", ring.PerCall, ring.Seconds)
+	}
+}
