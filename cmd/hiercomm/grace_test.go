@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// reportRole is a training loop as users write it (Init, AllReduce until
+// an error, Close deferred, the error printed on the way out). Rank 1
+// exits with status 7 in its fourth step; every survivor must get to
+// print its report.
+func reportRole() int {
+	start := time.Now()
+	err := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		w, err := hiercomm.Init(ctx, hiercomm.Options{})
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		x := make([]float32, 4096)
+		for step := 0; ; step++ {
+			if w.Rank() == 1 && step == 3 {
+				fmt.Println("rank 1 exits with status 7")
+				os.Exit(7)
+			}
+			if err := w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err != nil {
+				start = time.Now()
+				return err
+			}
+		}
+	}()
+	fmt.Printf("survivor report after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
+	return 1
+}
+
+// termRole waits for SIGTERM, then cleans up for 1.5 s and exits 0;
+// HIERCOMM_CMD_TEST_NO_HANDLER names the rank that has no handler (Go's
+// default: it dies by the signal at once).
+func termRole() int {
+	rank := os.Getenv("RANK")
+	sigs := make(chan os.Signal, 1)
+	if rank != os.Getenv(envNoHandler) {
+		signal.Notify(sigs, syscall.SIGTERM)
+	}
+	if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+rank), nil, 0o644); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	select {
+	case <-sigs:
+	case <-time.After(time.Minute):
+		fmt.Println("no SIGTERM within a minute")
+		return 1
+	}
+	fmt.Println("SIGTERM: cleaning up")
+	time.Sleep(1500 * time.Millisecond)
+	fmt.Println("cleanup done")
+	return 0
+}
+
+const envNoHandler = "HIERCOMM_CMD_TEST_NO_HANDLER"
+
+// syncBuf is an io.Writer several goroutines may write.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunLetsSurvivorsReport: 2 nodes × 2 ranks of a real job over QUIC,
+// rank 1 exits with status 7 mid-training. Every survivor's report
+// reaches the output (the launcher no longer kills them at once), and
+// hiercomm run exits 7 with one line naming rank 1.
+func TestRunLetsSurvivorsReport(t *testing.T) {
+	t.Setenv(envRole, "report")
+	var out, errs syncBuf
+	code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--", os.Args[0], "-test.run=^$"}, &out, &errs)
+	all := out.String() + errs.String()
+	if code != 7 {
+		t.Errorf("hiercomm run exited %d, want 7 (rank 1's status)\n%s", code, all)
+	}
+	for _, r := range []int{0, 2, 3} {
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^\[rank %d\] survivor report after .*: .*rank 1`, r))
+		if !re.MatchString(all) {
+			t.Errorf("rank %d's report naming rank 1 is missing\n%s", r, all)
+		}
+	}
+	summary := regexp.MustCompile(`(?m)^hiercomm run: rank 1 failed first: exit status 7 \(pid \d+\); of the other 3 ranks, 3 failed and 0 exited 0; exit status 7$`)
+	if !summary.MatchString(errs.String()) {
+		t.Errorf("no one-line summary naming rank 1 and its status on stderr:\n%s", errs.String())
+	}
+	t.Log(all)
+}
+
+// TestRunStopLetsEveryHandlerCleanUp: SIGTERM to hiercomm run, where rank
+// 2 of 4 has no handler and dies by the signal at once: the three that
+// handle it still finish their 1.5 s of cleanup.
+func TestRunStopLetsEveryHandlerCleanUp(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(envRole, "term")
+	t.Setenv(envDir, dir)
+	t.Setenv(envNoHandler, "2")
+	var out, errs syncBuf
+	codes := make(chan int, 1)
+	go func() {
+		codes <- run([]string{"--nodes", "2", "--ranks-per-node", "2", "--", os.Args[0], "-test.run=^$"}, &out, &errs)
+	}()
+	// Once every rank runs, run has caught SIGTERM (it does before it
+	// starts them), so the signal goes to it, not to this test.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if ents, _ := os.ReadDir(dir); len(ents) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started\n%s%s", out.String(), errs.String())
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	select {
+	case code = <-codes:
+	case <-time.After(time.Minute):
+		t.Fatal("hiercomm run did not end after SIGTERM")
+	}
+	all := out.String() + errs.String()
+	if code != 128+int(syscall.SIGTERM) {
+		t.Errorf("hiercomm run exited %d, want %d (rank 2, killed by SIGTERM)\n%s", code, 128+int(syscall.SIGTERM), all)
+	}
+	for _, r := range []int{0, 1, 3} {
+		if !strings.Contains(all, fmt.Sprintf("[rank %d] cleanup done\n", r)) {
+			t.Errorf("rank %d did not finish its cleanup\n%s", r, all)
+		}
+	}
+	if strings.Contains(all, "[rank 2] SIGTERM") {
+		t.Errorf("rank 2 was to have no handler\n%s", all)
+	}
+	if !strings.Contains(errs.String(), "rank 2 after SIGTERM, ended first with an error: killed by SIGTERM") ||
+		!strings.Contains(errs.String(), "of the other 3 ranks, 0 failed and 3 exited 0") {
+		t.Errorf("the summary does not say what happened:\n%s", errs.String())
+	}
+	t.Log(all)
+}
