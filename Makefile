@@ -3,6 +3,7 @@
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 15s
 .PHONY: test bench demo lint fuzz gpu-test
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
@@ -25,9 +26,8 @@ lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-fuzz: ## 30 s each: nexar's frame header decoder, and the schedules under the simulator
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime 30s ./nexar/
-	$(GO) test -run '^$$' -fuzz '^FuzzSchedules$$' -fuzztime 30s ./comm/schedule/
+fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) for FUZZTIME (15s) each; .ci/fuzz lists them
+	FUZZTIME=$(FUZZTIME) GO=$(GO) .ci/fuzz
 
 gpu-test: ## build the GPU tests cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
 	mkdir -p gpu-bin
