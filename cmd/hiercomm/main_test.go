@@ -79,6 +79,8 @@ func TestMain(m *testing.M) {
 		os.Exit(reportRole())
 	case "term":
 		os.Exit(termRole())
+	case "soak":
+		os.Exit(soakRole())
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
