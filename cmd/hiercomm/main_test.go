@@ -79,6 +79,8 @@ func TestMain(m *testing.M) {
 		os.Exit(reportRole())
 	case "term":
 		os.Exit(termRole())
+	case "train":
+		os.Exit(trainRole())
 	case "soak":
 		os.Exit(soakRole())
 	case "sleep":
