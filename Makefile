@@ -3,7 +3,9 @@
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-.PHONY: test bench demo lint fuzz gpu-test
+FUZZTIME    ?= 15s
+SOAK        ?= 3m
+.PHONY: test bench demo lint fuzz soak gpu-test
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
@@ -12,6 +14,7 @@ test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debia
 	$(GO) test -timeout 15m -run 'ConformanceMultiProcess' ./nexar/ ./shm/
 	$(GO) test -timeout 15m -run 'Conformance' ./hierarchy/
 	HIERCOMM_TEST_FULL=1 $(GO) test -timeout 15m -run 'ConformanceMultiProcessHierarchy' .
+	HIERCOMM_SOAK=45s $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' ./cmd/hiercomm/ # a short soak: leaks show as RSS or goroutines
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 	$(GO) run ./cmd/hiercomm-bench
@@ -25,9 +28,11 @@ lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-fuzz: ## 30 s each: nexar's frame header decoder, and the schedules under the simulator
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime 30s ./nexar/
-	$(GO) test -run '^$$' -fuzz '^FuzzSchedules$$' -fuzztime 30s ./comm/schedule/
+fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) for FUZZTIME (15s) each; .ci/fuzz lists them
+	FUZZTIME=$(FUZZTIME) GO=$(GO) .ci/fuzz
+
+soak: ## 2x2 processes: random checked collectives, Splits and Closes for SOAK (3m); errors 0, RSS and goroutines flat (docs/reliability.md)
+	HIERCOMM_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./cmd/hiercomm/
 
 gpu-test: ## build the GPU tests cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
 	mkdir -p gpu-bin

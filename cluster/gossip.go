@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -242,34 +241,4 @@ func (t *gossipTransport) readPackets() {
 			return
 		}
 	}
-}
-
-// memberlistLog adapts memberlist's log.Logger output to slog. memberlist
-// writes one line per event, prefixed by its level: "[ERR] ", "[WARN] ",
-// "[INFO] ", "[DEBUG] ". Its [ERR] lines are per-packet and per-probe
-// events (a failed probe of a dying member, a packet from a process without
-// the key) that this package summarizes itself as real errors, so they go
-// out as warnings; its [INFO] lines (suspicions, state merges) are chatter
-// at Debug, as is everything else.
-type memberlistLog struct{ log *slog.Logger }
-
-func (w memberlistLog) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\r\n")
-	level := slog.LevelDebug
-	for _, l := range []struct {
-		prefix string
-		level  slog.Level
-	}{
-		{"[ERR] ", slog.LevelWarn},
-		{"[WARN] ", slog.LevelWarn},
-		{"[INFO] ", slog.LevelDebug},
-		{"[DEBUG] ", slog.LevelDebug},
-	} {
-		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
-			line, level = rest, l.level
-			break
-		}
-	}
-	w.log.Log(context.Background(), level, line, "component", "memberlist")
-	return len(p), nil
 }

@@ -282,7 +282,7 @@ func TestMeta(t *testing.T) {
 
 func TestMemberlistLog(t *testing.T) {
 	log, buf := clusterLogger(t, slog.LevelDebug)
-	w := memberlistLog{log}
+	w := newMemberlistLog(log)
 	for _, line := range []string{
 		"[ERR] memberlist: failed to receive: No installed keys could decrypt the message\n",
 		"[WARN] memberlist: Refuting a suspect message\n",

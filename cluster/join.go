@@ -266,7 +266,7 @@ func newCluster(cfg Config) (*Cluster, error) {
 	mc.GossipVerifyOutgoing = true
 	mc.Delegate = v
 	mc.Events = v
-	mc.Logger = log.New(memberlistLog{cfg.Logger}, "", 0)
+	mc.Logger = log.New(newMemberlistLog(cfg.Logger), "", 0)
 	mc.ProbeInterval = cfg.Detector.ProbeInterval
 	mc.ProbeTimeout = cfg.Detector.ProbeTimeout
 	mc.SuspicionMult = cfg.Detector.SuspicionMult

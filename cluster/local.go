@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
@@ -63,8 +64,23 @@ type LocalSpec struct {
 	// with "[rank r] ". If nil, default to os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
 	// KeepOthers, for fault tests, lets the others run on when one fails
-	// (by default they are killed).
+	// (by default they are stopped: Grace, SIGTERM, KillAfter, SIGKILL).
 	KeepOthers bool
+	// Grace is how long, after the first process fails, the others get to
+	// exit by themselves before they are sent SIGTERM: time for every
+	// survivor to see the failure and print its own report (it is seen
+	// within the failure timeout, 10 s by default, and Close may linger 5
+	// s more). If zero, defaults to DefaultGrace; if negative, SIGTERM
+	// goes out at once.
+	Grace time.Duration
+	// KillAfter is how long a process gets after SIGTERM — after Grace,
+	// or from Stop — before SIGKILL. If zero, defaults to
+	// DefaultKillAfter; if negative, SIGKILL at once, without SIGTERM.
+	KillAfter time.Duration
+	// Notify, if set, is told in one line (no newline) each time the job
+	// starts to stop its processes and each time it signals them: which
+	// rank failed, what is sent to whom. Never called concurrently.
+	Notify func(line string)
 	// Fabric, if set, is the emulated network the nodes live in (see
 	// Fabric): rank (n, l) binds and advertises Fabric.Addr(n, l) inside
 	// node n, and runs under Fabric.Wrap(n). If nil, node n is
@@ -81,8 +97,19 @@ type localProc struct {
 	data              DataSocket
 }
 
-// StartLocal starts a local job. When one process fails, the others are
-// killed (unless KeepOthers); Wait returns the first failure.
+// Defaults of LocalSpec.
+const (
+	// DefaultGrace is LocalSpec.Grace's default: twice the default failure
+	// timeout.
+	DefaultGrace = 20 * time.Second
+	// DefaultKillAfter is LocalSpec.KillAfter's default, the time
+	// docs/deployment.md promises a process between SIGTERM and SIGKILL.
+	DefaultKillAfter = 10 * time.Second
+)
+
+// StartLocal starts a local job. When one process fails, the others get
+// Grace to exit by themselves, then SIGTERM, then KillAfter later SIGKILL
+// (unless KeepOthers); Wait returns the first failure.
 func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	procs, err := spec.plan()
 	if err != nil {
@@ -126,7 +153,8 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			seed = p.gossip.TCP.Addr().(*net.TCPAddr)
 		}
 	}
-	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers}
+	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers,
+		Grace: max(spec.Grace, 0), KillAfter: max(spec.KillAfter, 0), Notify: spec.Notify}
 	job := &LocalJob{}
 	for _, p := range procs {
 		files, err := p.files()
@@ -212,6 +240,12 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	}
 	if spec.Path == "" {
 		return bad("Path is empty: which program should run?")
+	}
+	if spec.Grace == 0 {
+		spec.Grace = DefaultGrace
+	}
+	if spec.KillAfter == 0 {
+		spec.KillAfter = DefaultKillAfter
 	}
 	var procs []localProc
 	for n, g := range spec.RanksPerNode {

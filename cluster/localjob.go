@@ -32,6 +32,9 @@ type LocalExitError struct {
 func (e *LocalExitError) Error() string { return e.err.Error() }
 func (e *LocalExitError) Unwrap() error { return e.err }
 
+// Pid is the process's pid.
+func (e *LocalExitError) Pid() int { return e.err.Pid }
+
 // ExitCode is the process's exit status (128+signal when a signal killed it).
 func (e *LocalExitError) ExitCode() int { return e.err.ExitCode() }
 
@@ -61,4 +64,13 @@ func (j *LocalJob) Kill(rank int) error {
 }
 
 // Signal sends sig to every process still running (and what it started).
+// A process that exits by it counts as a failure (Grace, SIGTERM, ... for
+// the others); Stop is the way to end a job.
 func (j *LocalJob) Signal(sig syscall.Signal) { j.g.Signal(sig) }
+
+// Stop ends the job the way a launcher that is itself told to stop does:
+// sig (SIGTERM) to every process, SIGKILL to what is left KillAfter later.
+// After Stop no exit hurries the others, not even one by sig of a process
+// without a handler: every process that handles sig gets the whole
+// KillAfter for its cleanup. Wait still returns the first failure.
+func (j *LocalJob) Stop(sig syscall.Signal) { j.g.Stop(sig) }

@@ -56,6 +56,14 @@ func Validate(c Call, rank, size int) error {
 		}
 		return nil
 	}
+	// timesSize is lenIs for a buffer of size × other's length, described
+	// only when it is wrong (no string is built for a good call).
+	timesSize := func(arg string, got, other int, otherName, where string) error {
+		if got != size*other {
+			return bad(arg, "has %d elements, want size × len(%s) = %d × %d%s = %d", got, otherName, size, other, where, size*other)
+		}
+		return nil
+	}
 	var err error
 	switch c.Kind {
 	case KindAllReduce, KindScan, KindExScan:
@@ -69,9 +77,9 @@ func Validate(c Call, rank, size int) error {
 			err = lenIs("recv", nr, ns, "len(send) at the root")
 		}
 	case KindAllGather:
-		err = lenIs("recv", nr, size*ns, fmt.Sprintf("size × len(send) = %d × %d", size, ns))
+		err = timesSize("recv", nr, ns, "send", "")
 	case KindReduceScatter:
-		err = lenIs("send", ns, size*nr, fmt.Sprintf("size × len(recv) = %d × %d", size, nr))
+		err = timesSize("send", ns, nr, "recv", "")
 	case KindAllToAll:
 		if ns%size != 0 {
 			err = bad("send", "has %d elements, not a multiple of size %d", ns, size)
@@ -82,11 +90,11 @@ func Validate(c Call, rank, size int) error {
 		err = validateCounts(c, size, bad)
 	case KindGather:
 		if isRoot {
-			err = lenIs("recv", nr, size*ns, fmt.Sprintf("size × len(send) = %d × %d at the root", size, ns))
+			err = timesSize("recv", nr, ns, "send", " at the root")
 		}
 	case KindScatter:
 		if isRoot {
-			err = lenIs("send", ns, size*nr, fmt.Sprintf("size × len(recv) = %d × %d at the root", size, nr))
+			err = timesSize("send", ns, nr, "recv", " at the root")
 		}
 	case KindSend, KindRecv:
 		if c.Peer < 0 || c.Peer >= size {

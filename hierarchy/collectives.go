@@ -180,12 +180,12 @@ func (h *Comm) allReduce2D(x *phases, send, recv comm.Buffer, op comm.ReduceOp) 
 		if h.leadShardOnly && h.local != 0 {
 			continue
 		}
-		ar[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindAllReduce, Send: shards[k], Recv: shards[k], Op: op})
+		ar[k] = x.pipe(len(cs), h.railPart(), comm.Call{Kind: comm.KindAllReduce, Send: shards[k], Recv: shards[k], Op: op})
 	}
 	ag := make([]pending, len(cs))
 	for k, ch := range cs {
 		x.wait(ar[k]) // (none started when the test hook skipped it)
-		ag[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: shards[k], Recv: recv.Slice(ch[0], ch[1])})
+		ag[k] = x.pipe(len(cs), h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: shards[k], Recv: recv.Slice(ch[0], ch[1])})
 	}
 	for k := range cs {
 		x.wait(ag[k])
@@ -206,10 +206,16 @@ func (h *Comm) shardChunks(x *phases, send comm.Buffer, op comm.ReduceOp) (main 
 	rs = make([]pending, len(cs))
 	for k, ch := range cs {
 		shards[k] = x.alloc(send, ch[1]/G)
-		rs[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindReduceScatter, Send: send.Slice(ch[0], ch[1]), Recv: shards[k], Op: op})
+		rs[k] = x.pipe(len(cs), h.intraPart(), comm.Call{Kind: comm.KindReduceScatter, Send: send.Slice(ch[0], ch[1]), Recv: shards[k], Op: op})
 	}
 	return main, cs, shards, rs
 }
+
+// pipe issues c on p for one chunk of a pipeline: started, to overlap with
+// the other chunks' phases, when there are several; run at once (on this
+// goroutine when the part is idle, no hand-off) when there is one, with
+// nothing to overlap.
+func (x *phases) pipe(chunks int, p part, c comm.Call) pending { return x.issue(p, c, chunks == 1) }
 
 // rankAt is the global rank of local rank l on node m (homogeneous nodes).
 func (h *Comm) rankAt(m, l int) int { return h.rails[l][m] }
@@ -235,12 +241,12 @@ func (h *Comm) reduceScatter2D(x *phases, send, recv comm.Buffer, op comm.Reduce
 	parts := make([]comm.Buffer, len(cs))
 	for k, ch := range cs {
 		parts[k] = x.alloc(send, N*ch[1])
-		rs[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindReduceScatter, Send: perm[k], Recv: parts[k], Op: op})
+		rs[k] = x.pipe(len(cs), h.intraPart(), comm.Call{Kind: comm.KindReduceScatter, Send: perm[k], Recv: parts[k], Op: op})
 	}
 	rr := make([]pending, len(cs))
 	for k, ch := range cs {
 		x.wait(rs[k])
-		rr[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindReduceScatter, Send: parts[k], Recv: recv.Slice(ch[0], ch[1]), Op: op})
+		rr[k] = x.pipe(len(cs), h.railPart(), comm.Call{Kind: comm.KindReduceScatter, Send: parts[k], Recv: recv.Slice(ch[0], ch[1]), Op: op})
 	}
 	for k := range cs {
 		x.wait(rr[k])
@@ -286,14 +292,14 @@ func (h *Comm) allGather2D(x *phases, send, recv comm.Buffer) {
 	parts := make([]comm.Buffer, len(cs))
 	for k, ch := range cs {
 		parts[k] = x.alloc(send, N*ch[1])
-		ra[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindAllGather, Send: send.Slice(ch[0], ch[1]), Recv: parts[k]})
+		ra[k] = x.pipe(len(cs), h.railPart(), comm.Call{Kind: comm.KindAllGather, Send: send.Slice(ch[0], ch[1]), Recv: parts[k]})
 	}
 	ia := make([]pending, len(cs))
 	perm := make([]comm.Buffer, len(cs))
 	for k, ch := range cs {
 		x.wait(ra[k])
 		perm[k] = x.alloc(send, h.size*ch[1])
-		ia[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: parts[k], Recv: perm[k]})
+		ia[k] = x.pipe(len(cs), h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: parts[k], Recv: perm[k]})
 	}
 	for k, ch := range cs {
 		if x.wait(ia[k]) {
@@ -337,17 +343,17 @@ func (h *Comm) broadcast(x *phases, buf comm.Buffer, root int) {
 				call.Send = buf.Slice(ch[0], ch[1])
 			}
 		}
-		sc[k] = x.start(h.intraPart(), call)
+		sc[k] = x.pipe(len(cs), h.intraPart(), call)
 	}
 	bc := make([]pending, len(cs))
 	for k := range cs {
 		x.wait(sc[k])
-		bc[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindBroadcast, Send: pieces[k], Recv: pieces[k], Root: mr})
+		bc[k] = x.pipe(len(cs), h.railPart(), comm.Call{Kind: comm.KindBroadcast, Send: pieces[k], Recv: pieces[k], Root: mr})
 	}
 	ag := make([]pending, len(cs))
 	for k, ch := range cs {
 		x.wait(bc[k])
-		ag[k] = x.start(h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: pieces[k], Recv: buf.Slice(ch[0], ch[1])})
+		ag[k] = x.pipe(len(cs), h.intraPart(), comm.Call{Kind: comm.KindAllGather, Send: pieces[k], Recv: buf.Slice(ch[0], ch[1])})
 	}
 	for k := range cs {
 		x.wait(ag[k])
@@ -388,7 +394,7 @@ func (h *Comm) reduce(x *phases, send, recv comm.Buffer, op comm.ReduceOp, root 
 		if h.node == mr {
 			at = shards[k]
 		}
-		rd[k] = x.start(h.railPart(), comm.Call{Kind: comm.KindReduce, Send: shards[k], Recv: at, Op: op, Root: mr})
+		rd[k] = x.pipe(len(cs), h.railPart(), comm.Call{Kind: comm.KindReduce, Send: shards[k], Recv: at, Op: op, Root: mr})
 	}
 	ga := make([]pending, len(cs))
 	for k, ch := range cs {
@@ -399,7 +405,7 @@ func (h *Comm) reduce(x *phases, send, recv comm.Buffer, op comm.ReduceOp, root 
 		} else if h.local == lr {
 			call.Recv = sliceOr(shards[k], 0, 0)
 		}
-		ga[k] = x.start(h.intraPart(), call)
+		ga[k] = x.pipe(len(cs), h.intraPart(), call)
 	}
 	for k := range cs {
 		x.wait(ga[k])

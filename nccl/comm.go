@@ -58,8 +58,12 @@ type Comm struct {
 	size    int
 	nc      ncclComm
 	stream  cuStream
-	own     bool        // the stream is the Comm's own
-	flag    comm.Buffer // one byte of device memory for Barrier
+	own     bool // the stream is the Comm's own
+	// events are completed events kept for reuse (EventCreate per
+	// collective costs a driver call and its bookkeeping); only the
+	// device thread touches them.
+	events []cuEvent
+	flag   comm.Buffer // one byte of device memory for Barrier
 
 	exec *comm.Exec[*task] // numbers, sends the records, launches in order
 
@@ -314,6 +318,38 @@ func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc nc
 	return c, nil
 }
 
+// maxPooledEvents bounds the events a communicator keeps for reuse: as
+// many as collectives are commonly in flight.
+const maxPooledEvents = 64
+
+// newEvent records an event on the communicator's stream, reusing a
+// completed one when it can. On the device thread.
+func (c *Comm) newEvent(ev *cuEvent) error {
+	if n := len(c.events); n > 0 {
+		*ev, c.events = c.events[n-1], c.events[:n-1]
+	} else if r := c.lib.drv.EventCreate(ev, cuEventDisableTiming); r != cudaSuccess {
+		*ev = 0
+		return c.lib.cuError("cuEventCreate", r)
+	}
+	if r := c.lib.drv.EventRecord(*ev, c.stream); r != cudaSuccess {
+		c.lib.drv.EventDestroy(*ev)
+		*ev = 0
+		return c.lib.cuError("cuEventRecord", r)
+	}
+	return nil
+}
+
+// recycle keeps a completed event for newEvent, or destroys it. On the
+// device thread; an event that did not complete (a failed stream) is
+// destroyed, never reused.
+func (c *Comm) recycle(ev cuEvent, completed bool) {
+	if completed && len(c.events) < maxPooledEvents {
+		c.events = append(c.events, ev)
+		return
+	}
+	c.lib.drv.EventDestroy(ev)
+}
+
 // Rank implements comm.Communicator.
 func (c *Comm) Rank() int { return c.rank }
 
@@ -504,6 +540,10 @@ func (c *Comm) Close() error {
 			}
 		}
 		c.abortChildren()
+		for _, ev := range c.events {
+			c.lib.drv.EventDestroy(ev)
+		}
+		c.events = nil
 		if c.own {
 			c.lib.drv.StreamDestroy(c.stream)
 		}

@@ -277,18 +277,21 @@ func (c *Comm) completer() {
 	}
 }
 
-// await waits for t's event and returns t's outcome.
+// await waits for t's event and returns t's outcome. Each poll reads the
+// communicator's state once (under its lock), with the event's.
 func (c *Comm) await(t *task) error {
-	defer c.th.do(func() error { c.lib.drv.EventDestroy(t.ev); return nil })
+	completed := false
+	defer c.th.do(func() error { c.recycle(t.ev, completed); return nil })
 	var fault error
 	var abortedAt time.Time
 	wait := time.Microsecond
 	for {
 		var state cuResult
 		var async ncclResult
+		var aborted error
 		err := c.th.do(func() error {
 			state = c.lib.drv.EventQuery(t.ev)
-			if _, aborted := c.state(); aborted != nil {
+			if _, aborted = c.state(); aborted != nil {
 				return nil // CommAbort freed the NCCL communicator
 			}
 			if r := c.lib.nccl.CommGetAsyncError(c.nc, &async); r != ncclSuccess {
@@ -299,9 +302,9 @@ func (c *Comm) await(t *task) error {
 		if err != nil {
 			return c.opError(t.call.Kind, t.seq, -1, err)
 		}
-		_, aborted := c.state()
 		switch {
 		case state == cudaSuccess:
+			completed = true
 			if fault != nil {
 				return fault
 			}
@@ -329,7 +332,10 @@ func (c *Comm) await(t *task) error {
 			fault = c.opError(t.call.Kind, t.seq, -1, comm.ContextError(t.ctx.Err()))
 			c.abort(fault)
 		}
-		if _, aborted = c.state(); aborted != nil {
+		if fault != nil && aborted == nil {
+			_, aborted = c.state() // this poll aborted it
+		}
+		if aborted != nil {
 			// The NCCL communicator was aborted: its kernels end and the
 			// event completes; do not wait long for a device that hangs.
 			if abortedAt.IsZero() {

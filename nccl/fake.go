@@ -157,10 +157,12 @@ type fakeWorld struct {
 	pinned      []*fakeAlloc        // live MemHostAlloc buffers, by address
 	streams     map[cuStream]*fakeStream
 	events      map[cuEvent]*fakeEvent
-	comms       map[ncclComm]*fakeComm // live ones, and the dead kept as tombstones
-	ids         map[uniqueID]bool      // made by GetUniqueID
-	forming     map[uniqueID]*fakeClique
-	lastErr     string // the text of the last NCCL error, any communicator
+	// eventsCreated counts EventCreate calls, for tests of event reuse.
+	eventsCreated int
+	comms         map[ncclComm]*fakeComm // live ones, and the dead kept as tombstones
+	ids           map[uniqueID]bool      // made by GetUniqueID
+	forming       map[uniqueID]*fakeClique
+	lastErr       string // the text of the last NCCL error, any communicator
 
 	// memMu guards the contents of device memory (the mem of w.allocs).
 	// Taken alone, never with mu held.

@@ -186,6 +186,7 @@ func (d fakeDriver) EventCreate(e *cuEvent, flags uint32) cuResult {
 		}
 		h := cuEvent(w.handle())
 		w.events[h] = &fakeEvent{}
+		w.eventsCreated++
 		*e = h
 		return cudaSuccess
 	})

@@ -167,16 +167,7 @@ func (c *Comm) record(t *task, ops []ncclOp) error {
 		if err := c.queue(t.ctx, ops); err != nil {
 			return err
 		}
-		if r := c.lib.drv.EventCreate(&t.ev, cuEventDisableTiming); r != cudaSuccess {
-			t.ev = 0
-			return c.lib.cuError("cuEventCreate", r)
-		}
-		if r := c.lib.drv.EventRecord(t.ev, c.stream); r != cudaSuccess {
-			c.lib.drv.EventDestroy(t.ev)
-			t.ev = 0
-			return c.lib.cuError("cuEventRecord", r)
-		}
-		return nil
+		return c.newEvent(&t.ev)
 	})
 }
 

@@ -72,18 +72,10 @@ func (c *Comm) readForSend(pin pinnedBuf, buf comm.Buffer) error {
 		return c.dev.toHost(pin, buf)
 	}
 	var ev cuEvent
-	if err := c.th.do(func() error {
-		if r := c.lib.drv.EventCreate(&ev, cuEventDisableTiming); r != cudaSuccess {
-			return c.lib.cuError("cuEventCreate", r)
-		}
-		if r := c.lib.drv.EventRecord(ev, c.stream); r != cudaSuccess {
-			c.lib.drv.EventDestroy(ev)
-			return c.lib.cuError("cuEventRecord", r)
-		}
-		return nil
-	}); err != nil {
+	if err := c.th.do(func() error { return c.newEvent(&ev) }); err != nil {
 		return err
 	}
-	defer c.th.do(func() error { c.lib.drv.EventDestroy(ev); return nil })
-	return c.dev.toHostAfter(pin, buf, ev)
+	err := c.dev.toHostAfter(pin, buf, ev)
+	c.th.do(func() error { c.recycle(ev, err == nil); return nil })
+	return err
 }

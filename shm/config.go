@@ -70,12 +70,12 @@ type Config struct {
 
 // DefaultCost is shm's cost model, fitted to what was measured on a
 // 2-core host with 2 and 4 processes: one step faster up to 16 KiB
-// messages on 4 ranks and as fast at 32 KiB on 2 (2–7 µs against 3–10),
-// two steps from 32 KiB on 4 ranks. A step of a few µs and equal copy and
-// reduction rates for data in cache put the switch at about 21 KiB per
-// message on 4 ranks and 6 KiB on 8, and never on 2 (up to the part's
-// half, which bounds one step anyway).
-var DefaultCost = schedule.CostModel{Latency: 4 * time.Microsecond, BytesPerSec: 8e9, ReduceBytesPerSec: 8e9, Direct: true}
+// messages on 4 ranks (2–7 µs against 3–10), two steps from 32 KiB, and
+// one step as fast at 32 KiB on 2 ranks. A step of 4 µs, 8 GB/s to copy
+// and 6 GB/s to reduce data in cache (a reduction reads two streams for
+// each one it writes) put the switch at about 14 KiB per message on 4
+// ranks, 4 KiB on 8 and 190 KiB on 2.
+var DefaultCost = schedule.CostModel{Latency: 4 * time.Microsecond, BytesPerSec: 8e9, ReduceBytesPerSec: 6e9, Direct: true}
 
 // Defaults of Config's zero fields.
 const (

@@ -128,9 +128,32 @@ func newLayout(P, slotBytes, stepBytes int) layout {
 	return l
 }
 
-// layoutOf reads the geometry from a segment's header.
+// fits reports whether l, as layoutOf read it from a segment's header, is
+// a geometry this build's newLayout makes from a valid Config and lies
+// within size bytes. A header written by another build or scribbled on
+// must not send a reader outside the mapping, nor make it size anything
+// by a number it has not checked: the sizes are bounded (by size and P)
+// before anything is computed from them, so nothing overflows.
+func (l layout) fits(size int64) bool {
+	if l.P < 1 || l.P > maxSize || l.stepBytes < 1 ||
+		l.slotBytes < minSlotBytes&^(2*lineBytes-1) || l.slotBytes%(2*lineBytes) != 0 ||
+		l.ringBytes < pageBytes || l.ringBytes%pageBytes != 0 {
+		return false
+	}
+	P := int64(l.P)
+	if int64(l.slotBytes) > size/P || int64(l.ringBytes) > size/(P*P) {
+		return false
+	}
+	return int64(l.slotsOff) <= size && int64(l.end) <= size
+}
+
+// layoutOf reads the geometry from a segment's header; fits says whether
+// it may be used.
 func layoutOf(mem []byte) layout {
 	P := int(atomic.LoadUint32(u32At(mem, hSize)))
+	if P < 1 || P > maxSize {
+		return layout{P: P} // newLayout divides by P; fits refuses it
+	}
 	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))), int(atomic.LoadUint64(u64At(mem, hStepBytes))))
 	l.ringBytes = int(atomic.LoadUint64(u64At(mem, hRingBytes)))
 	l.ringsOff = l.slotsOff + P*l.slotBytes

@@ -164,7 +164,7 @@ func inspect(path string) (owner procID, rank int, live bool) {
 		return procID{}, -1, false
 	}
 	l := layoutOf(mem)
-	if l.P < 1 || l.P > maxSize || int64(l.end) > size {
+	if !l.fits(size) {
 		return procID{}, -1, false
 	}
 	for r := range l.P {
@@ -259,6 +259,11 @@ func openOnce(path string, P int) (seg *segment, retry bool, err error) {
 		return nil, true, fmt.Errorf("%s is stale (its creator, pid %d, is gone)", path, creator.pid)
 	}
 	l := layoutOf(mem)
+	if !l.fits(size) {
+		unmapFile(mem)
+		return nil, false, fmt.Errorf("shm: %s has a header of this version whose geometry (%d ranks, slots of %d bytes, rings of %d, steps of %d) does not fit its %d bytes: it is corrupt; remove it if no job uses it",
+			path, l.P, l.slotBytes, l.ringBytes, l.stepBytes, size)
+	}
 	if l.P != P || int64(l.end) != size {
 		unmapFile(mem)
 		return nil, false, fmt.Errorf("shm: %s is for %d ranks, but this rank was configured with Size %d: every rank must use the same Size", path, l.P, P)

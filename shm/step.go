@@ -17,7 +17,8 @@ import (
 type stepper struct {
 	c      *Comm
 	o      *op
-	b      *bound
+	b      *bound // &bnd
+	bnd    bound
 	header bool // the header step is done
 	// counts is written into the meta part with the header: AllToAllV's
 	// send and recv counts, Split's color and key.

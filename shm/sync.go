@@ -84,8 +84,8 @@ type bound struct {
 	deadline time.Time
 }
 
-func (c *Comm) boundFor(ctx context.Context) *bound {
-	return &bound{ctx: ctx, timeout: c.cfg.Timeout}
+func (c *Comm) boundFor(ctx context.Context) bound {
+	return bound{ctx: ctx, timeout: c.cfg.Timeout}
 }
 
 // err is why the wait must end now, if it must.

@@ -5,9 +5,13 @@
 //	    --ranks-per-node G processes each (or a comma list, one count per
 //	    node), every process started with the variables a real launcher
 //	    sets (--env torchrun, slurm or kubernetes). Node n is 127.0.0.(n+1)
-//	    with its own host id. Each output line is prefixed with its rank;
-//	    when one process fails the others are stopped and hiercomm exits
-//	    with its code. PROGRAM may be a Go package directory (./examples/allreduce):
+//	    with its own host id. Each output line is prefixed with its rank.
+//	    When one process fails, the others get --grace (20 s) to report
+//	    and exit by themselves, then SIGTERM, then --kill-after (10 s)
+//	    later SIGKILL; hiercomm prints a line naming the rank that failed
+//	    first and exits with its status. Ctrl-C or SIGTERM is passed on as
+//	    SIGTERM, with --kill-after before SIGKILL (a second one kills at
+//	    once). PROGRAM may be a Go package directory (./examples/allreduce):
 //	    it is built once first. With --link-rate RATE (root only), the nodes
 //	    are network namespaces joined by links limited to RATE in each
 //	    direction (tc's syntax: 1gbit, 500mbit), one per rank, or one per
@@ -33,7 +37,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/internal/netemu"
@@ -57,8 +60,11 @@ const runUsage = `usage: hiercomm run [flags] -- PROGRAM [ARGS...]
 Starts --nodes N emulated nodes with --ranks-per-node G processes each (or
 a comma list, one count per node), every process started with the variables
 a real launcher sets; node n is 127.0.0.(n+1). Each output line is prefixed
-with its rank; when one process fails the others are stopped and hiercomm
-exits with its code. PROGRAM may be a Go package directory, built first.
+with its rank. When one process fails, the others get --grace to report and
+exit by themselves, then SIGTERM, then --kill-after later SIGKILL; hiercomm
+exits with the status of the rank that failed first and names it. Ctrl-C or
+SIGTERM is passed on as SIGTERM, --kill-after before SIGKILL; a second one
+kills at once. PROGRAM may be a Go package directory, built first.
 
 flags:
 `
@@ -119,6 +125,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	jobID := fs.String("job-id", "", "job id (default: a random local-… id)")
 	linkRate := fs.String("link-rate", "", "emulate the nodes in network namespaces, with links limited to this rate each way (tc syntax: 1gbit, 500mbit); needs root")
 	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")
+	grace := fs.Duration("grace", cluster.DefaultGrace, "after a rank fails, how long the others get to report and exit by themselves before SIGTERM")
+	killAfter := fs.Duration("kill-after", cluster.DefaultKillAfter, "how long a rank gets after SIGTERM (after --grace, or passed on from Ctrl-C or SIGTERM) before SIGKILL")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, runUsage)
@@ -131,6 +139,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *linkPerNode && *linkRate == "" {
 		fmt.Fprintln(stderr, "hiercomm run: --link-per-node needs --link-rate")
+		return 2
+	}
+	if *grace < 0 || *killAfter <= 0 {
+		fmt.Fprintf(stderr, "hiercomm run: --grace %v and --kill-after %v: want a grace ≥ 0 and a positive kill-after\n", *grace, *killAfter)
 		return 2
 	}
 	if *linkRate != "" {
@@ -168,9 +180,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Ctrl-C or a scheduler's SIGTERM: pass it on, give the processes a
-	// moment to leave the cluster cleanly, then kill what is left. Caught
-	// from before the fabric exists, so that it is always torn down.
+	// Ctrl-C or a scheduler's SIGTERM: pass it on as SIGTERM, give every
+	// process --kill-after for its cleanup (one that exits meanwhile, even
+	// by the signal, does not cut the others' short), then kill what is
+	// left; a second signal kills at once. Caught from before the fabric
+	// exists, so that it is always torn down.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -182,6 +196,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		JobID:        *jobID,
 		Path:         path,
 		Args:         prog[1:],
+		Stdout:       stdout,
+		Stderr:       stderr,
+		Grace:        *grace,
+		KillAfter:    *killAfter,
+		Notify:       func(line string) { fmt.Fprintln(stderr, "hiercomm run:", line) },
+	}
+	if *grace == 0 {
+		spec.Grace = -1 // none: LocalSpec's zero is its default
 	}
 	if *linkRate != "" {
 		fab, err := netemu.Setup(ctx, netemu.Config{RanksPerNode: layout, Rate: *linkRate, PerNode: *linkPerNode})
@@ -204,12 +226,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	done := make(chan error, 1)
 	go func() { done <- job.Wait() }()
+	var stopped os.Signal
 	for {
 		select {
 		case sig := <-sigs:
-			fmt.Fprintf(stderr, "hiercomm run: %v: stopping the job\n", sig)
-			job.Signal(syscall.SIGTERM)
-			time.AfterFunc(10*time.Second, cancel)
+			if stopped != nil {
+				fmt.Fprintf(stderr, "hiercomm run: %s again: killing the job\n", signalName(sig))
+				cancel()
+				continue
+			}
+			stopped = sig
+			fmt.Fprintf(stderr, "hiercomm run: %s: SIGTERM to every rank; SIGKILL to what is left in %v (%s again: at once)\n", signalName(sig), *killAfter, signalName(sig))
+			job.Stop(syscall.SIGTERM)
 			continue
 		case err = <-done:
 		}
@@ -218,12 +246,67 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "hiercomm run:", err)
 	var ee *cluster.LocalExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
+	if !errors.As(err, &ee) {
+		fmt.Fprintln(stderr, "hiercomm run:", err)
+		return 1
 	}
-	return 1
+	fmt.Fprintln(stderr, "hiercomm run:", summary(ee, job.Errors(), stopped))
+	return ee.ExitCode()
+}
+
+// summary is the one line that ends a failed job: the rank that ended
+// first (after a stop signal: not necessarily a fault), how, and what the
+// others did.
+func summary(first *cluster.LocalExitError, errs []error, stopped os.Signal) string {
+	failed, clean := 0, 0
+	for r, err := range errs {
+		switch {
+		case r == first.Rank:
+		case err == nil:
+			clean++
+		default:
+			failed++
+		}
+	}
+	what := "failed first"
+	if stopped != nil {
+		what = fmt.Sprintf("after %s, ended first with an error", signalName(stopped))
+	}
+	return fmt.Sprintf("rank %d %s: %s (pid %d); of the other %d ranks, %d failed and %d exited 0; exit status %d",
+		first.Rank, what, exitStatus(first), first.Pid(), len(errs)-1, failed, clean, first.ExitCode())
+}
+
+// exitStatus says how a process ended: "exit status 7", "killed by
+// SIGTERM", or the reason it did not run.
+func exitStatus(err error) string {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return err.Error()
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + signalName(ws.Signal())
+	}
+	return fmt.Sprintf("exit status %d", ee.ExitCode())
+}
+
+// signalName is SIGTERM for syscall.SIGTERM, and so on for the signals
+// that usually end a job; others as "signal 10 (user defined signal 1)".
+func signalName(sig os.Signal) string {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return sig.String()
+	}
+	if name, ok := signalNames[s]; ok {
+		return name
+	}
+	return fmt.Sprintf("signal %d (%v)", int(s), s)
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGTERM: "SIGTERM", syscall.SIGKILL: "SIGKILL", syscall.SIGINT: "SIGINT",
+	syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS",
+	syscall.SIGQUIT: "SIGQUIT", syscall.SIGHUP: "SIGHUP", syscall.SIGPIPE: "SIGPIPE",
 }
 
 // program resolves what to run: a Go package directory is built once (so

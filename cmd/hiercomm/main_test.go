@@ -75,6 +75,14 @@ func TestMain(m *testing.M) {
 			}
 		}
 		os.Exit(0)
+	case "report":
+		os.Exit(reportRole())
+	case "term":
+		os.Exit(termRole())
+	case "train":
+		os.Exit(trainRole())
+	case "soak":
+		os.Exit(soakRole())
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
@@ -95,7 +103,8 @@ const (
 func TestRunExitsWithTheFailingProcessCodeAndStopsTheOthers(t *testing.T) {
 	t.Setenv(envRole, "exit3-on-rank1")
 	start := time.Now()
-	code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr)
+	// The others sleep without a handler: SIGTERM after the grace ends them.
+	code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--grace", "1s", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr)
 	if code != 3 {
 		t.Errorf("hiercomm run exited %d, want 3 (rank 1's code)", code)
 	}
@@ -124,6 +133,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--link-per-node", "--", "true"},
 		{"--link-rate", "fast", "--", "true"},
 		{"--link-rate", "1gb", "--", "true"},
+		{"--grace", "-1s", "--", "true"},
+		{"--kill-after", "0s", "--", "true"},
 	} {
 		if code := run(args, os.Stdout, os.Stderr); code == 0 {
 			t.Errorf("hiercomm run %v exited 0, want an error", args)
@@ -196,7 +207,7 @@ func TestRunOnEmulatedLinks(t *testing.T) {
 	}
 	// A failing job tears the fabric down too.
 	t.Setenv(envRole, "exit3-on-rank1")
-	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--link-per-node", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr); code != 3 {
+	if code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--link-rate", "1gbit", "--link-per-node", "--grace", "1s", "--", os.Args[0], "-test.run=^$"}, os.Stdout, os.Stderr); code != 3 {
 		t.Errorf("hiercomm run --link-rate with rank 1 failing exited %d, want 3", code)
 	}
 	if left := fabricLeft(t); len(left) > 0 {

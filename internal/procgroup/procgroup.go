@@ -1,8 +1,9 @@
 // Package procgroup runs the processes of a local job: start them, copy
 // their output line by line with a prefix naming each, and when one fails,
-// kill the rest. Both local launchers (nexar's single-host test worlds and
-// the cluster layer's emulated nodes) use it. It imports the standard
-// library only and knows nothing of ranks' meaning, sockets or collectives.
+// stop the rest (at once, or after a grace period, SIGTERM and a wait).
+// Both local launchers (nexar's single-host test worlds and the cluster
+// layer's emulated nodes) use it. It imports the standard library only and
+// knows nothing of ranks' meaning, sockets or collectives.
 package procgroup
 
 import (
@@ -52,8 +53,21 @@ type Spec struct {
 	// line at a time. If nil, default to os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
 	// KeepOthers, for fault tests, lets the others run on when one fails
-	// (by default they are killed).
+	// (by default they are stopped).
 	KeepOthers bool
+	// Grace is how long, after the first process fails, the others get to
+	// exit by themselves — to notice the failure and report it — before
+	// they are sent SIGTERM. If zero, they are signalled at once.
+	Grace time.Duration
+	// KillAfter is how long a process gets after SIGTERM (the group's,
+	// once Grace has passed, or Stop's) before SIGKILL. If zero, there is
+	// no SIGTERM: a failure, and Stop, SIGKILL at once.
+	KillAfter time.Duration
+	// Notify, if set, is called with one line (no newline) each time the
+	// group starts to stop its processes and each time it signals them
+	// after a failure: what happened, what it does, who is still running.
+	// It may be called from any goroutine, never concurrently with itself.
+	Notify func(line string)
 }
 
 // CPUShare is the GOMAXPROCS of each of n processes sharing this host's
@@ -84,15 +98,31 @@ func withCPUShare(env []string, n int) []string {
 
 // Group is a running group of processes.
 type Group struct {
-	keep  bool
-	procs []*exec.Cmd
-	names []string      // Proc.Name of each
-	done  chan struct{} // closed when every process has exited
+	keep      bool
+	grace     time.Duration
+	killAfter time.Duration
+	notify    func(string)
+	procs     []*exec.Cmd
+	names     []string      // Proc.Name of each
+	done      chan struct{} // closed when every process has exited
 
-	mu    sync.Mutex // guards errs and first
-	errs  []error    // per process
-	first int        // index of the first process that failed, or -1
+	mu     sync.Mutex  // guards the fields below, and serializes notify
+	errs   []error     // per process
+	exited []bool      // per process: its Wait has returned
+	first  int         // index of the first process that failed, or -1
+	stage  stage       // how far stopping the group has gone
+	timer  *time.Timer // the next stage's, while one is pending
 }
+
+// stage is how far stopping a group has gone. It only moves forward.
+type stage int
+
+const (
+	running     stage = iota
+	graceful          // a process failed: the others have Grace to exit
+	terminating       // SIGTERM sent: KillAfter until SIGKILL
+	killing           // SIGKILL sent
+)
 
 // Start starts every process of spec. A process that fails to start kills
 // the ones already started. The processes die with ctx, and with this
@@ -107,7 +137,10 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 	if spec.Stderr == nil {
 		spec.Stderr = os.Stderr
 	}
-	g := &Group{keep: spec.KeepOthers, done: make(chan struct{}), first: -1, errs: make([]error, len(spec.Procs))}
+	g := &Group{
+		keep: spec.KeepOthers, grace: spec.Grace, killAfter: spec.KillAfter, notify: spec.Notify,
+		done: make(chan struct{}), first: -1, errs: make([]error, len(spec.Procs)), exited: make([]bool, len(spec.Procs)),
+	}
 	outMu := new(sync.Mutex) // one line at a time across all processes
 	for _, p := range spec.Procs {
 		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
@@ -173,7 +206,9 @@ func (w *lineWriter) flush() {
 	}
 }
 
-// watch waits for every process; the first failure kills the rest.
+// watch waits for every process; the first failure stops the rest
+// (failed), unless the group is already being stopped: after Stop, a
+// process that exits, even by the signal, is no reason to hurry the others.
 func (g *Group) watch() {
 	var wg sync.WaitGroup
 	for i, cmd := range g.procs {
@@ -183,21 +218,111 @@ func (g *Group) watch() {
 			err := cmd.Wait()
 			cmd.Stdout.(*lineWriter).flush()
 			cmd.Stderr.(*lineWriter).flush()
-			if err != nil {
-				g.mu.Lock()
-				g.errs[i] = &ExitError{Index: i, Name: g.names[i], Pid: cmd.Process.Pid, Err: err}
-				if g.first < 0 {
-					g.first = i
-				}
-				g.mu.Unlock()
-				if !g.keep {
-					g.KillAll()
-				}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.exited[i] = true
+			if err == nil {
+				return
+			}
+			ee := &ExitError{Index: i, Name: g.names[i], Pid: cmd.Process.Pid, Err: err}
+			g.errs[i] = ee
+			if g.first < 0 {
+				g.first = i
+			}
+			if !g.keep && g.stage == running {
+				g.failed(ee)
 			}
 		}()
 	}
 	wg.Wait()
+	g.mu.Lock()
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.mu.Unlock()
 	close(g.done)
+}
+
+// failed begins stopping the group after the first failure, ee: Grace
+// for the others to exit by themselves, then SIGTERM, then after
+// KillAfter SIGKILL. Called with mu held.
+func (g *Group) failed(ee *ExitError) {
+	g.stage = graceful
+	running := g.running()
+	switch {
+	case len(running) == 0:
+	case g.grace > 0:
+		g.note("%v; the others (%s) have %v to exit before SIGTERM", ee, strings.Join(running, ", "), g.grace)
+		g.timer = time.AfterFunc(g.grace, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.stage == graceful {
+				g.terminate(fmt.Sprintf("%v after %s failed", g.grace, g.label(ee.Index)))
+			}
+		})
+	default:
+		g.note("%v; stopping the others (%s)", ee, strings.Join(running, ", "))
+		g.terminate("")
+	}
+}
+
+// terminate sends SIGTERM to every process still running and arms
+// SIGKILL KillAfter later, or sends SIGKILL at once when KillAfter is
+// zero; why, when not empty, is said first in the line it notes. Called
+// with mu held.
+func (g *Group) terminate(why string) {
+	running := g.running()
+	if g.killAfter <= 0 {
+		g.kill(why)
+		return
+	}
+	g.stage = terminating
+	if len(running) > 0 && why != "" {
+		g.note("%s: SIGTERM to %s; SIGKILL in %v", why, strings.Join(running, ", "), g.killAfter)
+	}
+	g.signal(syscall.SIGTERM)
+	g.timer = time.AfterFunc(g.killAfter, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.stage == terminating {
+			g.kill(fmt.Sprintf("%v after SIGTERM", g.killAfter))
+		}
+	})
+}
+
+// kill sends SIGKILL to every process still running. Called with mu held.
+func (g *Group) kill(why string) {
+	g.stage = killing
+	if running := g.running(); len(running) > 0 && why != "" {
+		g.note("%s: SIGKILL to %s", why, strings.Join(running, ", "))
+	}
+	g.signal(syscall.SIGKILL)
+}
+
+// running names the processes that have not exited. Called with mu held.
+func (g *Group) running() []string {
+	var names []string
+	for i, done := range g.exited {
+		if !done {
+			names = append(names, g.label(i))
+		}
+	}
+	return names
+}
+
+// label is process i's name, or its pid when it has none.
+func (g *Group) label(i int) string {
+	if g.names[i] != "" {
+		return g.names[i]
+	}
+	return fmt.Sprintf("pid %d", g.procs[i].Process.Pid)
+}
+
+// note tells Notify. Called with mu held, so lines never interleave.
+func (g *Group) note(format string, a ...any) {
+	if g.notify != nil {
+		g.notify(fmt.Sprintf(format, a...))
+	}
 }
 
 // ExitError is the failure of one process of a group.
@@ -268,14 +393,62 @@ func (g *Group) Kill(i int) error {
 }
 
 // Signal sends sig to every process still running and to what it started
-// (its process group); a launcher forwards SIGINT and SIGTERM this way.
+// (its process group). It changes nothing else: a process that exits by
+// it is a failure like any other (Stop is what a launcher forwards a
+// SIGINT or SIGTERM with).
 func (g *Group) Signal(sig syscall.Signal) {
-	for _, cmd := range g.procs {
-		if cmd.Process != nil {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.signal(sig)
+}
+
+// signal is Signal with mu held. A process whose Wait has returned is
+// skipped: its pid may belong to another process by now.
+func (g *Group) signal(sig syscall.Signal) {
+	for i, cmd := range g.procs {
+		if cmd.Process != nil && !g.exited[i] {
 			_ = syscall.Kill(-cmd.Process.Pid, sig)
 		}
 	}
 }
 
-// KillAll sends SIGKILL to every process.
-func (g *Group) KillAll() { g.Signal(syscall.SIGKILL) }
+// Stop asks every process to end, as a launcher does when it is itself
+// told to stop (Ctrl-C, a scheduler's SIGTERM): it sends sig to every
+// process still running, and SIGKILL to what is left KillAfter later (at
+// once when KillAfter is zero). From then on an exit, failed or not (a
+// process without a handler dies by sig), does not hurry the others:
+// each gets the whole KillAfter for its cleanup. A Stop during a
+// failure's Grace ends the Grace; a Stop once SIGTERM or SIGKILL has gone
+// out changes nothing.
+func (g *Group) Stop(sig syscall.Signal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stage >= terminating {
+		return
+	}
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	if g.killAfter <= 0 {
+		g.stage = killing
+		g.signal(syscall.SIGKILL)
+		return
+	}
+	g.stage = terminating
+	g.signal(sig)
+	g.timer = time.AfterFunc(g.killAfter, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.stage == terminating {
+			g.kill(fmt.Sprintf("%v after %v", g.killAfter, sig))
+		}
+	})
+}
+
+// KillAll sends SIGKILL to every process still running.
+func (g *Group) KillAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stage = killing
+	g.signal(syscall.SIGKILL)
+}

@@ -154,3 +154,90 @@ func TestShareCPUs(t *testing.T) {
 		t.Errorf("CPUShare(1<<20) = %d, CPUShare(0) = %d, want 1 and ≥ 1", CPUShare(1<<20), CPUShare(0))
 	}
 }
+
+// exitCodes is each process's exit code from Errors (0 for a success).
+func exitCodes(t *testing.T, g *Group) []int {
+	t.Helper()
+	var codes []int
+	for i, err := range g.Errors() {
+		var ee *ExitError
+		switch {
+		case err == nil:
+			codes = append(codes, 0)
+		case errors.As(err, &ee):
+			codes = append(codes, ee.ExitCode())
+		default:
+			t.Fatalf("process %d: %v, not an *ExitError", i, err)
+		}
+	}
+	return codes
+}
+
+// TestFailureGivesTheOthersGraceThenTermThenKill: after the first failure
+// a process that ends by itself within Grace does so (its report is
+// printed), one that handles SIGTERM gets it after Grace and exits as it
+// likes, and one that ignores SIGTERM is killed KillAfter later.
+func TestFailureGivesTheOthersGraceThenTermThenKill(t *testing.T) {
+	var out, notes syncBuf
+	g, err := Start(context.Background(), Spec{
+		Procs: []Proc{
+			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.3; exit 7"}, Prefix: "[0] ", Name: "rank 0"},
+			{Path: "/bin/sh", Args: []string{"-c", "sleep 1; echo report; exit 1"}, Prefix: "[1] ", Name: "rank 1"},
+			{Path: "/bin/sh", Args: []string{"-c", "trap 'echo term; exit 0' TERM; sleep 60 & wait"}, Prefix: "[2] ", Name: "rank 2"},
+			{Path: "/bin/sh", Args: []string{"-c", "trap '' TERM; sleep 60 & wait"}, Prefix: "[3] ", Name: "rank 3"},
+		},
+		Stdout: &out, Stderr: &out,
+		Grace: 4 * time.Second, KillAfter: time.Second,
+		Notify: func(line string) { fmt.Fprintln(&notes, line) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ee *ExitError
+	if err := g.Wait(); !errors.As(err, &ee) || ee.Index != 0 || ee.ExitCode() != 7 {
+		t.Errorf("Wait = %v, want rank 0's exit status 7", err)
+	}
+	if got, want := exitCodes(t, g), []int{7, 1, 0, 128 + 9}; !slices.Equal(got, want) {
+		t.Errorf("exit codes %v, want %v (a report in the grace, a clean exit on SIGTERM, SIGKILL for the one that ignores it)\noutput:\n%s\nnotes:\n%s", got, want, out.String(), notes.String())
+	}
+	for _, line := range []string{"[1] report\n", "[2] term\n"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("output lacks %q:\n%s", line, out.String())
+		}
+	}
+	n := strings.Split(strings.TrimSpace(notes.String()), "\n")
+	if len(n) != 3 || !strings.HasPrefix(n[0], "rank 0 (pid ") || !strings.Contains(n[0], "exit status 7; the others (rank 1, rank 2, rank 3) have 4s") ||
+		!strings.Contains(n[1], "SIGTERM to rank 2, rank 3") || !strings.Contains(n[2], "SIGKILL to rank 3") {
+		t.Errorf("notes:\n%s\nwant the failure, SIGTERM to ranks 2 and 3 after the grace, SIGKILL to rank 3", notes.String())
+	}
+}
+
+// TestStopLetsEveryHandlerFinish: after Stop, a process that dies by the
+// signal (no handler) is no failure that hurries the others: the one that
+// handles it finishes its cleanup.
+func TestStopLetsEveryHandlerFinish(t *testing.T) {
+	var out syncBuf
+	g, err := Start(context.Background(), Spec{
+		Procs: []Proc{
+			{Path: "/bin/sh", Args: []string{"-c", "echo up; sleep 60 & wait"}, Prefix: "[0] ", Name: "rank 0"},
+			{Path: "/bin/sh", Args: []string{"-c", "trap 'sleep 1; echo cleaned; exit 0' TERM; echo up; sleep 60 & wait"}, Prefix: "[1] ", Name: "rank 1"},
+		},
+		Stdout: &out, Stderr: &out,
+		Grace: time.Minute, KillAfter: 30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); strings.Count(out.String(), "up\n") < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the processes never started:\n%s", out.String())
+		}
+	}
+	g.Stop(syscall.SIGTERM)
+	if got, want := exitCodes(t, g), []int{128 + 15, 0}; !slices.Equal(got, want) {
+		t.Errorf("exit codes %v, want %v: the handler's cleanup was cut short\n%s", got, want, out.String())
+	}
+	if !strings.Contains(out.String(), "[1] cleaned\n") {
+		t.Errorf("rank 1 did not finish its cleanup:\n%s", out.String())
+	}
+}
