@@ -22,6 +22,8 @@ func FuzzLoadConfig(f *testing.F) {
 		`{"budget":50}`,
 		`{"minBytes":"9999999999G"}`,
 		`{"root":3}`,
+		`{"minBytes":1,"maxBytes":"1G","stepBytes":1}`,
+		`{"minBytes":"1M","maxBytes":"8M","stepBytes":"1M","average":"max","inplace":true}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -50,8 +52,8 @@ func FuzzLoadConfig(f *testing.F) {
 			return
 		}
 		sizes := s.sizes()
-		if len(sizes) == 0 || len(sizes) > 63 {
-			t.Fatalf("%d sizes for %d … %d by %d", len(sizes), s.MinBytes, s.MaxBytes, s.Factor)
+		if most := 63; len(sizes) == 0 || (s.StepBytes == 0 && len(sizes) > most) || len(sizes) > MaxLinearSizes {
+			t.Fatalf("%d sizes for %d … %d by %d (step %d)", len(sizes), s.MinBytes, s.MaxBytes, s.Factor, s.StepBytes)
 		}
 		for _, n := range sizes {
 			if n < s.MinBytes || n > s.MaxBytes {

@@ -99,6 +99,8 @@ const (
 	DefaultRepeats  = 3
 	// MaxIters caps the iterations of a repeat chosen from Budget.
 	MaxIters = 10000
+	// MaxLinearSizes caps the sizes of a sweep by StepBytes.
+	MaxLinearSizes = 1024
 )
 
 // withDefaults validates spec for a communicator of size ranks and returns
@@ -151,6 +153,8 @@ func (spec Spec) withDefaults(size int) (Spec, error) {
 		return bad("Factor %d: want ≥ 2", s.Factor)
 	case s.StepBytes < 0:
 		return bad("StepBytes %d: want ≥ 0", s.StepBytes)
+	case s.StepBytes > 0 && (s.MaxBytes-s.MinBytes)/s.StepBytes >= MaxLinearSizes:
+		return bad("sizes %d … %d bytes in steps of %d: more than %d sizes; take a larger step", s.MinBytes, s.MaxBytes, s.StepBytes, MaxLinearSizes)
 	case s.Average < AvgRanks || s.Average > MaxRanks:
 		return bad("unknown Average %d", int(s.Average))
 	case !s.DType.Valid():

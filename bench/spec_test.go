@@ -120,4 +120,7 @@ func TestPlanAndStepBytes(t *testing.T) {
 	if _, err := (Spec{StepBytes: -1}).Plan(2); err == nil {
 		t.Error("negative StepBytes accepted")
 	}
+	if _, err := (Spec{MinBytes: 1, MaxBytes: 1 << 30, StepBytes: 1}).Plan(2); err == nil {
+		t.Error("a linear sweep of 2^30 sizes accepted")
+	}
 }
