@@ -229,7 +229,14 @@ func parseCopy(s string) []bench.CopyRow {
 // Rank 0 reports to its sink: to (a printer) when a launcher started this
 // process, else the parent's stream file (-stream).
 func runRank(ctx context.Context, o options, spec bench.Spec, to sink, log *slog.Logger) error {
-	w, err := hiercomm.Init(ctx, hiercomm.Options{Logger: log, Nexar: nexar.Options{Logger: log}})
+	nopt := nexar.Options{Logger: log}
+	if bits, _ := linkBits(o.cfg.LinkRate); o.stream != "" && o.limiter != limitNone && bits > 0 {
+		// This bench limits the links of its own local job: the cost
+		// model that picks algorithms and routes (schedule.CostModel) is
+		// told their rate, as it would be a real NIC's.
+		nopt.Cost.BytesPerSec = float64(bits) / 8
+	}
+	w, err := hiercomm.Init(ctx, hiercomm.Options{Logger: log, Nexar: nopt})
 	if err != nil {
 		return fmt.Errorf("joining the job: %w", err)
 	}
