@@ -1,0 +1,151 @@
+// Package trainer is what the example trainers (dataparallel, zero) share
+// around the model: their common flags, the MNIST data cut into global
+// batches and each rank's part of them, test accuracy computed by every
+// rank on its share of the test set, the bitwise check that replicas agree,
+// and the single-process reference run they compare themselves with. It
+// imports comm (the collectives it calls), mlp and mnist; never a tier.
+package trainer
+
+import (
+	"flag"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+
+	"github.com/hiercomm/hiercomm/examples/internal/mlp"
+	"github.com/hiercomm/hiercomm/examples/internal/mnist"
+)
+
+// Config is what the trainers' common flags set.
+type Config struct {
+	Epochs int     // passes over the training set
+	Steps  int     // if > 0, stop after this many steps in all
+	Batch  int     // global batch: samples per step over all ranks
+	Hidden []int   // hidden layer widths
+	Opt    string  // "adam" or "sgd"
+	LR     float64 // learning rate
+	Seed   uint64  // initial weights and the data order
+	Train  int     // if > 0, train on the first Train images only
+	Test   int     // if > 0, test on the first Test images only
+	Data   string  // directory of the IDX files; "" finds the GoMNIST module
+	Log    int     // print a progress line every Log steps
+}
+
+// Flags registers the common flags on fs with their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.Epochs, "epochs", 2, "passes over the training set")
+	fs.IntVar(&c.Steps, "steps", 0, "if > 0, stop after this many steps")
+	fs.IntVar(&c.Batch, "batch", 128, "global batch: samples per step over all ranks (a multiple of the number of ranks)")
+	fs.Func("hidden", "hidden layer widths, comma-separated (default 1024,256,128)", func(s string) error {
+		h, err := parseWidths(s)
+		c.Hidden = h
+		return err
+	})
+	c.Hidden = []int{1024, 256, 128}
+	fs.StringVar(&c.Opt, "opt", "adam", "optimizer: adam or sgd (momentum 0.9)")
+	fs.Float64Var(&c.LR, "lr", 1e-3, "learning rate")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the initial weights and of the data order")
+	fs.IntVar(&c.Train, "train", 0, "if > 0, train on the first N training images only")
+	fs.IntVar(&c.Test, "test", 0, "if > 0, test on the first N test images only")
+	fs.StringVar(&c.Data, "data", "", "directory holding the MNIST IDX files (default: the GoMNIST module's data/)")
+	fs.IntVar(&c.Log, "log", 50, "print a progress line every N steps")
+}
+
+func parseWidths(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas, like 1024,256,128", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Check says what is wrong with c for a world of size ranks.
+func (c Config) Check(size int) error {
+	switch {
+	case c.Epochs < 1:
+		return fmt.Errorf("-epochs %d: want at least 1", c.Epochs)
+	case c.Steps < 0:
+		return fmt.Errorf("-steps %d: want 0 (whole epochs) or more", c.Steps)
+	case c.Batch < 1 || c.Batch%size != 0:
+		return fmt.Errorf("-batch %d: want a positive multiple of the %d ranks (each rank takes an equal share of every global batch)", c.Batch, size)
+	case c.Train < 0 || c.Test < 0:
+		return fmt.Errorf("-train %d -test %d: want 0 (all) or a positive number of images", c.Train, c.Test)
+	case c.Log < 1:
+		return fmt.Errorf("-log %d: want at least 1", c.Log)
+	}
+	if _, err := mlp.NewOptimizer(c.Opt, c.LR); err != nil {
+		return fmt.Errorf("-opt %s -lr %v: %w", c.Opt, c.LR, err)
+	}
+	return nil
+}
+
+// Sizes are the net's layer widths: the pixels, the hidden widths, the
+// classes.
+func (c Config) Sizes() []int {
+	return append(append([]int{mnist.Pixels}, c.Hidden...), mnist.Classes)
+}
+
+// Data is the training and test sets as Config asks for them.
+type Data struct {
+	Train, Test *mnist.Set
+	cfg         Config
+}
+
+// Load reads the data sets and checks that they make at least one step.
+func Load(c Config) (*Data, error) {
+	train, test, err := mnist.Load(c.Data)
+	if err != nil {
+		return nil, err
+	}
+	d := &Data{Train: train.Head(c.Train), Test: test.Head(c.Test), cfg: c}
+	if d.Train.Len() < c.Batch {
+		return nil, fmt.Errorf("-train %d: fewer training images than one batch of %d", d.Train.Len(), c.Batch)
+	}
+	return d, nil
+}
+
+// StepsPerEpoch is the number of whole global batches in the training
+// set (a last partial batch is dropped, as torch's drop_last).
+func (d *Data) StepsPerEpoch() int { return d.Train.Len() / d.cfg.Batch }
+
+// TotalSteps is the number of steps the run makes.
+func (d *Data) TotalSteps() int {
+	n := d.cfg.Epochs * d.StepsPerEpoch()
+	if d.cfg.Steps > 0 {
+		n = min(n, d.cfg.Steps)
+	}
+	return n
+}
+
+// Step is one training step: its number T (0, 1, …), the epoch it is in,
+// and the samples of global batch T that this rank takes.
+type Step struct {
+	T, Epoch int
+	Idx      []int
+}
+
+// Batches yields every step of the run (TotalSteps of them) for rank of
+// size ranks: global batch t is Batch consecutive samples of its epoch's
+// order (the same on every rank), and rank r takes the r-th of size equal
+// parts of it.
+func (d *Data) Batches(rank, size int) iter.Seq[Step] {
+	return func(yield func(Step) bool) {
+		per := d.cfg.Batch / size
+		var order []int
+		for t := range d.TotalSteps() {
+			e, s := t/d.StepsPerEpoch(), t%d.StepsPerEpoch()
+			if s == 0 {
+				order = mnist.Order(d.Train.Len(), d.cfg.Seed, e)
+			}
+			at := s*d.cfg.Batch + rank*per
+			if !yield(Step{T: t, Epoch: e, Idx: order[at : at+per]}) {
+				return
+			}
+		}
+	}
+}
