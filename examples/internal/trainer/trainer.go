@@ -32,24 +32,29 @@ type Config struct {
 	Log    int     // print a progress line every Log steps
 }
 
-// Flags registers the common flags on fs with their defaults.
+// Defaults is the configuration the flags start from.
+func Defaults() Config {
+	return Config{Epochs: 2, Batch: 128, Hidden: []int{1024, 256, 128}, Opt: "adam", LR: 1e-3, Seed: 1, Log: 50}
+}
+
+// Flags registers the common flags on fs, with c's values as their
+// defaults (start from Defaults).
 func (c *Config) Flags(fs *flag.FlagSet) {
-	fs.IntVar(&c.Epochs, "epochs", 2, "passes over the training set")
-	fs.IntVar(&c.Steps, "steps", 0, "if > 0, stop after this many steps")
-	fs.IntVar(&c.Batch, "batch", 128, "global batch: samples per step over all ranks (a multiple of the number of ranks)")
-	fs.Func("hidden", "hidden layer widths, comma-separated (default 1024,256,128)", func(s string) error {
+	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training set")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "if > 0, stop after this many steps")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "global batch: samples per step over all ranks (a multiple of the number of ranks)")
+	fs.Func("hidden", fmt.Sprintf("hidden layer widths, comma-separated (default %s)", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.Hidden)), ","), "[]")), func(s string) error {
 		h, err := parseWidths(s)
 		c.Hidden = h
 		return err
 	})
-	c.Hidden = []int{1024, 256, 128}
-	fs.StringVar(&c.Opt, "opt", "adam", "optimizer: adam or sgd (momentum 0.9)")
-	fs.Float64Var(&c.LR, "lr", 1e-3, "learning rate")
-	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the initial weights and of the data order")
-	fs.IntVar(&c.Train, "train", 0, "if > 0, train on the first N training images only")
-	fs.IntVar(&c.Test, "test", 0, "if > 0, test on the first N test images only")
-	fs.StringVar(&c.Data, "data", "", "directory holding the MNIST IDX files (default: the GoMNIST module's data/)")
-	fs.IntVar(&c.Log, "log", 50, "print a progress line every N steps")
+	fs.StringVar(&c.Opt, "opt", c.Opt, "optimizer: adam or sgd (momentum 0.9)")
+	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the initial weights and of the data order")
+	fs.IntVar(&c.Train, "train", c.Train, "if > 0, train on the first N training images only")
+	fs.IntVar(&c.Test, "test", c.Test, "if > 0, test on the first N test images only")
+	fs.StringVar(&c.Data, "data", c.Data, "directory holding the MNIST IDX files (default: the GoMNIST module's data/)")
+	fs.IntVar(&c.Log, "log", c.Log, "print a progress line every N steps")
 }
 
 func parseWidths(s string) ([]int, error) {
