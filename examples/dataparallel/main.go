@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"time"
 
 	"github.com/hiercomm/hiercomm"
@@ -41,6 +42,7 @@ type options struct {
 	cfg         trainer.Config
 	bucketBytes int
 	checkSteps  int
+	commProcs   int
 }
 
 func main() {
@@ -60,6 +62,7 @@ func parse(args []string) (options, error) {
 	o.cfg.Flags(fs)
 	bucketMiB := fs.Float64("bucket-mib", 1, "gradient bucket cap in MiB (torch DDP's bucket_cap_mb, 25 there: sized for models of hundreds of MB; this one has 4.2 MiB)")
 	fs.IntVar(&o.checkSteps, "check-steps", 30, "compare the first N steps with one process on the same global batches (0: no comparison)")
+	fs.IntVar(&o.commProcs, "comm-procs", 1, "GOMAXPROCS beyond the compute's, for the collectives' goroutines to progress during backward (a communication thread; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -68,6 +71,9 @@ func parse(args []string) (options, error) {
 	}
 	if !(*bucketMiB > 0) {
 		return o, fmt.Errorf("-bucket-mib %v: want a positive size", *bucketMiB)
+	}
+	if o.commProcs < 0 {
+		return o, fmt.Errorf("-comm-procs %d: want 0 or more", o.commProcs)
 	}
 	if o.checkSteps < 0 {
 		return o, fmt.Errorf("-check-steps %d: want 0 (no comparison) or more", o.checkSteps)
@@ -113,6 +119,13 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The backward pass computes on this rank's share of the CPUs; the
+	// collectives it starts run on the communicator's goroutines, which
+	// with no P to spare would progress only when the scheduler preempts
+	// the compute (every 10 ms): give them one, as a trainer in C++ gives
+	// its communication a thread.
+	net.Workers = runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(net.Workers + o.commProcs)
 	opt, err := mlp.NewOptimizer(cfg.Opt, cfg.LR)
 	if err != nil {
 		return err

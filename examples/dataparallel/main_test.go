@@ -38,6 +38,7 @@ func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-bucket-mib", "0"},
 		{"-check-steps", "-1"},
+		{"-comm-procs", "-1"},
 		{"-hidden", "64,x"},
 		{"extra"},
 	} {

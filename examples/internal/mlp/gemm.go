@@ -23,8 +23,8 @@ const jBlock = 64
 
 // gemmNT sets C[i*ldc+j] = Σ_p A[i*k+p]·B[j*k+p] for i < m, j < n (adds
 // to C instead when acc), splitting the rows of C among workers.
-func gemmNT(m, n, k int, a, b, c []float32, ldc int, acc bool) {
-	parallel(m, 4, 2*n*k, func(i0, i1 int) { gemmNTRows(i0, i1, n, k, a, b, c, ldc, acc) })
+func gemmNT(workers, m, n, k int, a, b, c []float32, ldc int, acc bool) {
+	parallel(workers, m, 4, 2*n*k, func(i0, i1 int) { gemmNTRows(i0, i1, n, k, a, b, c, ldc, acc) })
 }
 
 // gemmNTRows is gemmNT for the rows [i0, i1) of C.
@@ -119,12 +119,15 @@ func transpose(m, n int, a, t []float32) {
 // goroutines costs more than it saves.
 const minWork = 1 << 18
 
-// parallel runs fn over [0, n) cut into at most GOMAXPROCS contiguous
-// pieces whose starts are multiples of align, each costing about
-// perItem·(its length) flops; small jobs run on the caller's goroutine.
-// The pieces are disjoint, so fn may write what its range owns.
-func parallel(n, align, perItem int, fn func(lo, hi int)) {
-	workers := min(runtime.GOMAXPROCS(0), n/align, n*perItem/minWork)
+// parallel runs fn over [0, n) cut into at most workers (0: GOMAXPROCS)
+// contiguous pieces whose starts are multiples of align, each costing
+// about perItem·(its length) flops; small jobs run on the caller's
+// goroutine. The pieces are disjoint, so fn may write what its range owns.
+func parallel(workers, n, align, perItem int, fn func(lo, hi int)) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n/align, n*perItem/minWork)
 	if workers <= 1 {
 		fn(0, n)
 		return

@@ -2,7 +2,6 @@ package mlp
 
 import (
 	"math/rand/v2"
-	"runtime"
 	"testing"
 )
 
@@ -24,7 +23,7 @@ func TestGemmNTMatchesDot(t *testing.T) {
 		a, b := randSlice(r, m*k), randSlice(r, n*k)
 		c := randSlice(r, m*n)
 		base := append([]float32(nil), c...)
-		gemmNT(m, n, k, a, b, c, n, true)
+		gemmNT(0, m, n, k, a, b, c, n, true)
 		for i := range m {
 			for j := range n {
 				if want := base[i*n+j] + dot(a[i*k:(i+1)*k], b[j*k:(j+1)*k]); c[i*n+j] != want {
@@ -32,7 +31,7 @@ func TestGemmNTMatchesDot(t *testing.T) {
 				}
 			}
 		}
-		gemmNT(m, n, k, a, b, c, n, false)
+		gemmNT(0, m, n, k, a, b, c, n, false)
 		for i := range m {
 			for j := range n {
 				if want := dot(a[i*k:(i+1)*k], b[j*k:(j+1)*k]); c[i*n+j] != want {
@@ -64,9 +63,6 @@ func BenchmarkGemmNT(b *testing.B) {
 	x, y, c := randSlice(r, m*k), randSlice(r, n*k), make([]float32, m*n)
 	b.SetBytes(int64(2 * m * n * k)) // "MB/s" reads as Mflop/s
 	for b.Loop() {
-		gemmNT(m, n, k, x, y, c, n, false)
+		gemmNT(0, m, n, k, x, y, c, n, false)
 	}
 }
-
-// setProcs sets GOMAXPROCS and returns the old value.
-func setProcs(n int) int { return runtime.GOMAXPROCS(n) }

@@ -28,6 +28,10 @@ import (
 // batches of up to MaxBatch samples. A Net is not safe for concurrent use;
 // its parameters are not in it (see Params).
 type Net struct {
+	// Workers is how many goroutines a pass may compute on; if 0, as many
+	// as GOMAXPROCS. The results do not depend on it.
+	Workers int
+
 	sizes    []int // inputs, hidden widths…, outputs
 	offs     []int // offs[l]: start of layer l in the flat vector; offs[L] its length
 	maxBatch int
@@ -170,7 +174,7 @@ func (n *Net) forwardLayer(l int, w []float32) {
 	bias := w[in*out:]
 	if l == 0 {
 		// Input-major weights: each nonzero input adds its row.
-		parallel(batch, 1, 2*in*out/5, func(b0, b1 int) {
+		parallel(n.Workers, batch, 1, 2*in*out/5, func(b0, b1 int) {
 			for b := b0; b < b1; b++ {
 				zr := z[b*out : (b+1)*out]
 				copy(zr, bias)
@@ -182,7 +186,7 @@ func (n *Net) forwardLayer(l int, w []float32) {
 			}
 		})
 	} else {
-		gemmNT(batch, out, in, x, w[:in*out], z, out, false)
+		gemmNT(n.Workers, batch, out, in, x, w[:in*out], z, out, false)
 		for b := range batch {
 			zr := z[b*out : (b+1)*out]
 			for j, v := range bias {
@@ -240,13 +244,13 @@ func (n *Net) Backward(p Params, labels []uint8) (float64, error) {
 		// dW = dZᵀ·X, both transposed so the kernel reads rows.
 		transpose(batch, out, dz, n.tz)
 		transpose(batch, in, x, n.ta)
-		gemmNT(out, in, batch, n.tz[:out*batch], n.ta[:in*batch], gw, in, false)
+		gemmNT(n.Workers, out, in, batch, n.tz[:out*batch], n.ta[:in*batch], gw, in, false)
 		// dX = dZ·W, then through the previous layer's ReLU.
 		w := p.Layer(l)
 		transpose(out, in, w[:in*out], n.tw)
 		p.Release(l)
 		da := n.da[:batch*in]
-		gemmNT(batch, in, out, dz, n.tw[:in*out], da, in, false)
+		gemmNT(n.Workers, batch, in, out, dz, n.tw[:in*out], da, in, false)
 		for i, a := range x {
 			if a <= 0 {
 				da[i] = 0
@@ -263,7 +267,7 @@ func (n *Net) Backward(p Params, labels []uint8) (float64, error) {
 // among workers so each sum runs over b in order.
 func (n *Net) weightGradSparse(in, out int, x, dz, gw []float32) {
 	batch := n.batch
-	parallel(out, 16, 2*batch*in/5, func(j0, j1 int) {
+	parallel(n.Workers, out, 16, 2*batch*in/5, func(j0, j1 int) {
 		for i := range in {
 			clear(gw[i*out+j0 : i*out+j1])
 		}

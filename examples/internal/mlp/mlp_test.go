@@ -84,8 +84,8 @@ func TestDeterministicAcrossWorkers(t *testing.T) {
 	for i := range labels {
 		labels[i] = uint8(i % 10)
 	}
-	grad := func(procs int) []float32 {
-		defer func(old int) { setProcs(old) }(setProcs(procs))
+	grad := func(workers int) []float32 {
+		net.Workers = workers
 		g := make([]float32, len(p))
 		f := Flat{Net: net, P: p, G: g}
 		if _, err := net.Forward(f, x, 64); err != nil {
