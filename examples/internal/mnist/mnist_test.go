@@ -50,4 +50,3 @@ func TestEscape(t *testing.T) {
 		t.Errorf("escape: %s", got)
 	}
 }
-
