@@ -31,7 +31,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/trainer"
@@ -93,27 +92,14 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	w, err := hiercomm.Init(initCtx, hiercomm.Options{})
-	cancel()
+	cfg := o.cfg
+	w, data, err := trainer.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
 	rank, size := w.Rank(), w.Size()
-	cfg := o.cfg
-	if err := cfg.Check(size); err != nil {
-		return err
-	}
-	say := func(format string, a ...any) {
-		if rank == 0 {
-			fmt.Printf(format+"\n", a...)
-		}
-	}
-	data, err := trainer.Load(cfg)
-	if err != nil {
-		return err
-	}
+	say := trainer.Printer(os.Stdout, rank)
 	per := cfg.Batch / size
 	net, err := mlp.New(cfg.Sizes(), per)
 	if err != nil {

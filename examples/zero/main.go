@@ -43,7 +43,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/trainer"
 )
@@ -95,25 +94,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	w, err := hiercomm.Init(initCtx, hiercomm.Options{})
-	cancel()
+	w, data, err := trainer.Join(ctx, o.cfg)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := o.cfg.Check(w.Size()); err != nil {
-		return err
-	}
-	data, err := trainer.Load(o.cfg)
-	if err != nil {
-		return err
-	}
-	say := func(format string, a ...any) {
-		if w.Rank() == 0 {
-			fmt.Fprintf(out, format+"\n", a...)
-		}
-	}
+	say := trainer.Printer(out, w.Rank())
 	net, err := mlp.New(o.cfg.Sizes(), o.cfg.Batch/w.Size())
 	if err != nil {
 		return err

@@ -6,16 +6,24 @@ import (
 	"testing"
 )
 
-// TestGradientMatchesFiniteDifferences checks Backward against central
-// differences of the loss, for every parameter of a small net whose
-// inputs include zeros (the first layer's sparse path).
-func TestGradientMatchesFiniteDifferences(t *testing.T) {
-	net, err := New([]int{6, 5, 4, 3}, 4)
+// newNet is a net of sizes for batches of up to batch and its
+// parameters, initialised from seed.
+func newNet(t *testing.T, sizes []int, batch int, seed uint64) (*Net, []float32) {
+	t.Helper()
+	net, err := New(sizes, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := make([]float32, net.NumParams())
-	net.Init(p, 7)
+	net.Init(p, seed)
+	return net, p
+}
+
+// TestGradientMatchesFiniteDifferences checks Backward against central
+// differences of the loss, for every parameter of a small net whose
+// inputs include zeros (the first layer's sparse path).
+func TestGradientMatchesFiniteDifferences(t *testing.T) {
+	net, p := newNet(t, []int{6, 5, 4, 3}, 4, 7)
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := range p { // nonzero biases too
 		p[i] += float32(r.NormFloat64() * 0.1)
@@ -69,12 +77,7 @@ func TestGradientMatchesFiniteDifferences(t *testing.T) {
 // with one goroutine and with several (what the replicas' bitwise check
 // and the single-process comparison rely on).
 func TestDeterministicAcrossWorkers(t *testing.T) {
-	net, err := New([]int{300, 256, 128, 10}, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := make([]float32, net.NumParams())
-	net.Init(p, 1)
+	net, p := newNet(t, []int{300, 256, 128, 10}, 64, 1)
 	r := rand.New(rand.NewPCG(1, 1))
 	x := randSlice(r, 64*300)
 	for i := range x {

@@ -7,12 +7,16 @@
 package trainer
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"io"
 	"iter"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/mnist"
 )
@@ -151,6 +155,38 @@ func (d *Data) Batches(rank, size int) iter.Seq[Step] {
 			if !yield(Step{T: t, Epoch: e, Idx: order[at : at+per]}) {
 				return
 			}
+		}
+	}
+}
+
+// Join joins this process to its job with hiercomm.Init (bounded by two
+// minutes), checks c for the world it got and loads the data. The caller
+// closes the World.
+func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
+	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(initCtx, hiercomm.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.Check(w.Size()); err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	d, err := Load(c)
+	if err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return w, d, nil
+}
+
+// Printer returns a Printf to out that prints on rank 0 only, a line per
+// call.
+func Printer(out io.Writer, rank int) func(format string, a ...any) {
+	return func(format string, a ...any) {
+		if rank == 0 {
+			fmt.Fprintf(out, format+"\n", a...)
 		}
 	}
 }
