@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 	launch.TestMain(m, func(args []string) error { return run(context.Background(), args, os.Stdout) })
 }
 
-const args = "-train 1024 -test 256 -batch 64 -steps 6"
+const args = "-train 1024 -test 256 -batch 64 -steps 6 -hidden 128,64"
 
 // persistentBytes reads each stage's persistent memory per rank from
 // rank 0's lines.

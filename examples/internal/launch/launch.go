@@ -36,7 +36,8 @@ func TestMain(m *testing.M, run func(args []string) error) {
 // Run starts the test binary as a local job, layout[n] ranks on emulated
 // node n, each running the example with args (whitespace-separated
 // flags), and returns the job's output (each line prefixed with its rank)
-// once every rank has exited; it fails t if one of them failed.
+// once every rank has exited (and logs it); it fails t if one of them
+// failed.
 func Run(t *testing.T, layout []int, args string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -56,6 +57,7 @@ func Run(t *testing.T, layout []int, args string) string {
 	if err := job.Wait(); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
+	t.Log(out.String())
 	return out.String()
 }
 
