@@ -17,9 +17,11 @@
 //     and nothing is gathered after it.
 //
 // Every stage starts from the same weights and sees the same global
-// batches, and each prints the memory per rank of parameters, gradients
-// and optimizer state (falling as 1/N with the ranks N as the stage
-// shards more), its loss and test accuracy, and how far its result is
+// batches. The example prints what each stage keeps per rank for N = 1,
+// 2, 4 and 8 ranks by ZeRO's arithmetic, and each stage the memory per
+// rank of parameters, gradients and optimizer state its run held
+// (falling as 1/N as the stage shards more; checked against the
+// arithmetic), its loss and test accuracy, and how far its result is
 // from stage 0's: stage 1 must be bitwise equal to it (the same reduction,
 // the same update per element), stage 3 bitwise equal to stage 2, and
 // stage 2 equal to stage 0 within the tolerance of a sum regrouped
@@ -106,6 +108,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	say("%d ranks on %d nodes; MLP %v, %d parameters (%s); global batch %d, %d steps per stage; %s lr %g",
 		w.Size(), w.Topology().NumNodes(), o.cfg.Sizes(), net.NumParams(), mib(4*net.NumParams()), o.cfg.Batch, data.TotalSteps(), o.cfg.Opt, o.cfg.LR)
+	opt, err := mlp.NewOptimizer(o.cfg.Opt, o.cfg.LR)
+	if err != nil {
+		return err
+	}
+	for _, stage := range o.stages {
+		var by []string
+		for _, n := range []int{1, 2, 4, 8} {
+			by = append(by, fmt.Sprintf("N=%d %s", n, mib(footprint(net, opt.Slots(), stage, n).persistent())))
+		}
+		say("stage %d keeps per rank (parameters + gradients + optimizer state): %s", stage, strings.Join(by, ", "))
+	}
 	results := map[int]*result{}
 	for _, stage := range o.stages {
 		start := time.Now()

@@ -35,8 +35,11 @@ func (m memory) persistent() int { return m.params + m.grads + m.optim }
 func (m memory) String() string {
 	s := fmt.Sprintf("memory per rank (N=%d): parameters %s + gradients %s + optimizer state %s = %s (%d bytes)",
 		m.size, mib(m.params), mib(m.grads), mib(m.optim), mib(m.persistent()), m.persistent())
-	if m.scratch > 0 {
-		s += fmt.Sprintf(", and %s of scratch (%s)", mib(m.scratch), m.scratchWhat)
+	switch {
+	case m.stage == 1:
+		s += fmt.Sprintf(", and %s of scratch (one padded layer's gathered parameters)", mib(m.scratch))
+	case m.stage > 1:
+		s += fmt.Sprintf(", and %s of scratch (one padded layer's gradient and its gathered parameters)", mib(m.scratch))
 	}
 	return s
 }
@@ -67,17 +70,14 @@ func train(ctx context.Context, c comm.Communicator, cfg trainer.Config, data *t
 	init := make([]float32, total)
 	net.Init(init, cfg.Seed)
 	s := &stepper{ctx: ctx, c: c, net: net, lay: lay, opt: opt, state: state, stage: stage}
-	mem := memory{stage: stage, size: size, optim: 4 * opt.Slots() * shard}
 	switch stage {
 	case 0, 1:
 		s.p, s.g = init, make([]float32, total)
 		s.params = mlp.Flat{Net: net, P: s.p, G: s.g}
-		mem.params, mem.grads = 4*total, 4*total
 	case 2:
 		s.p = init
 		sc := &scattered{gathered: gathered{ctx: ctx, c: c, lay: lay, shardG: make([]float32, lay.shardLen()), grad: make([]float32, lay.widest())}, p: s.p}
 		s.params, s.sh = sc, &sc.gathered
-		mem.params, mem.grads = 4*total, 4*lay.shardLen()
 	case 3:
 		g := &gathered{ctx: ctx, c: c, lay: lay, shardP: make([]float32, lay.shardLen()), shardG: make([]float32, lay.shardLen()),
 			full: make([]float32, lay.widest()), grad: make([]float32, lay.widest())}
@@ -88,20 +88,14 @@ func train(ctx context.Context, c comm.Communicator, cfg trainer.Config, data *t
 		}
 		init = nil // only the shard stays
 		s.params, s.sh = g, g
-		mem.params, mem.grads = 4*lay.shardLen(), 4*lay.shardLen()
 	}
 	if stage == 1 || stage == 2 {
 		s.full = make([]float32, lay.widest()) // where a layer is gathered
 	}
-	if stage >= 1 {
-		mem.scratch = 4 * 2 * lay.widest()
-		mem.scratchWhat = "one padded layer's gradient and its gathered parameters"
-		if stage == 1 {
-			mem.scratch = 4 * lay.widest()
-			mem.scratchWhat = "one padded layer's gathered parameters"
-		}
+	res := &result{net: net, mem: s.held()}
+	if want := footprint(net, opt.Slots(), stage, size); res.mem != want {
+		return nil, fmt.Errorf("holds %v, but ZeRO's arithmetic says %v", res.mem, want)
 	}
-	res := &result{net: net, mem: mem}
 	x, y := make([]float32, per*net.Inputs()), make([]uint8, per)
 	lossBuf := []float64{0}
 	for st := range data.Batches(rank, size) {
@@ -128,6 +122,47 @@ func train(ctx context.Context, c comm.Communicator, cfg trainer.Config, data *t
 	}
 	res.p = s.p
 	return res, nil
+}
+
+// held is what the stage's stepper holds for the model, measured on the
+// slices it keeps.
+func (s *stepper) held() memory {
+	m := memory{stage: s.stage, size: s.lay.size}
+	for _, v := range s.state {
+		m.optim += 4 * len(v)
+	}
+	m.params, m.grads = 4*len(s.p), 4*len(s.g)
+	m.scratch = 4 * len(s.full)
+	if s.sh != nil {
+		m.params += 4 * len(s.sh.shardP)
+		m.grads += 4 * len(s.sh.shardG)
+		m.scratch += 4 * (len(s.sh.full) + len(s.sh.grad))
+	}
+	return m
+}
+
+// footprint is what a rank of size ranks holds for net at stage with an
+// optimizer of slots state vectors, by ZeRO's arithmetic: per parameter,
+// 4 bytes of parameter, 4 of gradient and 4·slots of state, each kept
+// whole or divided by size (to the padding of each layer's chunks) as the
+// stage says, plus one padded layer of scratch per gathered or scattered
+// buffer.
+func footprint(net *mlp.Net, slots, stage, size int) memory {
+	lay := newLayout(net, 0, size)
+	whole, shard := 4*net.NumParams(), 4*lay.shardLen()
+	m := memory{stage: stage, size: size, params: whole, grads: whole, optim: slots * whole}
+	switch stage {
+	case 1:
+		m.optim = slots * shard
+		m.scratch = 4 * lay.widest()
+	case 2:
+		m.grads, m.optim = shard, slots*shard
+		m.scratch = 2 * 4 * lay.widest()
+	case 3:
+		m.params, m.grads, m.optim = shard, shard, slots*shard
+		m.scratch = 2 * 4 * lay.widest()
+	}
+	return m
 }
 
 // stepper makes one training step of a stage.
