@@ -120,8 +120,11 @@ func (n *Net) Init(p []float32, seed uint64) {
 // after: Layer(l) … Release(l). Backward asks for the layers last first;
 // it calls Grad(l) for where to write layer l's gradient (the same layout
 // as its parameters; every element is overwritten) and GradReady(l) once
-// it is written, before going on to layer l−1: the moment a data-parallel
-// trainer may start reducing it. Nothing is called concurrently.
+// it is written, before it computes the gradient with respect to the
+// layer's input (for which it asks for Layer(l)) and goes on to layer
+// l−1: the moment a data-parallel trainer may start reducing it. The
+// gradient is not touched after GradReady. Nothing is called
+// concurrently.
 type Params interface {
 	Layer(l int) []float32
 	Release(l int)
@@ -245,6 +248,9 @@ func (n *Net) Backward(p Params, labels []uint8) (float64, error) {
 		transpose(batch, out, dz, n.tz)
 		transpose(batch, in, x, n.ta)
 		gemmNT(n.Workers, out, in, batch, n.tz[:out*batch], n.ta[:in*batch], gw, in, false)
+		// The layer's gradient is complete: it may be reduced while the
+		// input gradient is computed.
+		p.GradReady(l)
 		// dX = dZ·W, then through the previous layer's ReLU.
 		w := p.Layer(l)
 		transpose(out, in, w[:in*out], n.tw)
@@ -257,7 +263,6 @@ func (n *Net) Backward(p Params, labels []uint8) (float64, error) {
 			}
 		}
 		n.dz, n.da = n.da, n.dz
-		p.GradReady(l)
 	}
 	return loss, nil
 }
