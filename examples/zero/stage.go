@@ -26,8 +26,7 @@ type result struct {
 type memory struct {
 	stage, size          int
 	params, grads, optim int
-	scratch              int
-	scratchWhat          string
+	scratch              int // stage 1: one padded layer gathered; 2–3: and one layer's gradient
 }
 
 func (m memory) persistent() int { return m.params + m.grads + m.optim }
