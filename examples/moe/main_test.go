@@ -15,7 +15,7 @@ import (
 // emulated nodes.
 func TestMain(m *testing.M) {
 	if cluster.IsLocalChild() {
-		if err := run(512, 16, 3); err != nil {
+		if err := run(512, 16, 32, 3); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

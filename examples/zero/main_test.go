@@ -1,12 +1,85 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hiercomm/hiercomm/examples/internal/launch"
 )
 
 // The test binary is started again as each rank of a local job.
-func TestMain(m *testing.M) { launch.TestMain(m, func() error { return train(120) }) }
+func TestMain(m *testing.M) {
+	launch.TestMain(m, func(args []string) error { return run(context.Background(), args, os.Stdout) })
+}
 
-func TestTrainsOnThreeProcesses(t *testing.T) { launch.TestRanks(t, 3) }
+const args = "-train 1024 -test 256 -batch 64 -steps 6 -hidden 128,64"
+
+// persistentBytes reads each stage's persistent memory per rank from
+// rank 0's lines.
+func persistentBytes(t *testing.T, out string) map[int]int {
+	t.Helper()
+	re := regexp.MustCompile(`stage (\d): memory per rank \(N=\d+\): .* \((\d+) bytes\)`)
+	got := map[int]int{}
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		s, _ := strconv.Atoi(m[1])
+		b, _ := strconv.Atoi(m[2])
+		got[s] = b
+	}
+	if len(got) != 4 {
+		t.Fatalf("found the memory of %d stages, want 4:\n%s", len(got), out)
+	}
+	return got
+}
+
+// TestShardsOnTwoNodes runs every stage on one process, on 2 nodes × 1
+// rank and on 2 nodes × 2 ranks (hierarchical). In each world the
+// example checks itself (stage 1 bitwise equal to stage 0, stage 3 to
+// stage 2, stage 2 within tolerance of stage 0; it fails otherwise); the
+// test checks that each stage's memory per rank falls as 1/N as ZeRO
+// says: stage 1 shards the optimizer state, stage 2 the gradients too,
+// stage 3 everything.
+func TestShardsOnTwoNodes(t *testing.T) {
+	var one strings.Builder
+	if err := run(context.Background(), strings.Fields(args), &one); err != nil {
+		t.Fatalf("%v\n%s", err, one.String())
+	}
+	mem := map[int]map[int]int{1: persistentBytes(t, one.String())}
+	for _, layout := range [][]int{{1, 1}, {2, 2}} {
+		out := launch.Run(t, layout, args)
+		launch.Expect(t, out,
+			"stage 1: bitwise equal to stage 0: true",
+			"stage 2: equal to stage 0 within tolerance",
+			"stage 3: bitwise equal to stage 2: true")
+		mem[layout[0]*len(layout)] = persistentBytes(t, out)
+	}
+	// Bytes per parameter kept whole and sharded, with Adam (4-byte
+	// parameters and gradients, two 4-byte moments).
+	whole := map[int]int{0: 16, 1: 8, 2: 4, 3: 0}
+	psi := mem[1][0] / 16 // the parameters
+	for n, m := range mem {
+		for stage, got := range m {
+			sharded := 16 - whole[stage]
+			want := whole[stage]*psi + sharded*psi/n
+			// Each layer's chunk is padded to a multiple of N: at most N−1
+			// elements per layer (4 of them), each of sharded/4 floats.
+			slack := 4 * (n - 1) * sharded
+			if got < want || got > want+slack {
+				t.Errorf("N=%d, stage %d: %d bytes per rank, want %d (+ up to %d of padding)", n, stage, got, want, slack)
+			}
+		}
+	}
+	t.Log(fmt.Sprint(mem))
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, a := range []string{"-stages 4", "-stages 1,1", "-stages x", "extra"} {
+		if _, err := parse(strings.Fields(a)); err == nil {
+			t.Errorf("%q: accepted", a)
+		}
+	}
+}

@@ -1,44 +1,30 @@
-// Package launch is what the example trainers share: running as the parent
-// of a local job (starting one process per rank over nexar's local
-// launcher) or as one of its ranks, and testing that way.
+// Package launch is how the example trainers' tests run them: the test
+// binary starts copies of itself as the ranks of a local job of emulated
+// nodes (cluster.StartLocal, what `hiercomm run` does), each copy runs the
+// example's own entry point with the arguments the test chose, and the
+// test reads their output. It imports cluster.
 package launch
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/cluster"
 )
 
-// Main runs train in this process if it is a rank of a local job; otherwise
-// it starts ranks copies of this program (with the same arguments) and
-// waits for them. It exits the process on failure.
-func Main(ranks int, network string, train func() error) {
-	var err error
-	if nexar.IsLocalChild(os.Getenv) {
-		err = train()
-	} else {
-		var job *nexar.LocalJob
-		job, err = nexar.StartLocal(context.Background(), nexar.LocalSpec{Ranks: ranks, Network: network, Args: os.Args[1:]})
-		if err == nil {
-			err = job.Wait()
-		}
-	}
-	if err != nil {
-		slog.Error("failed", "program", os.Args[0], "err", err)
-		os.Exit(1)
-	}
-}
+// envArgs carries the example's arguments from the test to its ranks.
+const envArgs = "HIERCOMM_EXAMPLE_ARGS"
 
-// TestMain makes a test binary serve as the ranks that TestRanks starts.
-func TestMain(m *testing.M, train func() error) {
-	if nexar.IsLocalChild(os.Getenv) {
-		if err := train(); err != nil {
+// TestMain makes a test binary serve as the ranks that Run starts: in a
+// rank, it calls run with the arguments the test passed and exits (1 on
+// an error, printed); otherwise it runs the tests.
+func TestMain(m *testing.M, run func(args []string) error) {
+	if cluster.IsLocalChild() {
+		if err := run(strings.Fields(os.Getenv(envArgs))); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -47,13 +33,24 @@ func TestMain(m *testing.M, train func() error) {
 	os.Exit(m.Run())
 }
 
-// TestRanks runs the test binary's train on ranks processes and fails t if
-// any of them fails.
-func TestRanks(t *testing.T, ranks int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// Run starts the test binary as a local job, layout[n] ranks on emulated
+// node n, each running the example with args (whitespace-separated
+// flags), and returns the job's output (each line prefixed with its rank)
+// once every rank has exited (and logs it); it fails t if one of them
+// failed.
+func Run(t *testing.T, layout []int, args string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out strings.Builder // the launcher writes one line at a time
-	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{Ranks: ranks, Args: []string{"-test.run=^$"}, Stdout: &out, Stderr: &out})
+	job, err := cluster.StartLocal(ctx, cluster.LocalSpec{
+		RanksPerNode: layout,
+		Path:         os.Args[0],
+		Args:         []string{"-test.run=^$"},
+		Env:          []string{envArgs + "=" + args},
+		Stdout:       &out,
+		Stderr:       &out,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,4 +58,15 @@ func TestRanks(t *testing.T, ranks int) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	t.Log(out.String())
+	return out.String()
+}
+
+// Expect fails t unless out has each of lines (substrings of its lines).
+func Expect(t *testing.T, out string, lines ...string) {
+	t.Helper()
+	for _, l := range lines {
+		if !strings.Contains(out, l) {
+			t.Errorf("the output lacks %q:\n%s", l, out)
+		}
+	}
 }

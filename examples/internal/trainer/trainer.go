@@ -1,0 +1,192 @@
+// Package trainer is what the example trainers (dataparallel, zero) share
+// around the model: their common flags, the MNIST data cut into global
+// batches and each rank's part of them, test accuracy computed by every
+// rank on its share of the test set, the bitwise check that replicas agree,
+// and the single-process reference run they compare themselves with. It
+// imports comm (the collectives it calls), mlp and mnist; never a tier.
+package trainer
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/examples/internal/mlp"
+	"github.com/hiercomm/hiercomm/examples/internal/mnist"
+)
+
+// Config is what the trainers' common flags set.
+type Config struct {
+	Epochs int     // passes over the training set
+	Steps  int     // if > 0, stop after this many steps in all
+	Batch  int     // global batch: samples per step over all ranks
+	Hidden []int   // hidden layer widths
+	Opt    string  // "adam" or "sgd"
+	LR     float64 // learning rate
+	Seed   uint64  // initial weights and the data order
+	Train  int     // if > 0, train on the first Train images only
+	Test   int     // if > 0, test on the first Test images only
+	Data   string  // directory of the IDX files; "" finds the GoMNIST module
+	Log    int     // print a progress line every Log steps
+}
+
+// Defaults is the configuration the flags start from.
+func Defaults() Config {
+	return Config{Epochs: 2, Batch: 128, Hidden: []int{1024, 256, 128}, Opt: "adam", LR: 1e-3, Seed: 1, Log: 50}
+}
+
+// Flags registers the common flags on fs, with c's values as their
+// defaults (start from Defaults).
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "passes over the training set")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "if > 0, stop after this many steps")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "global batch: samples per step over all ranks (a multiple of the number of ranks)")
+	fs.Func("hidden", fmt.Sprintf("hidden layer widths, comma-separated (default %s)", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.Hidden)), ","), "[]")), func(s string) error {
+		h, err := parseWidths(s)
+		c.Hidden = h
+		return err
+	})
+	fs.StringVar(&c.Opt, "opt", c.Opt, "optimizer: adam or sgd (momentum 0.9)")
+	fs.Float64Var(&c.LR, "lr", c.LR, "learning rate")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the initial weights and of the data order")
+	fs.IntVar(&c.Train, "train", c.Train, "if > 0, train on the first N training images only")
+	fs.IntVar(&c.Test, "test", c.Test, "if > 0, test on the first N test images only")
+	fs.StringVar(&c.Data, "data", c.Data, "directory holding the MNIST IDX files (default: the GoMNIST module's data/)")
+	fs.IntVar(&c.Log, "log", c.Log, "print a progress line every N steps")
+}
+
+func parseWidths(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want positive integers separated by commas, like 1024,256,128", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Check says what is wrong with c for a world of size ranks.
+func (c Config) Check(size int) error {
+	switch {
+	case c.Epochs < 1:
+		return fmt.Errorf("-epochs %d: want at least 1", c.Epochs)
+	case c.Steps < 0:
+		return fmt.Errorf("-steps %d: want 0 (whole epochs) or more", c.Steps)
+	case c.Batch < 1 || c.Batch%size != 0:
+		return fmt.Errorf("-batch %d: want a positive multiple of the %d ranks (each rank takes an equal share of every global batch)", c.Batch, size)
+	case c.Train < 0 || c.Test < 0:
+		return fmt.Errorf("-train %d -test %d: want 0 (all) or a positive number of images", c.Train, c.Test)
+	case c.Log < 1:
+		return fmt.Errorf("-log %d: want at least 1", c.Log)
+	}
+	if _, err := mlp.NewOptimizer(c.Opt, c.LR); err != nil {
+		return fmt.Errorf("-opt %s -lr %v: %w", c.Opt, c.LR, err)
+	}
+	return nil
+}
+
+// Sizes are the net's layer widths: the pixels, the hidden widths, the
+// classes.
+func (c Config) Sizes() []int {
+	return append(append([]int{mnist.Pixels}, c.Hidden...), mnist.Classes)
+}
+
+// Data is the training and test sets as Config asks for them.
+type Data struct {
+	Train, Test *mnist.Set
+	cfg         Config
+}
+
+// Load reads the data sets and checks that they make at least one step.
+func Load(c Config) (*Data, error) {
+	train, test, err := mnist.Load(c.Data, c.Train, c.Test)
+	if err != nil {
+		return nil, err
+	}
+	d := &Data{Train: train, Test: test, cfg: c}
+	if d.Train.Len() < c.Batch {
+		return nil, fmt.Errorf("-train %d: fewer training images than one batch of %d", d.Train.Len(), c.Batch)
+	}
+	return d, nil
+}
+
+// StepsPerEpoch is the number of whole global batches in the training
+// set (a last partial batch is dropped, as torch's drop_last).
+func (d *Data) StepsPerEpoch() int { return d.Train.Len() / d.cfg.Batch }
+
+// TotalSteps is the number of steps the run makes.
+func (d *Data) TotalSteps() int {
+	n := d.cfg.Epochs * d.StepsPerEpoch()
+	if d.cfg.Steps > 0 {
+		n = min(n, d.cfg.Steps)
+	}
+	return n
+}
+
+// Step is one training step: its number T (0, 1, …), the epoch it is in,
+// and the samples of global batch T that this rank takes.
+type Step struct {
+	T, Epoch int
+	Idx      []int
+}
+
+// Batches yields every step of the run (TotalSteps of them) for rank of
+// size ranks: global batch t is Batch consecutive samples of its epoch's
+// order (the same on every rank), and rank r takes the r-th of size equal
+// parts of it.
+func (d *Data) Batches(rank, size int) iter.Seq[Step] {
+	return func(yield func(Step) bool) {
+		per := d.cfg.Batch / size
+		var order []int
+		for t := range d.TotalSteps() {
+			e, s := t/d.StepsPerEpoch(), t%d.StepsPerEpoch()
+			if s == 0 {
+				order = mnist.Order(d.Train.Len(), d.cfg.Seed, e)
+			}
+			at := s*d.cfg.Batch + rank*per
+			if !yield(Step{T: t, Epoch: e, Idx: order[at : at+per]}) {
+				return
+			}
+		}
+	}
+}
+
+// Join joins this process to its job with hiercomm.Init (bounded by two
+// minutes), checks c for the world it got and loads the data. The caller
+// closes the World.
+func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
+	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(initCtx, hiercomm.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.Check(w.Size()); err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	d, err := Load(c)
+	if err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return w, d, nil
+}
+
+// Printer returns a Printf to out that prints on rank 0 only, a line per
+// call.
+func Printer(out io.Writer, rank int) func(format string, a ...any) {
+	return func(format string, a ...any) {
+		if rank == 0 {
+			fmt.Fprintf(out, format+"\n", a...)
+		}
+	}
+}
