@@ -105,7 +105,8 @@ func (x *phases) wait(pd pending) bool {
 		return x.ok()
 	case comm.PlainAbandon(err):
 		if x.abandoned == nil {
-			x.abandoned = x.h.opError(x.kind, x.seq, pd.p.global(comm.PeerOf(err)), fmt.Errorf("%s: %w", pd.p.name, err))
+			peer := pd.p.global(comm.PeerOf(err))
+			x.abandoned = x.h.opError(x.kind, x.seq, peer, pd.p.abandoned(peer, err))
 		}
 		return false
 	}
@@ -147,14 +148,60 @@ func (x *phases) fail(p part, err error) {
 	}
 	peer := p.global(comm.PeerOf(err))
 	var cause error
-	if errors.Is(err, comm.ErrMismatch) {
+	switch {
+	case errors.Is(err, comm.ErrMismatch):
 		cause = x.userMismatch(p, peer, err)
 		x.fatal = x.h.opError(x.kind, x.seq, peer, cause)
-	} else {
+	case errors.Is(err, comm.ErrPeerFailed):
+		if pe := x.h.blame(p, peer, err); pe != nil {
+			x.fatal = x.h.opError(x.kind, x.seq, pe.Peer, pe)
+			cause = x.fatal
+			break
+		}
+		fallthrough
+	default:
 		x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
 		cause = x.fatal
 	}
 	x.h.abort(cause)
+}
+
+// blame is the failure of a part's operation that err blames on a rank
+// (comm.CulpritOf), in the hierarchy's terms: a *comm.PeerError naming
+// the global rank, whose Err says what happened to it and how the news
+// came (through p; from, a global rank, told this one), and wraps err.
+// It is nil when err blames no rank.
+func (h *Comm) blame(p part, from int, err error) *comm.PeerError {
+	b, ok := comm.CulpritOf(err)
+	if !ok || b.Rank < 0 {
+		return nil
+	}
+	g := b.Rank
+	if !b.Outside {
+		g = p.global(b.Rank)
+	}
+	if g >= h.size {
+		return nil
+	}
+	via := "through " + p.name
+	if from >= 0 && from != g && from != h.rank {
+		via += fmt.Sprintf(", from rank %d", from)
+	}
+	return &comm.PeerError{Peer: g, Addr: h.where(g), Err: &comm.ViaError{How: b.How, Via: via, Err: err}}
+}
+
+// abandoned is a part's plain abandonment (a peer rejected its own
+// arguments) in the hierarchy's terms: the peer's *comm.RemoteError with
+// its global rank, and the part it came through.
+func (p part) abandoned(peer int, err error) error {
+	var re *comm.RemoteError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	g := *re
+	g.Peer = peer
+	g.Reason += " (through " + p.name + ")"
+	return &g
 }
 
 // userMismatch is a part's mismatch error as a *comm.MismatchError of the

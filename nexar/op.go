@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -55,12 +56,7 @@ func (o *op) fail(err error, notify bool) {
 }
 
 func (o *op) notify(err error) {
-	why := uint32(comm.FailCodeOf(err))
-	reason := err.Error()
-	if len(reason) > 4096 {
-		reason = reason[:4096]
-	}
-	h := Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Step: why, Sig: o.sig}
+	h, reason := failNotice(Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Sig: o.sig}, err)
 	var wg sync.WaitGroup
 	for p := range o.c.members {
 		if p == o.c.rank {
@@ -77,12 +73,45 @@ func (o *op) notify(err error) {
 
 // remoteFailure turns a peer's failure notice into this rank's error.
 func (o *op) remoteFailure(f frame) error {
-	reason := string(f.payload)
-	code := comm.FailCode(f.h.Step)
-	if code == comm.FailMismatch {
-		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: reason}
+	if comm.FailCode(f.h.Step) == comm.FailMismatch {
+		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: string(f.payload)}
 	}
-	return code.Remote(f.src, reason)
+	return noticeError(f, "")
+}
+
+// failNotice fills h (a FrameFail header) and returns the payload of a
+// failure notice for err: its FailCode in Step and its text; for a peer's
+// failure that err blames on a rank (comm.CulpritOf), that rank in
+// Sig.Root and Sig.Count 1 when it is numbered outside this communicator
+// (a composed communicator named it, comm.FromOutside), and only what
+// happened to it as the text, so that every rank that hears of it names
+// the same rank as the one that saw it.
+func failNotice(h Header, err error) (Header, []byte) {
+	code := comm.FailCodeOf(err)
+	h.Step = uint32(code)
+	reason := err.Error()
+	if b, ok := comm.CulpritOf(err); ok && code == comm.FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
+		reason = b.How
+		h.Sig = comm.Signature{Root: int32(b.Rank)}
+		if b.Outside {
+			h.Sig.Count = 1
+		}
+	}
+	if len(reason) > 4096 {
+		reason = reason[:4096]
+	}
+	return h, []byte(reason)
+}
+
+// noticeError is this rank's error for the failure notice f (other than
+// a mismatch), prefix put before a reason that blames no rank.
+func noticeError(f frame, prefix string) *comm.RemoteError {
+	code := comm.FailCode(f.h.Step)
+	if code == comm.FailPeer && f.h.Sig.Root >= 0 {
+		b := comm.Blame{Rank: int(f.h.Sig.Root), Outside: f.h.Sig.Count == 1, How: string(f.payload)}
+		return code.Blamed(f.src, b, b.How)
+	}
+	return code.Remote(f.src, prefix+string(f.payload))
 }
 
 // localFailure classifies an error a schedule returned.
@@ -204,10 +233,10 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 	for {
 		died, dead := c.w.peerState(c.members[peer])
 		if dead != nil && peer != c.rank {
-			return abandon(&peerFault{peer: peer, err: dead})
+			return abandon(&peerFault{peer: peer, err: c.ownPeerError(dead)})
 		}
 		if gone && peer != c.rank {
-			return abandon(&comm.PeerError{Peer: peer, Err: errCommClosed})
+			return abandon(&comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed})
 		}
 		select {
 		case f := <-ch:
