@@ -79,6 +79,7 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	pd := pending{p: p, poisoned: x.abandoned != nil}
 	if pd.poisoned {
 		c = c.WithoutBuffers()
+		c.Refused = x.refusal()
 	}
 	if r, ok := p.c.(comm.Runner); ok && block {
 		pd.w = comm.Failed(r.Run(x.ctx, c))
@@ -112,6 +113,18 @@ func (x *phases) wait(pd pending) bool {
 	}
 	x.fail(pd.p, err)
 	return false
+}
+
+// refusal is what the parts tell their peers once the collective is
+// abandoned: this rank's own bad argument, or the peer's report (in
+// global terms) that made it abandon, so that every rank reads the
+// reason of the rank that refused, not the parts' verdict on the empty
+// stand-in calls.
+func (x *phases) refusal() error {
+	if oe, ok := x.abandoned.(*comm.OpError); ok {
+		return oe.Err
+	}
+	return x.abandoned
 }
 
 // ok reports whether the collective is still good.
