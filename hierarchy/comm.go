@@ -215,11 +215,13 @@ func New(cfg Config) (*Comm, error) {
 	return h, nil
 }
 
-// watch aborts the hierarchy when part p is aborted, whatever aborted it:
-// news of a failure that reaches this rank through one part (a peer
-// announced its abort there) ends the operations waiting on the others.
-// The hierarchy's own abort of its parts comes back here, and changes
-// nothing.
+// watch aborts the hierarchy when part p is aborted by a rank's failure:
+// news of it that reaches this rank through one part (a peer announced
+// its abort there, a node-mate saw the process vanish) ends the
+// operations waiting on the others. Other aborts (a mismatch, a
+// deadline) are left to the phase that meets them, which reports them in
+// the user's terms; the hierarchy's own abort of its parts comes back
+// here and changes nothing.
 func (h *Comm) watch(p part, w comm.AbortWatcher) {
 	select {
 	case <-h.stop:
@@ -227,7 +229,10 @@ func (h *Comm) watch(p part, w comm.AbortWatcher) {
 	case <-w.Aborted():
 	}
 	cause := w.AbortCause()
-	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil && errors.Is(cause, comm.ErrPeerFailed) {
+	if !errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch) {
+		return
+	}
+	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
 		h.abort(pe)
 		return
 	}
