@@ -544,7 +544,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 func (c *Comm) onFail(f frame) {
 	defer putBuf(f.payload)
 	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
-		c.abort(noticeError(f, "its side of the communicator was aborted: "))
+		c.abort(c.noticeError(f, "its side of the communicator was aborted: "))
 		return
 	}
 	c.mu.Lock()

@@ -76,7 +76,7 @@ func (o *op) remoteFailure(f frame) error {
 	if comm.FailCode(f.h.Step) == comm.FailMismatch {
 		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: string(f.payload)}
 	}
-	return noticeError(f, "")
+	return o.c.noticeError(f, "")
 }
 
 // failNotice fills h (a FrameFail header) and returns the payload of a
@@ -104,14 +104,27 @@ func failNotice(h Header, err error) (Header, []byte) {
 }
 
 // noticeError is this rank's error for the failure notice f (other than
-// a mismatch), prefix put before a reason that blames no rank.
-func noticeError(f frame, prefix string) *comm.RemoteError {
+// a mismatch), prefix put before a reason that blames no rank. A notice
+// that blames this rank itself means its peers gave it up: if this
+// process was stalled, the failure is this rank's own (ErrStalled).
+func (c *Comm) noticeError(f frame, prefix string) error {
 	code := comm.FailCode(f.h.Step)
-	if code == comm.FailPeer && f.h.Sig.Root >= 0 {
-		b := comm.Blame{Rank: int(f.h.Sig.Root), Outside: f.h.Sig.Count == 1, How: string(f.payload)}
-		return code.Blamed(f.src, b, b.How)
+	if code != comm.FailPeer || f.h.Sig.Root < 0 {
+		return code.Remote(f.src, prefix+string(f.payload))
 	}
-	return code.Remote(f.src, prefix+string(f.payload))
+	b := comm.Blame{Rank: int(f.h.Sig.Root), Outside: f.h.Sig.Count == 1, How: string(f.payload)}
+	re := code.Blamed(f.src, b, b.How)
+	if b.Rank != c.rank || b.Outside {
+		return re
+	}
+	if s, ok := c.w.tr.(staller); ok {
+		if gap, timeout, stalled := s.stalled(time.Now()); stalled {
+			return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &stallError{gap: gap, timeout: timeout, cause: re,
+				what: fmt.Sprintf("rank %d reports that it gave this rank up", f.src)}}
+		}
+	}
+	re.Reason = "its peers gave this rank up: " + re.Reason
+	return re
 }
 
 // localFailure classifies an error a schedule returned.
