@@ -283,9 +283,39 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Unlock()
 	if c.owner {
+		c.dropBlamed()
 		return c.w.tr.Close()
 	}
 	return nil
+}
+
+// dropBlamed cuts the connections to the rank that the failure which
+// aborted this world communicator blames (comm.CulpritOf), before the
+// transport's close protocol: that rank failed, so waiting up to the
+// linger for its goodbye only delays Close (news of a death that came
+// another way — a node-mate saw the process vanish, a peer told — reaches
+// this rank long before the transport's own FailureTimeout would). A
+// rank blamed from outside (Abort) is taken as a world rank: a composed
+// communicator's world part has the composer's ranks.
+func (c *Comm) dropBlamed() {
+	c.mu.Lock()
+	aborted := c.aborted
+	c.mu.Unlock()
+	d, ok := c.w.tr.(peerDropper)
+	if aborted == nil || !ok {
+		return
+	}
+	b, ok := comm.CulpritOf(aborted)
+	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
+		return
+	}
+	peer := b.Rank
+	if !b.Outside {
+		peer = c.members[b.Rank]
+	}
+	if peer != c.w.rank {
+		d.DropPeer(peer, aborted)
+	}
 }
 
 // Start implements comm.Communicator.
