@@ -263,6 +263,44 @@ func (e *RemoteError) Is(target error) bool {
 		(e.PeerFailed && target == ErrPeerFailed) || (e.Mismatch && target == ErrMismatch)
 }
 
+// LateError is a deadline that passed while peers had not started the
+// collective this rank waited in: the likely stragglers. Err is the
+// deadline's error (ErrTimeout).
+type LateError struct {
+	Err error
+	// Ranks had not started collective Seq; Last[i] is the last one
+	// Ranks[i] had started. Ranks are of the communicator that returned
+	// the error.
+	Ranks []int
+	Last  []uint64
+	Seq   uint64
+	// Who, if set, names each rank (Who[i] for Ranks[i]) and What the
+	// collective, for a composed communicator that reports a part's
+	// stragglers in its own terms ("rank 3 (node 1, local 1)", "rail 1's
+	// AllReduce #7"). If empty: "rank 3", "collective #7".
+	Who  []string
+	What string
+}
+
+func (e *LateError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	what := e.What
+	if what == "" {
+		what = fmt.Sprintf("collective #%d", e.Seq)
+	}
+	for i, r := range e.Ranks {
+		who := fmt.Sprintf("rank %d", r)
+		if i < len(e.Who) {
+			who = e.Who[i]
+		}
+		fmt.Fprintf(&b, " (%s had not started %s; its last was #%d)", who, what, e.Last[i])
+	}
+	return b.String()
+}
+
+func (e *LateError) Unwrap() error { return e.Err }
+
 // AbortedError is the error of every call on a communicator that an earlier
 // failure aborted; Cause is that failure.
 type AbortedError struct{ Cause error }
@@ -304,8 +342,8 @@ func PlainAbandon(err error) bool {
 }
 
 // PeerOf is the peer an error names (a rank of the communicator that
-// returned it: a *MismatchError's, *RemoteError's or *PeerError's Peer, or
-// an *OpError's), or -1.
+// returned it: a *MismatchError's, *RemoteError's or *PeerError's Peer, a
+// *LateError's first rank, or an *OpError's), or -1.
 func PeerOf(err error) int {
 	var me *MismatchError
 	if errors.As(err, &me) {
@@ -318,6 +356,10 @@ func PeerOf(err error) int {
 	var pe *PeerError
 	if errors.As(err, &pe) {
 		return pe.Peer
+	}
+	var le *LateError
+	if errors.As(err, &le) && len(le.Ranks) > 0 {
+		return le.Ranks[0]
 	}
 	var oe *OpError
 	if errors.As(err, &oe) {

@@ -173,10 +173,34 @@ func (x *phases) fail(p part, err error) {
 		}
 		fallthrough
 	default:
-		x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
+		if late := x.h.late(p, err); late != nil {
+			x.fatal = x.h.opError(x.kind, x.seq, late.Ranks[0], late)
+		} else {
+			x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
+		}
 		cause = x.fatal
 	}
 	x.h.abort(cause)
+}
+
+// late is a part's deadline that names the part's ranks that had not
+// started its operation (*comm.LateError), in the hierarchy's terms:
+// global ranks, and the phase as the part's operation. It is nil for any
+// other error.
+func (h *Comm) late(p part, err error) *comm.LateError {
+	var le *comm.LateError
+	var oe *comm.OpError
+	if !errors.As(err, &le) || len(le.Ranks) == 0 || !errors.As(err, &oe) {
+		return nil
+	}
+	g := &comm.LateError{Err: le.Err, Seq: le.Seq, Last: le.Last,
+		What: fmt.Sprintf("this collective's %v #%d on %s", oe.Kind, le.Seq, p.name)}
+	for _, r := range le.Ranks {
+		r = p.global(r)
+		g.Ranks = append(g.Ranks, r)
+		g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
+	}
+	return g
 }
 
 // blame is the failure of a part's operation that err blames on a rank

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -163,10 +165,12 @@ func (o *op) finish() error {
 	}
 	err := o.err
 	if errors.Is(err, comm.ErrTimeout) && len(behind) > 0 {
-		for p, last := range behind {
-			err = fmt.Errorf("%w (rank %d had not started collective #%d; its last was #%d)", err, p, o.seq, last)
-			break
+		late := &comm.LateError{Err: err, Seq: o.seq}
+		for _, p := range slices.Sorted(maps.Keys(behind)) {
+			late.Ranks = append(late.Ranks, p)
+			late.Last = append(late.Last, behind[p])
 		}
+		err = late
 	}
 	return &comm.OpError{Rank: c.rank, Peer: peerOf(err), Kind: o.sig.Kind, Seq: o.seq, Comm: c.name, Err: err}
 }
