@@ -60,9 +60,9 @@ func (e *OpError) Error() string {
 	if e.Peer >= 0 {
 		s += fmt.Sprintf(" (peer %d)", e.Peer)
 	}
-	if c, aborted, _ := culpritError(e.Err); c != nil {
-		s = c.Error() + " — " + s
-		if aborted {
+	if f := culpritError(e.Err); f.err != nil {
+		s = f.err.Error() + " — " + s
+		if f.aborted {
 			s += ", the communicator aborted by it earlier"
 		}
 		return s
@@ -385,8 +385,9 @@ type Blame struct {
 // tells its peers of a failure sends them the Blame, so that each names
 // the same rank; a composed one maps the part's Blame to its own ranks.
 func CulpritOf(err error) (Blame, bool) {
-	c, _, outside := culpritError(err)
-	switch c := c.(type) {
+	f := culpritError(err)
+	outside := f.outside
+	switch c := f.err.(type) {
 	case *PeerError:
 		how := c.Err.Error()
 		if v, ok := c.Err.(*ViaError); ok {
@@ -414,36 +415,48 @@ type outsideError struct{ error }
 
 func (e *outsideError) Unwrap() error { return e.error }
 
+// culprit is what culpritError found: the error that names a failed rank
+// (nil if none), whether an *AbortedError came before it, and whether it
+// came from outside (FromOutside).
+type culprit struct {
+	err              error
+	aborted, outside bool
+}
+
 // culpritError is the first error in err's chain (depth first, as
-// errors.As searches) that names a failed rank, whether an *AbortedError
-// came before it, and whether it came from outside (FromOutside).
-func culpritError(err error) (c error, aborted, outside bool) {
+// errors.As searches) that names a failed rank.
+func culpritError(err error) culprit {
+	var f culprit
 	for err != nil {
 		switch e := err.(type) {
 		case *PeerError:
-			return e, aborted, outside
+			f.err = e
+			return f
 		case *RemoteError:
 			if e.PeerFailed && e.Culprit >= 0 {
-				return e, aborted, outside
+				f.err = e
+				return f
 			}
-			return nil, false, false
+			return culprit{}
 		case *outsideError:
-			outside = true
+			f.outside = true
 			err = e.error
 			continue
 		case *AbortedError:
-			aborted = true
+			f.aborted = true
 			err = e.Cause
 			continue
 		case interface{ Unwrap() []error }:
 			for _, inner := range e.Unwrap() {
-				if c, ab, out := culpritError(inner); c != nil {
-					return c, aborted || ab, outside || out
+				if in := culpritError(inner); in.err != nil {
+					in.aborted = in.aborted || f.aborted
+					in.outside = in.outside || f.outside
+					return in
 				}
 			}
-			return nil, false, false
+			return culprit{}
 		}
 		err = errors.Unwrap(err)
 	}
-	return nil, false, false
+	return culprit{}
 }
