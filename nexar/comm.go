@@ -104,7 +104,6 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		}
 	}
 	c.Blocking = comm.Blocking{S: c}
-	c.exec = c.newExec()
 	for i := range c.index {
 		c.index[i] = -1
 	}
@@ -114,6 +113,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 			c.rank = r
 		}
 	}
+	c.exec = c.newExec()
 	return c
 }
 
@@ -358,7 +358,12 @@ func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, spli
 // takes its number, and the peers are told, so they fail it too instead of
 // waiting.
 func (c *Comm) newExec() *comm.Exec[*job] {
+	var rec *comm.FlightRecorder
+	if c.opt.FlightRecorder > 0 {
+		rec = comm.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
+	}
 	return comm.NewExec(comm.ExecConfig[*job]{
+		Recorder:   rec,
 		Concurrent: true,
 		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
 		Admit: func(t *comm.Task[*job]) error {
