@@ -72,3 +72,34 @@ func TestDeadlineNamesTheRanksThatHadNotStarted(t *testing.T) {
 		t.Errorf("no error names the straggler, rank %d", straggler)
 	}
 }
+
+// A rank whose context is canceled: its node-mate, told through the intra
+// part, names it by its global rank (the part's own rank for it is 1),
+// and no part calls itself "world".
+func TestCancelNamesTheGlobalRank(t *testing.T) {
+	for _, intra := range []string{"shm", "nexar"} {
+		t.Run(intra, func(t *testing.T) {
+			cs := build(t, layout{name: "2x2", perNode: []int{2, 2}}, intra, hierarchy.Config{})
+			errs := each(cs, func(r int, c comm.Communicator) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if r == 3 {
+					var stop context.CancelFunc
+					ctx, stop = context.WithCancel(ctx)
+					stop()
+				}
+				x := make([]float32, 17)
+				return c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+			})
+			msg := fmt.Sprint(errs[2])
+			if !errors.Is(errs[2], comm.ErrCanceled) || !strings.Contains(msg, "rank 3 ended the collective") {
+				t.Errorf("rank 2: %q, want a cancel that names rank 3", msg)
+			}
+			for r, err := range errs {
+				if err != nil && strings.Contains(err.Error(), "on world") {
+					t.Errorf("rank %d: %q names a part world", r, err)
+				}
+			}
+		})
+	}
+}

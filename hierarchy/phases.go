@@ -176,7 +176,7 @@ func (x *phases) fail(p part, err error) {
 		if late := x.h.late(p, err); late != nil {
 			x.fatal = x.h.opError(x.kind, x.seq, late.Ranks[0], late)
 		} else {
-			x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
+			x.fatal = x.h.opError(x.kind, x.seq, peer, p.wrap(err))
 		}
 		cause = x.fatal
 	}
@@ -227,13 +227,45 @@ func (h *Comm) blame(p part, from int, err error) *comm.PeerError {
 	return &comm.PeerError{Peer: g, Addr: h.where(g), Err: &comm.ViaError{How: b.How, Via: via, Err: err}}
 }
 
+// wrap is a part's error as the hierarchy reports it: the part's name and
+// operation, then the cause, without the part's own rank and name (a
+// part's rank is not a global one, and a part may call itself "world").
+func (p part) wrap(err error) error {
+	var oe *comm.OpError
+	if !errors.As(err, &oe) || oe != err {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	pe := &partError{part: p.name, op: oe, cause: oe.Err}
+	if re, ok := oe.Err.(*comm.RemoteError); ok {
+		// The peer that gave up, by its global rank.
+		g := *re
+		g.Peer = p.global(re.Peer)
+		pe.cause = &g
+	}
+	return pe
+}
+
+// partError is a part's *comm.OpError under the part's name (part.wrap);
+// cause is its Err as the hierarchy words it.
+type partError struct {
+	part  string
+	op    *comm.OpError
+	cause error
+}
+
+func (e *partError) Error() string {
+	return fmt.Sprintf("%s, its %v #%d: %v", e.part, e.op.Kind, e.op.Seq, e.cause)
+}
+
+func (e *partError) Unwrap() error { return e.op }
+
 // abandoned is a part's plain abandonment (a peer rejected its own
 // arguments) in the hierarchy's terms: the peer's *comm.RemoteError with
 // its global rank, and the part it came through.
 func (p part) abandoned(peer int, err error) error {
 	var re *comm.RemoteError
 	if !errors.As(err, &re) {
-		return fmt.Errorf("%s: %w", p.name, err)
+		return p.wrap(err)
 	}
 	g := *re
 	g.Peer = peer
