@@ -195,6 +195,12 @@ func (h *Comm) late(p part, err error) *comm.LateError {
 	}
 	g := &comm.LateError{Err: le.Err, Seq: le.Seq, Last: le.Last,
 		What: fmt.Sprintf("this collective's %v #%d on %s", oe.Kind, le.Seq, p.name)}
+	if re, ok := le.Err.(*comm.RemoteError); ok {
+		// A peer's deadline: that peer by its global rank.
+		gre := *re
+		gre.Peer = p.global(re.Peer)
+		g.Err = &gre
+	}
 	for _, r := range le.Ranks {
 		r = p.global(r)
 		g.Ranks = append(g.Ranks, r)
