@@ -196,10 +196,7 @@ func (h *Comm) late(p part, err error) *comm.LateError {
 	g := &comm.LateError{Err: le.Err, Seq: le.Seq, Last: le.Last,
 		What: fmt.Sprintf("this collective's %v #%d on %s", oe.Kind, le.Seq, p.name)}
 	if re, ok := le.Err.(*comm.RemoteError); ok {
-		// A peer's deadline: that peer by its global rank.
-		gre := *re
-		gre.Peer = p.global(re.Peer)
-		g.Err = &gre
+		g.Err = p.globalRemote(re) // a peer's deadline
 	}
 	for _, r := range le.Ranks {
 		r = p.global(r)
@@ -242,13 +239,24 @@ func (p part) wrap(err error) error {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	pe := &partError{part: p.name, op: oe, cause: oe.Err}
-	if re, ok := oe.Err.(*comm.RemoteError); ok {
-		// The peer that gave up, by its global rank.
-		g := *re
-		g.Peer = p.global(re.Peer)
-		pe.cause = &g
+	// The peer that gave up, or whose news aborted the part, by its
+	// global rank.
+	switch e := oe.Err.(type) {
+	case *comm.RemoteError:
+		pe.cause = p.globalRemote(e)
+	case *comm.AbortedError:
+		if re, ok := e.Cause.(*comm.RemoteError); ok {
+			pe.cause = &comm.AbortedError{Cause: p.globalRemote(re)}
+		}
 	}
 	return pe
+}
+
+// globalRemote is a part's *comm.RemoteError with the peer's global rank.
+func (p part) globalRemote(re *comm.RemoteError) *comm.RemoteError {
+	g := *re
+	g.Peer = p.global(re.Peer)
+	return &g
 }
 
 // partError is a part's *comm.OpError under the part's name (part.wrap);
@@ -273,10 +281,9 @@ func (p part) abandoned(peer int, err error) error {
 	if !errors.As(err, &re) {
 		return p.wrap(err)
 	}
-	g := *re
-	g.Peer = peer
+	g := p.globalRemote(re)
 	g.Reason += " (through " + p.name + ")"
-	return &g
+	return g
 }
 
 // userMismatch is a part's mismatch error as a *comm.MismatchError of the
