@@ -143,3 +143,64 @@ func TestOutsideDetectorNewsBlamesTheDeadRank(t *testing.T) {
 		})
 	}
 }
+
+// The same for a Split child of the hierarchy (itself hierarchical: its
+// own world, intra and rail parts): a rank that closes its child while
+// the others are in an AllReduce on it is blamed by its rank in the child,
+// and the parent stays usable.
+func TestChildSurvivorsBlameTheRankThatClosed(t *testing.T) {
+	for _, intra := range []string{"shm", "nexar"} {
+		t.Run(intra, func(t *testing.T) {
+			l := layout{name: "2x4", perNode: []int{4, 4}}
+			cs := build(t, l, intra, hierarchy.Config{})
+			children := make([]comm.Communicator, len(cs))
+			// Even ranks: a 2×2 child, ranks 0 2 4 6 → 0 1 2 3.
+			errs := each(cs, func(r int, c comm.Communicator) error {
+				color := comm.NoColor
+				if r%2 == 0 {
+					color = 0
+				}
+				var err error
+				children[r], err = c.Split(context.Background(), color, r)
+				return err
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			const closer = 3 // child rank 3: parent rank 6, node 1, local 1 in the child
+			errs = each(cs, func(r int, c comm.Communicator) error {
+				ch := children[r]
+				if ch == nil {
+					return nil
+				}
+				if ch.Rank() == closer {
+					time.Sleep(50 * time.Millisecond)
+					return ch.Close()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				x := make([]float32, 1<<16)
+				return checkBlame(ch.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum), closer,
+					"rank 3 (node 1, local 1) failed: ", regexp.MustCompile(`rank (\d+)[^;]* failed`))
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			errs = each(cs, func(r int, c comm.Communicator) error {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				return c.Barrier(ctx)
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Errorf("the parent after the child's failure: %v", err)
+			}
+			for _, ch := range children {
+				if ch != nil {
+					ch.Close()
+				}
+			}
+		})
+	}
+}
