@@ -171,8 +171,15 @@ func killed() error {
 	}
 	x := make([]float32, 1000)
 	err = w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
-	if !errors.Is(err, comm.ErrPeerFailed) || !strings.Contains(err.Error(), "rank 1") {
-		return fmt.Errorf("rank %d: AllReduce with rank 1 dead returned %v, want a failure naming rank 1", w.Rank(), err)
+	if !errors.Is(err, comm.ErrPeerFailed) || !strings.HasPrefix(err.Error(), "rank 1 ") {
+		return fmt.Errorf("rank %d: AllReduce with rank 1 dead returned %v, want a failure naming rank 1 first", w.Rank(), err)
+	}
+	var oe *comm.OpError
+	if !errors.As(err, &oe) {
+		return fmt.Errorf("rank %d: %v is not an *comm.OpError", w.Rank(), err)
+	}
+	if r, ok := oe.Culprit(); !ok || r != 1 {
+		return fmt.Errorf("rank %d: %v: Culprit() = %d, %v, want rank 1", w.Rank(), err, r, ok)
 	}
 	fmt.Printf("failure seen: %v\n", err)
 	return nil

@@ -82,6 +82,13 @@ type Call struct {
 	// it makes of its parts: the call its user made, which the parts
 	// compare with the rest of the Signature. Zero on a user's own call.
 	Outer Outer
+	// Refused is set by a composed communicator on the calls it makes of
+	// its parts for a call that it refuses (its rank's bad argument, or a
+	// peer's it was told of): the part refuses the call with this reason
+	// (Validate returns it, as an error that matches ErrInvalidArgument)
+	// and tells its peers that, not its verdict on the call's stand-in
+	// arguments. Nil on a user's own call.
+	Refused error
 }
 
 // Outer identifies the user's call on the phases a composed communicator

@@ -96,6 +96,20 @@ func Abort(c Communicator, cause error) {
 	}
 }
 
+// AbortWatcher is a Communicator that says when it is aborted — by a
+// failure it saw, by a peer's news, or through Abort — so that a
+// communicator composed of it and others (hierarchy) aborts the others at
+// once: news that reaches a rank through one part ends what waits on
+// another (a node-mate of a dead rank may be waiting in the intra-node
+// part while a rail brings the news).
+type AbortWatcher interface {
+	// Aborted returns a channel that is closed once the communicator is
+	// aborted; AbortCause is then the failure that aborted it (nil
+	// before).
+	Aborted() <-chan struct{}
+	AbortCause() error
+}
+
 // PeerFailer is a Communicator that can be told of a rank that an outside
 // failure detector (the cluster layer's membership) declared dead: its
 // operations waiting on that rank, and every later one, fail with a

@@ -43,6 +43,12 @@ type OpError struct {
 	Err  error  // the cause
 }
 
+// Error says what happened. When a rank's failure is behind it (Culprit),
+// the cause comes first, in one line, and where this rank met it after:
+// "rank 6 (node 1, local 2) failed: it closed its communicator (through
+// rail 0, from rank 4); check that process's log — rank 0: AllReduce #1 on
+// hierarchy (peer 6)". Otherwise it reads "rank 2: AllReduce #41 on world
+// (peer 3): " and the cause.
 func (e *OpError) Error() string {
 	s := fmt.Sprintf("rank %d: %v", e.Rank, e.Kind)
 	if e.Seq != 0 {
@@ -54,10 +60,32 @@ func (e *OpError) Error() string {
 	if e.Peer >= 0 {
 		s += fmt.Sprintf(" (peer %d)", e.Peer)
 	}
+	if f := culpritError(e.Err); f.err != nil {
+		s = f.err.Error() + " — " + s
+		if f.aborted {
+			s += ", the communicator aborted by it earlier"
+		}
+		return s
+	}
 	return s + ": " + e.Err.Error()
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
+
+// Culprit is the rank whose failure caused this error — a process that
+// died, lost its connection, closed its communicator, fell silent or was
+// declared dead — and whether one is known. The rank is one of the
+// communicator that returned the error (for a composed communicator such
+// as the hierarchy: its own, global ranks; for a Split child: the
+// child's). Every error that matches ErrPeerFailed names one when some
+// rank could attribute the failure; it is never a rank that is alive and
+// well, though it may be this rank itself (a rank that was stalled past
+// the failure timeout and expelled by its peers). It is the rank the
+// error's text names first.
+func (e *OpError) Culprit() (rank int, ok bool) {
+	b, ok := CulpritOf(e.Err)
+	return b.Rank, ok
+}
 
 // ArgError is an argument that is wrong on its own. It is returned on the
 // rank that passed it; the other ranks of the collective get a *RemoteError.
@@ -173,6 +201,26 @@ func (e *PeerError) Error() string {
 	return fmt.Sprintf("%s failed: %v; check that process's log", who, e.Err)
 }
 
+// ViaError is the Err of a *PeerError that a composed communicator makes
+// from one of its parts' errors: How is what happened to the failed rank,
+// in the words of the rank that saw it, Via how the news reached this
+// rank ("through rail 0, from rank 4"), and Err the part's own error
+// (which names ranks in the part's terms).
+type ViaError struct {
+	How string
+	Via string
+	Err error
+}
+
+func (e *ViaError) Error() string {
+	if e.Via == "" {
+		return e.How
+	}
+	return e.How + " (" + e.Via + ")"
+}
+
+func (e *ViaError) Unwrap() error { return e.Err }
+
 func (e *PeerError) Unwrap() error { return e.Err }
 
 func (e *PeerError) Is(target error) bool { return target == ErrPeerFailed }
@@ -193,9 +241,20 @@ type RemoteError struct {
 	// also on one that hears of it only through an aborted communicator
 	// (the parts of a composed communicator, see Aborter).
 	Mismatch bool
+	// Culprit, with PeerFailed, is the rank whose failure the peer gave
+	// up for, and Reason then says what happened to it; -1 when the peer
+	// could not name one. It is a rank of this communicator, or, with
+	// CulpritOutside, of the composed communicator this one is a part of
+	// (the peer's side was aborted by it, through Aborter, and it named
+	// the rank in its own terms).
+	Culprit        int
+	CulpritOutside bool
 }
 
 func (e *RemoteError) Error() string {
+	if e.PeerFailed && e.Culprit >= 0 {
+		return fmt.Sprintf("rank %d failed: %s (told by rank %d)", e.Culprit, e.Reason, e.Peer)
+	}
 	return fmt.Sprintf("rank %d ended the collective on its side: %s", e.Peer, e.Reason)
 }
 
@@ -203,6 +262,44 @@ func (e *RemoteError) Is(target error) bool {
 	return target == ErrPeerAbandoned || (e.Timeout && target == ErrTimeout) || (e.Canceled && target == ErrCanceled) ||
 		(e.PeerFailed && target == ErrPeerFailed) || (e.Mismatch && target == ErrMismatch)
 }
+
+// LateError is a deadline that passed while peers had not started the
+// collective this rank waited in: the likely stragglers. Err is the
+// deadline's error (ErrTimeout).
+type LateError struct {
+	Err error
+	// Ranks had not started collective Seq; Last[i] is the last one
+	// Ranks[i] had started. Ranks are of the communicator that returned
+	// the error.
+	Ranks []int
+	Last  []uint64
+	Seq   uint64
+	// Who, if set, names each rank (Who[i] for Ranks[i]) and What the
+	// collective, for a composed communicator that reports a part's
+	// stragglers in its own terms ("rank 3 (node 1, local 1)", "rail 1's
+	// AllReduce #7"). If empty: "rank 3", "collective #7".
+	Who  []string
+	What string
+}
+
+func (e *LateError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Err.Error())
+	what := e.What
+	if what == "" {
+		what = fmt.Sprintf("collective #%d", e.Seq)
+	}
+	for i, r := range e.Ranks {
+		who := fmt.Sprintf("rank %d", r)
+		if i < len(e.Who) {
+			who = e.Who[i]
+		}
+		fmt.Fprintf(&b, " (%s had not started %s; its last was #%d)", who, what, e.Last[i])
+	}
+	return b.String()
+}
+
+func (e *LateError) Unwrap() error { return e.Err }
 
 // AbortedError is the error of every call on a communicator that an earlier
 // failure aborted; Cause is that failure.
@@ -245,8 +342,8 @@ func PlainAbandon(err error) bool {
 }
 
 // PeerOf is the peer an error names (a rank of the communicator that
-// returned it: a *MismatchError's, *RemoteError's or *PeerError's Peer, or
-// an *OpError's), or -1.
+// returned it: a *MismatchError's, *RemoteError's or *PeerError's Peer, a
+// *LateError's first rank, or an *OpError's), or -1.
 func PeerOf(err error) int {
 	var me *MismatchError
 	if errors.As(err, &me) {
@@ -260,9 +357,106 @@ func PeerOf(err error) int {
 	if errors.As(err, &pe) {
 		return pe.Peer
 	}
+	var le *LateError
+	if errors.As(err, &le) && len(le.Ranks) > 0 {
+		return le.Ranks[0]
+	}
 	var oe *OpError
 	if errors.As(err, &oe) {
 		return oe.Peer
 	}
 	return -1
+}
+
+// Blame is the rank an error holds responsible for a failure (CulpritOf).
+type Blame struct {
+	// Rank is the failed rank: a rank of the communicator whose error
+	// holds the Blame, or, with Outside, of the composed communicator it
+	// is a part of (see RemoteError.CulpritOutside).
+	Rank    int
+	Outside bool
+	// How is what happened to it, in the words of the rank that saw it
+	// ("its process (pid 4242) is gone"), without how the news traveled.
+	How string
+}
+
+// CulpritOf finds the rank err blames: the first *PeerError in err's
+// chain, or *RemoteError that names the failed rank. A communicator that
+// tells its peers of a failure sends them the Blame, so that each names
+// the same rank; a composed one maps the part's Blame to its own ranks.
+func CulpritOf(err error) (Blame, bool) {
+	f := culpritError(err)
+	outside := f.outside
+	switch c := f.err.(type) {
+	case *PeerError:
+		how := c.Err.Error()
+		if v, ok := c.Err.(*ViaError); ok {
+			how = v.How
+		}
+		return Blame{Rank: c.Peer, Outside: outside, How: how}, true
+	case *RemoteError:
+		return Blame{Rank: c.Culprit, Outside: outside || c.CulpritOutside, How: c.Reason}, true
+	}
+	return Blame{Rank: -1}, false
+}
+
+// FromOutside marks cause as coming from outside the communicator it
+// aborts: a composed communicator gives it to a part's Aborter.Abort, and
+// the rank it blames is the composer's (Blame.Outside), whichever
+// numbering its own text uses. The text and errors.Is are cause's.
+func FromOutside(cause error) error {
+	if cause == nil {
+		return nil
+	}
+	return &outsideError{cause}
+}
+
+type outsideError struct{ error }
+
+func (e *outsideError) Unwrap() error { return e.error }
+
+// culprit is what culpritError found: the error that names a failed rank
+// (nil if none), whether an *AbortedError came before it, and whether it
+// came from outside (FromOutside).
+type culprit struct {
+	err              error
+	aborted, outside bool
+}
+
+// culpritError is the first error in err's chain (depth first, as
+// errors.As searches) that names a failed rank.
+func culpritError(err error) culprit {
+	var f culprit
+	for err != nil {
+		switch e := err.(type) {
+		case *PeerError:
+			f.err = e
+			return f
+		case *RemoteError:
+			if e.PeerFailed && e.Culprit >= 0 {
+				f.err = e
+				return f
+			}
+			return culprit{}
+		case *outsideError:
+			f.outside = true
+			err = e.error
+			continue
+		case *AbortedError:
+			f.aborted = true
+			err = e.Cause
+			continue
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				if in := culpritError(inner); in.err != nil {
+					in.aborted = in.aborted || f.aborted
+					in.outside = in.outside || f.outside
+					return in
+				}
+			}
+			return culprit{}
+		}
+		err = errors.Unwrap(err)
+	}
+	return culprit{}
 }

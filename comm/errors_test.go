@@ -66,3 +66,73 @@ func TestSignatureString(t *testing.T) {
 		}
 	}
 }
+
+// TestCulpritComesFirst checks what a user reads for a peer's failure,
+// seen or heard, and what OpError.Culprit gives a program: the failed
+// rank first, where this rank met it after, in one line.
+func TestCulpritComesFirst(t *testing.T) {
+	killed := errors.New("killed")
+	heard := FailPeer.Blamed(1, Blame{Rank: 3, How: "killed"}, "killed")
+	for _, tc := range []struct {
+		name    string
+		err     *OpError
+		culprit int // -1: none
+		want    string
+		is      []error
+	}{
+		{"seen", &OpError{Rank: 0, Peer: 3, Kind: KindAllReduce, Seq: 41, Comm: "world", Err: &PeerError{Peer: 3, Addr: "10.0.0.7:4000", Err: killed}}, 3,
+			"rank 3 (10.0.0.7:4000) failed: killed; check that process's log — rank 0: AllReduce #41 on world (peer 3)",
+			[]error{ErrPeerFailed, killed}},
+		{"heard", &OpError{Rank: 2, Peer: 1, Kind: KindBarrier, Seq: 7, Comm: "world", Err: heard}, 3,
+			"rank 3 failed: killed (told by rank 1) — rank 2: Barrier #7 on world (peer 1)",
+			[]error{ErrPeerFailed, ErrPeerAbandoned}},
+		{"aborted earlier", &OpError{Rank: 2, Peer: -1, Kind: KindBarrier, Seq: 8, Comm: "world", Err: &AbortedError{Cause: &OpError{Rank: 2, Peer: 1, Kind: KindBarrier, Seq: 7, Comm: "world", Err: heard}}}, 3,
+			"rank 3 failed: killed (told by rank 1) — rank 2: Barrier #8 on world, the communicator aborted by it earlier",
+			[]error{ErrPeerFailed, ErrPeerAbandoned, ErrAborted}},
+		{"through a part", &OpError{Rank: 0, Peer: 6, Kind: KindAllReduce, Seq: 1, Comm: "hierarchy",
+			Err: &PeerError{Peer: 6, Addr: "node 1, local 2", Err: &ViaError{How: "it closed its communicator", Via: "through rail 0, from rank 4", Err: heard}}}, 6,
+			"rank 6 (node 1, local 2) failed: it closed its communicator (through rail 0, from rank 4); check that process's log — rank 0: AllReduce #1 on hierarchy (peer 6)",
+			[]error{ErrPeerFailed, ErrPeerAbandoned}},
+		{"no culprit", &OpError{Rank: 1, Peer: 2, Kind: KindAllReduce, Seq: 3, Comm: "world", Err: FailTimeout.Remote(2, "timed out")}, -1,
+			"rank 1: AllReduce #3 on world (peer 2): rank 2 ended the collective on its side: timed out",
+			[]error{ErrTimeout, ErrPeerAbandoned}},
+		{"a failure that names no rank", &OpError{Rank: 1, Peer: 2, Kind: KindAllReduce, Seq: 3, Comm: "world", Err: FailPeer.Remote(2, "some rank failed")}, -1,
+			"rank 1: AllReduce #3 on world (peer 2): rank 2 ended the collective on its side: some rank failed",
+			[]error{ErrPeerFailed, ErrPeerAbandoned}},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+		r, ok := tc.err.Culprit()
+		if ok != (tc.culprit >= 0) || (ok && r != tc.culprit) {
+			t.Errorf("%s: Culprit() = %d, %v, want %d", tc.name, r, ok, tc.culprit)
+		}
+		for _, s := range tc.is {
+			if !errors.Is(tc.err, s) {
+				t.Errorf("%s: not %v", tc.name, s)
+			}
+		}
+	}
+}
+
+// A cause a composed communicator hands a part (FromOutside) blames a
+// rank in the composer's numbering, also after it travels as a
+// RemoteError; the part's own failures do not.
+func TestCulpritFromOutside(t *testing.T) {
+	pe := &PeerError{Peer: 7, Addr: "node 1, local 3", Err: &ViaError{How: "its process (pid 42) is gone", Via: "through node 1 shm"}}
+	b, ok := CulpritOf(&AbortedError{Cause: FromOutside(&OpError{Rank: 2, Peer: 7, Kind: KindAllReduce, Err: pe})})
+	if !ok || b.Rank != 7 || !b.Outside || b.How != "its process (pid 42) is gone" {
+		t.Errorf("CulpritOf(FromOutside(…)) = %+v, %v; want rank 7 outside, what happened without the path", b, ok)
+	}
+	if b, ok := CulpritOf(pe); !ok || b.Outside {
+		t.Errorf("CulpritOf of a part's own PeerError = %+v, %v; want it not outside", b, ok)
+	}
+	re := FailPeer.Blamed(0, b, b.How)
+	re.CulpritOutside = true
+	if b2, ok := CulpritOf(re); !ok || b2.Rank != 7 || !b2.Outside {
+		t.Errorf("CulpritOf(RemoteError) = %+v, %v", b2, ok)
+	}
+	if _, ok := CulpritOf(FailTimeout.Blamed(0, b, "timed out")); ok {
+		t.Error("a timeout notice blames a rank")
+	}
+}

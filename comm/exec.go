@@ -59,6 +59,9 @@ type ExecConfig[X any] struct {
 	// (ErrClosed): started after Close (Seq 0), or still queued at Close.
 	// If nil, the error is err.
 	Refuse func(t *Task[X], err error) error
+	// Recorder, if set, records every task that is numbered and how it
+	// ended (a detached task: its run's end).
+	Recorder *FlightRecorder
 }
 
 // Exec is the executor behind a communicator's Start: it numbers the
@@ -112,6 +115,7 @@ func (e *Exec[X]) Do(ctx context.Context, call Call, verr error, x X) error {
 	switch e.admit(t, true) {
 	case runHere:
 		err := e.cfg.Run(t)
+		e.record(t, err)
 		if !e.cfg.Concurrent {
 			e.handOff()
 		}
@@ -145,9 +149,13 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 	}
 	e.seq++
 	t.Seq = e.seq
+	if e.cfg.Recorder != nil {
+		e.cfg.Recorder.begin(t.Seq, t.Call.Signature())
+	}
 	if e.cfg.Admit != nil {
 		if err := e.cfg.Admit(t); err != nil {
 			e.mu.Unlock()
+			e.record(t, err)
 			e.complete(t, err)
 			return runNone
 		}
@@ -177,6 +185,13 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 	return runQueue
 }
 
+// record gives the Recorder, if any, the end of t's run.
+func (e *Exec[X]) record(t *Task[X], err error) {
+	if e.cfg.Recorder != nil {
+		e.cfg.Recorder.end(t.Seq, err)
+	}
+}
+
 // complete ends t with err (Start's and Do's Work, or Do's inline result).
 func (e *Exec[X]) complete(t *Task[X], err error) {
 	if t.work == nil {
@@ -199,6 +214,7 @@ func (e *Exec[X]) runOne(t *Task[X]) {
 }
 
 func (e *Exec[X]) finish(t *Task[X], err error) {
+	e.record(t, err)
 	if !t.detached {
 		t.work.Complete(err)
 	}

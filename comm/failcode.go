@@ -39,8 +39,20 @@ func FailCodeOf(err error) FailCode {
 }
 
 // Remote is the error of a rank whose peer ended the collective (or
-// aborted the communicator) with code c, saying reason.
+// aborted the communicator) with code c, saying reason; it names no
+// culprit (Blamed does).
 func (c FailCode) Remote(peer int, reason string) *RemoteError {
-	return &RemoteError{Peer: peer, Reason: reason,
+	return &RemoteError{Peer: peer, Reason: reason, Culprit: -1,
 		Timeout: c == FailTimeout, Canceled: c == FailCanceled, PeerFailed: c == FailPeer, Mismatch: c == FailMismatch}
+}
+
+// Blamed is Remote for a peer that gave up because of the failure of
+// rank b.Rank: reason is b.How. With code other than FailPeer, or a
+// negative b.Rank, it is Remote(peer, reason).
+func (c FailCode) Blamed(peer int, b Blame, reason string) *RemoteError {
+	e := c.Remote(peer, reason)
+	if c == FailPeer && b.Rank >= 0 {
+		e.Culprit, e.CulpritOutside, e.Reason = b.Rank, b.Outside, b.How
+	}
+	return e
 }

@@ -8,6 +8,9 @@ import "fmt"
 // input is reported the same way everywhere. What only the other ranks can
 // check (that they agree) is the job of the Signature.
 func Validate(c Call, rank, size int) error {
+	if c.Refused != nil {
+		return refusal{c.Refused}
+	}
 	bad := func(arg, format string, a ...any) error {
 		return &ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
 	}
@@ -139,8 +142,16 @@ func (c Call) Uses(rank int) (send, recv bool) {
 // how a composed communicator keeps its parts aligned after a rank's own
 // bad argument (the hierarchy's phases, nccl.Staged).
 func (c Call) WithoutBuffers() Call {
-	return Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag, Outer: c.Outer}
+	return Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag, Outer: c.Outer, Refused: c.Refused}
 }
+
+// refusal is Validate's error for a Call with Refused set: Refused's text,
+// and a bad argument for errors.Is, whatever Refused is.
+type refusal struct{ error }
+
+func (e refusal) Unwrap() error { return e.error }
+
+func (e refusal) Is(target error) bool { return target == ErrInvalidArgument }
 
 // inPlaceBlock reports whether c is the in-place form of AllGather (send is
 // block rank of recv) or ReduceScatter (recv is block rank of send), as NCCL

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -117,6 +118,11 @@ type Comm struct {
 
 	exec *comm.Exec[splitRun] // numbers and runs the collectives and Splits
 
+	// watchers wait for a part to be aborted (comm.AbortWatcher) until
+	// stop is closed (Close).
+	watchers sync.WaitGroup
+	stop     chan struct{}
+
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	aborted error // the first failure that aborted the hierarchy
@@ -181,7 +187,7 @@ func New(cfg Config) (*Comm, error) {
 	h.flat = t.NumNodes() == 1 || (homogeneous && g == 1)
 	h.rails = t.Rails()
 	h.railRanks = h.rails[local]
-	h.intraP = part{name: fmt.Sprintf("intra-node part (node %d)", node), c: h.intra, ranks: h.intraRanks}
+	h.intraP = part{name: fmt.Sprintf("node %d %s", node, transportOf(h.intra)), c: h.intra, ranks: h.intraRanks}
 	h.railP = part{name: fmt.Sprintf("rail %d", local), c: h.rail, ranks: h.railRanks}
 	check := func(part string, c comm.Communicator, rank, size int) error {
 		if c.Size() != size || c.Rank() != rank {
@@ -209,7 +215,37 @@ func New(cfg Config) (*Comm, error) {
 	default:
 		h.cfg.Stager = NewHostStager()
 	}
+	h.stop = make(chan struct{})
+	for _, p := range []part{h.railP, h.intraP, h.worldPart()} {
+		if w, ok := p.c.(comm.AbortWatcher); ok {
+			h.watchers.Go(func() { h.watch(p, w) })
+		}
+	}
 	return h, nil
+}
+
+// watch aborts the hierarchy when part p is aborted by a rank's failure:
+// news of it that reaches this rank through one part (a peer announced
+// its abort there, a node-mate saw the process vanish) ends the
+// operations waiting on the others. Other aborts (a mismatch, a
+// deadline) are left to the phase that meets them, which reports them in
+// the user's terms; the hierarchy's own abort of its parts comes back
+// here and changes nothing.
+func (h *Comm) watch(p part, w comm.AbortWatcher) {
+	select {
+	case <-h.stop:
+		return
+	case <-w.Aborted():
+	}
+	cause := w.AbortCause()
+	if !errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch) {
+		return
+	}
+	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
+		h.abort(pe)
+		return
+	}
+	h.abort(fmt.Errorf("%s was aborted: %w", p.name, cause))
 }
 
 // Build splits world into the intra and rail parts the topology describes
@@ -342,11 +378,43 @@ func (h *Comm) runTask(t *task) error {
 	h.mu.Unlock()
 	switch {
 	case aborted != nil && t.Err == nil:
-		return h.opError(t.Call.Kind, t.Seq, -1, &comm.AbortedError{Cause: aborted})
+		return h.opError(t.Call.Kind, t.Seq, culpritOr(aborted, -1), &comm.AbortedError{Cause: aborted})
 	case t.X != nil:
 		return t.X(t)
 	}
 	return h.run(t)
+}
+
+// transportOf names what an intra-node part runs on, for errors: "shm",
+// "nccl", "nexar", from its package; "intra-node part" for another.
+func transportOf(c comm.Communicator) string {
+	t := fmt.Sprintf("%T", c)
+	if i := strings.IndexByte(t, '.'); i > 0 {
+		switch pkg := strings.TrimPrefix(t[:i], "*"); pkg {
+		case "shm", "nccl", "nexar":
+			return pkg
+		}
+	}
+	return "intra-node part"
+}
+
+// where says where global rank g is, beside its rank in errors: "node 1,
+// local 2", and its address when the topology has one.
+func (h *Comm) where(g int) string {
+	s := fmt.Sprintf("node %d, local %d", h.topo.NodeOf(g), h.topo.LocalRank(g))
+	if a := h.topo.Member(g).Addr; a != "" {
+		s += ", " + a
+	}
+	return s
+}
+
+// culpritOr is the rank err blames in the hierarchy's terms (a
+// *comm.PeerError the hierarchy made), or else def.
+func culpritOr(err error, def int) int {
+	if b, ok := comm.CulpritOf(err); ok && !b.Outside {
+		return b.Rank
+	}
+	return def
 }
 
 // opError wraps err as an error of this rank's operation.
@@ -386,7 +454,7 @@ func (h *Comm) PeerFailed(peer int, cause error) {
 	if pf, ok := h.world.(comm.PeerFailer); ok {
 		pf.PeerFailed(peer, cause)
 	}
-	h.abort(&comm.PeerError{Peer: peer, Addr: h.topo.Member(peer).Addr, Err: cause})
+	h.abort(&comm.PeerError{Peer: peer, Addr: h.where(peer), Err: cause})
 }
 
 // partsOwned lists the parts, rails and intra before the world.
@@ -404,6 +472,8 @@ func (h *Comm) Close() error {
 	}
 	h.closed = true
 	h.mu.Unlock()
+	close(h.stop)
+	h.watchers.Wait()
 	h.exec.Close()
 	var errs []error
 	for _, p := range h.partsOwned() {

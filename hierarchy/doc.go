@@ -90,12 +90,17 @@
 // diverge. A bad argument on one rank is an *comm.ArgError there; that rank
 // still issues every operation of the sequence, each with arguments its
 // part rejects, so each part tells its peers (comm.ErrPeerAbandoned) and
-// they do the same for the rest of the sequence: every rank of the
+// they do the same for the rest of the sequence (comm.Call.Refused
+// carries the refusing rank's reason to them): every rank of the
 // hierarchy returns in bounded time and the communicator stays usable.
 // Anything else (a mismatch, a deadline, a dead peer, a closed part) aborts
 // the hierarchy: every part is aborted through comm.Aborter, which tells
-// its peers, so every rank of every part learns of it. A mismatch is
-// reported as a *comm.MismatchError whose Local is the caller's own call.
+// its peers, so every rank of every part learns of it; a part aborted by
+// a peer's news of a failure aborts the hierarchy in turn
+// (comm.AbortWatcher). A mismatch is reported as a *comm.MismatchError
+// whose Local is the caller's own call; a rank's failure as a
+// *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
+// part the news came through.
 //
 // hierarchy imports comm and topology only.
 package hierarchy

@@ -79,6 +79,7 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	pd := pending{p: p, poisoned: x.abandoned != nil}
 	if pd.poisoned {
 		c = c.WithoutBuffers()
+		c.Refused = x.refusal()
 	}
 	if r, ok := p.c.(comm.Runner); ok && block {
 		pd.w = comm.Failed(r.Run(x.ctx, c))
@@ -105,12 +106,25 @@ func (x *phases) wait(pd pending) bool {
 		return x.ok()
 	case comm.PlainAbandon(err):
 		if x.abandoned == nil {
-			x.abandoned = x.h.opError(x.kind, x.seq, pd.p.global(comm.PeerOf(err)), fmt.Errorf("%s: %w", pd.p.name, err))
+			peer := pd.p.global(comm.PeerOf(err))
+			x.abandoned = x.h.opError(x.kind, x.seq, peer, pd.p.abandoned(peer, err))
 		}
 		return false
 	}
 	x.fail(pd.p, err)
 	return false
+}
+
+// refusal is what the parts tell their peers once the collective is
+// abandoned: this rank's own bad argument, or the peer's report (in
+// global terms) that made it abandon, so that every rank reads the
+// reason of the rank that refused, not the parts' verdict on the empty
+// stand-in calls.
+func (x *phases) refusal() error {
+	if oe, ok := x.abandoned.(*comm.OpError); ok {
+		return oe.Err
+	}
+	return x.abandoned
 }
 
 // ok reports whether the collective is still good.
@@ -147,14 +161,129 @@ func (x *phases) fail(p part, err error) {
 	}
 	peer := p.global(comm.PeerOf(err))
 	var cause error
-	if errors.Is(err, comm.ErrMismatch) {
+	switch {
+	case errors.Is(err, comm.ErrMismatch):
 		cause = x.userMismatch(p, peer, err)
 		x.fatal = x.h.opError(x.kind, x.seq, peer, cause)
-	} else {
-		x.fatal = x.h.opError(x.kind, x.seq, peer, fmt.Errorf("%s: %w", p.name, err))
+	case errors.Is(err, comm.ErrPeerFailed):
+		if pe := x.h.blame(p, peer, err); pe != nil {
+			x.fatal = x.h.opError(x.kind, x.seq, pe.Peer, pe)
+			cause = x.fatal
+			break
+		}
+		fallthrough
+	default:
+		if late := x.h.late(p, err); late != nil {
+			x.fatal = x.h.opError(x.kind, x.seq, late.Ranks[0], late)
+		} else {
+			x.fatal = x.h.opError(x.kind, x.seq, peer, p.wrap(err))
+		}
 		cause = x.fatal
 	}
 	x.h.abort(cause)
+}
+
+// late is a part's deadline that names the part's ranks that had not
+// started its operation (*comm.LateError), in the hierarchy's terms:
+// global ranks, and the phase as the part's operation. It is nil for any
+// other error.
+func (h *Comm) late(p part, err error) *comm.LateError {
+	var le *comm.LateError
+	var oe *comm.OpError
+	if !errors.As(err, &le) || len(le.Ranks) == 0 || !errors.As(err, &oe) {
+		return nil
+	}
+	g := &comm.LateError{Err: le.Err, Seq: le.Seq, Last: le.Last,
+		What: fmt.Sprintf("this collective's %v #%d on %s", oe.Kind, le.Seq, p.name)}
+	if re, ok := le.Err.(*comm.RemoteError); ok {
+		g.Err = p.globalRemote(re) // a peer's deadline
+	}
+	for _, r := range le.Ranks {
+		r = p.global(r)
+		g.Ranks = append(g.Ranks, r)
+		g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
+	}
+	return g
+}
+
+// blame is the failure of a part's operation that err blames on a rank
+// (comm.CulpritOf), in the hierarchy's terms: a *comm.PeerError naming
+// the global rank, whose Err says what happened to it and how the news
+// came (through p; from, a global rank, told this one), and wraps err.
+// It is nil when err blames no rank.
+func (h *Comm) blame(p part, from int, err error) *comm.PeerError {
+	b, ok := comm.CulpritOf(err)
+	if !ok || b.Rank < 0 {
+		return nil
+	}
+	g := b.Rank
+	if !b.Outside {
+		g = p.global(b.Rank)
+	}
+	if g >= h.size {
+		return nil
+	}
+	via := "through " + p.name
+	if from >= 0 && from != g && from != h.rank {
+		via += fmt.Sprintf(", from rank %d", from)
+	}
+	return &comm.PeerError{Peer: g, Addr: h.where(g), Err: &comm.ViaError{How: b.How, Via: via, Err: err}}
+}
+
+// wrap is a part's error as the hierarchy reports it: the part's name and
+// operation, then the cause, without the part's own rank and name (a
+// part's rank is not a global one, and a part may call itself "world").
+func (p part) wrap(err error) error {
+	var oe *comm.OpError
+	if !errors.As(err, &oe) || oe != err {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	pe := &partError{part: p.name, op: oe, cause: oe.Err}
+	// The peer that gave up, or whose news aborted the part, by its
+	// global rank.
+	switch e := oe.Err.(type) {
+	case *comm.RemoteError:
+		pe.cause = p.globalRemote(e)
+	case *comm.AbortedError:
+		if re, ok := e.Cause.(*comm.RemoteError); ok {
+			pe.cause = &comm.AbortedError{Cause: p.globalRemote(re)}
+		}
+	}
+	return pe
+}
+
+// globalRemote is a part's *comm.RemoteError with the peer's global rank.
+func (p part) globalRemote(re *comm.RemoteError) *comm.RemoteError {
+	g := *re
+	g.Peer = p.global(re.Peer)
+	return &g
+}
+
+// partError is a part's *comm.OpError under the part's name (part.wrap);
+// cause is its Err as the hierarchy words it.
+type partError struct {
+	part  string
+	op    *comm.OpError
+	cause error
+}
+
+func (e *partError) Error() string {
+	return fmt.Sprintf("%s, its %v #%d: %v", e.part, e.op.Kind, e.op.Seq, e.cause)
+}
+
+func (e *partError) Unwrap() error { return e.op }
+
+// abandoned is a part's plain abandonment (a peer rejected its own
+// arguments) in the hierarchy's terms: the peer's *comm.RemoteError with
+// its global rank, and the part it came through.
+func (p part) abandoned(peer int, err error) error {
+	var re *comm.RemoteError
+	if !errors.As(err, &re) {
+		return p.wrap(err)
+	}
+	g := p.globalRemote(re)
+	g.Reason += " (through " + p.name + ")"
+	return g
 }
 
 // userMismatch is a part's mismatch error as a *comm.MismatchError of the

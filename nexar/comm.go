@@ -50,8 +50,10 @@ type Comm struct {
 	left    []int64
 	leftCh  chan struct{}
 	aborted error // set once: the failure that aborted the communicator
-	closed  bool
-	splits  uint64 // number of Split calls, for child names
+	// abortedCh is closed when aborted is set (comm.AbortWatcher).
+	abortedCh chan struct{}
+	closed    bool
+	splits    uint64 // number of Split calls, for child names
 }
 
 // mkey names one frame of one communicator.
@@ -80,15 +82,16 @@ type aheadMsg struct {
 func newComm(w *world, id uint64, name string, members []int, opt Options, owner bool) *Comm {
 	c := &Comm{
 		w: w, id: id, name: name, members: members, opt: opt, owner: owner,
-		index:   make([]int, w.size),
-		ops:     map[uint64]*op{},
-		ahead:   map[uint64]*aheadMsg{},
-		arrived: map[mkey]frame{},
-		waiters: map[mkey]chan frame{},
-		sendSeq: map[p2pKey]uint64{},
-		recvSeq: map[p2pKey]uint64{},
-		done:    make(chan struct{}),
-		leftCh:  make(chan struct{}),
+		index:     make([]int, w.size),
+		ops:       map[uint64]*op{},
+		ahead:     map[uint64]*aheadMsg{},
+		arrived:   map[mkey]frame{},
+		waiters:   map[mkey]chan frame{},
+		sendSeq:   map[p2pKey]uint64{},
+		recvSeq:   map[p2pKey]uint64{},
+		done:      make(chan struct{}),
+		leftCh:    make(chan struct{}),
+		abortedCh: make(chan struct{}),
 	}
 	if !owner {
 		// Only a Split child announces its close by counts (a world's
@@ -101,7 +104,6 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		}
 	}
 	c.Blocking = comm.Blocking{S: c}
-	c.exec = c.newExec()
 	for i := range c.index {
 		c.index[i] = -1
 	}
@@ -111,6 +113,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 			c.rank = r
 		}
 	}
+	c.exec = c.newExec()
 	return c
 }
 
@@ -144,13 +147,14 @@ func (c *Comm) abort(cause error) { c.abortAs(cause, false) }
 // mismatch's, unlike an abort nexar raises itself), on every live peer. A
 // communicator composed of this one and others (hierarchy) calls it when
 // another of its parts fails.
-func (c *Comm) Abort(cause error) { c.abortAs(cause, true) }
+func (c *Comm) Abort(cause error) { c.abortAs(comm.FromOutside(cause), true) }
 
 func (c *Comm) abortAs(cause error, announceAlways bool) {
 	c.mu.Lock()
 	first := c.aborted == nil
 	if first {
 		c.aborted = &comm.AbortedError{Cause: cause}
+		close(c.abortedCh)
 	}
 	aborted := c.aborted
 	inflight := make([]*op, 0, len(c.ops))
@@ -164,6 +168,48 @@ func (c *Comm) abortAs(cause error, announceAlways bool) {
 	if first && (announceAlways || !errors.Is(cause, comm.ErrMismatch)) {
 		c.announceAbort(cause)
 	}
+}
+
+// Aborted implements comm.AbortWatcher.
+func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
+
+// AbortCause implements comm.AbortWatcher.
+func (c *Comm) AbortCause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted == nil {
+		return nil
+	}
+	return c.aborted.(*comm.AbortedError).Cause
+}
+
+// ownPeerError is err in this communicator's terms: the world's
+// *comm.PeerError for a peer (a world rank) names the peer's rank here,
+// with its world rank beside it (a Split child's ranks are not the
+// world's). Anything else is returned as it is.
+func (c *Comm) ownPeerError(err error) error {
+	pe, ok := err.(*comm.PeerError)
+	if !ok || c.owner {
+		return err
+	}
+	r := c.commRank(pe.Peer)
+	if r < 0 {
+		return err
+	}
+	note := c.worldRankNote(r)
+	if pe.Addr != "" {
+		note += ", " + pe.Addr
+	}
+	return &comm.PeerError{Peer: r, Addr: note, Err: pe.Err}
+}
+
+// worldRankNote says which world rank comm rank r is, for a Split child
+// (nothing for the world itself, whose ranks are the world's).
+func (c *Comm) worldRankNote(r int) string {
+	if c.owner || r < 0 || r >= len(c.members) {
+		return ""
+	}
+	return fmt.Sprintf("world rank %d", c.members[r])
 }
 
 // PeerFailed reports that the process of world rank peer is gone, as a
@@ -188,7 +234,7 @@ func (c *Comm) PeerFailed(peer int, cause error) {
 // announceAbort sends every live peer a failure notice for sequence 0,
 // which means "this communicator is aborted on my side, because …".
 func (c *Comm) announceAbort(cause error) {
-	reason := cause.Error()
+	h, reason := failNotice(Header{Kind: FrameFail, Comm: c.id, Seq: 0}, cause)
 	for p, wr := range c.members {
 		if p == c.rank {
 			continue
@@ -196,7 +242,7 @@ func (c *Comm) announceAbort(cause error) {
 		if _, dead := c.w.peerState(wr); dead != nil {
 			continue
 		}
-		c.notifyLater(p, Header{Kind: FrameFail, Comm: c.id, Seq: 0, Step: uint32(comm.FailCodeOf(cause))}, []byte(reason))
+		c.notifyLater(p, h, reason)
 	}
 }
 
@@ -237,9 +283,39 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Unlock()
 	if c.owner {
+		c.dropBlamed()
 		return c.w.tr.Close()
 	}
 	return nil
+}
+
+// dropBlamed cuts the connections to the rank that the failure which
+// aborted this world communicator blames (comm.CulpritOf), before the
+// transport's close protocol: that rank failed, so waiting up to the
+// linger for its goodbye only delays Close (news of a death that came
+// another way — a node-mate saw the process vanish, a peer told — reaches
+// this rank long before the transport's own FailureTimeout would). A
+// rank blamed from outside (Abort) is taken as a world rank: a composed
+// communicator's world part has the composer's ranks.
+func (c *Comm) dropBlamed() {
+	c.mu.Lock()
+	aborted := c.aborted
+	c.mu.Unlock()
+	d, ok := c.w.tr.(peerDropper)
+	if aborted == nil || !ok {
+		return
+	}
+	b, ok := comm.CulpritOf(aborted)
+	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
+		return
+	}
+	peer := b.Rank
+	if !b.Outside {
+		peer = c.members[b.Rank]
+	}
+	if peer != c.w.rank {
+		d.DropPeer(peer, aborted)
+	}
 }
 
 // Start implements comm.Communicator.
@@ -282,7 +358,12 @@ func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, spli
 // takes its number, and the peers are told, so they fail it too instead of
 // waiting.
 func (c *Comm) newExec() *comm.Exec[*job] {
+	var rec *comm.FlightRecorder
+	if c.opt.FlightRecorder > 0 {
+		rec = comm.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
+	}
 	return comm.NewExec(comm.ExecConfig[*job]{
+		Recorder:   rec,
 		Concurrent: true,
 		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
 		Admit: func(t *comm.Task[*job]) error {
@@ -463,7 +544,7 @@ func (c *Comm) announceClose() {
 // announceClose.
 func (c *Comm) sendFrame(ctx context.Context, peer int, h Header, payload []byte) error {
 	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
-		return err
+		return c.ownPeerError(err)
 	}
 	if c.sent != nil {
 		c.sent[peer].Add(1)
@@ -498,7 +579,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 func (c *Comm) onFail(f frame) {
 	defer putBuf(f.payload)
 	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
-		c.abort(comm.FailCode(f.h.Step).Remote(f.src, "its side of the communicator was aborted: "+string(f.payload)))
+		c.abort(c.noticeError(f, "its side of the communicator was aborted: "))
 		return
 	}
 	c.mu.Lock()

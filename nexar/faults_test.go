@@ -144,6 +144,9 @@ func TestBadInputTellsThePeersAndKeepsTheCommunicator(t *testing.T) {
 		if r != 2 && !errors.Is(err, comm.ErrPeerAbandoned) {
 			t.Errorf("rank %d: got %v, want ErrPeerAbandoned", r, err)
 		}
+		if r != 2 && !strings.Contains(err.Error(), ae.Error()) {
+			t.Errorf("rank %d: %q does not give rank 2's own reason (%q)", r, err, ae)
+		}
 	}
 	allReduceWorks(t, cs)
 }

@@ -132,6 +132,19 @@ func (j *LocalJob) Kill(rank int) error {
 	return j.g.Kill(rank)
 }
 
+// Signal sends sig to one rank, for fault tests (SIGSTOP and SIGCONT: a
+// stalled process).
+func (j *LocalJob) Signal(rank int, sig os.Signal) error {
+	if rank < 0 || rank >= j.g.Len() {
+		return fmt.Errorf("nexar.LocalJob.Signal: rank %d out of range [0, %d)", rank, j.g.Len())
+	}
+	p, err := os.FindProcess(j.g.Pid(rank))
+	if err != nil {
+		return err
+	}
+	return p.Signal(sig)
+}
+
 // socketNetwork is the socket type a transport network runs on.
 func socketNetwork(network string) (string, error) {
 	switch network {

@@ -46,9 +46,10 @@ type mesh struct {
 	cfg      NetConfig // validated
 	h        Handler
 	log      *slog.Logger
-	describe func(error) error // says in the peer's terms what a transport error means
-	explain  func() string     // may be nil: more on why ranks are missing, for the formation error
-	peers    []*peer           // by rank; nil at cfg.Rank
+	describe func(error) error          // says in the peer's terms what a transport error means
+	explain  func() string              // may be nil: more on why ranks are missing, for the formation error
+	peers    []*peer                    // by rank; nil at cfg.Rank
+	stalls   atomic.Pointer[stallWatch] // set once formed: was this process stalled?
 
 	formed  atomic.Bool    // formation is over: failures are reported to h
 	closing atomic.Bool    // Close began: failures are no longer reported
@@ -187,6 +188,16 @@ func (m *mesh) readLoop(l *link) {
 // Send may hold locks that the handler takes.
 func (m *mesh) fail(p *peer, cause error, async bool) {
 	perr := &comm.PeerError{Peer: p.rank, Addr: p.addr, Err: m.describe(cause)}
+	if sw := m.stalls.Load(); sw != nil {
+		if gap, ok := sw.stalled(time.Now()); ok {
+			// This process was stalled past FailureTimeout: the peers
+			// expelled it, and a dead connection is its own doing. The
+			// failure is this rank's (reported for p, whose link it is).
+			perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
+				Err: &stallError{gap: gap, timeout: m.cfg.FailureTimeout, cause: perr.Err,
+					what: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
+		}
+	}
 	first := false
 	p.once.Do(func() {
 		first = true
@@ -198,7 +209,7 @@ func (m *mesh) fail(p *peer, cause error, async bool) {
 	for _, l := range m.linksOf(p) {
 		l.abort(fmt.Sprintf("rank %d gives up on rank %d: %v", m.cfg.Rank, p.rank, perr.Err))
 	}
-	m.report(perr, async)
+	m.report(p.rank, perr, async)
 }
 
 // dropPeer cuts peer's links because a detector outside the transport
@@ -213,12 +224,12 @@ func (m *mesh) dropPeer(peer int, cause error) {
 
 // report tells the handler that a peer failed or closed, unless the mesh is
 // still forming (the constructor returns the error instead) or closing.
-func (m *mesh) report(perr *comm.PeerError, async bool) {
+func (m *mesh) report(peer int, perr *comm.PeerError, async bool) {
 	if !m.formed.Load() || m.closing.Load() {
 		return
 	}
 	if !async {
-		m.h.PeerFailed(perr.Peer, perr)
+		m.h.PeerFailed(peer, perr)
 		return
 	}
 	m.mu.Lock()
@@ -229,8 +240,19 @@ func (m *mesh) report(perr *comm.PeerError, async bool) {
 	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
-		m.h.PeerFailed(perr.Peer, perr)
+		m.h.PeerFailed(peer, perr)
 	}()
+}
+
+// stalled reports whether this process was stalled recently enough to
+// explain a failure found at now (see stallWatch).
+func (m *mesh) stalled(now time.Time) (gap, timeout time.Duration, ok bool) {
+	sw := m.stalls.Load()
+	if sw == nil {
+		return 0, 0, false
+	}
+	gap, ok = sw.stalled(now)
+	return gap, m.cfg.FailureTimeout, ok
 }
 
 // quiesce waits until the handler is called no more; every link must have
@@ -253,7 +275,7 @@ func (m *mesh) peerClosed(p *peer) {
 	if !first || m.closing.Load() {
 		return
 	}
-	m.report(perr, false)
+	m.report(p.rank, perr, false)
 	// Nothing we send now will be used: end our streams so that its Close
 	// returns at once.
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.linger())
@@ -355,6 +377,9 @@ func settle(ctx context.Context, l *link) bool {
 // down and waits for the read loops. The transport closes its sockets after.
 func (m *mesh) shutdown() {
 	m.closing.Store(true)
+	if sw := m.stalls.Load(); sw != nil {
+		sw.close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.linger())
 	defer cancel()
 	var (
@@ -454,6 +479,7 @@ func (m *mesh) form(ctx context.Context, dial func(ctx context.Context, p *peer,
 	stopAccept()
 	accepting.Wait()
 	if err == nil {
+		m.stalls.Store(newStallWatch(m.cfg.FailureTimeout))
 		m.formed.Store(true)
 		var closed []*comm.PeerError
 		for _, p := range m.peers {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,8 +54,11 @@ func child(role string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if role == "fault" {
+	switch role {
+	case "fault":
 		cfg.Net.FailureTimeout = 2 * time.Second
+	case "stall":
+		cfg.Net.FailureTimeout = time.Second
 	}
 	c, err := nexar.Connect(ctx, cfg)
 	if err != nil {
@@ -105,6 +109,29 @@ func child(role string) int {
 				fmt.Println("too slow")
 				return 1
 			}
+			return 0
+		}
+	case "stall":
+		// Run AllReduces until one fails (the launcher stops rank 2 for
+		// longer than FailureTimeout, then continues it), and say whom
+		// the error blames.
+		for i := 0; ; i++ {
+			x := make([]float32, 1024)
+			err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+			if i == 3 {
+				fmt.Println("READY")
+			}
+			if err == nil {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			var oe *comm.OpError
+			culprit, known := -1, false
+			if errors.As(err, &oe) {
+				culprit, known = oe.Culprit()
+			}
+			fmt.Printf("STALL-ERROR rank=%d culprit=%d known=%v stalled=%v peerfailed=%v: %v\n", c.Rank(), culprit, known,
+				errors.Is(err, nexar.ErrStalled), errors.Is(err, comm.ErrPeerFailed), err)
 			return 0
 		}
 	}
@@ -188,6 +215,57 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 				t.Errorf("%d survivors reported the failure, want 3", got)
 			}
 			t.Logf("\n%s", out.String())
+		})
+	}
+}
+
+// A rank stopped (SIGSTOP) for longer than FailureTimeout and then
+// continued: its peers give it up and name it; it must learn that it was
+// the one that failed (stalled, expelled), not blame a peer whose
+// connection happened to time out first.
+func TestStalledRankLearnsItWasExpelled(t *testing.T) {
+	// Over TCP the kernel still acknowledges a stopped process's data and
+	// keepalives, so its peers see nothing within FailureTimeout: QUIC
+	// only (its idle timeout is the peers' own).
+	for _, network := range []string{"quic"} {
+		t.Run(network, func(t *testing.T) {
+			var out syncBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+				Ranks: 3, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
+				Env: []string{envRole + "=stall"}, Stdout: &out, Stderr: &out,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(time.Minute)
+			for strings.Count(out.String(), "READY") < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("ranks never got going:\n%s", out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := job.Signal(2, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * time.Second) // FailureTimeout is 1s
+			if err := job.Signal(2, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			for r, err := range job.Errors() {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			text := out.String()
+			for r := range 3 {
+				want := fmt.Sprintf("STALL-ERROR rank=%d culprit=2 known=true stalled=%v peerfailed=true", r, r == 2)
+				if !strings.Contains(text, want) {
+					t.Errorf("rank %d did not report %q", r, want)
+				}
+			}
+			t.Logf("\n%s", text)
 		})
 	}
 }

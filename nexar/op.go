@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,12 +58,7 @@ func (o *op) fail(err error, notify bool) {
 }
 
 func (o *op) notify(err error) {
-	why := uint32(comm.FailCodeOf(err))
-	reason := err.Error()
-	if len(reason) > 4096 {
-		reason = reason[:4096]
-	}
-	h := Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Step: why, Sig: o.sig}
+	h, reason := failNotice(Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Sig: o.sig}, err)
 	var wg sync.WaitGroup
 	for p := range o.c.members {
 		if p == o.c.rank {
@@ -77,12 +75,58 @@ func (o *op) notify(err error) {
 
 // remoteFailure turns a peer's failure notice into this rank's error.
 func (o *op) remoteFailure(f frame) error {
-	reason := string(f.payload)
-	code := comm.FailCode(f.h.Step)
-	if code == comm.FailMismatch {
-		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: reason}
+	if comm.FailCode(f.h.Step) == comm.FailMismatch {
+		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: string(f.payload)}
 	}
-	return code.Remote(f.src, reason)
+	return o.c.noticeError(f, "")
+}
+
+// failNotice fills h (a FrameFail header) and returns the payload of a
+// failure notice for err: its FailCode in Step and its text; for a peer's
+// failure that err blames on a rank (comm.CulpritOf), that rank in
+// Sig.Root and Sig.Count 1 when it is numbered outside this communicator
+// (a composed communicator named it, comm.FromOutside), and only what
+// happened to it as the text, so that every rank that hears of it names
+// the same rank as the one that saw it.
+func failNotice(h Header, err error) (Header, []byte) {
+	code := comm.FailCodeOf(err)
+	h.Step = uint32(code)
+	reason := err.Error()
+	if b, ok := comm.CulpritOf(err); ok && code == comm.FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
+		reason = b.How
+		h.Sig = comm.Signature{Root: int32(b.Rank)}
+		if b.Outside {
+			h.Sig.Count = 1
+		}
+	}
+	if len(reason) > 4096 {
+		reason = reason[:4096]
+	}
+	return h, []byte(reason)
+}
+
+// noticeError is this rank's error for the failure notice f (other than
+// a mismatch), prefix put before a reason that blames no rank. A notice
+// that blames this rank itself means its peers gave it up: if this
+// process was stalled, the failure is this rank's own (ErrStalled).
+func (c *Comm) noticeError(f frame, prefix string) error {
+	code := comm.FailCode(f.h.Step)
+	if code != comm.FailPeer || f.h.Sig.Root < 0 {
+		return code.Remote(f.src, prefix+string(f.payload))
+	}
+	b := comm.Blame{Rank: int(f.h.Sig.Root), Outside: f.h.Sig.Count == 1, How: string(f.payload)}
+	re := code.Blamed(f.src, b, b.How)
+	if b.Rank != c.rank || b.Outside {
+		return re
+	}
+	if s, ok := c.w.tr.(staller); ok {
+		if gap, timeout, stalled := s.stalled(time.Now()); stalled {
+			return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &stallError{gap: gap, timeout: timeout, cause: re,
+				what: fmt.Sprintf("rank %d reports that it gave this rank up", f.src)}}
+		}
+	}
+	re.Reason = "its peers gave this rank up: " + re.Reason
+	return re
 }
 
 // localFailure classifies an error a schedule returned.
@@ -121,10 +165,12 @@ func (o *op) finish() error {
 	}
 	err := o.err
 	if errors.Is(err, comm.ErrTimeout) && len(behind) > 0 {
-		for p, last := range behind {
-			err = fmt.Errorf("%w (rank %d had not started collective #%d; its last was #%d)", err, p, o.seq, last)
-			break
+		late := &comm.LateError{Err: err, Seq: o.seq}
+		for _, p := range slices.Sorted(maps.Keys(behind)) {
+			late.Ranks = append(late.Ranks, p)
+			late.Last = append(late.Last, behind[p])
 		}
+		err = late
 	}
 	return &comm.OpError{Rank: c.rank, Peer: peerOf(err), Kind: o.sig.Kind, Seq: o.seq, Comm: c.name, Err: err}
 }
@@ -204,10 +250,10 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 	for {
 		died, dead := c.w.peerState(c.members[peer])
 		if dead != nil && peer != c.rank {
-			return abandon(&peerFault{peer: peer, err: dead})
+			return abandon(&peerFault{peer: peer, err: c.ownPeerError(dead)})
 		}
 		if gone && peer != c.rank {
-			return abandon(&comm.PeerError{Peer: peer, Err: errCommClosed})
+			return abandon(&comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed})
 		}
 		select {
 		case f := <-ch:

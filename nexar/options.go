@@ -29,6 +29,12 @@ type Options struct {
 	Cost schedule.CostModel
 	// Logger receives the communicator's logs. If nil, defaults to slog.Default().
 	Logger *slog.Logger
+	// FlightRecorder, if positive, makes every communicator keep its last
+	// FlightRecorder collectives (comm.FlightRecorder) and write them to
+	// Logger at its first deadline, abort, mismatch or peer failure, with
+	// the ranks it was left waiting on. If zero, nothing is recorded (and
+	// nothing costs anything).
+	FlightRecorder int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -50,6 +56,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("nexar.Options: Timeout %v is negative", o.Timeout)
 	case o.ProbeAfter < 0:
 		return o, fmt.Errorf("nexar.Options: ProbeAfter %v is negative", o.ProbeAfter)
+	case o.FlightRecorder < 0:
+		return o, fmt.Errorf("nexar.Options: FlightRecorder %d is negative", o.FlightRecorder)
 	case o.SegmentBytes < 8 || o.SegmentBytes > MaxFrame:
 		return o, fmt.Errorf("nexar.Options: SegmentBytes %d is outside [8, %d]", o.SegmentBytes, MaxFrame)
 	}

@@ -434,3 +434,7 @@ func peerAddr(m *mesh, peer int) string {
 
 // DropPeer implements peerDropper.
 func (t *quicTransport) DropPeer(peer int, cause error) { t.m.dropPeer(peer, cause) }
+
+func (t *quicTransport) stalled(now time.Time) (gap, timeout time.Duration, ok bool) {
+	return t.m.stalled(now)
+}

@@ -382,3 +382,7 @@ func (t *tcpTransport) describe(err error) error {
 
 // DropPeer implements peerDropper.
 func (t *tcpTransport) DropPeer(peer int, cause error) { t.m.dropPeer(peer, cause) }
+
+func (t *tcpTransport) stalled(now time.Time) (gap, timeout time.Duration, ok bool) {
+	return t.m.stalled(now)
+}

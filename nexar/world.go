@@ -103,7 +103,7 @@ func (w *world) PeerFailed(peer int, err error) {
 	}
 	w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
 	for _, c := range hit {
-		c.abort(err)
+		c.abort(c.ownPeerError(err))
 	}
 }
 
@@ -134,7 +134,7 @@ func (w *world) register(c *Comm) error {
 	}
 	w.mu.Unlock()
 	if deadErr != nil {
-		c.abort(deadErr)
+		c.abort(c.ownPeerError(deadErr))
 	}
 	for _, f := range early {
 		c.deliver(f.src, f.h, f.payload)

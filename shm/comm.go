@@ -38,8 +38,10 @@ type Comm struct {
 
 	mu      sync.Mutex // guards the fields below
 	aborted error      // *comm.AbortedError, once an earlier failure aborted the communicator
-	closed  bool
-	splits  int // Split calls, for the children's names
+	// abortedCh is closed when aborted is set (comm.AbortWatcher).
+	abortedCh chan struct{}
+	closed    bool
+	splits    int // Split calls, for the children's names
 
 	x   execState // owned by the running collective (see newExec)
 	p2p *p2pEngine
@@ -162,7 +164,7 @@ func (c *Comm) attached() {
 }
 
 func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
-	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, seg: seg, me: me, stopHB: make(chan struct{})}
+	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{})}
 	c.Blocking = comm.Blocking{S: c}
 	c.words = make([]rankWords, c.size)
 	for r := range c.size {
@@ -236,6 +238,7 @@ func (c *Comm) abort(cause error) {
 	}
 	c.aborted = &comm.AbortedError{Cause: cause}
 	aborted := c.aborted
+	close(c.abortedCh)
 	c.mu.Unlock()
 	c.cfg.Logger.Warn("shm: communicator aborted", "comm", c.name, "rank", c.rank, "cause", cause)
 	if !c.killed.Load() {
@@ -258,7 +261,20 @@ func (c *Comm) Abort(cause error) {
 	c.users.Add(1) // under mu while open: Close's Wait comes after
 	c.mu.Unlock()
 	defer c.users.Done()
-	c.abort(cause)
+	c.abort(comm.FromOutside(cause))
+}
+
+// Aborted implements comm.AbortWatcher.
+func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
+
+// AbortCause implements comm.AbortWatcher.
+func (c *Comm) AbortCause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted == nil {
+		return nil
+	}
+	return c.aborted.(*comm.AbortedError).Cause
 }
 
 // kill is a test hook: from now on this rank behaves like a process that

@@ -64,10 +64,15 @@ const (
 	aCode     = 0  // u32
 	aPeer     = 4  // i32
 	aLen      = 8  // u32
+	aFlags    = 12 // u32: abortOutside
 	aStep     = 16 // u64
 	aText     = 32
 	abortText = cMeta - cAbort - aText
 )
+
+// abortOutside, in an abort record's flags: the peer it names is a rank of
+// the composed communicator that aborted this one (comm.Blame.Outside).
+const abortOutside = 1
 
 // Meta part fields: what a rank says about the collective of its header step.
 const (

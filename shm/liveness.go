@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -105,19 +106,25 @@ func (c *Comm) peerState(q int) error {
 }
 
 // writeAbort publishes this rank's abort record and state, and wakes every
-// waiter of the segment so that none sleeps through it.
+// waiter of the segment so that none sleeps through it. A peer failure
+// that cause blames on a rank (comm.CulpritOf) records that rank, whether
+// it is numbered by a composed communicator that aborted this one
+// (comm.FromOutside), and what happened to it.
 func (c *Comm) writeAbort(cause error) {
 	mem, base := c.seg.mem, c.seg.l.ctl(c.rank)+cAbort
-	peer := int32(-1)
+	peer, flags := int32(-1), uint32(0)
 	text := cause.Error()
-	var pe *comm.PeerError
-	if errors.As(cause, &pe) {
-		peer = int32(pe.Peer)
-		text = pe.Err.Error()
+	code := comm.FailCodeOf(cause)
+	if b, ok := comm.CulpritOf(cause); ok && code == comm.FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
+		peer, text = int32(b.Rank), b.How
+		if b.Outside {
+			flags |= abortOutside
+		}
 	}
 	n := copy(mem[base+aText:base+aText+abortText], text)
-	atomic.StoreUint32(u32At(mem, base+aCode), uint32(comm.FailCodeOf(cause)))
+	atomic.StoreUint32(u32At(mem, base+aCode), uint32(code))
 	atomic.StoreUint32(u32At(mem, base+aPeer), uint32(peer))
+	atomic.StoreUint32(u32At(mem, base+aFlags), flags)
 	atomic.StoreUint32(u32At(mem, base+aLen), uint32(n))
 	atomic.StoreUint64(u64At(mem, base+aStep), atomic.LoadUint64(c.mine.posted))
 	c.setState(stateAborted)
@@ -149,10 +156,15 @@ func (c *Comm) abortError(q int) error {
 	mem, base := c.seg.mem, c.seg.l.ctl(q)+cAbort
 	code := comm.FailCode(atomic.LoadUint32(u32At(mem, base+aCode)))
 	peer := int(int32(atomic.LoadUint32(u32At(mem, base+aPeer))))
+	outside := atomic.LoadUint32(u32At(mem, base+aFlags))&abortOutside != 0
 	n := min(int(atomic.LoadUint32(u32At(mem, base+aLen))), abortText)
 	text := string(mem[base+aText : base+aText+n])
-	if code == comm.FailPeer && peer >= 0 && peer < c.size && peer != c.rank {
-		return &comm.PeerError{Peer: peer, Err: fmt.Errorf("%s (seen by rank %d)", text, q)}
+	switch {
+	case code != comm.FailPeer || peer < 0:
+	case outside:
+		return code.Blamed(q, comm.Blame{Rank: peer, Outside: true, How: text}, text)
+	case peer < c.size && peer != c.rank:
+		return &comm.PeerError{Peer: peer, Err: &comm.ViaError{How: text, Via: fmt.Sprintf("seen by rank %d", q)}}
 	}
 	return code.Remote(q, "it aborted the communicator: "+text)
 }

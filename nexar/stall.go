@@ -1,0 +1,119 @@
+package nexar
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrStalled is wrapped by the *comm.PeerError a rank reports when its own
+// process was stalled (stopped with SIGSTOP, frozen by a debugger or a VM
+// pause, starved of CPU) for longer than the failure timeout: its peers
+// have given it up, so the connections it then finds dead are its own
+// doing. The error names this rank as the one that failed, not the peer
+// whose connection happened to time out first (that peer is probably
+// alive).
+var ErrStalled = errors.New("this process was stalled longer than FailureTimeout, and its peers have expelled it")
+
+// stallWatch tells whether this process was stalled: a goroutine notes
+// the time at short intervals, so a gap between two notes far longer than
+// the interval means the process did not run in between. The clock is
+// monotonic, which advances while the process is stopped.
+type stallWatch struct {
+	every time.Duration // how often the goroutine notes the time
+	limit time.Duration // a gap longer than this is a stall
+	keep  time.Duration // a stall counts for failures found this long after it ended (FailureTimeout)
+
+	mu   sync.Mutex // guards the fields below
+	last time.Time  // the goroutine's last note
+	// gap and ended are the last stall: how long, and when it ended.
+	gap   time.Duration
+	ended time.Time
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// newStallWatch watches this process for stalls longer than half of
+// failureTimeout (and than a second, so that a loaded host's scheduling
+// delays are not taken for one), until close.
+func newStallWatch(failureTimeout time.Duration) *stallWatch {
+	s := &stallWatch{
+		every: min(max(failureTimeout/20, 5*time.Millisecond), 250*time.Millisecond),
+		limit: max(failureTimeout/2, time.Second),
+		keep:  failureTimeout,
+		last:  time.Now(),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+func (s *stallWatch) run() {
+	defer close(s.done)
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.note(time.Now())
+		}
+	}
+}
+
+// note records that the process ran at now.
+func (s *stallWatch) note(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gap := now.Sub(s.last); gap > s.limit {
+		s.gap, s.ended = gap, now
+	}
+	s.last = now
+}
+
+// stalled reports whether the process was stalled recently enough, at
+// now, to explain a peer's connection found dead: a stall that ended less
+// than keep ago, or one still being recovered from (the goroutine has not
+// run since). It returns how long the stall lasted.
+func (s *stallWatch) stalled(now time.Time) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gap := now.Sub(s.last); gap > s.limit {
+		return gap, true
+	}
+	if !s.ended.IsZero() && now.Sub(s.ended) < s.keep {
+		return s.gap, true
+	}
+	return 0, false
+}
+
+func (s *stallWatch) close() {
+	close(s.stop)
+	<-s.done
+}
+
+// stallError is the failure of a rank that was stalled for gap, found as
+// what (what it then saw of its peers), caused by cause.
+type stallError struct {
+	gap     time.Duration
+	timeout time.Duration
+	what    string
+	cause   error
+}
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("this process was stalled for %v (stopped, e.g. SIGSTOP, frozen or starved of CPU), longer than FailureTimeout (%v), "+
+		"and its peers have expelled it: %s (%v)", e.gap.Round(time.Millisecond), e.timeout, e.what, e.cause)
+}
+
+func (e *stallError) Unwrap() []error { return []error{ErrStalled, e.cause} }
+
+// staller is a transport that watches its process for stalls (the mesh's
+// QUIC and TCP transports).
+type staller interface {
+	stalled(now time.Time) (gap, timeout time.Duration, ok bool)
+}
