@@ -54,15 +54,15 @@ type phases struct {
 	fatal error
 }
 
-// pending is a started operation of a phase.
+// pending is a started operation of a phase: its Work, or, when it ran
+// at once, its outcome.
 type pending struct {
 	p        part
 	w        *comm.Work
+	ran      bool  // it ran at once; err is its outcome
+	err      error // (ran)
 	poisoned bool
 }
-
-// start starts c on p (see phases).
-func (x *phases) start(p part, c comm.Call) pending { return x.issue(p, c, false) }
 
 // do runs c on p and waits for it.
 func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.issue(p, c, true)) }
@@ -82,7 +82,7 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 		c.Refused = x.refusal()
 	}
 	if r, ok := p.c.(comm.Runner); ok && block {
-		pd.w = comm.Failed(r.Run(x.ctx, c))
+		pd.ran, pd.err = true, r.Run(x.ctx, c)
 	} else {
 		pd.w = p.c.Start(x.ctx, c)
 	}
@@ -92,10 +92,15 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 // wait waits for an operation and reports whether the collective is still
 // good: this operation and all before it succeeded.
 func (x *phases) wait(pd pending) bool {
-	if pd.w == nil {
+	var err error
+	switch {
+	case pd.ran:
+		err = pd.err
+	case pd.w == nil: // not issued: the collective had failed
 		return false
+	default:
+		err = pd.w.Wait()
 	}
-	err := pd.w.Wait()
 	switch {
 	case pd.poisoned:
 		if err != nil && !errors.Is(err, comm.ErrInvalidArgument) {
