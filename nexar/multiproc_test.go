@@ -1,20 +1,19 @@
 package nexar_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -27,24 +26,6 @@ func TestMain(m *testing.M) {
 		os.Exit(child(os.Getenv(envRole)))
 	}
 	os.Exit(m.Run())
-}
-
-// syncBuffer collects the children's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func child(role string) int {
@@ -158,7 +139,7 @@ func TestConformanceMultiProcess(t *testing.T) {
 	}
 	for _, tc := range worlds {
 		t.Run(fmt.Sprintf("%s/%d", tc.network, tc.ranks), func(t *testing.T) {
-			var out syncBuffer
+			var out procgroup.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
 			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
@@ -182,7 +163,7 @@ func TestConformanceMultiProcess(t *testing.T) {
 func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 	for _, network := range []string{"quic", "tcp"} {
 		t.Run(network, func(t *testing.T) {
-			var out syncBuffer
+			var out procgroup.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
@@ -229,7 +210,7 @@ func TestStalledRankLearnsItWasExpelled(t *testing.T) {
 	// only (its idle timeout is the peers' own).
 	for _, network := range []string{"quic"} {
 		t.Run(network, func(t *testing.T) {
-			var out syncBuffer
+			var out procgroup.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{

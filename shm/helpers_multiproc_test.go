@@ -3,7 +3,6 @@
 package shm_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/shm"
 )
 
@@ -354,29 +353,11 @@ func childLoop(ctx context.Context, c *shm.Comm) int {
 	return 0
 }
 
-// syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one child process: one rank of a job.
 type proc struct {
 	rank   int
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    procgroup.Buffer
 	done   chan struct{} // closed when the process has exited and been reaped
 	err    error         // cmd.Wait's error, set before done is closed
 	exited time.Time     // set before done is closed

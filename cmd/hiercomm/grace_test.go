@@ -9,13 +9,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
 // reportRole is a training loop as users write it (Init, AllReduce until
@@ -109,31 +109,13 @@ func trainRole() int {
 
 const envNoHandler = "HIERCOMM_CMD_TEST_NO_HANDLER"
 
-// syncBuf is an io.Writer several goroutines may write.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunLetsSurvivorsReport: 2 nodes × 2 ranks of a real job over QUIC,
 // rank 1 exits with status 7 mid-training. Every survivor's report
 // reaches the output (the launcher no longer kills them at once), and
 // hiercomm run exits 7 with one line naming rank 1.
 func TestRunLetsSurvivorsReport(t *testing.T) {
 	t.Setenv(envRole, "report")
-	var out, errs syncBuf
+	var out, errs procgroup.Buffer
 	// A grace well beyond the default, so that a loaded machine (make
 	// test runs every package at once, under the race detector) cannot
 	// make the survivors miss it; before the grace existed, none of them
@@ -197,7 +179,7 @@ func stopJob(t *testing.T, role, done string, flags ...string) {
 	t.Setenv(envRole, role)
 	t.Setenv(envDir, dir)
 	t.Setenv(envNoHandler, "2")
-	var out, errs syncBuf
+	var out, errs procgroup.Buffer
 	codes := make(chan int, 1)
 	go func() {
 		codes <- run(append(append([]string{"--nodes", "2", "--ranks-per-node", "2"}, flags...), "--", os.Args[0], "-test.run=^$"), &out, &errs)

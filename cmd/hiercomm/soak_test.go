@@ -15,6 +15,7 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
 // The soak: a 2 × 2 job of real processes (hiercomm run, memberlist,
@@ -237,7 +238,7 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("%s=%q: %v", envSoak, d, err)
 	}
 	t.Setenv(envRole, "soak")
-	var out, errs syncBuf
+	var out, errs procgroup.Buffer
 	code := run([]string{"--nodes", "2", "--ranks-per-node", "2", "--", os.Args[0], "-test.run=^$"}, &out, &errs)
 	all := out.String() + errs.String()
 	if code != 0 {

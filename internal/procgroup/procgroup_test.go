@@ -8,31 +8,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestFirstFailureStopsTheRestAndKeepsItsCode(t *testing.T) {
-	var out syncBuf
+	var out Buffer
 	g, err := Start(context.Background(), Spec{
 		Procs: []Proc{
 			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.5; echo one; printf 'two'; exit 3"}, Prefix: "[a] ", Name: "rank 0"},
@@ -91,7 +73,7 @@ func TestKeepOthersLetsThemFinish(t *testing.T) {
 			{Path: "/bin/sh", Args: []string{"-c", "exit 1"}},
 			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.2"}},
 		},
-		KeepOthers: true, Stdout: &syncBuf{}, Stderr: &syncBuf{},
+		KeepOthers: true, Stdout: &Buffer{}, Stderr: &Buffer{},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +109,7 @@ func alive(pid int) bool {
 // unless its environment sets it; a nil environment is this process's.
 func TestShareCPUs(t *testing.T) {
 	t.Setenv("PROCGROUP_TEST_INHERITED", "yes")
-	out := &syncBuf{}
+	out := &Buffer{}
 	spec := Spec{Stdout: out, Stderr: out}
 	for i, env := range [][]string{nil, {"GOMAXPROCS=7"}, {"X=1"}} {
 		spec.Procs = append(spec.Procs, Proc{Path: "/bin/sh", Args: []string{"-c", `echo "${GOMAXPROCS:-unset} ${PROCGROUP_TEST_INHERITED:-none}"`}, Env: env, Prefix: fmt.Sprintf("%d ", i)})
@@ -178,7 +160,7 @@ func exitCodes(t *testing.T, g *Group) []int {
 // printed), one that handles SIGTERM gets it after Grace and exits as it
 // likes, and one that ignores SIGTERM is killed KillAfter later.
 func TestFailureGivesTheOthersGraceThenTermThenKill(t *testing.T) {
-	var out, notes syncBuf
+	var out, notes Buffer
 	g, err := Start(context.Background(), Spec{
 		Procs: []Proc{
 			{Path: "/bin/sh", Args: []string{"-c", "sleep 0.3; exit 7"}, Prefix: "[0] ", Name: "rank 0"},
@@ -216,7 +198,7 @@ func TestFailureGivesTheOthersGraceThenTermThenKill(t *testing.T) {
 // signal (no handler) is no failure that hurries the others: the one that
 // handles it finishes its cleanup.
 func TestStopLetsEveryHandlerFinish(t *testing.T) {
-	var out syncBuf
+	var out Buffer
 	g, err := Start(context.Background(), Spec{
 		Procs: []Proc{
 			{Path: "/bin/sh", Args: []string{"-c", "echo up; sleep 60 & wait"}, Prefix: "[0] ", Name: "rank 0"},
