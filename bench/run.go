@@ -19,7 +19,8 @@ import (
 // Per size and operation, and per form (out of place, then in place with
 // Spec.InPlace), Run: checks the result once (with Check; that run, after
 // a Barrier, counts as the first warmup iteration), runs the rest of the
-// Warmup untimed iterations, picks the iteration count from the slowest
+// Warmup untimed iterations (only one more when a call outlasts Budget on
+// the slowest rank), picks the iteration count from the slowest
 // rank's last warmup (unless Iters is set), then Repeats times: a Barrier,
 // then Iters back-to-back blocking calls, timed on each rank. Each rank's
 // time per iteration is combined over the ranks per repeat, and the row
@@ -182,11 +183,43 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 		}
 		t.Wrong = total[0]
 		warmup--
-		checkLast = warmup <= 0
 	}
-	for range warmup {
+	// Warming up is for calls short enough to be repeated: one that
+	// outlasts the budget on the slowest rank is warm after one run, and
+	// more would cost minutes at the large sizes. The first run (the
+	// check's, or the first warmup) decides, on every rank alike.
+	long := func() (bool, error) {
+		if s.Iters != 0 || s.Budget <= 0 {
+			return false, nil
+		}
+		worst := []float64{last.Seconds()}
+		if err := c.AllReduce(ctx, comm.Host(worst), comm.Host(worst), comm.Max); err != nil {
+			return false, err
+		}
+		return worst[0] > s.Budget.Seconds(), nil
+	}
+	if s.Check && warmup > 0 {
+		l, err := long()
+		if err != nil {
+			return err
+		}
+		if l {
+			warmup = 0
+		}
+	}
+	checkLast = s.Check && warmup <= 0
+	for k := range warmup {
 		if err := timed(); err != nil {
 			return err
+		}
+		if k == 0 && !s.Check && warmup > 1 {
+			l, err := long()
+			if err != nil {
+				return err
+			}
+			if l {
+				break
+			}
 		}
 	}
 	iters, repeats := s.Iters, s.Repeats
