@@ -70,6 +70,10 @@ type Result struct {
 	// the caller knows ("tbf on veth, one 1gbit NIC per rank", "wrapper …",
 	// "none").
 	Limiter string `json:",omitempty"`
+	// RawRTTUS is the round trip of an 8-byte frame over the bare
+	// transport between two nodes, measured in the same run, when the
+	// caller measured it: the small-message ceiling.
+	RawRTTUS float64 `json:",omitempty"`
 }
 
 // Wrong is the number of wrong elements over every checked row, or -1 when

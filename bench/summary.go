@@ -61,6 +61,13 @@ type Summary struct {
 	HasIntra8B   bool
 	Intra8BUS    float64
 	IntraWhy     string
+	// HasRaw: AllReduceRawUS (the smallest allreduce measured, at
+	// RawBytes ≤ LatencyUpTo) ÷ RawRTTUS, the bare transport's round trip.
+	HasRaw         bool
+	RawBytes       int64
+	AllReduceRawUS float64
+	RawRTTUS       float64
+	RawRatio       float64
 }
 
 // Summarize computes r's goal ratios.
@@ -108,8 +115,29 @@ func Summarize(r Result) Summary {
 		s.LatencyRatio = s.AllReduceUS / (float64(s.Hops) * s.SendRecvUS)
 		s.LatencyWhy = ""
 	}
+	if r.RawRTTUS > 0 {
+		for b := range ar {
+			if b <= LatencyUpTo && ar[b].TimeUS > 0 && (!s.HasRaw || b < s.RawBytes) {
+				s.HasRaw, s.RawBytes = true, b
+			}
+		}
+		if s.HasRaw {
+			s.AllReduceRawUS, s.RawRTTUS = ar[s.RawBytes].TimeUS, r.RawRTTUS
+			s.RawRatio = s.AllReduceRawUS / s.RawRTTUS
+		}
+	}
 	s.summarizeIntra(r, ar)
 	return s
+}
+
+// RawGoal is the most an AllReduce at RawBytes may take in round trips of
+// the bare transport: 2.5 on 4 ranks or more (two exchanges of recursive
+// doubling, and some software), 1.5 on 2 (one exchange).
+func (s Summary) RawGoal() float64 {
+	if s.Ranks <= 2 {
+		return 1.5
+	}
+	return 2.5
 }
 
 // summarizeIntra fills the shared-memory goals' fields.
@@ -173,6 +201,10 @@ func (s Summary) Format(w io.Writer) error {
 			s.Ranks, s.LatencyBytes, s.AllReduceUS, s.Hops, s.SendRecvUS, s.LatencyRatio, LatencyGoal, label(s.LatencyMet()))
 	} else {
 		out += fmt.Sprintf("#   latency:   n/a (%s)\n", s.LatencyWhy)
+	}
+	if s.HasRaw {
+		out += fmt.Sprintf("#   raw latency: allreduce at %d B / the bare transport's round trip = %.2f / %.2f us = %.2f (goal ≤ %.1f)  %s\n",
+			s.RawBytes, s.AllReduceRawUS, s.RawRTTUS, s.RawRatio, s.RawGoal(), label(s.RawRatio <= s.RawGoal()))
 	}
 	switch {
 	case s.HasIntra:

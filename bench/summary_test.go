@@ -128,3 +128,34 @@ func TestMeasureCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryRawLatency: with the bare transport's round trip measured,
+// the smallest AllReduce is judged against it (2.5 round trips on 4 ranks,
+// 1.5 on 2); without it, no line.
+func TestSummaryRawLatency(t *testing.T) {
+	res := Result{Ranks: 4, RawRTTUS: 40}
+	for _, p := range [][2]float64{{8, 150}, {64, 90}, {128, 80}} {
+		res.Rows = append(res.Rows, Row{Op: "allreduce", Bytes: int64(p[0]), Timing: Timing{TimeUS: p[1]}})
+	}
+	s := Summarize(res)
+	// The smallest size ≤ 64 B: 8 B, 150 / 40 = 3.75 > 2.5.
+	if !s.HasRaw || s.RawBytes != 8 || math.Abs(s.RawRatio-3.75) > 1e-12 || s.RawGoal() != 2.5 {
+		t.Errorf("raw latency: %+v", s)
+	}
+	var b bytes.Buffer
+	if err := s.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "= 150.00 / 40.00 us = 3.75 (goal ≤ 2.5)  BELOW"; !strings.Contains(b.String(), want) {
+		t.Errorf("Format output lacks %q:\n%s", want, b.String())
+	}
+	res.Ranks = 2
+	if s := Summarize(res); s.RawGoal() != 1.5 {
+		t.Errorf("2 ranks: goal %v, want 1.5", s.RawGoal())
+	}
+	res.RawRTTUS = 0
+	b.Reset()
+	if err := Summarize(res).Format(&b); err != nil || strings.Contains(b.String(), "raw latency") {
+		t.Errorf("no round trip measured: %v\n%s", err, b.String())
+	}
+}

@@ -210,11 +210,21 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		return bench.Result{}, err
 	}
 	info.Spec = full
+	if o.split == "" {
+		raw, err := measureRaw(ctx, world, topo, network, log)
+		if err != nil {
+			return bench.Result{}, fmt.Errorf("measuring the bare transport: %w", err)
+		}
+		info.Raw = raw
+	}
 	if to != nil {
 		to.start(info)
 		spec.Progress = to.row
 	}
 	res, err := bench.RunCompare(ctx, cts, spec)
+	if info.Raw != nil {
+		res.RawRTTUS = info.Raw.RTTUS
+	}
 	if err != nil || o.cfg.SwitchFrom == 0 || !isLayered || o.split != "" || !slices.ContainsFunc(cts, func(c bench.Contender) bool { return c.Name == commHier }) {
 		return res, err
 	}

@@ -28,6 +28,7 @@ type runInfo struct {
 	Links    string             `json:"links,omitempty"` // how inter-node links are limited, in words
 	LinkBits uint64             `json:"link_bits,omitempty"`
 	Copy     []bench.CopyRow    `json:"copy,omitempty"`
+	Raw      *rawTransport      `json:"raw_transport,omitempty"`
 	Started  time.Time          `json:"started"`
 }
 
@@ -206,6 +207,9 @@ func (p *printer) finish(runErr error) int {
 	res := bench.Result{Rows: p.rows}
 	if p.info != nil {
 		res.Ranks, res.Spec, res.Comms, res.Nodes, res.Copy, res.Limiter = p.info.Measured, p.info.Spec, p.info.names(), p.info.Nodes, p.info.Copy, p.info.Links
+		if p.info.Raw != nil {
+			res.RawRTTUS = p.info.Raw.RTTUS
+		}
 	}
 	complete := runErr == nil && p.res != nil
 	if complete {
@@ -288,6 +292,10 @@ func writeHeader(b *strings.Builder, info runInfo) {
 	}
 	if info.Links != "" {
 		fmt.Fprintf(b, "# Inter-node links: %s\n", info.Links)
+	}
+	if r := info.Raw; r != nil {
+		fmt.Fprintf(b, "# Bare transport (%s frames, no communicator) between rank %d and rank %d: 8-byte round trip %.1f us (median of %d), one way %.3f GB/s (1 MiB frames)\n",
+			r.Network, r.From, r.To, r.RTTUS, rawPings, r.StreamGBs)
 	}
 	if len(info.Copy) > 0 {
 		b.WriteString("# Memory copy, one thread:")

@@ -94,6 +94,9 @@ type reportCeilings struct {
 	// SendRecvBusBWGBs is the best sendrecv busbw of each communicator in
 	// this run: what its transport moves point to point.
 	SendRecvBusBWGBs map[string]float64 `json:"sendrecv_busbw_gbs"`
+	// RawTransport is the bare transport between two nodes (no
+	// communicator): an 8-byte round trip and a one-way stream.
+	RawTransport *rawTransport `json:"raw_transport,omitempty"`
 }
 
 type reportCopy struct {
@@ -179,6 +182,7 @@ func newReport(info runInfo, res bench.Result, o options, complete bool, runErr 
 		gbs := float64(info.LinkBits) / 8 / 1e9
 		r.Ceilings.LinkRateGBs = &gbs
 	}
+	r.Ceilings.RawTransport = info.Raw
 	r.Ceilings.MemoryCopy = []reportCopy{}
 	for _, c := range info.Copy {
 		r.Ceilings.MemoryCopy = append(r.Ceilings.MemoryCopy, reportCopy{c.Bytes, c.GBs})

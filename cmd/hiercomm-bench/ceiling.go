@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/topology"
+)
+
+// rawTransport is the ceiling a small collective is judged against: nexar's
+// bare transport (QUIC or TCP frames, no communicator, no collective)
+// between rank 0 and the first rank of another node, over the same network
+// and links as the run, measured in the same run.
+type rawTransport struct {
+	Network string `json:"network"`
+	From    int    `json:"from_rank"`
+	To      int    `json:"to_rank"`
+	// RTTUS is the median round trip of an 8-byte frame and its answer.
+	RTTUS float64 `json:"rtt_us"`
+	// StreamGBs is one direction, 1 MiB frames back to back.
+	StreamGBs float64 `json:"stream_gbs"`
+}
+
+// Sizes of the raw measurement.
+const (
+	rawPings     = 1000
+	rawWarmPings = 50
+	rawFrame     = 1 << 20
+	rawStreamFor = 300 * time.Millisecond
+)
+
+// Raw frames, by the Step of a FrameData header: a ping and its answer,
+// stream data, the stream's end and its acknowledgement. An answer is its
+// question's Step + 1.
+const (
+	rawPing uint32 = iota + 1
+	rawPong
+	rawData
+	rawEnd
+	rawEndAck
+)
+
+// measureRaw measures rawTransport. It is collective over c, the flat
+// world (whose waits block in the network poller: the ranks that wait for
+// the pair leave it the cores, where shared memory's waiters would spin):
+// every rank takes part in the exchange of addresses; the two ranks of the
+// pair build a transport of their own and measure. It returns the figures on
+// rank 0 (nil elsewhere), or nil when they could not be measured (logged:
+// the run goes on without them).
+func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topology, network string, log *slog.Logger) (*rawTransport, error) {
+	P, me := c.Size(), c.Rank()
+	if P < 2 || (network != "quic" && network != "tcp") {
+		return nil, nil
+	}
+	a, b := 0, 1
+	for r := range P {
+		if topo.NodeOf(r) != topo.NodeOf(0) {
+			b = r
+			break
+		}
+	}
+	key := make([]byte, 32)
+	if me == a {
+		rand.Read(key)
+	}
+	if err := c.Broadcast(ctx, comm.Host(key), a); err != nil {
+		return nil, err
+	}
+	// Each of the pair binds a port of its data address's host; the
+	// others offer 0. Every rank sees every offer, so all agree whether
+	// the pair goes on.
+	var pc net.PacketConn
+	var ln net.Listener
+	port := []int64{0}
+	var bindErr error
+	if me == a || me == b {
+		host, _, err := net.SplitHostPort(topo.Member(me).Addr)
+		if err != nil {
+			bindErr = fmt.Errorf("rank %d's address %q: %w", me, topo.Member(me).Addr, err)
+		} else if network == "quic" {
+			if pc, bindErr = net.ListenPacket("udp", net.JoinHostPort(host, "0")); bindErr == nil {
+				port[0] = int64(pc.LocalAddr().(*net.UDPAddr).Port)
+			}
+		} else if ln, bindErr = net.Listen("tcp", net.JoinHostPort(host, "0")); bindErr == nil {
+			port[0] = int64(ln.Addr().(*net.TCPAddr).Port)
+		}
+	}
+	ports := make([]int64, P)
+	if err := c.AllGather(ctx, comm.Host(port), comm.Host(ports)); err != nil {
+		if pc != nil {
+			pc.Close()
+		}
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, err
+	}
+	var out *rawTransport
+	switch {
+	case ports[a] == 0 || ports[b] == 0:
+		if bindErr != nil {
+			log.Warn("the raw transport's ceiling is not measured", "err", bindErr)
+		}
+		if pc != nil {
+			pc.Close()
+		}
+		if ln != nil {
+			ln.Close()
+		}
+	case me == a || me == b:
+		addr := func(r int) string {
+			host, _, _ := net.SplitHostPort(topo.Member(r).Addr)
+			return net.JoinHostPort(host, strconv.FormatInt(ports[r], 10))
+		}
+		cfg := nexar.NetConfig{Addrs: []string{addr(a), addr(b)}, JobKey: key, JobID: "hiercomm-bench-raw",
+			FailureTimeout: 10 * time.Second, ConnectTimeout: 20 * time.Second, PacketConn: pc, Listener: ln}
+		if me == b {
+			cfg.Rank = 1
+		}
+		r, err := pingStream(ctx, cfg, network, me == a)
+		if err != nil {
+			log.Warn("the raw transport's ceiling is not measured", "err", err)
+		} else if me == a {
+			r.Network, r.From, r.To = network, a, b
+			out = r
+		}
+	}
+	return out, c.Barrier(ctx)
+}
+
+// rawHandler answers pings (rank 1 of the pair), wakes the waiter for
+// answers (rank 0), counts stream bytes and answers the stream's end, after
+// which rank 1 is done.
+type rawHandler struct {
+	tr     atomic.Pointer[nexar.Transport]
+	got    chan uint32   // answers and end acknowledgements, for rank 0
+	end    chan struct{} // closed once rank 1 has acknowledged the end
+	stream atomic.Int64
+}
+
+func (h *rawHandler) Deliver(src int, hd nexar.Header, p []byte) {
+	switch {
+	case hd.Step == rawData:
+		h.stream.Add(int64(len(p)))
+	case h.got != nil:
+		select {
+		case h.got <- hd.Step:
+		default:
+		}
+	case hd.Step == rawPing || hd.Step == rawEnd:
+		// Answer from another goroutine: Deliver must not block, and it
+		// may run before the constructor has returned the transport.
+		go func() {
+			tr := h.tr.Load()
+			for ; tr == nil; tr = h.tr.Load() {
+				time.Sleep(100 * time.Microsecond)
+			}
+			(*tr).Send(context.Background(), src, nexar.Header{Kind: nexar.FrameData, Step: hd.Step + 1}, make([]byte, 8))
+			if hd.Step == rawEnd {
+				close(h.end)
+			}
+		}()
+	}
+}
+
+func (h *rawHandler) PeerFailed(peer int, err error) {}
+
+// pingStream runs the pair's side of the measurement; first is rank 0 of
+// the pair, which measures and returns the figures.
+func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first bool) (*rawTransport, error) {
+	h := &rawHandler{end: make(chan struct{})}
+	if first {
+		h.got = make(chan uint32, 4)
+	}
+	dial := nexar.NewQUIC
+	if network == "tcp" {
+		dial = nexar.NewTCP
+	}
+	tr, err := dial(ctx, cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	h.tr.Store(&tr)
+	if !first {
+		// Rank 1 answers from its handler until the stream's end.
+		select {
+		case <-h.end:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Minute):
+			return nil, fmt.Errorf("raw transport: the stream did not end within a minute")
+		}
+	}
+	wait := func(step uint32) error {
+		select {
+		case s := <-h.got:
+			if s != step {
+				return fmt.Errorf("raw transport: frame %d, want %d", s, step)
+			}
+			return nil
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("raw transport: no answer within 10s")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ping := make([]byte, 8)
+	rtts := make([]time.Duration, 0, rawPings)
+	for i := range rawWarmPings + rawPings {
+		t0 := time.Now()
+		if err := tr.Send(ctx, 1, nexar.Header{Kind: nexar.FrameData, Step: rawPing}, ping); err != nil {
+			return nil, err
+		}
+		if err := wait(rawPong); err != nil {
+			return nil, err
+		}
+		if i >= rawWarmPings {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	slices.Sort(rtts)
+	frame := make([]byte, rawFrame)
+	t0 := time.Now()
+	sent := 0
+	for time.Since(t0) < rawStreamFor {
+		if err := tr.Send(ctx, 1, nexar.Header{Kind: nexar.FrameData, Step: rawData}, frame); err != nil {
+			return nil, err
+		}
+		sent += len(frame)
+	}
+	if err := tr.Send(ctx, 1, nexar.Header{Kind: nexar.FrameData, Step: rawEnd}, ping); err != nil {
+		return nil, err
+	}
+	if err := wait(rawEndAck); err != nil {
+		return nil, err
+	}
+	el := time.Since(t0).Seconds()
+	return &rawTransport{RTTUS: float64(rtts[len(rtts)/2].Nanoseconds()) / 1e3, StreamGBs: float64(sent) / el / 1e9}, nil
+}
