@@ -75,8 +75,10 @@ func (f *FlightRecorder) begin(seq uint64, call Signature) {
 func (f *FlightRecorder) end(seq uint64, err error) {
 	now := time.Now()
 	f.mu.Lock()
+	// Newest first: the collective that ends is almost always the last
+	// one begun, so this is one step, not a pass over the ring.
 	for i := range f.ring {
-		if r := &f.ring[i]; r.Seq == seq && r.End.IsZero() && !r.Start.IsZero() {
+		if r := &f.ring[(f.next-1-i+len(f.ring))%len(f.ring)]; r.Seq == seq && r.End.IsZero() && !r.Start.IsZero() {
 			r.End, r.Err = now, err
 			r.Behind, r.Last = behindOf(err)
 			break

@@ -10,8 +10,6 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
-	"github.com/hiercomm/hiercomm/nexar"
-	"github.com/hiercomm/hiercomm/topology"
 )
 
 // crowded is a model in round numbers (1 µs a message, 1 byte per ns) on
@@ -87,43 +85,11 @@ func TestRouteFollowsCost(t *testing.T) {
 // them, with an error that says so, instead of running different routes
 // into a hang.
 func TestBuildAgreesOnCost(t *testing.T) {
-	var ms []topology.Member
-	for r := range 4 {
-		ms = append(ms, topology.Member{Rank: r, Host: []string{"a", "b"}[r/2], Local: r % 2, Device: -1})
-	}
-	tp, err := topology.New(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := func(cfgs [4]Config) ([]*Comm, []error) {
-		ws, err := nexar.NewMemoryWorld(4, nexar.Options{Timeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		hs, errs := make([]*Comm, 4), make([]error, 4)
-		var wg sync.WaitGroup
-		for r := range 4 {
-			wg.Go(func() { hs[r], errs[r] = Build(ctx, ws[r], tp, nil, cfgs[r]) })
-		}
-		wg.Wait()
-		t.Cleanup(func() {
-			for r, h := range hs {
-				if h != nil {
-					h.Close()
-				} else {
-					ws[r].Close()
-				}
-			}
-		})
-		return hs, errs
-	}
 	var cfgs [4]Config
 	for r, f := range []float64{0.5, 3, 0, 1} {
 		cfgs[r] = Config{Cost: schedule.Hierarchy{RanksPerCore: f}}
 	}
-	hs, errs := build(cfgs)
+	hs, errs := built2x2(t, cfgs)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -134,7 +100,7 @@ func TestBuildAgreesOnCost(t *testing.T) {
 	}
 	cfgs = [4]Config{}
 	cfgs[2].Cost.Inter.Latency = time.Millisecond
-	_, errs = build(cfgs)
+	_, errs = built2x2(t, cfgs)
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "different Config.Cost") {
 			t.Errorf("rank %d: Build = %v, want an error about different models", r, err)

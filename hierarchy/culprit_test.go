@@ -11,6 +11,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/hierarchy"
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // A rank that closes its hierarchy while the others are inside an
@@ -48,8 +49,7 @@ func TestEverySurvivorBlamesTheRankThatFailed(t *testing.T) {
 				x := make([]float32, tc.count)
 				return c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
 			})
-			prefix := fmt.Sprintf("rank %d (node %d, local %d) failed: ", tc.victim, tp.NodeOf(tc.victim), tp.LocalRank(tc.victim))
-			failed := regexp.MustCompile(`rank (\d+)[^;]* failed`)
+			prefix := failedPrefix(tp, tc.victim)
 			for r, err := range errs {
 				if r == tc.victim {
 					if err != nil {
@@ -57,7 +57,7 @@ func TestEverySurvivorBlamesTheRankThatFailed(t *testing.T) {
 					}
 					continue
 				}
-				if err := checkBlame(err, tc.victim, prefix, failed); err != nil {
+				if err := checkBlame(err, tc.victim, prefix); err != nil {
 					t.Errorf("rank %d: %v", r, err)
 				}
 			}
@@ -66,9 +66,17 @@ func TestEverySurvivorBlamesTheRankThatFailed(t *testing.T) {
 	}
 }
 
+// failed finds the ranks an error's text says failed.
+var failed = regexp.MustCompile(`rank (\d+)[^;]* failed`)
+
+// failedPrefix is how an error that blames rank of tp begins.
+func failedPrefix(tp *topology.Topology, rank int) string {
+	return fmt.Sprintf("rank %d (node %d, local %d) failed: ", rank, tp.NodeOf(rank), tp.LocalRank(rank))
+}
+
 // checkBlame checks that err is a peer failure that blames victim
-// (global) and no other rank.
-func checkBlame(err error, victim int, prefix string, failed *regexp.Regexp) error {
+// (global) and no other rank, and begins with prefix.
+func checkBlame(err error, victim int, prefix string) error {
 	if !errors.Is(err, comm.ErrPeerFailed) {
 		return fmt.Errorf("%v: want ErrPeerFailed", err)
 	}
@@ -122,7 +130,7 @@ func TestOutsideDetectorNewsBlamesTheDeadRank(t *testing.T) {
 				x := make([]float32, 1<<16)
 				if err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err == nil {
 					return errors.New("AllReduce without the dead rank returned nil")
-				} else if err := checkBlame(err, dead, fmt.Sprintf("rank %d (node %d, local %d) failed: ", dead, tp.NodeOf(dead), tp.LocalRank(dead)), regexp.MustCompile(`rank (\d+)[^;]* failed`)); err != nil {
+				} else if err := checkBlame(err, dead, failedPrefix(tp, dead)); err != nil {
 					return err
 				}
 				err := c.Barrier(ctx)
@@ -181,7 +189,7 @@ func TestChildSurvivorsBlameTheRankThatClosed(t *testing.T) {
 				defer cancel()
 				x := make([]float32, 1<<16)
 				return checkBlame(ch.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum), closer,
-					"rank 3 (node 1, local 1) failed: ", regexp.MustCompile(`rank (\d+)[^;]* failed`))
+					"rank 3 (node 1, local 1) failed: ")
 			})
 			for r, err := range errs {
 				if err != nil {

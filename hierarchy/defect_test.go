@@ -43,39 +43,16 @@ func TestSuiteCatchesLeadShardOnly(t *testing.T) {
 // hierarchy with the large path forced, and returns each rank's verdict.
 func runAllReduceSuite(t *testing.T, leadShardOnly bool) []error {
 	t.Helper()
-	var ms []topology.Member
-	for r := range 4 {
-		ms = append(ms, topology.Member{Rank: r, Host: []string{"a", "b"}[r/2], Local: r % 2, Device: -1})
-	}
-	tp, err := topology.New(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := nexar.NewMemoryWorld(4, nexar.Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	hs := make([]*Comm, 4)
-	errs := make([]error, 4)
-	var wg sync.WaitGroup
-	for r := range 4 {
-		wg.Go(func() {
-			hs[r], errs[r] = Build(ctx, ws[r], tp, nil, Config{SmallBytes: 64, ChunkBytes: 1024})
-		})
-	}
-	wg.Wait()
+	cfg := Config{SmallBytes: 64, ChunkBytes: 1024}
+	hs, errs := built2x2(t, [4]Config{cfg, cfg, cfg, cfg})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	defer func() {
-		for _, h := range hs {
-			h.Close()
-		}
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
 	opt := commtest.Options{Kinds: []comm.Kind{comm.KindAllReduce}, DTypes: []comm.DType{comm.F32, comm.I64},
 		Ops: []comm.ReduceOp{comm.Sum}, Counts: []int{4099}, Timeout: 30 * time.Second}
 	for r := range 4 {
@@ -153,14 +130,7 @@ func TestReduceScatterIsNoAllReduce(t *testing.T) {
 // what runs on them; they are closed when the test ends.
 func countedHierarchy(ctx context.Context, t *testing.T, N, G int, cfg Config) (hs []*Comm, worlds, rails []*counting) {
 	t.Helper()
-	var ms []topology.Member
-	for r := range N * G {
-		ms = append(ms, topology.Member{Rank: r, Host: fmt.Sprintf("host-%d", r/G), Local: r % G, Device: -1})
-	}
-	tp, err := topology.New(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp := nodeMajor(t, N, G)
 	ws, err := nexar.NewMemoryWorld(N*G, nexar.Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +171,49 @@ func countedHierarchy(ctx context.Context, t *testing.T, N, G int, cfg Config) (
 		}
 	})
 	return hs, worlds, rails
+}
+
+// nodeMajor is the topology of an N×G layout: N hosts of G ranks, numbered
+// node by node.
+func nodeMajor(t *testing.T, N, G int) *topology.Topology {
+	t.Helper()
+	var ms []topology.Member
+	for r := range N * G {
+		ms = append(ms, topology.Member{Rank: r, Host: fmt.Sprintf("host-%d", r/G), Local: r % G, Device: -1})
+	}
+	tp, err := topology.New(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+// built2x2 runs Build on every rank of a 2×2 layout (in-process nexar
+// world), rank r with cfgs[r], and returns each rank's hierarchy and
+// error; what was built is closed when the test ends.
+func built2x2(t *testing.T, cfgs [4]Config) ([]*Comm, []error) {
+	t.Helper()
+	tp := nodeMajor(t, 2, 2)
+	ws, err := nexar.NewMemoryWorld(4, nexar.Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hs, errs := make([]*Comm, 4), make([]error, 4)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Go(func() { hs[r], errs[r] = Build(ctx, ws[r], tp, nil, cfgs[r]) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for r, h := range hs {
+			if h != nil {
+				h.Close()
+			} else {
+				ws[r].Close()
+			}
+		}
+	})
+	return hs, errs
 }

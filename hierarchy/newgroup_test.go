@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,12 +35,7 @@ func TestNewGroup(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			errs := make([]error, P)
-			var wg sync.WaitGroup
-			for r, c := range cs {
-				wg.Go(func() { errs[r] = groupsOn(ctx, c, groups) })
-			}
-			wg.Wait()
+			errs := each(cs, func(_ int, c comm.Communicator) error { return groupsOn(ctx, c, groups) })
 			for r, err := range errs {
 				if err != nil {
 					t.Errorf("rank %d: %v", r, err)

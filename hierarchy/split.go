@@ -31,7 +31,7 @@ func (h *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 	}
 	split := func(t *task) error {
 		var err error
-		out, err = h.split(t.Ctx, t, color, key)
+		out, err = h.split(t, color, key)
 		return err
 	}
 	if err := h.exec.Do(ctx, comm.Call{Kind: comm.KindSplit}, verr, split); err != nil {
@@ -40,7 +40,8 @@ func (h *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 	return out, nil
 }
 
-func (h *Comm) split(ctx context.Context, t *task, color, key int) (comm.Communicator, error) {
+func (h *Comm) split(t *task, color, key int) (comm.Communicator, error) {
+	ctx := t.Ctx
 	x := &phases{h: h, ctx: ctx, kind: comm.KindSplit, seq: t.Seq, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}}
 	if t.Err != nil {
 		x.abandoned = h.opError(comm.KindSplit, t.Seq, -1, t.Err)

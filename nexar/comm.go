@@ -398,11 +398,13 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(j.sig, ahead.sig):
 				o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: j.sig, Remote: ahead.sig}, true)
 			default:
-				run := j.split
-				if run == nil {
-					run = func(o *op) error { return runCollective(o, t.Call) }
+				var err error
+				if j.split != nil {
+					err = j.split(o)
+				} else {
+					err = runCollective(o, t.Call)
 				}
-				if err := run(o); err != nil {
+				if err != nil {
 					o.fail(localFailure(err), true)
 				}
 			}

@@ -188,15 +188,13 @@ func (m *mesh) readLoop(l *link) {
 // Send may hold locks that the handler takes.
 func (m *mesh) fail(p *peer, cause error, async bool) {
 	perr := &comm.PeerError{Peer: p.rank, Addr: p.addr, Err: m.describe(cause)}
-	if sw := m.stalls.Load(); sw != nil {
-		if gap, ok := sw.stalled(time.Now()); ok {
-			// This process was stalled past FailureTimeout: the peers
-			// expelled it, and a dead connection is its own doing. The
-			// failure is this rank's (reported for p, whose link it is).
-			perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
-				Err: &stallError{gap: gap, timeout: m.cfg.FailureTimeout, cause: perr.Err,
-					what: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
-		}
+	if gap, timeout, ok := m.stalled(time.Now()); ok {
+		// This process was stalled past FailureTimeout: the peers
+		// expelled it, and a dead connection is its own doing. The
+		// failure is this rank's (reported for p, whose link it is).
+		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
+			Err: &stallError{gap: gap, timeout: timeout, cause: perr.Err,
+				what: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
 	}
 	first := false
 	p.once.Do(func() {

@@ -92,8 +92,7 @@ func (c *Comm) execute(o *op) error {
 		}
 		return c.opError(o, aborted)
 	}
-	s := &stepper{c: c, o: o, bnd: c.boundFor(o.ctx)}
-	s.b = &s.bnd
+	s := &stepper{c: c, o: o, b: c.boundFor(o.ctx)}
 	refusal := o.verr
 	if refusal == nil && o.ctx.Err() != nil {
 		refusal = ctxErr(o.ctx)

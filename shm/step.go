@@ -17,9 +17,8 @@ import (
 type stepper struct {
 	c      *Comm
 	o      *op
-	b      *bound // &bnd
-	bnd    bound
-	header bool // the header step is done
+	b      bound // the collective's bounds, for every wait of its steps
+	header bool  // the header step is done
 	// counts is written into the meta part with the header: AllToAllV's
 	// send and recv counts, Split's color and key.
 	counts []int64
@@ -76,7 +75,7 @@ func (s *stepper) ensureSeen(b *bound) error {
 // header step.
 func (s *stepper) step(write func(part []byte)) error {
 	c, x := s.c, &s.c.x
-	if err := s.ensureSeen(s.b); err != nil {
+	if err := s.ensureSeen(&s.b); err != nil {
 		// Even before the header: the peers wait for a header this rank
 		// can no longer post in its place.
 		s.broken = true
@@ -91,7 +90,7 @@ func (s *stepper) step(write func(part []byte)) error {
 	}
 	c.post(g)
 	x.g = g
-	if err := c.waitAll(s.b, g, x.watch); err != nil {
+	if err := c.waitAll(&s.b, g, x.watch); err != nil {
 		s.broken = true
 		return err
 	}
@@ -110,7 +109,7 @@ func (s *stepper) step(write func(part []byte)) error {
 func (s *stepper) refuse(why error) error {
 	c, x := s.c, &s.c.x
 	if x.seen < x.g {
-		b := s.b
+		b := &s.b
 		if b.ctx.Err() != nil {
 			b = &bound{ctx: context.Background(), timeout: b.timeout}
 		}

@@ -94,14 +94,18 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 			port[0] = int64(ln.Addr().(*net.TCPAddr).Port)
 		}
 	}
-	ports := make([]int64, P)
-	if err := c.AllGather(ctx, comm.Host(port), comm.Host(ports)); err != nil {
+	// release closes what this rank bound, when no transport takes it over.
+	release := func() {
 		if pc != nil {
 			pc.Close()
 		}
 		if ln != nil {
 			ln.Close()
 		}
+	}
+	ports := make([]int64, P)
+	if err := c.AllGather(ctx, comm.Host(port), comm.Host(ports)); err != nil {
+		release()
 		return nil, err
 	}
 	var out *rawTransport
@@ -110,12 +114,7 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 		if bindErr != nil {
 			log.Warn("the raw transport's ceiling is not measured", "err", bindErr)
 		}
-		if pc != nil {
-			pc.Close()
-		}
-		if ln != nil {
-			ln.Close()
-		}
+		release()
 	case me == a || me == b:
 		addr := func(r int) string {
 			host, _, _ := net.SplitHostPort(topo.Member(r).Addr)
@@ -138,19 +137,17 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 }
 
 // rawHandler answers pings (rank 1 of the pair), wakes the waiter for
-// answers (rank 0), counts stream bytes and answers the stream's end, after
-// which rank 1 is done.
+// answers (rank 0) and answers the stream's end, after which rank 1 is
+// done.
 type rawHandler struct {
-	tr     atomic.Pointer[nexar.Transport]
-	got    chan uint32   // answers and end acknowledgements, for rank 0
-	end    chan struct{} // closed once rank 1 has acknowledged the end
-	stream atomic.Int64
+	tr  atomic.Pointer[nexar.Transport]
+	got chan uint32   // answers and end acknowledgements, for rank 0
+	end chan struct{} // closed once rank 1 has acknowledged the end
 }
 
 func (h *rawHandler) Deliver(src int, hd nexar.Header, p []byte) {
 	switch {
-	case hd.Step == rawData:
-		h.stream.Add(int64(len(p)))
+	case hd.Step == rawData: // the sender times the stream: nothing to do
 	case h.got != nil:
 		select {
 		case h.got <- hd.Step:

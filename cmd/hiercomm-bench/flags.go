@@ -27,7 +27,6 @@ type options struct {
 	sim      simulation
 	verbose  bool
 	args     []string // the command line, for the report
-	explicit map[string]bool
 	// limiter is set by the parent for its children: how the inter-node
 	// links are limited ("tbf", "wrapper" or "none"; see limiter.go).
 	limiter string
@@ -118,7 +117,6 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("%w: -config %s: %v", errUsage, *configFile, err)
 		}
 	}
-	o.explicit = map[string]bool{}
 	var errs []error
 	bad := func(name string, err error) { errs = append(errs, fmt.Errorf("-%s: %w", name, err)) }
 	size := func(name, v string) bench.Size {
@@ -129,7 +127,6 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		return bench.Size(n)
 	}
 	fs.Visit(func(f *flag.Flag) {
-		o.explicit[f.Name] = true
 		c := &o.cfg
 		switch f.Name {
 		case "np":

@@ -71,7 +71,7 @@ func launcherName(o options) string {
 	switch {
 	case o.stream != "":
 		return "this program as a local emulated cluster"
-	case get(cluster.EnvLauncherSockets) == "1":
+	case cluster.IsLocalChild():
 		return "`hiercomm run`"
 	case get(cluster.EnvK8sService) != "":
 		return "Kubernetes"
