@@ -1,7 +1,6 @@
 package nexar
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -36,10 +35,4 @@ func (o *op) segBytes(es int) int {
 func (o *op) sizeError(peer, got, want int) error {
 	return &comm.MismatchError{Peer: peer, Seq: o.seq, Local: o.sig,
 		Reported: fmt.Sprintf("rank %d sent a frame of %d bytes where this rank's call expects %d", peer, got, want)}
-}
-
-// waitCtx returns the cause once ctx is done.
-func waitCtx(ctx context.Context) error {
-	<-ctx.Done()
-	return context.Cause(ctx)
 }

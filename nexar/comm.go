@@ -329,8 +329,10 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 // Run implements comm.Runner: the blocking form of Start, which runs the
 // collective on the calling goroutine.
 func (c *Comm) Run(ctx context.Context, call comm.Call) error {
+	markHop(hopCall, c.w.rank, -1, 0, 0)
+	defer markHop(hopReturn, c.w.rank, -1, 0, 0)
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
-		return c.startP2P(ctx, call).Wait()
+		return c.doP2P(ctx, call)
 	}
 	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), &job{sig: call.Signature()})
 }
@@ -376,6 +378,7 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			}
 			c.started = t.Seq
 			j.o = c.newOp(t.Ctx, t.Seq, j.sig)
+			markHop(hopAdmit, c.w.rank, -1, t.Seq, 0)
 			if t.Err == nil {
 				// A rejected call is not registered: it takes its number
 				// and its peers are told, but no frame of theirs can be
@@ -566,6 +569,7 @@ func (c *Comm) aheadLocked(seq uint64) *aheadMsg {
 // putLocked hands f to the receive waiting for it, or keeps it until one does.
 func (c *Comm) putLocked(k mkey, f frame) {
 	if ch, ok := c.waiters[k]; ok {
+		markHop(hopMatched, c.w.rank, c.members[f.src], k.seq, k.step)
 		delete(c.waiters, k)
 		ch <- f
 		return
@@ -639,6 +643,9 @@ func (c *Comm) onProbeReply(f frame) {
 	putBuf(f.payload)
 	c.mu.Lock()
 	if o := c.ops[f.h.Seq]; o != nil {
+		if o.behind == nil {
+			o.behind = map[int]uint64{}
+		}
 		o.behind[f.src] = uint64(f.h.Step)
 	}
 	c.mu.Unlock()

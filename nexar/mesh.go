@@ -167,7 +167,10 @@ func (m *mesh) linksOf(p *peer) []*link {
 func (m *mesh) readLoop(l *link) {
 	defer m.loops.Done()
 	p := l.peer
-	err := readFrames(l.r, func(h Header, payload []byte) { m.h.Deliver(p.rank, h, payload) })
+	err := readFrames(l.r, func(h Header, payload []byte) {
+		markHop(hopRead, m.cfg.Rank, p.rank, h.Seq, h.Step)
+		m.h.Deliver(p.rank, h, payload)
+	})
 	l.clean = err == nil
 	close(l.readDone)
 	if err != nil {
@@ -314,7 +317,9 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 		return comm.ContextError(ctx.Err())
 	}
 	if !l.finished {
+		markHop(hopWrite, m.cfg.Rank, to, h.Seq, h.Step)
 		err := writeFrame(l.w, h, payload)
+		markHop(hopWritten, m.cfg.Rank, to, h.Seq, h.Step)
 		if err == nil {
 			return nil
 		}

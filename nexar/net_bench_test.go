@@ -162,26 +162,32 @@ func BenchmarkPingPong(b *testing.B) {
 			continue
 		}
 		b.Run(bt.name, func(b *testing.B) {
-			cs := []*counter{{}, {}}
-			cfg := baseConfig()
-			cfg.FailureTimeout = 30 * time.Second
-			trs := startMesh(b, bt.dial, bt.network, 2, cfg, []Handler{cs[0], cs[1]})
-			ctx := context.Background()
-			msg := make([]byte, 8)
-			b.ResetTimer()
-			for range b.N {
-				got1 := cs[1].expect(8)
-				got0 := cs[0].expect(8)
-				if err := trs[0].Send(ctx, 1, Header{Kind: FrameP2P}, msg); err != nil {
-					b.Fatal(err)
-				}
-				<-got1
-				if err := trs[1].Send(ctx, 0, Header{Kind: FrameP2P}, msg); err != nil {
-					b.Fatal(err)
-				}
-				<-got0
-			}
+			pingPong(b, bt.dial, bt.network)
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "one-way-µs")
 		})
+	}
+}
+
+// pingPong sends 8 bytes back and forth b.N times between the two ends of
+// a mesh of dial's transport.
+func pingPong(b *testing.B, dial func(context.Context, NetConfig, Handler) (Transport, error), network string) {
+	cs := []*counter{{}, {}}
+	cfg := baseConfig()
+	cfg.FailureTimeout = 30 * time.Second
+	trs := startMesh(b, dial, network, 2, cfg, []Handler{cs[0], cs[1]})
+	ctx := context.Background()
+	msg := make([]byte, 8)
+	b.ResetTimer()
+	for range b.N {
+		got1 := cs[1].expect(8)
+		got0 := cs[0].expect(8)
+		if err := trs[0].Send(ctx, 1, Header{Kind: FrameP2P}, msg); err != nil {
+			b.Fatal(err)
+		}
+		<-got1
+		if err := trs[1].Send(ctx, 0, Header{Kind: FrameP2P}, msg); err != nil {
+			b.Fatal(err)
+		}
+		<-got0
 	}
 }

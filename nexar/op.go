@@ -17,25 +17,57 @@ import (
 const controlTimeout = 5 * time.Second
 
 // op is one collective in flight on one rank: the schedule's view of the
-// runtime. Its context ends when the collective fails for any reason (here
-// or on a peer); every receive and send of the schedule watches it.
+// runtime. It is its own context (what sends and lane waits watch): done
+// closes at its first failure, here or on a peer. It allocates no context
+// and no timer of its own: its deadline (the caller's, or Timeout from its
+// start, whichever is earlier) is kept by the timer of whichever receive
+// is waiting (await), and a caller's context that can end is watched with
+// one context.AfterFunc.
 type op struct {
-	c      *Comm
-	seq    uint64
-	sig    comm.Signature
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   context.CancelFunc // releases the timeout timer
-	once   sync.Once
-	err    error          // the first failure; written inside once
-	behind map[int]uint64 // peers that said they have not started seq: their last started; guarded by c.mu
+	c        *Comm
+	seq      uint64
+	sig      comm.Signature
+	deadline time.Time
+	done     chan struct{} // closed at the first failure
+	unwatch  func() bool   // stops watching the caller's context; nil if it cannot end
+	once     sync.Once
+	err      error          // the first failure; written inside once, before done closes
+	behind   map[int]uint64 // peers that said they have not started seq: their last started; guarded by c.mu
 }
 
 // newOp must be called with c.mu held.
 func (c *Comm) newOp(parent context.Context, seq uint64, sig comm.Signature) *op {
-	tctx, stop := context.WithTimeout(parent, c.opt.Timeout)
-	ctx, cancel := context.WithCancelCause(tctx)
-	return &op{c: c, seq: seq, sig: sig, ctx: ctx, cancel: cancel, stop: stop, behind: map[int]uint64{}}
+	o := &op{c: c, seq: seq, sig: sig, done: make(chan struct{}), deadline: time.Now().Add(c.opt.Timeout)}
+	if d, ok := parent.Deadline(); ok && d.Before(o.deadline) {
+		o.deadline = d
+	}
+	if parent.Done() != nil {
+		o.unwatch = context.AfterFunc(parent, func() { o.fail(localFailure(context.Cause(parent)), true) })
+	}
+	return o
+}
+
+// The op as a context.Context: what a send or a lane's wait watches.
+
+func (o *op) Deadline() (time.Time, bool) { return o.deadline, true }
+func (o *op) Done() <-chan struct{}       { return o.done }
+func (o *op) Value(any) any               { return nil }
+
+func (o *op) Err() error {
+	select {
+	case <-o.done:
+		if errors.Is(o.err, comm.ErrTimeout) {
+			return context.DeadlineExceeded
+		}
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// expired ends the op at its deadline (a receive's timer saw it pass).
+func (o *op) expired() {
+	o.fail(localFailure(context.DeadlineExceeded), true)
 }
 
 // fail ends the collective with err (the first failure wins); with notify,
@@ -45,7 +77,7 @@ func (o *op) fail(err error, notify bool) {
 	o.once.Do(func() {
 		first = true
 		o.err = err
-		o.cancel(err)
+		close(o.done)
 		if notify {
 			o.c.note(func() { o.notify(err) })
 		}
@@ -140,8 +172,9 @@ func localFailure(err error) error {
 // finish retires the op and returns its final error for the caller.
 func (o *op) finish() error {
 	o.once.Do(func() {}) // seal: a failure notice arriving from now on is too late to change the outcome
-	o.stop()
-	o.cancel(nil)
+	if o.unwatch != nil {
+		o.unwatch()
+	}
 	c := o.c
 	c.mu.Lock()
 	delete(c.ops, o.seq)
@@ -190,7 +223,7 @@ func (o *op) send(peer int, step uint32, payload []byte) error {
 func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error {
 	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
 	h.Sig.Count = count
-	if err := o.c.sendFrame(o.ctx, peer, h, payload); err != nil {
+	if err := o.c.sendFrame(o, peer, h, payload); err != nil {
 		return &peerFault{peer: peer, err: err}
 	}
 	return nil
@@ -204,7 +237,7 @@ func (o *op) recv(peer int, step uint32) ([]byte, error) {
 }
 
 func (o *op) recvFrame(peer int, step uint32) (frame, error) {
-	f, err := o.c.await(o.ctx, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o)
+	f, err := o.c.await(o, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline)
 	if err == nil && !sigMatch(o.sig, f.h.Sig) {
 		// Frames that came before this rank started the collective are
 		// checked here, as they are taken.
@@ -214,38 +247,54 @@ func (o *op) recvFrame(peer int, step uint32) (frame, error) {
 	return f, err
 }
 
-// await waits for the frame k from peer; p, when not nil, is the collective
-// to probe the peer for when the wait grows long.
-func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error) {
+// await waits for the frame k from peer until ctx ends or deadline (if not
+// zero) passes. p, when not nil, is the collective it belongs to (ctx is
+// then p itself, deadline p's): the wait asks the peer where it is when it
+// grows long (FrameProbe), and ends the collective at its deadline. A wait
+// that must block borrows a channel and a timer from pools, so a small
+// collective or message allocates neither.
+func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time.Time) (frame, error) {
 	c.mu.Lock()
 	if f, ok := c.arrived[k]; ok {
 		delete(c.arrived, k)
 		c.mu.Unlock()
+		markHop(hopWoken, c.w.rank, c.members[peer], k.seq, k.step)
 		return f, nil
 	}
-	ch := make(chan frame, 1)
+	ch := getWaiter()
 	c.waiters[k] = ch
 	gone, left := c.goneLocked(peer), c.leftCh
 	c.mu.Unlock()
 
+	got := func(f frame) (frame, error) {
+		putWaiter(ch)
+		markHop(hopWoken, c.w.rank, c.members[peer], k.seq, k.step)
+		return f, nil
+	}
 	abandon := func(err error) (frame, error) {
 		c.mu.Lock()
 		if c.waiters[k] == ch {
 			delete(c.waiters, k)
 			c.mu.Unlock()
+			putWaiter(ch)
 			return frame{}, err
 		}
 		c.mu.Unlock()
-		f := <-ch // delivered while we gave up: it is ours after all
-		return f, nil
+		return got(<-ch) // delivered while we gave up: it is ours after all
 	}
-	var probe <-chan time.Time
-	var timer *time.Timer
+	var (
+		timer   *time.Timer
+		fire    <-chan time.Time
+		probeAt time.Time // zero: no probes
+	)
 	wait := c.opt.ProbeAfter
 	if p != nil && peer != c.rank {
-		timer = time.NewTimer(wait)
-		defer timer.Stop()
-		probe = timer.C
+		probeAt = time.Now().Add(wait)
+	}
+	if next := earlier(probeAt, deadline); !next.IsZero() {
+		timer = getTimer(time.Until(next))
+		defer putTimer(timer)
+		fire = timer.C
 	}
 	for {
 		died, dead := c.w.peerState(c.members[peer])
@@ -257,20 +306,69 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op) (frame, error
 		}
 		select {
 		case f := <-ch:
-			return f, nil
+			return got(f)
 		case <-left: // a rank closed its side, or sent its last frame
 			c.mu.Lock()
 			gone, left = c.goneLocked(peer), c.leftCh
 			c.mu.Unlock()
 		case <-ctx.Done():
+			if p != nil {
+				return abandon(p.err)
+			}
 			return abandon(context.Cause(ctx))
 		case <-c.done:
 			return abandon(comm.ErrClosed)
 		case <-died:
-		case <-probe:
-			c.notifyLater(peer, Header{Kind: FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
-			wait = min(2*wait, 30*time.Second)
-			timer.Reset(wait)
+		case now := <-fire:
+			if !deadline.IsZero() && !now.Before(deadline) {
+				if p == nil {
+					return abandon(context.DeadlineExceeded)
+				}
+				p.expired()
+				return abandon(p.err)
+			}
+			if !probeAt.IsZero() && !now.Before(probeAt) {
+				c.notifyLater(peer, Header{Kind: FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
+				wait = min(2*wait, 30*time.Second)
+				probeAt = now.Add(wait)
+			}
+			timer.Reset(time.Until(earlier(probeAt, deadline)))
 		}
 	}
+}
+
+// earlier is the earlier of a and b, a zero time standing for never.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// Pools of what a blocking receive borrows. A waiter channel goes back
+// empty (its frame taken, or never sent: the waiter left the map under
+// c.mu first). A timer goes back stopped; since Go 1.23 a stopped timer's
+// channel holds no stale tick, so Reset starts it clean.
+var waiterPool, timerPool sync.Pool
+
+func getWaiter() chan frame {
+	if ch, ok := waiterPool.Get().(chan frame); ok {
+		return ch
+	}
+	return make(chan frame, 1)
+}
+
+func putWaiter(ch chan frame) { waiterPool.Put(ch) }
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timerPool.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timerPool.Put(t)
 }

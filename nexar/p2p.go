@@ -3,6 +3,7 @@ package nexar
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -16,17 +17,40 @@ import (
 // non-overtaking rule). Sends are eager: they return once the pieces are
 // handed to the transport, without waiting for a matching Recv.
 
+// startP2P starts a Send or Recv on a goroutine of its own.
 func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	fail := func(err error) *comm.Work {
-		return comm.Failed(&comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: err})
+	num, err := c.admitP2P(call)
+	if err != nil {
+		return comm.Failed(err)
+	}
+	w := comm.NewWork()
+	go func() { w.Complete(c.runP2P(ctx, call, num)) }()
+	return w
+}
+
+// doP2P is the blocking Send or Recv, on the calling goroutine: no
+// goroutine and no Work between the caller and the transport.
+func (c *Comm) doP2P(ctx context.Context, call comm.Call) error {
+	num, err := c.admitP2P(call)
+	if err != nil {
+		return err
+	}
+	return c.runP2P(ctx, call, num)
+}
+
+// admitP2P checks a point-to-point call and gives it its message number
+// among those with the same peer and tag.
+func (c *Comm) admitP2P(call comm.Call) (uint64, error) {
+	fail := func(err error) (uint64, error) {
+		return 0, &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: err}
 	}
 	if err := comm.ValidateHost(call, c.rank, c.Size()); err != nil {
 		return fail(err)
 	}
 	k := p2pKey{peer: call.Peer, tag: call.Tag}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.refuseLocked(); err != nil {
-		c.mu.Unlock()
 		return fail(err)
 	}
 	var num uint64
@@ -37,24 +61,23 @@ func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 		num = c.recvSeq[k]
 		c.recvSeq[k]++
 	}
-	c.mu.Unlock()
+	return num, nil
+}
 
-	w := comm.NewWork()
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
-		defer cancel()
-		var err error
-		if call.Kind == comm.KindSend {
-			err = c.sendMessage(ctx, call, num)
-		} else {
-			err = c.recvMessage(ctx, call, num)
-		}
-		if err != nil {
-			err = &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: localFailure(err)}
-		}
-		w.Complete(err)
-	}()
-	return w
+// runP2P moves message num of an admitted call. A Recv waits at most
+// Timeout; a Send blocks only while the transport's window is full, which
+// a peer that stops reading ends within FailureTimeout.
+func (c *Comm) runP2P(ctx context.Context, call comm.Call, num uint64) error {
+	var err error
+	if call.Kind == comm.KindSend {
+		err = c.sendMessage(ctx, call, num)
+	} else {
+		err = c.recvMessage(ctx, call, num, time.Now().Add(c.opt.Timeout))
+	}
+	if err != nil {
+		return &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: localFailure(err)}
+	}
+	return nil
 }
 
 // pieces is the number of frames a message of n bytes is cut into (at least one).
@@ -90,12 +113,12 @@ func (c *Comm) sendMessage(ctx context.Context, call comm.Call, num uint64) erro
 	return nil
 }
 
-func (c *Comm) recvMessage(ctx context.Context, call comm.Call, num uint64) error {
+func (c *Comm) recvMessage(ctx context.Context, call comm.Call, num uint64, deadline time.Time) error {
 	b := call.Recv.Bytes()
 	seg := c.p2pSeg(call.Recv.DType())
 	n := pieces(len(b), seg)
 	for i := range n {
-		f, err := c.await(ctx, mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}, call.Peer, nil)
+		f, err := c.await(ctx, mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}, call.Peer, nil, deadline)
 		if err != nil {
 			return err
 		}
@@ -108,6 +131,7 @@ func (c *Comm) recvMessage(ctx context.Context, call comm.Call, num uint64) erro
 		}
 		copy(b[i*seg:], f.payload)
 		putBuf(f.payload)
+		markHop(hopDone, c.w.rank, c.members[call.Peer], num, uint32(i))
 	}
 	return nil
 }
@@ -119,10 +143,9 @@ func (c *Comm) discardMessage(num uint64, call comm.Call, n int) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), c.opt.Timeout)
-		defer cancel()
+		deadline := time.Now().Add(c.opt.Timeout)
 		for i := 1; i < n; i++ {
-			f, err := c.await(ctx, mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}, call.Peer, nil)
+			f, err := c.await(context.Background(), mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}, call.Peer, nil, deadline)
 			if err != nil {
 				return
 			}

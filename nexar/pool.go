@@ -11,6 +11,11 @@ const minClass = 6 // 64 bytes
 
 var pools [25]sync.Pool // classes up to 1<<24 = MaxFrame
 
+// holders keeps the empty *[]byte cells that carry buffers through pools:
+// putting a slice into a sync.Pool boxes its header, one allocation per
+// frame; a cell from here, filled and put, allocates nothing.
+var holders sync.Pool
+
 func class(n int) int {
 	if n <= 1<<minClass {
 		return minClass
@@ -29,7 +34,10 @@ func getBuf(n int) []byte {
 		return make([]byte, n)
 	}
 	if p, ok := pools[c].Get().(*[]byte); ok {
-		return (*p)[:n]
+		b := (*p)[:n]
+		*p = nil
+		holders.Put(p)
+		return b
 	}
 	return make([]byte, n, 1<<c)
 }
@@ -41,6 +49,10 @@ func putBuf(b []byte) {
 	if c == 0 || c&(c-1) != 0 || c < 1<<minClass || c > MaxFrame {
 		return
 	}
-	b = b[:0]
-	pools[bits.Len(uint(c))-1].Put(&b)
+	p, ok := holders.Get().(*[]byte)
+	if !ok {
+		p = new([]byte)
+	}
+	*p = b[:0]
+	pools[bits.Len(uint(c))-1].Put(p)
 }

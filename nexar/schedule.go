@@ -84,8 +84,8 @@ func (x *runner) wait(after int) error {
 	for x.seen[l] < after {
 		select {
 		case x.seen[l] = <-x.ticks[l]:
-		case <-x.o.ctx.Done():
-			return waitCtx(x.o.ctx)
+		case <-x.o.done:
+			return x.o.err
 		}
 	}
 	return nil
@@ -139,7 +139,9 @@ func (x *runner) step(i int) error {
 			return err
 		}
 	case schedule.Recv:
-		return x.receive(st)
+		err := x.receive(st)
+		markHop(hopDone, o.c.w.rank, o.c.members[st.Peer], o.seq, st.Tag)
+		return err
 	case schedule.Local:
 		src, dst := x.bytes(st.Src), x.bytes(st.Dst)
 		x.combine(st.Op, dst, src, st.Free)
