@@ -61,14 +61,25 @@ type Summary struct {
 	HasIntra8B   bool
 	Intra8BUS    float64
 	IntraWhy     string
-	// HasRaw: AllReduceRawUS (the smallest allreduce measured, at
-	// RawBytes ≤ LatencyUpTo) ÷ RawRTTUS, the bare transport's round trip.
-	HasRaw         bool
-	RawBytes       int64
-	AllReduceRawUS float64
-	RawRTTUS       float64
-	RawRatio       float64
+	// Raw: with the bare transport's round trip measured, the smallest
+	// AllReduce and sendrecv (≤ LatencyUpTo bytes) of every communicator
+	// the run compared, each against it.
+	Raw []RawLatency
 }
+
+// RawLatency is one communicator's smallest Op against the bare
+// transport's round trip: US ÷ RTTUS = Ratio, at most Goal.
+type RawLatency struct {
+	Comm      string
+	Op        string
+	Bytes     int64
+	US, RTTUS float64
+	Ratio     float64
+	Goal      float64
+}
+
+// Met reports whether the goal holds.
+func (l RawLatency) Met() bool { return l.Ratio <= l.Goal }
 
 // Summarize computes r's goal ratios.
 func Summarize(r Result) Summary {
@@ -116,25 +127,46 @@ func Summarize(r Result) Summary {
 		s.LatencyWhy = ""
 	}
 	if r.RawRTTUS > 0 {
-		for b := range ar {
-			if b <= LatencyUpTo && ar[b].TimeUS > 0 && (!s.HasRaw || b < s.RawBytes) {
-				s.HasRaw, s.RawBytes = true, b
-			}
+		comms := r.Comms
+		if len(comms) == 0 {
+			comms = []string{""}
 		}
-		if s.HasRaw {
-			s.AllReduceRawUS, s.RawRTTUS = ar[s.RawBytes].TimeUS, r.RawRTTUS
-			s.RawRatio = s.AllReduceRawUS / s.RawRTTUS
+		for _, name := range comms {
+			for _, op := range []string{"allreduce", "sendrecv"} {
+				if l, ok := rawLatency(r, name, op); ok {
+					s.Raw = append(s.Raw, l)
+				}
+			}
 		}
 	}
 	s.summarizeIntra(r, ar)
 	return s
 }
 
-// RawGoal is the most an AllReduce at RawBytes may take in round trips of
-// the bare transport: 2.5 on 4 ranks or more (two exchanges of recursive
-// doubling, and some software), 1.5 on 2 (one exchange).
-func (s Summary) RawGoal() float64 {
-	if s.Ranks <= 2 {
+// rawLatency judges the smallest op (≤ LatencyUpTo bytes) on communicator
+// name against the bare transport's round trip.
+func rawLatency(r Result, name, op string) (RawLatency, bool) {
+	l := RawLatency{Comm: name, Op: op, RTTUS: r.RawRTTUS, Goal: RawGoal(op, r.Ranks)}
+	found := false
+	for _, row := range r.rowsOn(op, name) {
+		if row.Bytes <= LatencyUpTo && row.TimeUS > 0 && (!found || row.Bytes < l.Bytes) {
+			found, l.Bytes, l.US = true, row.Bytes, row.TimeUS
+		}
+	}
+	l.Ratio = l.US / l.RTTUS
+	return l, found
+}
+
+// RawGoal is the most a small op may take in round trips of the bare
+// transport: an AllReduce 2.5 on 4 ranks or more (two exchanges of
+// recursive doubling, and some software) and 1.5 on 2 (one exchange); a
+// sendrecv (every rank sends to the next and receives from the previous:
+// one message's way) 1.2.
+func RawGoal(op string, ranks int) float64 {
+	switch {
+	case op == "sendrecv":
+		return 1.2
+	case ranks <= 2:
 		return 1.5
 	}
 	return 2.5
@@ -202,9 +234,13 @@ func (s Summary) Format(w io.Writer) error {
 	} else {
 		out += fmt.Sprintf("#   latency:   n/a (%s)\n", s.LatencyWhy)
 	}
-	if s.HasRaw {
-		out += fmt.Sprintf("#   raw latency: allreduce at %d B / the bare transport's round trip = %.2f / %.2f us = %.2f (goal ≤ %.1f)  %s\n",
-			s.RawBytes, s.AllReduceRawUS, s.RawRTTUS, s.RawRatio, s.RawGoal(), label(s.RawRatio <= s.RawGoal()))
+	for _, l := range s.Raw {
+		on := ""
+		if l.Comm != "" {
+			on = " on " + l.Comm
+		}
+		out += fmt.Sprintf("#   raw latency: %s at %d B%s / the bare transport's round trip = %.2f / %.2f us = %.2f (goal ≤ %.1f)  %s\n",
+			l.Op, l.Bytes, on, l.US, l.RTTUS, l.Ratio, l.Goal, label(l.Met()))
 	}
 	switch {
 	case s.HasIntra:

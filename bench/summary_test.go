@@ -130,28 +130,49 @@ func TestMeasureCopy(t *testing.T) {
 }
 
 // TestSummaryRawLatency: with the bare transport's round trip measured,
-// the smallest AllReduce is judged against it (2.5 round trips on 4 ranks,
-// 1.5 on 2); without it, no line.
+// every compared communicator's smallest AllReduce (2.5 round trips on 4
+// ranks, 1.5 on 2) and sendrecv (1.2) is judged against it; without it,
+// no line.
 func TestSummaryRawLatency(t *testing.T) {
-	res := Result{Ranks: 4, RawRTTUS: 40}
+	res := Result{Ranks: 4, RawRTTUS: 40, Comms: []string{"hier", "flat"}}
 	for _, p := range [][2]float64{{8, 150}, {64, 90}, {128, 80}} {
-		res.Rows = append(res.Rows, Row{Op: "allreduce", Bytes: int64(p[0]), Timing: Timing{TimeUS: p[1]}})
+		res.Rows = append(res.Rows, Row{Op: "allreduce", Comm: "hier", Bytes: int64(p[0]), Timing: Timing{TimeUS: p[1]}})
+		res.Rows = append(res.Rows, Row{Op: "allreduce", Comm: "flat", Bytes: int64(p[0]), Timing: Timing{TimeUS: p[1] / 2}})
 	}
+	res.Rows = append(res.Rows, Row{Op: "sendrecv", Comm: "flat", Bytes: 8, Timing: Timing{TimeUS: 44}})
 	s := Summarize(res)
-	// The smallest size ≤ 64 B: 8 B, 150 / 40 = 3.75 > 2.5.
-	if !s.HasRaw || s.RawBytes != 8 || math.Abs(s.RawRatio-3.75) > 1e-12 || s.RawGoal() != 2.5 {
-		t.Errorf("raw latency: %+v", s)
+	// The smallest size ≤ 64 B: 8 B; hier 150 / 40 = 3.75 > 2.5, flat
+	// 75 / 40 = 1.875; flat's sendrecv 44 / 40 = 1.1 ≤ 1.2; hier has no
+	// sendrecv.
+	want := []RawLatency{
+		{Comm: "hier", Op: "allreduce", Bytes: 8, US: 150, RTTUS: 40, Ratio: 3.75, Goal: 2.5},
+		{Comm: "flat", Op: "allreduce", Bytes: 8, US: 75, RTTUS: 40, Ratio: 1.875, Goal: 2.5},
+		{Comm: "flat", Op: "sendrecv", Bytes: 8, US: 44, RTTUS: 40, Ratio: 1.1, Goal: 1.2},
+	}
+	if len(s.Raw) != len(want) {
+		t.Fatalf("raw latency: %+v, want %+v", s.Raw, want)
+	}
+	for i, w := range want {
+		g := s.Raw[i]
+		if g.Comm != w.Comm || g.Op != w.Op || g.Bytes != w.Bytes || g.US != w.US || math.Abs(g.Ratio-w.Ratio) > 1e-12 || g.Goal != w.Goal {
+			t.Errorf("raw latency %d: %+v, want %+v", i, g, w)
+		}
 	}
 	var b bytes.Buffer
 	if err := s.Format(&b); err != nil {
 		t.Fatal(err)
 	}
-	if want := "= 150.00 / 40.00 us = 3.75 (goal ≤ 2.5)  BELOW"; !strings.Contains(b.String(), want) {
-		t.Errorf("Format output lacks %q:\n%s", want, b.String())
+	for _, want := range []string{
+		"allreduce at 8 B on hier / the bare transport's round trip = 150.00 / 40.00 us = 3.75 (goal ≤ 2.5)  BELOW",
+		"allreduce at 8 B on flat / the bare transport's round trip = 75.00 / 40.00 us = 1.88 (goal ≤ 2.5)  PASS",
+		"sendrecv at 8 B on flat / the bare transport's round trip = 44.00 / 40.00 us = 1.10 (goal ≤ 1.2)  PASS",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("Format output lacks %q:\n%s", want, b.String())
+		}
 	}
-	res.Ranks = 2
-	if s := Summarize(res); s.RawGoal() != 1.5 {
-		t.Errorf("2 ranks: goal %v, want 1.5", s.RawGoal())
+	if g := RawGoal("allreduce", 2); g != 1.5 {
+		t.Errorf("2 ranks: goal %v, want 1.5", g)
 	}
 	res.RawRTTUS = 0
 	b.Reset()
