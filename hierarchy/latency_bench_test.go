@@ -26,8 +26,29 @@ func BenchmarkSmallAllReduce(b *testing.B) {
 	}
 }
 
+// BenchmarkSmallBroadcast is BenchmarkSmallAllReduce for an 8-byte
+// Broadcast from rank 0, which the hierarchy runs on its world part: the
+// difference to flat is the hierarchy's own per-call cost.
+func BenchmarkSmallBroadcast(b *testing.B) {
+	cs := build(b, layout{name: "2x2", perNode: []int{2, 2}}, "shm", hierarchy.Config{})
+	for _, mode := range []string{"hier", "flat"} {
+		b.Run(mode, func(b *testing.B) {
+			benchCalls(b, cs, mode == "flat", func(c comm.Communicator, v []float32) error {
+				return c.Broadcast(context.Background(), comm.Host(v), 0)
+			})
+		})
+	}
+}
+
 func benchSmall(b *testing.B, cs []comm.Communicator, flat bool) {
-	ctx := context.Background()
+	benchCalls(b, cs, flat, func(c comm.Communicator, v []float32) error {
+		return c.AllReduce(context.Background(), comm.Host(v), comm.Host(v), comm.Max)
+	})
+}
+
+// benchCalls runs call b.N times on every rank at once, on the hierarchy
+// or on its flat world part, with a 2-float vector of the rank's own.
+func benchCalls(b *testing.B, cs []comm.Communicator, flat bool, call func(comm.Communicator, []float32) error) {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	for r, c := range cs {
@@ -37,7 +58,7 @@ func benchSmall(b *testing.B, cs []comm.Communicator, flat bool) {
 		wg.Go(func() {
 			v := []float32{float32(r), 1}
 			for range b.N {
-				if err := c.AllReduce(ctx, comm.Host(v), comm.Host(v), comm.Max); err != nil {
+				if err := call(c, v); err != nil {
 					b.Error(err)
 					return
 				}
