@@ -14,6 +14,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -360,6 +361,8 @@ func (h *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return h.startP2P(ctx, call).Wait()
 	}
+	hoptrace.Mark(hoptrace.HierCall, h.rank, -1, 0, 0)
+	defer hoptrace.Mark(hoptrace.HierReturn, h.rank, -1, 0, 0)
 	return h.exec.Do(ctx, call, h.check(call), nil)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // part is one of the communicators a collective's phases run on, as the
@@ -81,12 +82,30 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 		c = c.WithoutBuffers()
 		c.Refused = x.refusal()
 	}
+	x.mark(hoptrace.PartCall, p)
 	if r, ok := p.c.(comm.Runner); ok && block {
 		pd.ran, pd.err = true, r.Run(x.ctx, c)
+		x.mark(hoptrace.PartReturn, p)
 	} else {
 		pd.w = p.c.Start(x.ctx, c)
 	}
 	return pd
+}
+
+// mark records hop h about part p if a trace is running
+// (internal/hoptrace).
+func (x *phases) mark(h hoptrace.Hop, p part) {
+	if !hoptrace.On() {
+		return
+	}
+	kind := hoptrace.PartIntra
+	switch {
+	case p.ranks == nil:
+		kind = hoptrace.PartWorld
+	case p.name == x.h.railP.name:
+		kind = hoptrace.PartRail
+	}
+	hoptrace.Mark(h, x.h.rank, kind, x.seq, 0)
 }
 
 // wait waits for an operation and reports whether the collective is still
@@ -100,6 +119,7 @@ func (x *phases) wait(pd pending) bool {
 		return false
 	default:
 		err = pd.w.Wait()
+		x.mark(hoptrace.PartReturn, pd.p)
 	}
 	switch {
 	case pd.poisoned:

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // Comm is a nexar communicator: the flat comm.Communicator over a Transport.
@@ -329,8 +330,8 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 // Run implements comm.Runner: the blocking form of Start, which runs the
 // collective on the calling goroutine.
 func (c *Comm) Run(ctx context.Context, call comm.Call) error {
-	markHop(hopCall, c.w.rank, -1, 0, 0)
-	defer markHop(hopReturn, c.w.rank, -1, 0, 0)
+	hoptrace.Mark(hoptrace.Call, c.w.rank, -1, 0, 0)
+	defer hoptrace.Mark(hoptrace.Return, c.w.rank, -1, 0, 0)
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.doP2P(ctx, call)
 	}
@@ -378,7 +379,7 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			}
 			c.started = t.Seq
 			j.o = c.newOp(t.Ctx, t.Seq, j.sig)
-			markHop(hopAdmit, c.w.rank, -1, t.Seq, 0)
+			hoptrace.Mark(hoptrace.Admit, c.w.rank, -1, t.Seq, 0)
 			if t.Err == nil {
 				// A rejected call is not registered: it takes its number
 				// and its peers are told, but no frame of theirs can be
@@ -569,7 +570,7 @@ func (c *Comm) aheadLocked(seq uint64) *aheadMsg {
 // putLocked hands f to the receive waiting for it, or keeps it until one does.
 func (c *Comm) putLocked(k mkey, f frame) {
 	if ch, ok := c.waiters[k]; ok {
-		markHop(hopMatched, c.w.rank, c.members[f.src], k.seq, k.step)
+		hoptrace.Mark(hoptrace.Matched, c.w.rank, c.members[f.src], k.seq, k.step)
 		delete(c.waiters, k)
 		ch <- f
 		return

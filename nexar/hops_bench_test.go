@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
-// BenchmarkHops traces b.N small calls hop by hop (hops.go) and reports
+// BenchmarkHops traces b.N small calls hop by hop (internal/hoptrace) and reports
 // the median time of each hop in µs, for an 8-byte Send/Recv ping-pong
 // and an 8-byte AllReduce on 2 and 4 ranks of this process, over loopback
 // TCP and QUIC. The columns are docs/transports.md's budget table:
@@ -71,7 +72,7 @@ func BenchmarkHops(b *testing.B) {
 // and reports each hop's median.
 func traced(b *testing.B, f func(n int)) {
 	f(100)
-	stop := traceHops(64 * b.N)
+	stop := hoptrace.Start(64 * b.N)
 	b.ResetTimer()
 	f(b.N)
 	b.StopTimer()
@@ -89,7 +90,7 @@ type hopColumn struct {
 }
 
 // hopColumns turns a trace into the budget's columns.
-func hopColumns(ev []hopEvent) []hopColumn {
+func hopColumns(ev []hoptrace.Event) []hopColumn {
 	cols := []hopColumn{{name: "call→admit"}, {name: "admit→write"}, {name: "write"}, {name: "wire+read"},
 		{name: "match"}, {name: "wakeup"}, {name: "step"}, {name: "done→return"}, {name: "call"}}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -99,67 +100,67 @@ func hopColumns(ev []hopEvent) []hopColumn {
 		seq      uint64
 		step     uint32
 	}
-	frames := map[key]*[numHops]time.Duration{}
-	byRank := map[int32][]hopEvent{}
+	frames := map[key]*[hoptrace.NumHops]time.Duration{}
+	byRank := map[int32][]hoptrace.Event{}
 	for _, e := range ev {
-		byRank[e.rank] = append(byRank[e.rank], e)
-		k := key{from: e.peer, to: e.rank, seq: e.seq, step: e.step}
-		switch e.hop {
-		case hopCall, hopAdmit, hopReturn:
+		byRank[e.Rank] = append(byRank[e.Rank], e)
+		k := key{from: e.Peer, to: e.Rank, seq: e.Seq, step: e.Step}
+		switch e.Hop {
+		case hoptrace.Call, hoptrace.Admit, hoptrace.Return:
 			continue
-		case hopWrite, hopWritten:
-			k.from, k.to = e.rank, e.peer
+		case hoptrace.Write, hoptrace.Written:
+			k.from, k.to = e.Rank, e.Peer
 		}
 		t := frames[k]
 		if t == nil {
-			t = new([numHops]time.Duration)
+			t = new([hoptrace.NumHops]time.Duration)
 			for i := range t {
 				t[i] = -1
 			}
 			frames[k] = t
 		}
-		t[e.hop] = e.at
+		t[e.Hop] = e.At
 	}
-	span := func(t *[numHops]time.Duration, a, z hop) (float64, bool) {
+	span := func(t *[hoptrace.NumHops]time.Duration, a, z hoptrace.Hop) (float64, bool) {
 		if t[a] < 0 || t[z] < 0 || t[z] < t[a] {
 			return 0, false
 		}
 		return us(t[z] - t[a]), true
 	}
 	for _, t := range frames {
-		for i, s := range [][2]hop{{hopWrite, hopWritten}, {hopWritten, hopRead}, {hopRead, hopMatched}, {hopMatched, hopWoken}, {hopWoken, hopDone}} {
+		for i, s := range [][2]hoptrace.Hop{{hoptrace.Write, hoptrace.Written}, {hoptrace.Written, hoptrace.Read}, {hoptrace.Read, hoptrace.Matched}, {hoptrace.Matched, hoptrace.Woken}, {hoptrace.Woken, hoptrace.Done}} {
 			if d, ok := span(t, s[0], s[1]); ok {
 				cols[2+i].d = append(cols[2+i].d, d)
 			}
 		}
 	}
-	// A call is a rank's events from its hopCall to its hopReturn.
+	// A call is a rank's events from its hoptrace.Call to its hoptrace.Return.
 	for _, rev := range byRank {
-		slices.SortFunc(rev, func(a, b hopEvent) int { return int(a.at - b.at) })
+		slices.SortFunc(rev, func(a, b hoptrace.Event) int { return int(a.At - b.At) })
 		var call, admit, lastDone time.Duration = -1, -1, -1
 		wrote := false
 		for _, e := range rev {
-			switch e.hop {
-			case hopCall:
-				call, admit, lastDone, wrote = e.at, -1, -1, false
-			case hopAdmit:
+			switch e.Hop {
+			case hoptrace.Call:
+				call, admit, lastDone, wrote = e.At, -1, -1, false
+			case hoptrace.Admit:
 				if call >= 0 {
-					admit = e.at
-					cols[0].d = append(cols[0].d, us(e.at-call))
+					admit = e.At
+					cols[0].d = append(cols[0].d, us(e.At-call))
 				}
-			case hopWrite:
+			case hoptrace.Write:
 				if !wrote && admit >= 0 {
 					wrote = true
-					cols[1].d = append(cols[1].d, us(e.at-admit))
+					cols[1].d = append(cols[1].d, us(e.At-admit))
 				}
-			case hopDone:
-				lastDone = e.at
-			case hopReturn:
+			case hoptrace.Done:
+				lastDone = e.At
+			case hoptrace.Return:
 				if call >= 0 {
 					if lastDone >= 0 {
-						cols[7].d = append(cols[7].d, us(e.at-lastDone))
+						cols[7].d = append(cols[7].d, us(e.At-lastDone))
 					}
-					cols[8].d = append(cols[8].d, us(e.at-call))
+					cols[8].d = append(cols[8].d, us(e.At-call))
 				}
 				call = -1
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -168,7 +169,7 @@ func (m *mesh) readLoop(l *link) {
 	defer m.loops.Done()
 	p := l.peer
 	err := readFrames(l.r, func(h Header, payload []byte) {
-		markHop(hopRead, m.cfg.Rank, p.rank, h.Seq, h.Step)
+		hoptrace.Mark(hoptrace.Read, m.cfg.Rank, p.rank, h.Seq, h.Step)
 		m.h.Deliver(p.rank, h, payload)
 	})
 	l.clean = err == nil
@@ -317,9 +318,9 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 		return comm.ContextError(ctx.Err())
 	}
 	if !l.finished {
-		markHop(hopWrite, m.cfg.Rank, to, h.Seq, h.Step)
+		hoptrace.Mark(hoptrace.Write, m.cfg.Rank, to, h.Seq, h.Step)
 		err := writeFrame(l.w, h, payload)
-		markHop(hopWritten, m.cfg.Rank, to, h.Seq, h.Step)
+		hoptrace.Mark(hoptrace.Written, m.cfg.Rank, to, h.Seq, h.Step)
 		if err == nil {
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // controlTimeout bounds the sending of failure notices and probe answers.
@@ -258,7 +259,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	if f, ok := c.arrived[k]; ok {
 		delete(c.arrived, k)
 		c.mu.Unlock()
-		markHop(hopWoken, c.w.rank, c.members[peer], k.seq, k.step)
+		hoptrace.Mark(hoptrace.Woken, c.w.rank, c.members[peer], k.seq, k.step)
 		return f, nil
 	}
 	ch := getWaiter()
@@ -268,7 +269,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 
 	got := func(f frame) (frame, error) {
 		putWaiter(ch)
-		markHop(hopWoken, c.w.rank, c.members[peer], k.seq, k.step)
+		hoptrace.Mark(hoptrace.Woken, c.w.rank, c.members[peer], k.seq, k.step)
 		return f, nil
 	}
 	abandon := func(err error) (frame, error) {

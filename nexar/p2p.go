@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // Point-to-point messages. A message is cut into pieces of at most
@@ -131,7 +132,7 @@ func (c *Comm) recvMessage(ctx context.Context, call comm.Call, num uint64, dead
 		}
 		copy(b[i*seg:], f.payload)
 		putBuf(f.payload)
-		markHop(hopDone, c.w.rank, c.members[call.Peer], num, uint32(i))
+		hoptrace.Mark(hoptrace.Done, c.w.rank, c.members[call.Peer], num, uint32(i))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // run executes this rank's schedule s over the op's frames, with the
@@ -140,7 +141,7 @@ func (x *runner) step(i int) error {
 		}
 	case schedule.Recv:
 		err := x.receive(st)
-		markHop(hopDone, o.c.w.rank, o.c.members[st.Peer], o.seq, st.Tag)
+		hoptrace.Mark(hoptrace.Done, o.c.w.rank, o.c.members[st.Peer], o.seq, st.Tag)
 		return err
 	case schedule.Local:
 		src, dst := x.bytes(st.Src), x.bytes(st.Dst)

@@ -3,8 +3,10 @@ package shm
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // op is one collective from Start to the completion of its Work.
@@ -60,8 +62,21 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.p2p.start(ctx, call).Wait()
 	}
+	c.mark(hoptrace.ShmCall, 0)
+	defer c.mark(hoptrace.ShmReturn, 0)
 	o := c.newOp(ctx, call)
 	return c.exec.Do(ctx, call, o.verr, o)
+}
+
+// mark records hop h of this rank at step g if a trace is running
+// (internal/hoptrace); Peer is a hash of the communicator's name, the same
+// on every rank of it.
+func (c *Comm) mark(h hoptrace.Hop, g uint64) {
+	if hoptrace.On() {
+		f := fnv.New32a()
+		f.Write([]byte(c.name))
+		hoptrace.Mark(h, c.rank, int(f.Sum32()>>1), g, 0)
+	}
 }
 
 // newOp checks call on its own; a bad call is refused when it runs.

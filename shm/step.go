@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // stepper runs the steps of one collective on this rank. The first step is
@@ -89,11 +90,13 @@ func (s *stepper) step(write func(part []byte)) error {
 		write(s.part(c.rank, g))
 	}
 	c.post(g)
+	c.mark(hoptrace.ShmPosted, g)
 	x.g = g
 	if err := c.waitAll(&s.b, g, x.watch); err != nil {
 		s.broken = true
 		return err
 	}
+	c.mark(hoptrace.ShmSeen, g)
 	x.seen = g
 	if !s.header {
 		s.header = true
