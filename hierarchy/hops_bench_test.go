@@ -17,8 +17,9 @@ import (
 // µs: the hierarchy's own time before its first part call (in), between
 // part calls (between) and after the last (out); each part's call (intra,
 // rail, world); inside the shared-memory calls, the time to post the first
-// step (shm-in), the wait for the node-mates' posts (shm-wait) and the
-// time after the last (shm-out); and the whole call. The AllReduce runs
+// step (shm-in), each wait for the node-mates' posts (shm-wait), the time
+// from one step's end to the next one's post (shm-between), the time after
+// the last (shm-out) and the steps a call takes; and the whole call. The AllReduce runs
 // both routes (leads: Reduce, AllReduce over the leads' rail, Broadcast;
 // 2d: ReduceScatter, every rail's AllReduce, AllGather), forced with
 // Config.SmallBytes; the Broadcast takes the world part:
@@ -48,7 +49,11 @@ func BenchmarkHierHops(b *testing.B) {
 			for _, col := range hierColumns(stop()) {
 				if len(col.d) > 0 {
 					slices.Sort(col.d)
-					b.ReportMetric(col.d[len(col.d)/2], col.name+"-µs")
+					unit := col.name + "-µs"
+					if col.name == "shm-steps" {
+						unit = "shm-steps/call"
+					}
+					b.ReportMetric(col.d[len(col.d)/2], unit)
 				}
 			}
 		})
@@ -62,7 +67,7 @@ type hopColumn struct {
 
 // hierColumns turns a trace into BenchmarkHierHops's columns.
 func hierColumns(ev []hoptrace.Event) []hopColumn {
-	names := []string{"in", "between", "out", "intra", "rail", "world", "shm-in", "shm-wait", "shm-out", "call"}
+	names := []string{"in", "between", "out", "intra", "rail", "world", "shm-in", "shm-wait", "shm-out", "call", "shm-between", "shm-steps"}
 	cols := make([]hopColumn, len(names))
 	for i, n := range names {
 		cols[i].name = n
@@ -128,16 +133,19 @@ func hierColumns(ev []hoptrace.Event) []hopColumn {
 	for _, es := range shm {
 		var call, seen time.Duration = -1, -1
 		posted := time.Duration(-1)
-		first := true
+		first, steps := true, 0
 		for _, e := range es {
 			switch e.Hop {
 			case hoptrace.ShmCall:
-				call, seen, first = e.At, -1, true
+				call, seen, first, steps = e.At, -1, true, 0
 			case hoptrace.ShmPosted:
 				posted = e.At
+				steps++
 				if call >= 0 && first {
 					add(6, e.At-call)
 					first = false
+				} else if seen >= 0 {
+					add(10, e.At-seen)
 				}
 			case hoptrace.ShmSeen:
 				if posted >= 0 {
@@ -147,6 +155,7 @@ func hierColumns(ev []hoptrace.Event) []hopColumn {
 			case hoptrace.ShmReturn:
 				if call >= 0 && seen >= 0 {
 					add(8, e.At-seen)
+					cols[11].d = append(cols[11].d, float64(steps))
 				}
 				call = -1
 			}
