@@ -139,6 +139,15 @@ func (d *Device) Vector(host []float32) (*Vector, error) {
 	return v, nil
 }
 
+// Len is the vector's length (0 for a nil Vector: one a stage does not
+// keep).
+func (v *Vector) Len() int {
+	if v == nil {
+		return 0
+	}
+	return len(v.Host)
+}
+
 // Buf is elements [off, off+n) as a collective takes them: the device
 // buffer's on a Device, else the host slice's.
 func (v *Vector) Buf(off, n int) comm.Buffer {
@@ -176,10 +185,10 @@ func (v *Vector) Get(off, n int) error {
 	return nil
 }
 
-// Free releases the device copy (nothing on host memory). The Vector must
-// not be used after.
+// Free releases the device copy (nothing on host memory or for a nil
+// Vector). The Vector must not be used after.
 func (v *Vector) Free() {
-	if v.d == nil || v.dev.IsZero() {
+	if v == nil || v.d == nil || v.dev.IsZero() {
 		return
 	}
 	v.d.allocated.Add(-int64(v.dev.ByteLen()))
