@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"strconv"
@@ -83,7 +84,9 @@ func TestShardsOnTwoNodes(t *testing.T) {
 // 0, 3 to 2, 2 within tolerance of 0; the device memory what the stage
 // moves) and ends with the weights of the same run on host memory, bit
 // for bit; on 4, stages 2 and 3 (the sharded gradient and parameters)
-// pass theirs (3 bitwise equal to 2).
+// pass theirs (3 bitwise equal to 2); in one process (an NCCL
+// communicator, which refuses host buffers) stages 0 and 3 end as on
+// host memory.
 func TestShardsOnDevice(t *testing.T) {
 	common := []string{
 		"on device 0 (fake GPU 0): what the collectives move in device memory",
@@ -91,17 +94,29 @@ func TestShardsOnDevice(t *testing.T) {
 		"host↔device copies host→device",
 		"stage 3: bitwise equal to stage 2: true",
 	}
+	// One process: the World is an NCCL communicator of one rank.
+	var one, oneHost strings.Builder
+	for _, r := range []struct {
+		args string
+		out  *strings.Builder
+	}{{args + " -stages 0,3 -device -fake-gpu", &one}, {args + " -stages 0,3", &oneHost}} {
+		if err := run(context.Background(), strings.Fields(r.args), r.out); err != nil {
+			t.Fatalf("%s: %v\n%s", r.args, err, r.out.String())
+		}
+	}
+	launch.Expect(t, one.String(), common[:3]...) // stage 2 did not run
+	if d, h := stageHashes(t, one.String(), 2), stageHashes(t, oneHost.String(), 2); !maps.Equal(d, h) {
+		t.Errorf("one process: the device run ends with weights %v, the host run with %v", d, h)
+	}
+
 	dev := launch.Run(t, []int{1, 1}, args+" -device -fake-gpu")
 	launch.Expect(t, dev, append(common, "2 ranks on 2 nodes",
 		"stage 1: bitwise equal to stage 0: true",
 		"stage 2: equal to stage 0 within tolerance")...)
 	persistentBytes(t, dev) // every stage reported its memory
 	host := launch.Run(t, []int{1, 1}, args)
-	d, h := stageHashes(t, dev, 4), stageHashes(t, host, 4)
-	for stage := range 4 {
-		if d[stage] != h[stage] {
-			t.Errorf("stage %d: the device run ends with weights %s, the host run with %s", stage, d[stage], h[stage])
-		}
+	if d, h := stageHashes(t, dev, 4), stageHashes(t, host, 4); !maps.Equal(d, h) {
+		t.Errorf("2 nodes: the device run ends with weights %v, the host run with %v", d, h)
 	}
 	dev = launch.Run(t, []int{1, 1, 1, 1}, args+" -device -fake-gpu -stages 2,3")
 	launch.Expect(t, dev, append(common, "4 ranks on 4 nodes")...)
