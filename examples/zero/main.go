@@ -147,10 +147,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return err
 		}
 		say("stage %d: %s", stage, r.mem)
+		steps := len(r.losses)
+		perStep := fmt.Sprintf("per step (rank 0): collectives %.2f ms", float64(r.comm)/float64(steps)/float64(time.Millisecond))
 		if dev != nil {
-			steps := len(r.losses)
-			say("stage %d: device memory per rank %s (%d bytes); per step (rank 0): collectives %.2f ms, host↔device copies %v",
-				stage, mib(r.devBytes), r.devBytes, float64(r.comm)/float64(steps)/float64(time.Millisecond), r.copies.Per(steps))
+			say("stage %d: device memory per rank %s (%d bytes); %s, host↔device copies %v", stage, mib(r.devBytes), r.devBytes, perStep, r.copies.Per(steps))
+		} else {
+			say("stage %d: %s", stage, perStep)
 		}
 		say("stage %d: loss %.4f after %d steps, test accuracy %.2f%%, %v; weights hash %016x", stage, r.losses[len(r.losses)-1], len(r.losses), 100*acc, time.Since(start).Round(100*time.Millisecond), trainer.Hash(r.p))
 		if stage < 3 {
