@@ -23,9 +23,10 @@
 # starts one process per emulated node, each on GPU 0 (NCCL refuses two
 # ranks of one communicator on one GPU; a world of single-GPU nodes has
 # none: device data is staged through pinned host memory between them),
-# on the MNIST files make gpu-test put in gpu-bin/mnist. Data parallel on
-# 2 and 4 nodes and ZeRO's four stages on 2 with -device, and data
-# parallel on 2 on host memory (HIERCOMM_INTRA=shm) to compare with; each
+# on the MNIST files make gpu-test put in gpu-bin/mnist. Data parallel in
+# one process (NCCL's kernels) and on 2 and 4 nodes and ZeRO's four stages
+# on 2 with -device, and data parallel on 2 on host memory
+# (HIERCOMM_INTRA=shm) to compare with; each
 # run checks itself (bitwise replicas, one process's losses — over 12
 # steps, and not on 4 nodes: see below —, the stages' equalities) and
 # fails if a check does not hold. The log is
@@ -116,6 +117,11 @@ trainers() {
 	local start
 	start=$(date +%s)
 	: >"$log"
+	# One process: its World is an NCCL communicator of one rank, so NCCL's
+	# own kernels run the AllReduces on the GPU (the nodes' staged worlds
+	# below move device data through pinned host memory).
+	trainer - 1 dataparallel "${dev[@]}" -epochs 1 -log 100 "${quick[@]}" 2>&1 | tee -a "$log"
+	tally "${PIPESTATUS[0]}"
 	# The one-process comparison over 12 steps on 2 nodes, none on 4: with
 	# Adam, a gradient element that nearly cancels can change sign when the
 	# ranks' sum is regrouped, and Adam's normalised update makes that a
