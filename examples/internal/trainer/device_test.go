@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl"
 )
@@ -91,5 +92,26 @@ func TestVectorCopies(t *testing.T) {
 	h, err := host.Vector([]float32{5, 6})
 	if err != nil || !h.Buf(0, 2).OnHost() || h.Put(0, 2) != nil || h.Get(0, 2) != nil || host.Copies() != (Copies{}) {
 		t.Errorf("a Vector on host memory: %v, buffer on host %v, copies %v", err, h.Buf(0, 2).OnHost(), host.Copies())
+	}
+}
+
+// TestDeviceAsksForTheGPUTier: -device makes Init require the GPU tier
+// (HIERCOMM_INTRA reads nccl) and refuses a host tier named in the
+// environment; without -device the environment is Init's own.
+func TestDeviceAsksForTheGPUTier(t *testing.T) {
+	t.Setenv(cluster.EnvIntra, "")
+	opt, err := Config{Device: true}.initOptions()
+	if err != nil || opt.Getenv == nil || opt.Getenv(cluster.EnvIntra) != "nccl" || opt.GPU != nil {
+		t.Errorf("-device: %v; want Getenv to say %s=nccl and no library given", err, cluster.EnvIntra)
+	}
+	if opt, _ := (Config{Device: true, FakeGPU: true}).initOptions(); opt.GPU == nil {
+		t.Error("-device -fake-gpu: no fake library in the options")
+	}
+	if opt, err := (Config{}).initOptions(); err != nil || opt.Getenv != nil || opt.GPU != nil {
+		t.Errorf("without -device: %+v, %v; want Init's defaults", opt, err)
+	}
+	t.Setenv(cluster.EnvIntra, "shm")
+	if _, err := (Config{Device: true}).initOptions(); err == nil {
+		t.Errorf("-device with %s=shm: accepted", cluster.EnvIntra)
 	}
 }

@@ -2,8 +2,12 @@
 // around the model: their common flags, the MNIST data cut into global
 // batches and each rank's part of them, test accuracy computed by every
 // rank on its share of the test set, the bitwise check that replicas agree,
-// and the single-process reference run they compare themselves with. It
-// imports comm (the collectives it calls), mlp and mnist; never a tier.
+// the single-process reference run they compare themselves with, and for
+// -device the vectors kept in GPU memory (Device, Vector) and the staging
+// of host values on a GPU world (Host). It imports hiercomm (Init), comm
+// (the collectives it calls), mlp and mnist, and for -device nccl (a
+// rank's GPU, the fake) and cluster (the name of HIERCOMM_INTRA); never a
+// transport.
 package trainer
 
 import (
@@ -186,34 +190,18 @@ func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
 	if c.FakeGPU && !c.Device {
 		return nil, nil, c.Check(1)
 	}
+	opt, err := c.initOptions()
+	if err != nil {
+		return nil, nil, err
+	}
 	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var opt hiercomm.Options
-	if c.Device {
-		intra := os.Getenv(cluster.EnvIntra)
-		if intra != "" && intra != "auto" && intra != "nccl" {
-			return nil, nil, fmt.Errorf("-device with %s=%s, which keeps the world on host memory: unset it or set it to nccl", cluster.EnvIntra, intra)
-		}
-		opt.Getenv = func(k string) string {
-			if k == cluster.EnvIntra {
-				return "nccl"
-			}
-			return os.Getenv(k)
-		}
-		if c.FakeGPU {
-			opt.GPU = nccl.NewFake(nccl.FakeOptions{Devices: 1})
-		}
-	}
 	w, err := hiercomm.Init(initCtx, opt)
 	if err != nil {
 		if c.Device && !c.FakeGPU {
 			return nil, nil, fmt.Errorf("-device needs the GPU tier (-fake-gpu runs on nccl's in-process fake): %w", err)
 		}
 		return nil, nil, err
-	}
-	if w.Device() == nil && c.Device {
-		w.Close()
-		return nil, nil, fmt.Errorf("-device: rank %d's world moves host memory", w.Rank())
 	}
 	if w.Device() != nil && !c.Device {
 		w.Close()
@@ -229,6 +217,32 @@ func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
 		return nil, nil, err
 	}
 	return w, d, nil
+}
+
+// initOptions are Init's options for c: with -device, the environment
+// as it is but for HIERCOMM_INTRA, which reads nccl (the GPU tier or an
+// error), and with -fake-gpu nccl's in-process fake as the GPU library.
+// -device with HIERCOMM_INTRA set to a host tier is a contradiction.
+func (c Config) initOptions() (hiercomm.Options, error) {
+	var opt hiercomm.Options
+	if !c.Device {
+		return opt, nil
+	}
+	switch intra := os.Getenv(cluster.EnvIntra); intra {
+	case "", "auto", "nccl":
+	default:
+		return opt, fmt.Errorf("-device with %s=%s, which keeps the world on host memory: unset it or set it to nccl", cluster.EnvIntra, intra)
+	}
+	opt.Getenv = func(k string) string {
+		if k == cluster.EnvIntra {
+			return "nccl"
+		}
+		return os.Getenv(k)
+	}
+	if c.FakeGPU {
+		opt.GPU = nccl.NewFake(nccl.FakeOptions{Devices: 1})
+	}
+	return opt, nil
 }
 
 // Printer returns a Printf to out that prints on rank 0 only, a line per
