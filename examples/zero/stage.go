@@ -78,6 +78,9 @@ func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg tr
 	net.Init(init, cfg.Seed)
 	s := &stepper{link: &link{ctx: ctx, c: c, lay: lay}, net: net, opt: opt, state: state, stage: stage}
 	defer s.free()
+	// vec allocates an n-element Vector of the stage (with a device copy
+	// under -device); the first failure stays in err, and vec then
+	// returns nil, so the allocations below read as a list.
 	vec := func(n int) *trainer.Vector {
 		if err == nil {
 			var v *trainer.Vector
