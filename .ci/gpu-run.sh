@@ -4,8 +4,8 @@
 # Take gpu-bin/ (best: with the repository around it) to the GPU host (no Go
 # needed) and run, from anywhere:
 #
-#     bash gpu-bin/run.sh            # every binary
-#     bash gpu-bin/run.sh nccl       # some: nccl, hiercomm, hierarchy
+#     bash gpu-bin/run.sh            # every binary, then the trainers
+#     bash gpu-bin/run.sh nccl       # some: nccl, hiercomm, hierarchy, trainers
 #
 # Each binary runs its TestGPU* tests (-test.run GPU; RUN overrides the
 # pattern, TIMEOUT the -test.timeout, 20m) in its package's folder when the
@@ -17,6 +17,22 @@
 # last lines say PASS or FAIL per binary; the exit status is non-zero if
 # any failed. Without a GPU every GPU test skips, saying why, and the
 # binaries pass.
+#
+# "trainers" runs the example trainers with -device (docs/training.md) as
+# several single-GPU nodes: `hiercomm run --nodes N --ranks-per-node 1`
+# starts one process per emulated node, each on GPU 0 (NCCL refuses two
+# ranks of one communicator on one GPU; a world of single-GPU nodes has
+# none: device data is staged through pinned host memory between them),
+# on the MNIST files make gpu-test put in gpu-bin/mnist. Data parallel in
+# one process (NCCL's kernels) and on 2 and 4 nodes and ZeRO's four stages
+# on 2 with -device, and data parallel on 2 on host memory
+# (HIERCOMM_INTRA=shm) to compare with; each
+# run checks itself (bitwise replicas, one process's losses — over 12
+# steps, and not on 4 nodes: see below —, the stages' equalities) and
+# fails if a check does not hold. The log is
+# $OUT/trainers.txt. Without a GPU they are skipped, saying so.
+# FAKE_GPU=1 runs them anyway, on nccl's in-process fake (-fake-gpu) and
+# for 20 steps each: a check of this script where there is no GPU.
 set -uo pipefail
 
 bin=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,7 +44,7 @@ run=${RUN:-GPU}
 timeout=${TIMEOUT:-20m}
 
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(nccl hiercomm hierarchy)
+[ ${#names[@]} -gt 0 ] || names=(nccl hiercomm hierarchy trainers)
 
 # pkgdir is where a binary runs: its package's folder, as under go test.
 pkgdir() {
@@ -48,7 +64,92 @@ echo "(the CUDA driver API and NCCL versions are logged by nccl.test's TestGPULi
 
 declare -A result
 failed=0
+
+# trainer ENV NODES PROGRAM ARGS...: one trainer run of `hiercomm run`
+# (ENV: - or VAR=value for the run); its status is the run's.
+trainer() {
+	local env=$1 nodes=$2 prog=$3
+	shift 3
+	local cmd=("$bin/hiercomm" run --nodes "$nodes" --ranks-per-node 1 -- "$bin/$prog" "$@" -data "$bin/mnist")
+	[ "$env" = - ] || cmd=(env "$env" "${cmd[@]}")
+	echo
+	echo "== ${cmd[*]}"
+	local start rc
+	start=$(date +%s)
+	"${cmd[@]}" 2>&1
+	rc=$?
+	echo "== exit $rc, $(($(date +%s) - start))s"
+	return "$rc"
+}
+
+# tally counts a trainer run's status in tpass or tfail.
+tally() {
+	if [ "$1" -eq 0 ]; then tpass=$((tpass + 1)); else tfail=$((tfail + 1)); fi
+}
+
+# trainers runs the -device trainers (see the top) and sets result.
+trainers() {
+	local log=$out/trainers.txt
+	echo
+	echo "== trainers with -device, as single-GPU nodes  (log $log)"
+	local gpus dev=(-device) quick=()
+	gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+	if [ "${FAKE_GPU:-}" = 1 ]; then
+		echo "FAKE_GPU=1: on nccl's in-process fake, 20 steps each (figures of no GPU)"
+		dev=(-device -fake-gpu) quick=(-steps 20)
+	elif [ "${gpus:-0}" -eq 0 ]; then
+		echo "trainers: skipped: no GPU here (nvidia-smi -L lists none); the -device runs need the GPU tier" | tee "$log"
+		result[trainers]="SKIP (no GPU)"
+		return
+	fi
+	local f missing=()
+	for f in hiercomm dataparallel zero; do
+		[ -x "$bin/$f" ] || missing+=("$bin/$f")
+	done
+	[ -f "$bin/mnist/train-images-idx3-ubyte.gz" ] || missing+=("$bin/mnist/*-ubyte.gz")
+	if [ ${#missing[@]} -gt 0 ]; then
+		echo "trainers: ${missing[*]} missing (make gpu-test builds and copies them)" | tee "$log"
+		result[trainers]="FAIL (missing: ${missing[*]})"
+		failed=1
+		return
+	fi
+	tpass=0 tfail=0
+	local start
+	start=$(date +%s)
+	: >"$log"
+	# One process: its World is an NCCL communicator of one rank, so NCCL's
+	# own kernels run the AllReduces on the GPU (the nodes' staged worlds
+	# below move device data through pinned host memory).
+	trainer - 1 dataparallel "${dev[@]}" -epochs 1 -log 100 "${quick[@]}" 2>&1 | tee -a "$log"
+	tally "${PIPESTATUS[0]}"
+	# The one-process comparison over 12 steps on 2 nodes, none on 4: with
+	# Adam, a gradient element that nearly cancels can change sign when the
+	# ranks' sum is regrouped, and Adam's normalised update makes that a
+	# step of about lr, past the weight tolerance — on host memory alike,
+	# the same bits (docs/training.md, section 5). Here after 30 steps on 2
+	# nodes, after 3 on 4. The replicas are checked bitwise in every run.
+	trainer - 2 dataparallel "${dev[@]}" -epochs 1 -log 100 -check-steps 12 "${quick[@]}" 2>&1 | tee -a "$log"
+	tally "${PIPESTATUS[0]}"
+	trainer - 4 dataparallel "${dev[@]}" -epochs 1 -log 100 -check-steps 0 "${quick[@]}" 2>&1 | tee -a "$log"
+	tally "${PIPESTATUS[0]}"
+	trainer HIERCOMM_INTRA=shm 2 dataparallel -epochs 1 -log 100 -check-steps 12 "${quick[@]}" 2>&1 | tee -a "$log"
+	tally "${PIPESTATUS[0]}"
+	trainer - 2 zero "${dev[@]}" "${quick[@]}" 2>&1 | tee -a "$log"
+	tally "${PIPESTATUS[0]}"
+	local counts="$tpass passed, $tfail failed, $(($(date +%s) - start))s"
+	if [ "$tfail" -eq 0 ]; then
+		result[trainers]="PASS ($counts)"
+	else
+		result[trainers]="FAIL ($counts)"
+		failed=1
+	fi
+}
+
 for name in "${names[@]}"; do
+	if [ "$name" = trainers ]; then
+		trainers
+		continue
+	fi
 	exe=$bin/$name.test
 	log=$out/$name.txt
 	if [ ! -x "$exe" ]; then
@@ -81,6 +182,10 @@ echo
 echo "== summary (logs in $out)"
 grep -h 'gpu-library:' "$out"/nccl.txt 2>/dev/null | sed 's/^[[:space:]]*[^:]*:[0-9]*: /  /' | sort -u
 for name in "${names[@]}"; do
+	if [ "$name" = trainers ]; then
+		echo "trainers: ${result[$name]}"
+		continue
+	fi
 	echo "$name.test: ${result[$name]}"
 	# Why tests skipped, each reason once (the line before each SKIP).
 	grep -B1 '^--- SKIP' "$out/$name.txt" 2>/dev/null | grep -v '^--- SKIP\|^--$\|^=== ' |

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
+	"github.com/hiercomm/hiercomm/examples/internal/trainer"
 )
 
 // Gradient buckets, as torch's DistributedDataParallel makes them: the
@@ -52,41 +53,70 @@ func mib(bytes int) string { return fmt.Sprintf("%.2f MiB", float64(bytes)/(1<<2
 // reducer starts each bucket's AllReduce (Avg: the mean gradient over the
 // ranks) as soon as backward has written its layers, and waits for them
 // all before the optimizer step. It is the Params hook of one step.
+//
+// With -device the gradient's device copy is where the AllReduces run:
+// a bucket is copied there when backward has written it, just before its
+// AllReduce starts (so the copy is part of backward's time), and fetch
+// copies the reduced buckets back for the optimizer.
 type reducer struct {
 	ctx     context.Context
 	c       comm.Communicator
-	grad    []float32
+	grad    *trainer.Vector
 	buckets []bucket
 	works   []*comm.Work
+	err     error // the first copy that failed this step
 }
 
 // ready is mlp.Params' GradReady: layer l's gradient is written.
 func (r *reducer) ready(l int) {
 	for _, b := range r.buckets {
 		if b.first == l {
-			g := comm.Host(r.grad[b.off : b.off+b.n])
-			r.works = append(r.works, comm.StartAllReduce(r.ctx, r.c, g, g, comm.Avg))
+			// A bucket whose copy failed is reduced all the same, so the
+			// ranks' collectives stay matched; wait reports the failure.
+			if err := r.grad.Put(b.off, b.n); err != nil && r.err == nil {
+				r.err = fmt.Errorf("bucket %v: %w", b, err)
+			}
+			r.start(b)
 		}
 	}
 }
 
+// start starts bucket b's AllReduce, in place.
+func (r *reducer) start(b bucket) {
+	g := r.grad.Buf(b.off, b.n)
+	r.works = append(r.works, comm.StartAllReduce(r.ctx, r.c, g, g, comm.Avg))
+}
+
 // wait waits for every bucket started in this step.
 func (r *reducer) wait() error {
-	var first error
+	first := r.err
 	for i, w := range r.works {
 		if err := w.Wait(); err != nil && first == nil {
 			first = fmt.Errorf("AllReduce of bucket %d, %v: %w", i, r.buckets[i], err)
 		}
 	}
-	r.works = r.works[:0]
+	r.works, r.err = r.works[:0], nil
 	return first
+}
+
+// fetch copies the reduced gradient back where the optimizer reads it
+// (with -device; nothing on host memory).
+func (r *reducer) fetch() error {
+	for _, b := range r.buckets {
+		if err := r.grad.Get(b.off, b.n); err != nil {
+			return fmt.Errorf("bucket %v: %w", b, err)
+		}
+	}
+	return nil
 }
 
 // commAlone measures how long the step's AllReduces take with nothing
 // else running: after a Barrier (so no rank waits for another's compute),
 // every bucket started in backward order, then all waited for; the median
-// of reps runs after one warm-up. The gradient vector's contents are
-// destroyed. Every rank must call it at the same point.
+// of reps runs after one warm-up. With -device they run on the device
+// copy as it is, and no copy is timed: this is the communication alone.
+// The gradient's contents are destroyed. Every rank must call it at the
+// same point.
 func (r *reducer) commAlone(reps int) (time.Duration, error) {
 	var took []time.Duration
 	for i := range reps + 1 {
@@ -95,7 +125,7 @@ func (r *reducer) commAlone(reps int) (time.Duration, error) {
 		}
 		start := time.Now()
 		for _, b := range r.buckets {
-			r.ready(b.first)
+			r.start(b)
 		}
 		if err := r.wait(); err != nil {
 			return 0, err

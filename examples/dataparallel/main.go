@@ -18,6 +18,15 @@
 // checks that every replica holds the same bits, and that the first
 // -check-steps steps gave the losses and weights one process gets on the
 // same global batches (docs/training.md).
+//
+// With -device (the GPU tier; -fake-gpu for nccl's in-process fake) the
+// parameters and the gradient buckets live in GPU memory and the
+// AllReduces run on device buffers; the arithmetic stays on the host, so
+// each bucket is copied to the device before its AllReduce and back after
+// it, and the updated parameters to the device after each step, and the
+// copies are timed apart from the communication (trainer.Device).
+//
+//	go run ./cmd/hiercomm run --nodes 2 --ranks-per-node 1 -- ./examples/dataparallel -device -fake-gpu
 package main
 
 import (
@@ -100,6 +109,8 @@ func run(ctx context.Context, args []string) error {
 	defer w.Close()
 	rank, size := w.Rank(), w.Size()
 	say := trainer.Printer(os.Stdout, rank)
+	dev := trainer.NewDevice(w.Device()) // nil: host memory
+	hc := trainer.Host(w, dev)           // for the host values: losses, counts, hashes
 	per := cfg.Batch / size
 	net, err := mlp.New(cfg.Sizes(), per)
 	if err != nil {
@@ -116,7 +127,22 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, g := make([]float32, net.NumParams()), make([]float32, net.NumParams())
+	// The parameters and the gradient, with their device copies under
+	// -device: the parameters' is the authoritative one (the initial
+	// Broadcast runs on it, each step's update is written to it, the
+	// checks at the end read it); the gradient's is where the buckets'
+	// AllReduces run.
+	pv, err := dev.Vector(make([]float32, net.NumParams()))
+	if err != nil {
+		return err
+	}
+	defer pv.Free()
+	gv, err := dev.Vector(make([]float32, net.NumParams()))
+	if err != nil {
+		return err
+	}
+	defer gv.Free()
+	p, g := pv.Host, gv.Host
 	state := make([][]float32, opt.Slots())
 	for i := range state {
 		state[i] = make([]float32, len(p))
@@ -124,13 +150,23 @@ func run(ctx context.Context, args []string) error {
 	// Like DDP, rank 0's initial weights are every rank's.
 	if rank == 0 {
 		net.Init(p, cfg.Seed)
+		if err := pv.Put(0, len(p)); err != nil {
+			return err
+		}
 	}
-	if err := w.Broadcast(ctx, comm.Host(p), 0); err != nil {
+	if err := w.Broadcast(ctx, pv.Buf(0, len(p)), 0); err != nil {
 		return fmt.Errorf("broadcasting the initial weights: %w", err)
 	}
-	red := &reducer{ctx: ctx, c: w, grad: g, buckets: planBuckets(net, o.bucketBytes)}
+	if err := pv.Get(0, len(p)); err != nil {
+		return err
+	}
+	red := &reducer{ctx: ctx, c: w, grad: gv, buckets: planBuckets(net, o.bucketBytes)}
 	say("%d ranks on %d nodes; MLP %v, %d parameters (%s); global batch %d (%d per rank), %d steps of %d images; %s lr %g",
 		size, w.Topology().NumNodes(), cfg.Sizes(), net.NumParams(), mib(4*net.NumParams()), cfg.Batch, per, data.TotalSteps(), data.Train.Len(), cfg.Opt, cfg.LR)
+	if dev != nil {
+		say("on %v: parameters and gradient in device memory (%s per rank), the AllReduces on device buffers; forward, backward and the optimizer on the host (no GPU kernels), with copies: each bucket host→device before its AllReduce and device→host after it, the parameters host→device after each update",
+			dev, mib(dev.Allocated()))
+	}
 	say("gradient buckets in backward order (cap %s): %v", mib(o.bucketBytes), red.buckets)
 	alone, err := red.commAlone(5)
 	if err != nil {
@@ -139,6 +175,7 @@ func run(ctx context.Context, args []string) error {
 	say("the buckets' AllReduces take %v per step alone (median of 5)", alone.Round(10*time.Microsecond))
 
 	flat := mlp.Flat{Net: net, P: p, G: g, OnGrad: red.ready}
+	copies := dev.Copies() // at the start of training
 	x, y := make([]float32, per*net.Inputs()), make([]uint8, per)
 	mine, all := make([]float64, 2), make([]float64, 2*size) // [loss, compute seconds] of each rank
 	var (
@@ -148,7 +185,7 @@ func run(ctx context.Context, args []string) error {
 		started = time.Now()
 		total   = data.TotalSteps()
 	)
-	iv.reset()
+	iv.reset(dev)
 	for s := range data.Batches(rank, size) {
 		data.Train.Batch(s.Idx, x, y)
 		begin := time.Now()
@@ -164,13 +201,19 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("step %d: %w", s.T, err)
 		}
 		wait := time.Since(end)
+		if err := red.fetch(); err != nil {
+			return fmt.Errorf("step %d: %w", s.T, err)
+		}
 		opt.Step(s.T+1, p, g, state)
+		if err := pv.Put(0, len(p)); err != nil {
+			return fmt.Errorf("step %d: %w", s.T, err)
+		}
 
 		// Every rank's loss and compute time, to every rank: the mean
 		// loss, and the slowest rank's backward (no rank's gradients are
 		// complete before it ends, so waiting for it is not communication).
 		mine[0], mine[1] = loss, end.Sub(begin).Seconds()
-		if err := w.AllGather(ctx, comm.Host(mine), comm.Host(all)); err != nil {
+		if err := hc.AllGather(ctx, comm.Host(mine), comm.Host(all)); err != nil {
 			return fmt.Errorf("step %d: gathering the losses: %w", s.T, err)
 		}
 		var gloss, slowest float64
@@ -182,28 +225,38 @@ func run(ctx context.Context, args []string) error {
 		if s.T < o.checkSteps {
 			losses = append(losses, gloss)
 			if s.T == o.checkSteps-1 || s.T == total-1 {
+				if err := pv.Get(0, len(p)); err != nil { // the device's, on a device
+					return err
+				}
 				checkP = append([]float32(nil), p...)
 			}
 		}
 		if (s.T+1)%cfg.Log == 0 || s.T == total-1 {
 			say("step %5d/%d  epoch %d  %s", s.T+1, total, s.Epoch+1, iv.line(cfg.Batch, alone, size))
-			iv.reset()
+			iv.reset(dev)
 		}
 		if (s.T+1)%data.StepsPerEpoch() == 0 || s.T == total-1 {
-			acc, err := trainer.Accuracy(ctx, w, net, flat, data)
+			acc, err := trainer.Accuracy(ctx, hc, net, flat, data)
 			if err != nil {
 				return err
 			}
 			say("epoch %d: test accuracy %.2f%% on %d images (%v since the start)", s.Epoch+1, 100*acc, data.Test.Len(), time.Since(started).Round(100*time.Millisecond))
-			iv.reset() // the evaluation is not training time
+			iv.reset(dev) // the evaluation is not training time
 		}
 	}
-	if err := trainer.Identical(ctx, w, p); err != nil {
+	if dev != nil {
+		c := dev.Copies().Sub(copies)
+		say("host↔device copies of the model in %d steps (rank 0): %v; per step %v", total, c, c.Per(total))
+	}
+	if err := pv.Get(0, len(p)); err != nil { // the device's, on a device
+		return err
+	}
+	if err := trainer.Identical(ctx, hc, p); err != nil {
 		return err
 	}
 	say("all %d replicas hold bitwise identical weights (hash %016x)", size, trainer.Hash(p))
 	if o.checkSteps > 0 {
-		if err := checkAgainstOne(ctx, w, cfg, data, losses, checkP); err != nil {
+		if err := checkAgainstOne(ctx, hc, cfg, data, losses, checkP); err != nil {
 			return err
 		}
 	}
@@ -219,9 +272,13 @@ type interval struct {
 	loss    float64
 	exposed time.Duration // communication that backward did not hide
 	waited  time.Duration
+	dev     *trainer.Device // nil: host memory
+	copies  trainer.Copies  // dev's at the start
 }
 
-func (iv *interval) reset() { *iv = interval{start: time.Now()} }
+func (iv *interval) reset(dev *trainer.Device) {
+	*iv = interval{start: time.Now(), dev: dev, copies: dev.Copies()}
+}
 
 // add counts one step: its mean loss; this rank's forward and backward
 // (compute) and its wait for the gradients; the slowest rank's compute.
@@ -242,6 +299,10 @@ func (iv *interval) line(batch int, alone time.Duration, size int) string {
 	el := time.Since(iv.start)
 	n := float64(iv.steps)
 	s := fmt.Sprintf("loss %.4f  %5.0f samples/s  %6.1f ms/step", iv.loss/n, n*float64(batch)/el.Seconds(), ms(el)/n)
+	if iv.dev != nil {
+		c := iv.dev.Copies().Sub(iv.copies)
+		s += fmt.Sprintf("  host↔device copies %.2f ms/step", ms(c.H2D+c.D2H)/n)
+	}
 	if size == 1 {
 		return s
 	}

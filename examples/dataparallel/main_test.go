@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/hiercomm/hiercomm/examples/internal/launch"
+	"github.com/hiercomm/hiercomm/nccl"
 )
 
 // The test binary is started again as each rank of a local job.
@@ -31,6 +34,55 @@ func TestTrainsOnTwoNodes(t *testing.T) {
 		"one process on the same 12 global batches",
 		"same loss as one process: yes",
 	)
+}
+
+// TestTrainsOnDevice trains on 2 single-GPU nodes with -device on nccl's
+// in-process fake (the parameters and the gradient buckets in device
+// memory, the AllReduces on device buffers, staged between the nodes) and
+// the same run on host memory: the device run passes the example's own
+// checks (replicas bitwise identical, the losses and weights of one
+// process) and ends with the host run's weights, bit for bit.
+func TestTrainsOnDevice(t *testing.T) {
+	const args = "-train 1024 -test 256 -batch 64 -steps 8 -log 4 -check-steps 8 -hidden 128,64 -bucket-mib 0.01"
+	dev := launch.Run(t, []int{1, 1}, args+" -device -fake-gpu")
+	launch.Expect(t, dev,
+		"2 ranks on 2 nodes",
+		"on device 0 (fake GPU 0): parameters and gradient in device memory (0.83 MiB per rank)",
+		"host↔device copies",
+		"all 2 replicas hold bitwise identical weights",
+		"same loss as one process: yes",
+	)
+	host := launch.Run(t, []int{1, 1}, args)
+	if d, h := weightsHash(t, dev), weightsHash(t, host); d != h {
+		t.Errorf("the device run ends with weights %s, the host run with %s", d, h)
+	}
+}
+
+// weightsHash is the hash of the replicas' weights that rank 0 printed.
+func weightsHash(t *testing.T, out string) string {
+	t.Helper()
+	m := regexp.MustCompile(`bitwise identical weights \(hash ([0-9a-f]{16})\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no hash of the weights in:\n%s", out)
+	}
+	return m[1]
+}
+
+// TestDeviceNeedsAGPU: -device where the GPU tier cannot be had (no
+// -fake-gpu, no driver or no GPU) stops before any work with one line
+// that says why and what to do.
+func TestDeviceNeedsAGPU(t *testing.T) {
+	if nccl.Available() == nil {
+		t.Skip("a GPU is usable here: -device would train on it")
+	}
+	err := run(context.Background(), strings.Fields("-device -steps 1 -train 64 -test 64 -batch 64"))
+	if err == nil {
+		t.Fatal("-device without a GPU: accepted")
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "-device needs the GPU tier") || !strings.Contains(msg, "-fake-gpu") {
+		t.Errorf("want one line naming -device and -fake-gpu, got %q", msg)
+	}
 }
 
 // TestBadFlags: a flag the trainer cannot honour is an error before any

@@ -29,6 +29,16 @@
 // AllReduce).
 //
 //	go run ./cmd/hiercomm run --nodes 2 --ranks-per-node 2 -- ./examples/zero
+//
+// With -device (the GPU tier; -fake-gpu for nccl's in-process fake) what
+// each stage's collectives move lives in GPU memory — the gradient (whole,
+// or the rank's shard and a layer's scratch), the gather scratch, stage
+// 3's parameter shard — and every AllReduce, ReduceScatter and AllGather
+// runs on device buffers; the arithmetic stays on the host, so each is
+// surrounded by host↔device copies, reported apart from the
+// communication (trainer.Device).
+//
+//	go run ./cmd/hiercomm run --nodes 2 --ranks-per-node 1 -- ./examples/zero -device -fake-gpu
 package main
 
 import (
@@ -102,6 +112,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer w.Close()
 	say := trainer.Printer(out, w.Rank())
+	dev := trainer.NewDevice(w.Device()) // nil: host memory
+	hc := trainer.Host(w, dev)           // for the host values: test counts, hashes
 	net, err := mlp.New(o.cfg.Sizes(), o.cfg.Batch/w.Size())
 	if err != nil {
 		return err
@@ -119,22 +131,32 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		say("stage %d keeps per rank (parameters + gradients + optimizer state): %s", stage, strings.Join(by, ", "))
 	}
+	if dev != nil {
+		say("on %v: what the collectives move in device memory, every collective on device buffers; forward, backward and the optimizer (and its state) on the host (no GPU kernels), with a copy host→device before each collective and device→host after it", dev)
+	}
 	results := map[int]*result{}
 	for _, stage := range o.stages {
 		start := time.Now()
-		r, err := train(ctx, w, o.cfg, data, stage)
+		r, err := train(ctx, w, dev, o.cfg, data, stage)
 		if err != nil {
 			return fmt.Errorf("stage %d: %w", stage, err)
 		}
 		results[stage] = r
-		acc, err := trainer.Accuracy(ctx, w, r.net, mlp.Flat{Net: r.net, P: r.p}, data)
+		acc, err := trainer.Accuracy(ctx, hc, r.net, mlp.Flat{Net: r.net, P: r.p}, data)
 		if err != nil {
 			return err
 		}
 		say("stage %d: %s", stage, r.mem)
-		say("stage %d: loss %.4f after %d steps, test accuracy %.2f%%, %v", stage, r.losses[len(r.losses)-1], len(r.losses), 100*acc, time.Since(start).Round(100*time.Millisecond))
+		steps := len(r.losses)
+		perStep := fmt.Sprintf("per step (rank 0): collectives %.2f ms", float64(r.comm)/float64(steps)/float64(time.Millisecond))
+		if dev != nil {
+			say("stage %d: device memory per rank %s (%d bytes); %s, host↔device copies %v", stage, mib(r.devBytes), r.devBytes, perStep, r.copies.Per(steps))
+		} else {
+			say("stage %d: %s", stage, perStep)
+		}
+		say("stage %d: loss %.4f after %d steps, test accuracy %.2f%%, %v; weights hash %016x", stage, r.losses[len(r.losses)-1], len(r.losses), 100*acc, time.Since(start).Round(100*time.Millisecond), trainer.Hash(r.p))
 		if stage < 3 {
-			if err := trainer.Identical(ctx, w, r.p); err != nil {
+			if err := trainer.Identical(ctx, hc, r.p); err != nil {
 				return fmt.Errorf("stage %d: %w", stage, err)
 			}
 		}

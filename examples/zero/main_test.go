@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"strconv"
@@ -74,6 +75,67 @@ func TestShardsOnTwoNodes(t *testing.T) {
 		}
 	}
 	t.Log(fmt.Sprint(mem))
+}
+
+// TestShardsOnDevice runs ZeRO with -device on nccl's in-process fake:
+// what the collectives move in device memory, every AllReduce,
+// ReduceScatter and AllGather on device buffers. On 2 single-GPU nodes,
+// every stage passes the example's own checks (stage 1 bitwise equal to
+// 0, 3 to 2, 2 within tolerance of 0; the device memory what the stage
+// moves) and ends with the weights of the same run on host memory, bit
+// for bit; on 4, stages 2 and 3 (the sharded gradient and parameters)
+// pass theirs (3 bitwise equal to 2); in one process (an NCCL
+// communicator, which refuses host buffers) stage 3 ends as on host
+// memory.
+func TestShardsOnDevice(t *testing.T) {
+	common := []string{
+		"on device 0 (fake GPU 0): what the collectives move in device memory",
+		"stage 3: device memory per rank",
+		"host↔device copies host→device",
+		"stage 3: bitwise equal to stage 2: true",
+	}
+	// One process: the World is an NCCL communicator of one rank.
+	var one, oneHost strings.Builder
+	for _, r := range []struct {
+		args string
+		out  *strings.Builder
+	}{{args + " -stages 3 -device -fake-gpu", &one}, {args + " -stages 3", &oneHost}} {
+		if err := run(context.Background(), strings.Fields(r.args), r.out); err != nil {
+			t.Fatalf("%s: %v\n%s", r.args, err, r.out.String())
+		}
+	}
+	launch.Expect(t, one.String(), common[:3]...) // stage 2 did not run
+	if d, h := stageHashes(t, one.String(), 1), stageHashes(t, oneHost.String(), 1); !maps.Equal(d, h) {
+		t.Errorf("one process: the device run ends with weights %v, the host run with %v", d, h)
+	}
+
+	dev := launch.Run(t, []int{1, 1}, args+" -device -fake-gpu")
+	launch.Expect(t, dev, append(common, "2 ranks on 2 nodes",
+		"stage 1: bitwise equal to stage 0: true",
+		"stage 2: equal to stage 0 within tolerance")...)
+	persistentBytes(t, dev) // every stage reported its memory
+	host := launch.Run(t, []int{1, 1}, args)
+	if d, h := stageHashes(t, dev, 4), stageHashes(t, host, 4); !maps.Equal(d, h) {
+		t.Errorf("2 nodes: the device run ends with weights %v, the host run with %v", d, h)
+	}
+	dev = launch.Run(t, []int{1, 1, 1, 1}, args+" -device -fake-gpu -stages 2,3")
+	launch.Expect(t, dev, append(common, "4 ranks on 4 nodes")...)
+	stageHashes(t, dev, 2)
+}
+
+// stageHashes reads the hash of each stage's final weights from rank 0's
+// lines, and fails t unless there are stages of them.
+func stageHashes(t *testing.T, out string, stages int) map[int]string {
+	t.Helper()
+	got := map[int]string{}
+	for _, m := range regexp.MustCompile(`stage (\d): loss .* weights hash ([0-9a-f]{16})`).FindAllStringSubmatch(out, -1) {
+		s, _ := strconv.Atoi(m[1])
+		got[s] = m[2]
+	}
+	if len(got) != stages {
+		t.Fatalf("found the weights of %d stages, want %d:\n%s", len(got), stages, out)
+	}
+	return got
 }
 
 func TestBadFlags(t *testing.T) {

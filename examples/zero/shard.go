@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
+	"github.com/hiercomm/hiercomm/examples/internal/trainer"
 )
 
 // The shard layout. Each layer's parameters (weights then biases, n_l
@@ -58,23 +60,57 @@ func (s *layout) owned(l int) (lo, hi int) {
 // ofShard is layer l's chunk of a shard vector.
 func (s *layout) ofShard(v []float32, l int) []float32 { return v[s.soff[l]:s.soff[l+1]] }
 
+// link is how a stage's collectives run: on c (the World: device buffers
+// on a GPU world), over vectors cut as lay says. Each collective reads
+// and writes the vectors' device copies (with -device; their host slices
+// otherwise): what the arithmetic wrote is put there before it, and what
+// it left is got back after it. The time spent in the collectives
+// themselves is added up apart from the copies' (which trainer.Device
+// counts).
+type link struct {
+	ctx  context.Context
+	c    comm.Communicator
+	lay  *layout
+	comm time.Duration // in the collectives, copies excluded
+}
+
+// timed runs one collective and adds its time to comm.
+func (k *link) timed(f func() error) error {
+	start := time.Now()
+	err := f()
+	k.comm += time.Since(start)
+	return err
+}
+
 // gatherLayer fills full (the padded layer, size·c_l elements) with every
-// rank's chunk of layer l from shard: one AllGather.
-func (s *layout) gatherLayer(ctx context.Context, c comm.Communicator, shard, full []float32, l int) error {
-	if err := c.AllGather(ctx, comm.Host(s.ofShard(shard, l)), comm.Host(full[:s.size*s.chunk[l]])); err != nil {
+// rank's chunk of layer l from shard, one AllGather, and gets layer l's
+// n_l elements back into full's host slice. The chunk must be on the
+// device already (shard is put after each update).
+func (k *link) gatherLayer(shard, full *trainer.Vector, l int) error {
+	s := k.lay
+	send, recv := shard.Buf(s.soff[l], s.chunk[l]), full.Buf(0, s.size*s.chunk[l])
+	if err := k.timed(func() error { return k.c.AllGather(k.ctx, send, recv) }); err != nil {
 		return fmt.Errorf("AllGather of layer %d's parameters: %w", l, err)
 	}
-	return nil
+	_, n := s.net.Layout(l)
+	return full.Get(0, n)
 }
 
 // scatterLayer leaves in layer l's chunk of shard the mean over the ranks
-// of their full gradients of layer l (full, padded with zeros): one
-// ReduceScatter, half the traffic of the AllReduce it replaces.
-func (s *layout) scatterLayer(ctx context.Context, c comm.Communicator, full, shard []float32, l int) error {
-	if err := c.ReduceScatter(ctx, comm.Host(full[:s.size*s.chunk[l]]), comm.Host(s.ofShard(shard, l)), comm.Avg); err != nil {
+// of their full gradients of layer l (full, padded with zeros): the
+// padded layer put on the device, one ReduceScatter (half the traffic of
+// the AllReduce it replaces), the chunk got back.
+func (k *link) scatterLayer(full, shard *trainer.Vector, l int) error {
+	s := k.lay
+	padded := s.size * s.chunk[l]
+	if err := full.Put(0, padded); err != nil {
+		return err
+	}
+	send, recv := full.Buf(0, padded), shard.Buf(s.soff[l], s.chunk[l])
+	if err := k.timed(func() error { return k.c.ReduceScatter(k.ctx, send, recv, comm.Avg) }); err != nil {
 		return fmt.Errorf("ReduceScatter of layer %d's gradient: %w", l, err)
 	}
-	return nil
+	return shard.Get(s.soff[l], s.chunk[l])
 }
 
 // gathered is mlp.Params for ZeRO-3: no layer's parameters live on a rank
@@ -83,20 +119,18 @@ func (s *layout) scatterLayer(ctx context.Context, c comm.Communicator, full, sh
 // gradient is written into another scratch buffer and reduce-scattered
 // into the rank's gradient chunk (shardG) as soon as it is ready.
 type gathered struct {
-	ctx            context.Context
-	c              comm.Communicator
-	lay            *layout
-	shardP, shardG []float32
-	full, grad     []float32 // the scratch: one layer's parameters, one layer's gradient
-	err            error     // the first collective's failure; the pass's result is then void
+	*link
+	shardP, shardG *trainer.Vector
+	full, grad     *trainer.Vector // the scratch: one layer's parameters, one layer's gradient
+	err            error           // the first collective's failure; the pass's result is then void
 }
 
 func (g *gathered) Layer(l int) []float32 {
 	_, n := g.lay.net.Layout(l)
 	if g.err == nil {
-		g.err = g.lay.gatherLayer(g.ctx, g.c, g.shardP, g.full, l)
+		g.err = g.gatherLayer(g.shardP, g.full, l)
 	}
-	return g.full[:n]
+	return g.full.Host[:n]
 }
 
 // Release frees the gathered layer: the next Layer overwrites the scratch.
@@ -104,13 +138,13 @@ func (g *gathered) Release(int) {}
 
 func (g *gathered) Grad(l int) []float32 {
 	_, n := g.lay.net.Layout(l)
-	clear(g.grad[n : g.lay.size*g.lay.chunk[l]]) // the padding reduces to 0
-	return g.grad[:n]
+	clear(g.grad.Host[n : g.lay.size*g.lay.chunk[l]]) // the padding reduces to 0
+	return g.grad.Host[:n]
 }
 
 func (g *gathered) GradReady(l int) {
 	if g.err == nil {
-		g.err = g.lay.scatterLayer(g.ctx, g.c, g.grad, g.shardG, l)
+		g.err = g.scatterLayer(g.grad, g.shardG, l)
 	}
 }
 

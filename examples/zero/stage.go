@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
@@ -17,6 +18,11 @@ type result struct {
 	losses []float64
 	p      []float32
 	mem    memory
+	// With -device: the device memory the stage held per rank, the time
+	// its collectives took and its host↔device copies, over its steps.
+	devBytes int
+	comm     time.Duration
+	copies   trainer.Copies
 }
 
 // memory is what a rank holds for the model, in bytes: what it keeps from
@@ -44,8 +50,10 @@ func (m memory) String() string {
 }
 
 // train runs one stage from the configured initial weights over the
-// run's global batches.
-func train(ctx context.Context, c comm.Communicator, cfg trainer.Config, data *trainer.Data, stage int) (*result, error) {
+// run's global batches. With a Device, the vectors the stage's collectives
+// move live in its memory (onDevice says which); the arithmetic reads
+// and writes their host copies.
+func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg trainer.Config, data *trainer.Data, stage int) (*result, error) {
 	rank, size := c.Rank(), c.Size()
 	per := cfg.Batch / size
 	net, err := mlp.New(cfg.Sizes(), per)
@@ -68,33 +76,59 @@ func train(ctx context.Context, c comm.Communicator, cfg trainer.Config, data *t
 	// Every rank draws the same initial weights; stage 3 keeps its chunks.
 	init := make([]float32, total)
 	net.Init(init, cfg.Seed)
-	s := &stepper{ctx: ctx, c: c, net: net, lay: lay, opt: opt, state: state, stage: stage}
+	s := &stepper{link: &link{ctx: ctx, c: c, lay: lay}, net: net, opt: opt, state: state, stage: stage}
+	defer s.free()
+	// vec allocates an n-element Vector of the stage (with a device copy
+	// under -device); the first failure stays in err, and vec then
+	// returns nil, so the allocations below read as a list.
+	vec := func(n int) *trainer.Vector {
+		if err == nil {
+			var v *trainer.Vector
+			if v, err = dev.Vector(make([]float32, n)); err == nil {
+				s.vecs = append(s.vecs, v)
+				return v
+			}
+		}
+		return nil
+	}
 	switch stage {
 	case 0, 1:
-		s.p, s.g = init, make([]float32, total)
-		s.params = mlp.Flat{Net: net, P: s.p, G: s.g}
+		s.p, s.g = init, vec(total)
+		if err == nil {
+			s.params = mlp.Flat{Net: net, P: s.p, G: s.g.Host}
+		}
 	case 2:
 		s.p = init
-		sc := &scattered{gathered: gathered{ctx: ctx, c: c, lay: lay, shardG: make([]float32, lay.shardLen()), grad: make([]float32, lay.widest())}, p: s.p}
+		sc := &scattered{gathered: gathered{link: s.link, shardG: vec(lay.shardLen()), grad: vec(lay.widest())}, p: s.p}
 		s.params, s.sh = sc, &sc.gathered
 	case 3:
-		g := &gathered{ctx: ctx, c: c, lay: lay, shardP: make([]float32, lay.shardLen()), shardG: make([]float32, lay.shardLen()),
-			full: make([]float32, lay.widest()), grad: make([]float32, lay.widest())}
-		for l := range net.Layers() {
-			off, _ := net.Layout(l)
-			lo, hi := lay.owned(l)
-			copy(lay.ofShard(g.shardP, l), init[off+lo:off+hi])
+		g := &gathered{link: s.link, shardP: vec(lay.shardLen()), shardG: vec(lay.shardLen()), full: vec(lay.widest()), grad: vec(lay.widest())}
+		if err == nil {
+			for l := range net.Layers() {
+				off, _ := net.Layout(l)
+				lo, hi := lay.owned(l)
+				copy(lay.ofShard(g.shardP.Host, l), init[off+lo:off+hi])
+			}
+			err = g.shardP.Put(0, g.shardP.Len()) // the gathers read the device's
 		}
 		init = nil // only the shard stays
 		s.params, s.sh = g, g
 	}
 	if stage == 1 || stage == 2 {
-		s.full = make([]float32, lay.widest()) // where a layer is gathered
+		s.full = vec(lay.widest()) // where a layer is gathered
 	}
-	res := &result{net: net, mem: s.held()}
+	if err != nil {
+		return nil, err
+	}
+	res := &result{net: net, mem: s.held(), devBytes: dev.Allocated()}
 	if want := footprint(net, opt.Slots(), stage, size); res.mem != want {
 		return nil, fmt.Errorf("holds %v, but ZeRO's arithmetic says %v", res.mem, want)
 	}
+	if want := res.mem.onDevice(); dev != nil && res.devBytes != want {
+		return nil, fmt.Errorf("holds %d bytes of device memory, but the stage moves %d bytes on the device", res.devBytes, want)
+	}
+	hc := trainer.Host(c, dev)
+	copies := dev.Copies()
 	x, y := make([]float32, per*net.Inputs()), make([]uint8, per)
 	lossBuf := []float64{0}
 	for st := range data.Batches(rank, size) {
@@ -104,19 +138,20 @@ func train(ctx context.Context, c comm.Communicator, cfg trainer.Config, data *t
 			return nil, fmt.Errorf("step %d: %w", st.T, err)
 		}
 		lossBuf[0] = loss
-		if err := c.AllReduce(ctx, comm.Host(lossBuf), comm.Host(lossBuf), comm.Avg); err != nil {
+		if err := hc.AllReduce(ctx, comm.Host(lossBuf), comm.Host(lossBuf), comm.Avg); err != nil {
 			return nil, fmt.Errorf("step %d: averaging the loss: %w", st.T, err)
 		}
 		res.losses = append(res.losses, lossBuf[0])
 	}
+	res.comm, res.copies = s.comm, dev.Copies().Sub(copies)
 	if stage == 3 { // gather the whole vector once, for the comparison
 		s.p = make([]float32, total)
 		for l := range net.Layers() {
 			off, n := net.Layout(l)
-			if err := lay.gatherLayer(ctx, c, s.sh.shardP, s.sh.full, l); err != nil {
+			if err := s.gatherLayer(s.sh.shardP, s.sh.full, l); err != nil {
 				return nil, err
 			}
-			copy(s.p[off:off+n], s.sh.full[:n])
+			copy(s.p[off:off+n], s.sh.full.Host[:n])
 		}
 	}
 	res.p = s.p
@@ -130,14 +165,27 @@ func (s *stepper) held() memory {
 	for _, v := range s.state {
 		m.optim += 4 * len(v)
 	}
-	m.params, m.grads = 4*len(s.p), 4*len(s.g)
-	m.scratch = 4 * len(s.full)
+	m.params, m.grads = 4*len(s.p), 4*s.g.Len()
+	m.scratch = 4 * s.full.Len()
 	if s.sh != nil {
-		m.params += 4 * len(s.sh.shardP)
-		m.grads += 4 * len(s.sh.shardG)
-		m.scratch += 4 * (len(s.sh.full) + len(s.sh.grad))
+		m.params += 4 * s.sh.shardP.Len()
+		m.grads += 4 * s.sh.shardG.Len()
+		m.scratch += 4 * (s.sh.full.Len() + s.sh.grad.Len())
 	}
 	return m
+}
+
+// onDevice is how much of m a -device run keeps in device memory: what
+// the collectives move — the gradient (whole or its shard), stage 3's
+// parameter shard, the scratch — and not the optimizer state, which
+// only the host's arithmetic reads, nor stages 0–2's whole parameters,
+// which no collective reads (stages 1–2 gather into the scratch).
+func (m memory) onDevice() int {
+	b := m.grads + m.scratch
+	if m.stage == 3 {
+		b += m.params
+	}
+	return b
 }
 
 // footprint is what a rank of size ranks holds for net at stage with an
@@ -166,17 +214,36 @@ func footprint(net *mlp.Net, slots, stage, size int) memory {
 
 // stepper makes one training step of a stage.
 type stepper struct {
-	ctx    context.Context
-	c      comm.Communicator
+	*link
 	net    *mlp.Net
-	lay    *layout
 	opt    mlp.Optimizer
 	state  [][]float32 // whole (stage 0) or this rank's shard
 	stage  int
 	params mlp.Params
-	p, g   []float32 // the whole parameters (stages 0–2) and gradient (0–1)
-	sh     *gathered // stages 2–3: the gradient shard (and 3's parameter shard)
-	full   []float32 // stages 1–2: scratch to gather a layer into
+	p      []float32         // the whole parameters (stages 0–2)
+	g      *trainer.Vector   // the whole gradient (stages 0–1)
+	sh     *gathered         // stages 2–3: the gradient shard (and 3's parameter shard)
+	full   *trainer.Vector   // stages 1–2: scratch to gather a layer into
+	vecs   []*trainer.Vector // every Vector above, to free
+}
+
+// free releases the stage's device memory.
+func (s *stepper) free() {
+	for _, v := range s.vecs {
+		v.Free()
+	}
+}
+
+// allReduce averages the whole gradient over the ranks (stages 0–1).
+func (s *stepper) allReduce() error {
+	if err := s.g.Put(0, s.g.Len()); err != nil {
+		return err
+	}
+	g := s.g.Buf(0, s.g.Len())
+	if err := s.timed(func() error { return s.c.AllReduce(s.ctx, g, g, comm.Avg) }); err != nil {
+		return fmt.Errorf("AllReduce of the gradient: %w", err)
+	}
+	return s.g.Get(0, s.g.Len())
 }
 
 func (s *stepper) step(t int, x []float32, y []uint8) (float64, error) {
@@ -190,17 +257,14 @@ func (s *stepper) step(t int, x []float32, y []uint8) (float64, error) {
 	if s.sh != nil && s.sh.err != nil {
 		return 0, s.sh.err
 	}
-	switch s.stage {
-	case 0:
-		if err := s.c.AllReduce(s.ctx, comm.Host(s.g), comm.Host(s.g), comm.Avg); err != nil {
-			return 0, fmt.Errorf("AllReduce of the gradient: %w", err)
+	if s.stage <= 1 {
+		if err := s.allReduce(); err != nil {
+			return 0, err
 		}
-		s.opt.Step(t, s.p, s.g, s.state)
+	}
+	if s.stage == 0 {
+		s.opt.Step(t, s.p, s.g.Host, s.state)
 		return loss, nil
-	case 1:
-		if err := s.c.AllReduce(s.ctx, comm.Host(s.g), comm.Host(s.g), comm.Avg); err != nil {
-			return 0, fmt.Errorf("AllReduce of the gradient: %w", err)
-		}
 	}
 	// Update this rank's part of each layer with its optimizer state.
 	for l := range s.net.Layers() {
@@ -212,27 +276,35 @@ func (s *stepper) step(t int, x []float32, y []uint8) (float64, error) {
 		}
 		switch s.stage {
 		case 1:
-			s.opt.Step(t, s.p[off+lo:off+hi], s.g[off+lo:off+hi], st)
+			s.opt.Step(t, s.p[off+lo:off+hi], s.g.Host[off+lo:off+hi], st)
 		case 2:
-			s.opt.Step(t, s.p[off+lo:off+hi], s.lay.ofShard(s.sh.shardG, l)[:hi-lo], st)
+			s.opt.Step(t, s.p[off+lo:off+hi], s.lay.ofShard(s.sh.shardG.Host, l)[:hi-lo], st)
 		case 3:
-			s.opt.Step(t, s.lay.ofShard(s.sh.shardP, l)[:hi-lo], s.lay.ofShard(s.sh.shardG, l)[:hi-lo], st)
+			s.opt.Step(t, s.lay.ofShard(s.sh.shardP.Host, l)[:hi-lo], s.lay.ofShard(s.sh.shardG.Host, l)[:hi-lo], st)
 		}
 	}
 	if s.stage == 3 {
-		return loss, nil // the next forward gathers what it needs
+		// The next forward gathers what it needs, from the device's shard.
+		return loss, s.sh.shardP.Put(0, s.sh.shardP.Len())
 	}
 	// Stages 1–2: every rank gets every rank's updated part, layer by layer.
 	for l := range s.net.Layers() {
 		off, n := s.net.Layout(l)
 		lo, hi := s.lay.owned(l)
-		chunk := s.lay.chunk[l]
-		mine := s.full[s.lay.rank*chunk : (s.lay.rank+1)*chunk]
+		chunk, at := s.lay.chunk[l], s.lay.rank*s.lay.chunk[l]
+		mine := s.full.Host[at : at+chunk]
 		clear(mine[copy(mine, s.p[off+lo:off+hi]):])
-		if err := s.c.AllGather(s.ctx, comm.Host(mine), comm.Host(s.full[:s.lay.size*chunk])); err != nil {
+		if err := s.full.Put(at, chunk); err != nil {
+			return 0, err
+		}
+		send, recv := s.full.Buf(at, chunk), s.full.Buf(0, s.lay.size*chunk)
+		if err := s.timed(func() error { return s.c.AllGather(s.ctx, send, recv) }); err != nil {
 			return 0, fmt.Errorf("AllGather of layer %d's parameters: %w", l, err)
 		}
-		copy(s.p[off:off+n], s.full[:n])
+		if err := s.full.Get(0, n); err != nil {
+			return 0, err
+		}
+		copy(s.p[off:off+n], s.full.Host[:n])
 	}
 	return loss, nil
 }

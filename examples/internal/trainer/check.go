@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"unsafe"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
@@ -38,9 +37,7 @@ func Accuracy(ctx context.Context, c comm.Communicator, net *mlp.Net, p mlp.Para
 // Hash is a digest of the bits of p.
 func Hash(p []float32) uint64 {
 	h := fnv.New64a()
-	if len(p) > 0 {
-		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(&p[0])), 4*len(p)))
-	}
+	h.Write(bytesOf(p))
 	return h.Sum64()
 }
 

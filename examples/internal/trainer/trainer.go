@@ -2,23 +2,31 @@
 // around the model: their common flags, the MNIST data cut into global
 // batches and each rank's part of them, test accuracy computed by every
 // rank on its share of the test set, the bitwise check that replicas agree,
-// and the single-process reference run they compare themselves with. It
-// imports comm (the collectives it calls), mlp and mnist; never a tier.
+// the single-process reference run they compare themselves with, and for
+// -device the vectors kept in GPU memory (Device, Vector) and the staging
+// of host values on a GPU world (Host). It imports hiercomm (Init), comm
+// (the collectives it calls), mlp and mnist, and for -device nccl (a
+// rank's GPU, the fake) and cluster (the name of HIERCOMM_INTRA); never a
+// transport.
 package trainer
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"iter"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/mnist"
+	"github.com/hiercomm/hiercomm/nccl"
 )
 
 // Config is what the trainers' common flags set.
@@ -34,6 +42,10 @@ type Config struct {
 	Test   int     // if > 0, test on the first Test images only
 	Data   string  // directory of the IDX files; "" finds the GoMNIST module
 	Log    int     // print a progress line every Log steps
+	// Device keeps the vectors the collectives move in GPU memory and runs
+	// the collectives there (the nccl tier; see Device); FakeGPU puts the
+	// run on nccl's in-process fake instead of a GPU.
+	Device, FakeGPU bool
 }
 
 // Defaults is the configuration the flags start from.
@@ -59,6 +71,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Test, "test", c.Test, "if > 0, test on the first N test images only")
 	fs.StringVar(&c.Data, "data", c.Data, "directory holding the MNIST IDX files (default: the GoMNIST module's data/)")
 	fs.IntVar(&c.Log, "log", c.Log, "print a progress line every N steps")
+	fs.BoolVar(&c.Device, "device", c.Device, "keep the gradients and parameters the collectives move in GPU memory and run the collectives on device buffers (the nccl tier: NCCL in a node, pinned host staging between nodes); "+
+		"the arithmetic stays on the host (hiercomm has no GPU kernels), so each bucket or shard is copied host↔device around its collective, and the copies are timed apart from the communication")
+	fs.BoolVar(&c.FakeGPU, "fake-gpu", c.FakeGPU, "with -device: run on nccl's in-process fake GPU (host memory standing in for device memory) where there is no GPU; the fake spans one process, so one rank per node")
 }
 
 func parseWidths(s string) ([]int, error) {
@@ -86,6 +101,8 @@ func (c Config) Check(size int) error {
 		return fmt.Errorf("-train %d -test %d: want 0 (all) or a positive number of images", c.Train, c.Test)
 	case c.Log < 1:
 		return fmt.Errorf("-log %d: want at least 1", c.Log)
+	case c.FakeGPU && !c.Device:
+		return errors.New("-fake-gpu without -device: the fake GPU is for a run on device buffers")
 	}
 	if _, err := mlp.NewOptimizer(c.Opt, c.LR); err != nil {
 		return fmt.Errorf("-opt %s -lr %v: %w", c.Opt, c.LR, err)
@@ -162,12 +179,33 @@ func (d *Data) Batches(rank, size int) iter.Seq[Step] {
 // Join joins this process to its job with hiercomm.Init (bounded by two
 // minutes), checks c for the world it got and loads the data. The caller
 // closes the World.
+//
+// With -device the GPU tier is required, as HIERCOMM_INTRA=nccl requires
+// it: where it cannot be had (no driver, no NCCL, no GPU) Init fails with
+// the reason, before joining; with -fake-gpu, nccl's in-process fake is
+// the GPU. Without -device, a World on device memory (Init found a GPU)
+// is an error that says what to do: the trainers' host buffers cannot
+// travel on it.
 func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
-	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	w, err := hiercomm.Init(initCtx, hiercomm.Options{})
+	if c.FakeGPU && !c.Device {
+		return nil, nil, c.Check(1)
+	}
+	opt, err := c.initOptions()
 	if err != nil {
 		return nil, nil, err
+	}
+	initCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(initCtx, opt)
+	if err != nil {
+		if c.Device && !c.FakeGPU {
+			return nil, nil, fmt.Errorf("-device needs the GPU tier (-fake-gpu runs on nccl's in-process fake): %w", err)
+		}
+		return nil, nil, err
+	}
+	if w.Device() != nil && !c.Device {
+		w.Close()
+		return nil, nil, fmt.Errorf("rank %d: Init found %v and returned a world on device memory, which the trainer's host buffers cannot use: run with -device, or set %s=shm to train on host memory", w.Rank(), w.Device(), cluster.EnvIntra)
 	}
 	if err := c.Check(w.Size()); err != nil {
 		w.Close()
@@ -179,6 +217,32 @@ func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
 		return nil, nil, err
 	}
 	return w, d, nil
+}
+
+// initOptions are Init's options for c: with -device, the environment
+// as it is but for HIERCOMM_INTRA, which reads nccl (the GPU tier or an
+// error), and with -fake-gpu nccl's in-process fake as the GPU library.
+// -device with HIERCOMM_INTRA set to a host tier is a contradiction.
+func (c Config) initOptions() (hiercomm.Options, error) {
+	var opt hiercomm.Options
+	if !c.Device {
+		return opt, nil
+	}
+	switch intra := os.Getenv(cluster.EnvIntra); intra {
+	case "", "auto", "nccl":
+	default:
+		return opt, fmt.Errorf("-device with %s=%s, which keeps the world on host memory: unset it or set it to nccl", cluster.EnvIntra, intra)
+	}
+	opt.Getenv = func(k string) string {
+		if k == cluster.EnvIntra {
+			return "nccl"
+		}
+		return os.Getenv(k)
+	}
+	if c.FakeGPU {
+		opt.GPU = nccl.NewFake(nccl.FakeOptions{Devices: 1})
+	}
+	return opt, nil
 }
 
 // Printer returns a Printf to out that prints on rank 0 only, a line per

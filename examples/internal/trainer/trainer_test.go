@@ -16,6 +16,7 @@ func TestCheckRefusesBadConfigs(t *testing.T) {
 		"zero learning rate":                func(c *Config) { c.LR = 0 },
 		"negative train":                    func(c *Config) { c.Train = -5 },
 		"log 0":                             func(c *Config) { c.Log = 0 },
+		"fake GPU without -device":          func(c *Config) { c.FakeGPU = true },
 	} {
 		c := Defaults()
 		mod(&c)
