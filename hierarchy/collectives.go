@@ -1,6 +1,10 @@
 package hierarchy
 
 import (
+	"context"
+	"fmt"
+	"slices"
+
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 )
@@ -13,8 +17,28 @@ func (h *Comm) run(t *task) error {
 	x.outer = x.sig.AsOuter()
 	if t.Err != nil {
 		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
-		c = h.shapeOf(c)
+		stand, ok := h.standIn(c, x.abandoned)
+		if !ok {
+			// The peers' operations cannot be known: abort, so that
+			// none waits for operations this rank will not issue.
+			cause := fmt.Errorf("rank %d refused %v and its buffers imply different counts, which its peers would cut into different operations: the hierarchy is aborted (%w)", h.rank, x.sig, t.Err)
+			h.abort(cause)
+			return x.abandoned
+		}
+		c = stand
 	}
+	if h.dispatch(x, c) && c.Kind.Reduces() && c.Op == comm.Avg && x.ok() { // Op means nothing to the other kinds
+		if out := c.ResultAt(h.rank); !out.IsZero() {
+			x.local("dividing for Avg", h.cfg.Stager.FinishAvg(out, h.size))
+		}
+	}
+	return x.err()
+}
+
+// dispatch runs c's algorithm on x's phases and reports whether the
+// result is still to be divided for Avg (false when c ran whole on the
+// world part, which divides itself).
+func (h *Comm) dispatch(x *phases, c comm.Call) bool {
 	op := c.Op
 	if op == comm.Avg {
 		// Summed through the phases, divided once at the end.
@@ -31,7 +55,7 @@ func (h *Comm) run(t *task) error {
 		h.reduceLeads(x, c.Send, c.Recv, op, c.Root)
 	case h.flat || !h.homogeneous:
 		x.do(h.worldPart(), c)
-		return x.err()
+		return false
 	case c.Kind == comm.KindAllReduce:
 		if h.small(schedule.AllReduceOp, c.Send) {
 			h.allReduceLeads(x, c.Send, c.Recv, op)
@@ -58,30 +82,80 @@ func (h *Comm) run(t *task) error {
 		h.scan(x, c.Send, c.Recv, op, c.Kind == comm.KindExScan)
 	default:
 		x.do(h.worldPart(), c)
-		return x.err()
+		return false
 	}
-	if c.Kind.Reduces() && c.Op == comm.Avg && x.ok() { // Op means nothing to the other kinds
-		if out := c.ResultAt(h.rank); !out.IsZero() {
-			x.local("dividing for Avg", h.cfg.Stager.FinishAvg(out, h.size))
-		}
-	}
-	return x.err()
+	return true
 }
 
-// shapeOf is a rejected call's stand-in: buffers of the lengths its
-// Signature implies (placeholders the poisoned operations never touch) and
-// a root in range, so that this rank issues the same operations as the
-// ranks whose calls are good. The operations of a collective depend only
-// on its kind, count and dtype size, never on the root, so the stand-in's
-// are its peers' — unless the count itself is what is wrong (no buffer
-// where the count comes from), which this rank cannot repair.
-func (h *Comm) shapeOf(c comm.Call) comm.Call {
+// standIn is a rejected call's stand-in (shapeOf), so that this rank
+// issues the same operations as the ranks whose calls are good. The
+// operations of a collective depend only on its kind, count and dtype
+// size, never on the root, so the stand-in's are its peers' — when this
+// rank knows the count. Where its buffers imply different counts (a
+// ReduceScatter whose recv is one element short: count n−1 from the recv,
+// n from the send), the peers hold one of them (or another still); if
+// every count it can read gives the same operations (the plans of a dry
+// run, planOf), any stand-in will do; otherwise ok is false, and the
+// caller must abort instead of leaving its peers out of step. (A rank that
+// passes no buffer where the count comes from cannot know it at all.)
+func (h *Comm) standIn(c comm.Call, why error) (stand comm.Call, ok bool) {
+	counts := h.countsOf(c)
+	stand = h.shapeOf(c, counts[0])
+	plan := h.planOf(stand, why)
+	for _, n := range counts[1:] {
+		if !slices.Equal(h.planOf(h.shapeOf(c, n), why), plan) {
+			return stand, false
+		}
+	}
+	return stand, true
+}
+
+// countsOf is every element count c's buffers imply, the Signature's
+// first, without repeats.
+func (h *Comm) countsOf(c comm.Call) []int {
+	out := []int{max(0, int(c.Signature().Count))}
+	add := func(b comm.Buffer, per int) {
+		if n := b.Len() / per; !b.IsZero() && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	switch c.Kind {
+	case comm.KindAllReduce, comm.KindReduce, comm.KindScan, comm.KindExScan, comm.KindAllToAll:
+		add(c.Recv, 1)
+	case comm.KindReduceScatter, comm.KindScatter:
+		add(c.Send, h.size)
+	case comm.KindAllGather, comm.KindGather:
+		add(c.Recv, h.size)
+	}
+	return out
+}
+
+// planOp is one operation of a collective's plan: the part it runs on
+// and its kind.
+type planOp struct {
+	part string
+	kind comm.Kind
+}
+
+// planOf is the sequence of operations this rank issues for c once the
+// collective is abandoned (why): a dry run of its algorithm that records
+// each operation instead of starting it.
+func (h *Comm) planOf(c comm.Call, why error) []planOp {
+	var ops []planOp
+	x := &phases{h: h, ctx: context.Background(), kind: c.Kind, sig: c.Signature(), abandoned: why, dry: &ops}
+	h.dispatch(x, c)
+	return ops
+}
+
+// shapeOf is a stand-in for the rejected call c with count n: buffers of
+// the lengths n implies (placeholders the poisoned operations never
+// touch) and a root in range.
+func (h *Comm) shapeOf(c comm.Call, n int) comm.Call {
 	sig := c.Signature()
 	dt := sig.DType
 	if !dt.Valid() {
 		dt = comm.U8
 	}
-	n := max(0, int(sig.Count))
 	ph := func(m int) comm.Buffer { return comm.Device(0, m, dt, 0) }
 	out := comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root}
 	if out.Root < 0 || out.Root >= h.size {

@@ -53,6 +53,9 @@ type phases struct {
 	abandoned error
 	// fatal is the failure that aborted the hierarchy.
 	fatal error
+	// dry, when not nil, makes this a dry run (planOf): each operation is
+	// recorded here instead of started.
+	dry *[]planOp
 }
 
 // pending is a started operation of a phase: its Work, or, when it ran
@@ -75,6 +78,10 @@ func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.issue(p, c, true
 func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	if x.fatal != nil {
 		return pending{}
+	}
+	if x.dry != nil {
+		*x.dry = append(*x.dry, planOp{part: p.name, kind: c.Kind})
+		return pending{p: p, ran: true, poisoned: true}
 	}
 	c.Outer = x.outer
 	pd := pending{p: p, poisoned: x.abandoned != nil}
