@@ -1,11 +1,15 @@
 package nccl
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -136,9 +140,14 @@ func (c *Comm) finish(t *task, err error) {
 }
 
 // A record is what every rank compares before NCCL sees a collective:
-// sequence number, signature, whether the call was rejected here, and for
+// sequence number, signature, whether the call was rejected here and why
+// (its reason's first reasonBytes bytes, for the peers' errors), and for
 // AllToAllV the counts this rank sends to each rank.
-const recordBytes = 32
+const (
+	headerBytes = 32
+	reasonBytes = 224
+	recordBytes = headerBytes + reasonBytes
+)
 
 func record(t *task, size int) []byte {
 	sig := t.call.Signature()
@@ -151,6 +160,7 @@ func record(t *task, size int) []byte {
 	b[8], b[9], b[10] = byte(sig.Kind), byte(sig.DType), byte(sig.Op)
 	if t.verr != nil {
 		b[11] = 1
+		copy(b[headerBytes:recordBytes], cutUTF8(t.verr.Error(), reasonBytes))
 	}
 	binary.LittleEndian.PutUint32(b[12:], uint32(sig.Root))
 	binary.LittleEndian.PutUint64(b[16:], uint64(sig.Count))
@@ -162,6 +172,17 @@ func record(t *task, size int) []byte {
 		}
 	}
 	return b
+}
+
+// cutUTF8 is s cut to at most n bytes, at a rune boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func parseRecord(b []byte) (seq uint64, sig comm.Signature, bad bool) {
@@ -176,6 +197,23 @@ func parseRecord(b []byte) (seq uint64, sig comm.Signature, bad bool) {
 	return seq, sig, b[11] != 0
 }
 
+// recordReason is the reason a rejecting rank's record gives, in printable
+// text (a peer's bytes are not trusted to be), or a plain statement when it
+// gives none.
+func recordReason(b []byte) string {
+	r := strings.ToValidUTF8(string(bytes.TrimRight(b[headerBytes:recordBytes], "\x00")), "?")
+	r = strings.Map(func(c rune) rune {
+		if unicode.IsPrint(c) {
+			return c
+		}
+		return '?'
+	}, r)
+	if r == "" {
+		return "it rejected its own arguments"
+	}
+	return r
+}
+
 // compare checks every rank's record against this rank's: a rank that
 // rejected its call makes everyone abandon it (the communicator stays
 // usable); ranks that disagree are a mismatch (fatal). It returns the
@@ -188,7 +226,7 @@ func (c *Comm) compare(t *task) (error, bool) {
 	}
 	for r := range c.size {
 		if _, _, bad := parseRecord(t.all[r*per:]); bad {
-			return c.opError(t.call.Kind, t.seq, r, &comm.RemoteError{Peer: r, Reason: "it rejected its own arguments"}), false
+			return c.opError(t.call.Kind, t.seq, r, &comm.RemoteError{Peer: r, Reason: recordReason(t.all[r*per:])}), false
 		}
 	}
 	for r := range c.size {

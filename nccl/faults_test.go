@@ -3,6 +3,7 @@ package nccl_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,7 +117,8 @@ func TestCloseMidCollective(t *testing.T) {
 
 // TestHostBufferRejected: a host buffer is an *comm.ArgError that says
 // what to use, on the rank that passed it, and comm.ErrPeerAbandoned on
-// the others; the communicator stays usable.
+// the others, with that rank's own reason (docs/errors.md); the
+// communicator stays usable.
 func TestHostBufferRejected(t *testing.T) {
 	comms, dev := fakeWorld(t, 2)
 	errs := make([]error, 2)
@@ -141,6 +143,10 @@ func TestHostBufferRejected(t *testing.T) {
 	if !errors.Is(errs[1], comm.ErrPeerAbandoned) {
 		t.Errorf("rank 1: %v, want comm.ErrPeerAbandoned", errs[1])
 	}
+	t.Logf("rank 1: %v", errs[1])
+	if ae != nil && !strings.Contains(errs[1].Error(), cutFor(ae.Error())) {
+		t.Errorf("rank 1: %q does not give rank 0's reason (%q)", errs[1], ae)
+	}
 	errs2, _ := allReduceOn(t, comms, dev, -1, context.Background(), 16)
 	for r, err := range errs2 {
 		if err != nil {
@@ -148,3 +154,6 @@ func TestHostBufferRejected(t *testing.T) {
 		}
 	}
 }
+
+// cutFor is what of reason a control record carries (its first 224 bytes).
+func cutFor(reason string) string { return reason[:min(len(reason), 224)] }
