@@ -74,6 +74,11 @@ type Result struct {
 	// transport between two nodes, measured in the same run, when the
 	// caller measured it: the small-message ceiling.
 	RawRTTUS float64 `json:",omitempty"`
+	// RawDoublingUS is an 8-byte recursive-doubling exchange among all
+	// Ranks at once over the bare transport, measured in the same run,
+	// when the caller measured it: a small AllReduce's messages with every
+	// rank busy.
+	RawDoublingUS float64 `json:",omitempty"`
 }
 
 // Wrong is the number of wrong elements over every checked row, or -1 when

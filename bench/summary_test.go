@@ -174,6 +174,24 @@ func TestSummaryRawLatency(t *testing.T) {
 	if g := RawGoal("allreduce", 2); g != 1.5 {
 		t.Errorf("2 ranks: goal %v, want 1.5", g)
 	}
+	// With the bare doubling exchange measured, each AllReduce is also
+	// judged against it.
+	res.RawDoublingUS = 100
+	s = Summarize(res)
+	var dbl []RawLatency
+	for _, l := range s.Raw {
+		if l.Doubling {
+			dbl = append(dbl, l)
+		}
+	}
+	if len(dbl) != 2 || dbl[0].Comm != "hier" || dbl[0].Ratio != 1.5 || dbl[1].Ratio != 0.75 || dbl[0].Goal != DoublingGoal {
+		t.Errorf("doubling lines: %+v", dbl)
+	}
+	b.Reset()
+	if err := s.Format(&b); err != nil || !strings.Contains(b.String(), "allreduce at 8 B on flat / a bare doubling exchange among all 4 ranks = 75.00 / 100.00 us = 0.75 (goal ≤ 1.2)  PASS") {
+		t.Errorf("doubling line missing: %v\n%s", err, b.String())
+	}
+	res.RawDoublingUS = 0
 	res.RawRTTUS = 0
 	b.Reset()
 	if err := Summarize(res).Format(&b); err != nil || strings.Contains(b.String(), "raw latency") {

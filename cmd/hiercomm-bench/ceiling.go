@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"slices"
 	"strconv"
@@ -28,6 +30,14 @@ type rawTransport struct {
 	RTTUS float64 `json:"rtt_us"`
 	// StreamGBs is one direction, 1 MiB frames back to back.
 	StreamGBs float64 `json:"stream_gbs"`
+	// DoublingUS is the median time of a recursive-doubling exchange of
+	// 8-byte frames among all DoublingRanks ranks at once (log₂ P rounds,
+	// each rank sending to and receiving from rank r XOR 2^k): what a
+	// small AllReduce's messages cost on this machine with every rank
+	// busy, as the round trip does with two. Measured when the world's
+	// size is a power of two of at least 4.
+	DoublingUS    float64 `json:"doubling_us,omitempty"`
+	DoublingRanks int     `json:"doubling_ranks,omitempty"`
 }
 
 // Sizes of the raw measurement.
@@ -133,8 +143,106 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 			out = r
 		}
 	}
+	if err := c.Barrier(ctx); err != nil {
+		return out, err
+	}
+	if P >= 4 && P&(P-1) == 0 {
+		us, err := measureDoubling(ctx, c, topo, network, key)
+		switch {
+		case err != nil:
+			log.Warn("the bare doubling exchange is not measured", "err", err)
+		case out != nil:
+			out.DoublingUS, out.DoublingRanks = us, P
+		}
+	}
 	return out, c.Barrier(ctx)
 }
+
+// measureDoubling is collective over c: every rank binds a port, builds a
+// bare transport to every other, and runs rawPings recursive-doubling
+// exchanges of 8-byte frames (after rawWarmPings); rank 0 returns the
+// median time of one. An error on any rank is every rank's (the ports are
+// gathered, and the exchange's frames would never come): each rank then
+// returns it without the figure.
+func measureDoubling(ctx context.Context, c comm.Communicator, topo *topology.Topology, network string, key []byte) (float64, error) {
+	P, me := c.Size(), c.Rank()
+	host, _, err := net.SplitHostPort(topo.Member(me).Addr)
+	var pc net.PacketConn
+	var ln net.Listener
+	port := []int64{0}
+	if err == nil {
+		if network == "quic" {
+			if pc, err = net.ListenPacket("udp", net.JoinHostPort(host, "0")); err == nil {
+				port[0] = int64(pc.LocalAddr().(*net.UDPAddr).Port)
+			}
+		} else if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err == nil {
+			port[0] = int64(ln.Addr().(*net.TCPAddr).Port)
+		}
+	}
+	ports := make([]int64, P)
+	if gerr := c.AllGather(ctx, comm.Host(port), comm.Host(ports)); gerr != nil || slices.Contains(ports, 0) {
+		if pc != nil {
+			pc.Close()
+		}
+		if ln != nil {
+			ln.Close()
+		}
+		return 0, cmp.Or(err, gerr, fmt.Errorf("a rank could not bind a port"))
+	}
+	addrs := make([]string, P)
+	for r := range P {
+		h, _, _ := net.SplitHostPort(topo.Member(r).Addr)
+		addrs[r] = net.JoinHostPort(h, strconv.FormatInt(ports[r], 10))
+	}
+	cfg := nexar.NetConfig{Addrs: addrs, Rank: me, JobKey: key, JobID: "hiercomm-bench-doubling",
+		FailureTimeout: 10 * time.Second, ConnectTimeout: 20 * time.Second, PacketConn: pc, Listener: ln}
+	h := &doublingHandler{got: make([]chan uint32, P)}
+	for r := range h.got {
+		h.got[r] = make(chan uint32, 8)
+	}
+	dial := nexar.NewQUIC
+	if network == "tcp" {
+		dial = nexar.NewTCP
+	}
+	tr, err := dial(ctx, cfg, h)
+	if err != nil {
+		return 0, err
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute) // no timer per wait: the ceiling is tight
+	defer cancel()
+	frame := make([]byte, 8)
+	times := make([]time.Duration, 0, rawPings)
+	for i := range rawWarmPings + rawPings {
+		t0 := time.Now()
+		for bit := 1; bit < P; bit <<= 1 {
+			peer := me ^ bit
+			step := uint32(i*32 + bits.Len(uint(bit)))
+			if err := tr.Send(ctx, peer, nexar.Header{Kind: nexar.FrameData, Step: step}, frame); err != nil {
+				return 0, err
+			}
+			select {
+			case got := <-h.got[peer]:
+				if got != step {
+					return 0, fmt.Errorf("doubling exchange: rank %d sent frame %d, want %d", peer, got, step)
+				}
+			case <-ctx.Done():
+				return 0, fmt.Errorf("doubling exchange: waiting for rank %d: %w", peer, ctx.Err())
+			}
+		}
+		if i >= rawWarmPings {
+			times = append(times, time.Since(t0))
+		}
+	}
+	slices.Sort(times)
+	return float64(times[len(times)/2].Nanoseconds()) / 1e3, nil
+}
+
+// doublingHandler hands each peer's frames, in order, to the exchange.
+type doublingHandler struct{ got []chan uint32 }
+
+func (h *doublingHandler) Deliver(src int, hd nexar.Header, p []byte) { h.got[src] <- hd.Step }
+func (h *doublingHandler) PeerFailed(peer int, err error)             {}
 
 // rawHandler answers pings (rank 1 of the pair), wakes the waiter for
 // answers (rank 0) and answers the stream's end, after which rank 1 is

@@ -223,7 +223,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	}
 	res, err := bench.RunCompare(ctx, cts, spec)
 	if info.Raw != nil {
-		res.RawRTTUS = info.Raw.RTTUS
+		res.RawRTTUS, res.RawDoublingUS = info.Raw.RTTUS, info.Raw.DoublingUS
 	}
 	if err != nil || o.cfg.SwitchFrom == 0 || !isLayered || o.split != "" || !slices.ContainsFunc(cts, func(c bench.Contender) bool { return c.Name == commHier }) {
 		return res, err

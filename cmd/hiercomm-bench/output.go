@@ -208,7 +208,7 @@ func (p *printer) finish(runErr error) int {
 	if p.info != nil {
 		res.Ranks, res.Spec, res.Comms, res.Nodes, res.Copy, res.Limiter = p.info.Measured, p.info.Spec, p.info.names(), p.info.Nodes, p.info.Copy, p.info.Links
 		if p.info.Raw != nil {
-			res.RawRTTUS = p.info.Raw.RTTUS
+			res.RawRTTUS, res.RawDoublingUS = p.info.Raw.RTTUS, p.info.Raw.DoublingUS
 		}
 	}
 	complete := runErr == nil && p.res != nil
@@ -296,6 +296,10 @@ func writeHeader(b *strings.Builder, info runInfo) {
 	if r := info.Raw; r != nil {
 		fmt.Fprintf(b, "# Bare transport (%s frames, no communicator) between rank %d and rank %d: 8-byte round trip %.1f us (median of %d), one way %.3f GB/s (1 MiB frames)\n",
 			r.Network, r.From, r.To, r.RTTUS, rawPings, r.StreamGBs)
+		if r.DoublingUS > 0 {
+			fmt.Fprintf(b, "# Bare transport among all %d ranks at once: an 8-byte recursive-doubling exchange (log2 %d rounds) %.1f us (median of %d)\n",
+				r.DoublingRanks, r.DoublingRanks, r.DoublingUS, rawPings)
+		}
 	}
 	if len(info.Copy) > 0 {
 		b.WriteString("# Memory copy, one thread:")
