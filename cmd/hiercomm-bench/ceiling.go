@@ -10,7 +10,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -246,10 +245,11 @@ func (h *doublingHandler) PeerFailed(peer int, err error)             {}
 
 // rawHandler answers pings (rank 1 of the pair), wakes the waiter for
 // answers (rank 0) and answers the stream's end, after which rank 1 is
-// done.
+// done. Deliver must not block on the network, so rank 1's answers go out
+// from one goroutine (answer) that the read loop hands each question to.
 type rawHandler struct {
-	tr  atomic.Pointer[nexar.Transport]
 	got chan uint32   // answers and end acknowledgements, for rank 0
+	ask chan uint32   // questions to answer, for rank 1
 	end chan struct{} // closed once rank 1 has acknowledged the end
 }
 
@@ -262,18 +262,28 @@ func (h *rawHandler) Deliver(src int, hd nexar.Header, p []byte) {
 		default:
 		}
 	case hd.Step == rawPing || hd.Step == rawEnd:
-		// Answer from another goroutine: Deliver must not block, and it
-		// may run before the constructor has returned the transport.
-		go func() {
-			tr := h.tr.Load()
-			for ; tr == nil; tr = h.tr.Load() {
-				time.Sleep(100 * time.Microsecond)
-			}
-			(*tr).Send(context.Background(), src, nexar.Header{Kind: nexar.FrameData, Step: hd.Step + 1}, make([]byte, 8))
-			if hd.Step == rawEnd {
+		select {
+		case h.ask <- hd.Step:
+		default: // more than one question in flight: a broken peer
+		}
+	}
+}
+
+// answer sends rank 0 the answer to each question until the stream's end
+// or ctx's.
+func (h *rawHandler) answer(ctx context.Context, tr nexar.Transport) {
+	pong := make([]byte, 8)
+	for {
+		select {
+		case step := <-h.ask:
+			tr.Send(ctx, 0, nexar.Header{Kind: nexar.FrameData, Step: step + 1}, pong)
+			if step == rawEnd {
 				close(h.end)
+				return
 			}
-		}()
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -282,7 +292,7 @@ func (h *rawHandler) PeerFailed(peer int, err error) {}
 // pingStream runs the pair's side of the measurement; first is rank 0 of
 // the pair, which measures and returns the figures.
 func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first bool) (*rawTransport, error) {
-	h := &rawHandler{end: make(chan struct{})}
+	h := &rawHandler{end: make(chan struct{}), ask: make(chan uint32, 4)}
 	if first {
 		h.got = make(chan uint32, 4)
 	}
@@ -295,9 +305,11 @@ func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first 
 		return nil, err
 	}
 	defer tr.Close()
-	h.tr.Store(&tr)
 	if !first {
-		// Rank 1 answers from its handler until the stream's end.
+		// Rank 1 answers until the stream's end.
+		actx, stop := context.WithCancel(ctx)
+		defer stop()
+		go h.answer(actx, tr)
 		select {
 		case <-h.end:
 			return nil, nil
