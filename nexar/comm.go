@@ -22,7 +22,7 @@ type Comm struct {
 	index   []int // world rank → comm rank, or -1
 	rank    int
 	opt     Options
-	owner   bool            // the world Comm: Close closes the Transport
+	owner   bool            // the world Comm: Close closes the Transport (see holds)
 	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
@@ -32,6 +32,11 @@ type Comm struct {
 	notesMu   sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
 	// notesShut: Close is waiting for the notes, so no new one may start.
 	notesShut bool
+	shrink    shrinkBox // Shrink's agreement (shrink.go)
+	// holds: a communicator made by Shrink keeps the transport open, as
+	// the world Comm does; the last of them to close closes it. Set
+	// before the communicator is registered.
+	holds bool
 
 	mu      sync.Mutex           // guards everything below
 	started uint64               // sequence number of the last collective started
@@ -248,7 +253,8 @@ func (c *Comm) announceAbort(cause error) {
 
 // Close implements comm.Communicator. Operations in flight fail with
 // comm.ErrClosed. Closing the world Comm closes its Transport (gracefully:
-// frames already sent are delivered first).
+// frames already sent are delivered first), unless a communicator Shrink
+// made from it is still open: the last of them closes it.
 func (c *Comm) Close() error {
 	c.exec.Close()
 	c.mu.Lock()
@@ -282,9 +288,11 @@ func (c *Comm) Close() error {
 		delete(c.arrived, k)
 	}
 	c.mu.Unlock()
-	if c.owner {
+	if c.owner || c.holds {
 		c.dropBlamed()
-		return c.w.tr.Close()
+		if c.w.release() {
+			return c.w.tr.Close()
+		}
 	}
 	return nil
 }
@@ -448,6 +456,8 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		c.onProbe(f)
 	case FrameProbeReply:
 		c.onProbeReply(f)
+	case FrameShrink:
+		c.onShrink(f)
 	case FrameClosed:
 		putBuf(payload)
 		c.mu.Lock()

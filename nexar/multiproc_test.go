@@ -36,7 +36,7 @@ func child(role string) int {
 		return 2
 	}
 	switch role {
-	case "fault":
+	case "fault", "shrink":
 		cfg.Net.FailureTimeout = 2 * time.Second
 	case "stall":
 		cfg.Net.FailureTimeout = time.Second
@@ -48,6 +48,8 @@ func child(role string) int {
 	}
 	defer c.Close()
 	switch role {
+	case "shrink":
+		return shrinkChild(ctx, c)
 	case "conformance":
 		counts := []int{0, 1, 7, 1000003}
 		if s := os.Getenv("NEXAR_TEST_COUNTS"); s != "" {
@@ -173,13 +175,7 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(time.Minute)
-			for strings.Count(out.String(), "READY") < 4 {
-				if time.Now().After(deadline) {
-					t.Fatalf("ranks never got going:\n%s", out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			awaitReady(t, &out, 4)
 			if err := job.Kill(1); err != nil {
 				t.Fatal(err)
 			}
@@ -220,13 +216,7 @@ func TestStalledRankLearnsItWasExpelled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(time.Minute)
-			for strings.Count(out.String(), "READY") < 3 {
-				if time.Now().After(deadline) {
-					t.Fatalf("ranks never got going:\n%s", out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			awaitReady(t, &out, 3)
 			if err := job.Signal(2, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
