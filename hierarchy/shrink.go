@@ -1,0 +1,64 @@
+package hierarchy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// Shrink implements comm.Shrinker. The world part shrinks — every rank of
+// the hierarchy is in it, so its agreement on the failed ranks is the
+// hierarchy's — and the survivors' topology is computed again
+// (topology.Survivors: ranks renumbered in order, local ranks within each
+// node, a node left without ranks gone). On it the intra-node parts and
+// the rails are split off the shrunk world, as Build does, and the result
+// is again a hierarchy; with one node left, or one rank on each node, it
+// is the shrunk world itself (as Split's children are). The new intra-node
+// parts are splits of the world's transport: a node that had shared memory
+// (or NCCL) before talks over the network transport after Shrink.
+//
+// Call it when no collective of h is in flight (after a failure, every one
+// has ended with it). h stays aborted; Close it after Shrink.
+func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
+	fail := func(err error) (comm.Communicator, error) {
+		return nil, h.opError(comm.KindShrink, 0, culpritOr(err, -1), err)
+	}
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		return fail(comm.ErrClosed)
+	}
+	stager := h.childStager()
+	if stager == nil {
+		return fail(&comm.ArgError{Kind: comm.KindShrink, Arg: "Config.NewStager", Problem: fmt.Sprintf(
+			"is nil, and the shrunk communicator cannot share this one's Stager (%T: it serves one executor); set Config.NewStager", h.cfg.Stager)})
+	}
+	world, err := comm.Shrink(ctx, h.world)
+	if err != nil {
+		return fail(fmt.Errorf("shrinking the world part: %w", err))
+	}
+	old, err := comm.Survivors(ctx, world, h.rank)
+	if err != nil {
+		world.Close()
+		return fail(err)
+	}
+	t, err := h.topo.Survivors(old)
+	if err != nil {
+		world.Close()
+		return fail(err)
+	}
+	if g, homogeneous := t.RanksPerNode(); t.NumNodes() == 1 || homogeneous && g == 1 {
+		return world, nil
+	}
+	cfg := h.cfg
+	cfg.Stager, cfg.NewStager = nil, stager
+	cfg.Name = fmt.Sprintf("%s/shrink(%d of %d)", h.cfg.Name, t.Size(), h.size)
+	nh, err := Build(ctx, world, t, nil, cfg)
+	if err != nil {
+		world.Close()
+		return fail(err)
+	}
+	return nh, nil
+}
