@@ -35,18 +35,6 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 		return fail(&comm.ArgError{Kind: comm.KindShrink, Arg: "Config.NewStager", Problem: fmt.Sprintf(
 			"is nil, and the shrunk communicator cannot share this one's Stager (%T: it serves one executor); set Config.NewStager", h.cfg.Stager)})
 	}
-	h.mu.Lock()
-	aborted := h.aborted
-	h.mu.Unlock()
-	if b, ok := comm.CulpritOf(aborted); ok && !b.Outside && b.Rank >= 0 && b.Rank < h.size && b.Rank != h.rank {
-		// The rank the hierarchy's failure blames (never a live one) may
-		// be known dead to a part (shared memory saw its process go)
-		// before the world's transport notices: tell the world, so that
-		// its agreement need not wait for the transport's timeout.
-		if pf, ok := h.world.(comm.PeerFailer); ok {
-			pf.PeerFailed(b.Rank, fmt.Errorf("the hierarchy's failure blames it: %s", b.How))
-		}
-	}
 	world, err := comm.Shrink(ctx, h.world)
 	if err != nil {
 		return fail(fmt.Errorf("shrinking the world part: %w", err))

@@ -313,17 +313,24 @@ func (c *Comm) dropBlamed() {
 	if aborted == nil || !ok {
 		return
 	}
-	b, ok := comm.CulpritOf(aborted)
-	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
-		return
-	}
-	peer := b.Rank
-	if !b.Outside {
-		peer = c.members[b.Rank]
-	}
-	if peer != c.w.rank {
+	if peer, ok := c.blamedWorldRank(aborted); ok && peer != c.w.rank {
 		d.DropPeer(peer, aborted)
 	}
+}
+
+// blamedWorldRank is the world rank that err blames (comm.CulpritOf), if
+// it names one of this communicator's ranks; a rank blamed from outside
+// (Abort) is taken as a world rank, since a composed communicator's world
+// part has the composer's ranks.
+func (c *Comm) blamedWorldRank(err error) (int, bool) {
+	b, ok := comm.CulpritOf(err)
+	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
+		return -1, false
+	}
+	if b.Outside {
+		return b.Rank, c.commRank(b.Rank) >= 0
+	}
+	return c.members[b.Rank], true
 }
 
 // Start implements comm.Communicator.

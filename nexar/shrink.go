@@ -206,6 +206,12 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 			known[p] = c.peerGone(p) != nil
 		}
 	}
+	// The rank the abort blames failed (it is never a live one), even
+	// when this rank only heard of it from a peer and its own transport
+	// has not noticed yet.
+	if wr, ok := c.blamedWorldRank(c.AbortCause()); ok && wr != c.w.rank {
+		known[c.commRank(wr)] = true
+	}
 	var heard []int // the peers heard from in the round before; nil: every rank
 	for round := uint32(1); ; round++ {
 		live := c.livePeers(known)

@@ -81,8 +81,9 @@ func shrinkChild(ctx context.Context, c *nexar.Comm) int {
 		fmt.Println("SHRUNK-WRONG:", err)
 		return 1
 	}
-	fmt.Printf("SHRUNK rank %d -> %d of %d in %v\n", r, s.Rank(), s.Size(), took.Round(time.Millisecond))
+	start = time.Now()
 	c.Close() // the old one first: the new one keeps the transport
+	fmt.Printf("SHRUNK rank %d -> %d of %d in %v; the old one closed in %v\n", r, s.Rank(), s.Size(), took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if err := s.Barrier(sctx); err != nil {
 		fmt.Println("SHRUNK-WRONG after closing the old:", err)
 		return 1
