@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // Shrink implements comm.Shrinker: the World's communicator shrinks to
@@ -42,4 +44,14 @@ func (w *World) Shrink(ctx context.Context) (comm.Communicator, error) {
 		w.log.Info("hiercomm: world shrunk", "size", topo.Size(), "of", len(w.topo.Members()), "nodes", topo.NumNodes(), "via", fmt.Sprintf("%T", s))
 	}
 	return nw, nil
+}
+
+// shrunkIntra is hierarchy.Config.NewIntra under Init: a node's survivors
+// join shared memory again, in segments of their own (the generation
+// joins the job id in shmNamespace's hash).
+func shrunkIntra(l cluster.Launch, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
+	return func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error) {
+		l.JobID += " " + generation
+		return connectIntraHost(ctx, l, t, rank, opt)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/hierarchy"
 )
 
 // shrinkRank is the child of TestShrinkAfterAKill: Init, AllReduces with
@@ -58,14 +59,20 @@ func shrinkRank() error {
 		return err
 	}
 	sw := s.(*hiercomm.World)
-	fmt.Printf("shrunk: rank %d -> %d of %d on %d nodes (%T) in %v\n", rank, s.Rank(), s.Size(), sw.Topology().NumNodes(), sw.Communicator, took.Round(time.Millisecond))
+	intra := "-"
+	if h, ok := sw.Communicator.(*hierarchy.Comm); ok {
+		p, _ := h.Parts()
+		intra = fmt.Sprintf("%T", p)
+	}
+	fmt.Printf("shrunk: rank %d -> %d of %d on %d nodes (%T, intra %s) in %v\n", rank, s.Rank(), s.Size(), sw.Topology().NumNodes(), sw.Communicator, intra, took.Round(time.Millisecond))
 	return nil
 }
 
 // A rank of a hierarchical World (2 nodes x 2, shared memory within
 // them) is killed mid-AllReduce: every survivor Shrinks to the same three
-// ranks in order, a hierarchy of a node of 2 and a node of 1, on which
-// the collectives are exact; no survivor fails or hangs.
+// ranks in order, a hierarchy of a node of 2 and a node of 1 with shared
+// memory within each again, on which the collectives are exact; no
+// survivor fails or hangs.
 func TestShrinkAfterAKill(t *testing.T) {
 	for _, network := range []string{"tcp", "quic"} {
 		t.Run(network, func(t *testing.T) {
@@ -90,7 +97,7 @@ func TestShrinkAfterAKill(t *testing.T) {
 			}
 			text := out.String()
 			for i, r := range []int{0, 2, 3} {
-				want := fmt.Sprintf("shrunk: rank %d -> %d of 3 on 2 nodes (*hierarchy.Comm)", r, i)
+				want := fmt.Sprintf("shrunk: rank %d -> %d of 3 on 2 nodes (*hierarchy.Comm, intra *shm.Comm)", r, i)
 				if !strings.Contains(text, want) {
 					t.Errorf("no %q", want)
 				}

@@ -15,8 +15,8 @@ import (
 // the rails are split off the shrunk world, as Build does, and the result
 // is again a hierarchy; with one node left, or one rank on each node, it
 // is the shrunk world itself (as Split's children are). The new intra-node
-// parts are splits of the world's transport: a node that had shared memory
-// (or NCCL) before talks over the network transport after Shrink.
+// parts are Config.NewIntra's (shared memory again, under hiercomm.Init),
+// or else splits of the shrunk world.
 //
 // Call it when no collective of h is in flight (after a failure, every one
 // has ended with it). h stays aborted; Close it after Shrink.
@@ -55,10 +55,32 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	cfg := h.cfg
 	cfg.Stager, cfg.NewStager = nil, stager
 	cfg.Name = fmt.Sprintf("%s/shrink(%d of %d)", h.cfg.Name, t.Size(), h.size)
-	nh, err := Build(ctx, world, t, nil, cfg)
+	var intra comm.Communicator
+	if cfg.NewIntra != nil {
+		intra, err = cfg.NewIntra(ctx, t, world.Rank(), generation(world, old))
+		if err != nil {
+			world.Close()
+			return fail(fmt.Errorf("making the shrunk intra-node part: %w", err))
+		}
+	}
+	nh, err := Build(ctx, world, t, intra, cfg)
 	if err != nil {
+		if intra != nil {
+			intra.Close()
+		}
 		world.Close()
 		return fail(err)
 	}
 	return nh, nil
+}
+
+// generation names a Shrink for Config.NewIntra: the shrunk world's name
+// where it has one (a nexar communicator's names every Shrink apart:
+// "world/shrink#2(3 of 4)"), and the survivors' former ranks.
+func generation(world comm.Communicator, old []int) string {
+	name := ""
+	if n, ok := world.(interface{ Name() string }); ok {
+		name = n.Name()
+	}
+	return fmt.Sprintf("%s %v", name, old)
 }
