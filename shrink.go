@@ -6,6 +6,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -53,5 +54,19 @@ func shrunkIntra(l cluster.Launch, opt Options) func(context.Context, *topology.
 	return func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error) {
 		l.JobID += " " + generation
 		return connectIntraHost(ctx, l, t, rank, opt)
+	}
+}
+
+// shrunkNCCL is hierarchy.Config.NewIntra for a hierarchy of GPU nodes
+// under Init: NCCL among a node's survivors, over shared memory again as
+// its control (as connectGPU makes it).
+func shrunkNCCL(l cluster.Launch, dev *nccl.Device, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
+	control := shrunkIntra(l, opt)
+	return func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error) {
+		c, err := control(ctx, t, rank, generation)
+		if err != nil {
+			return nil, err
+		}
+		return nccl.New(ctx, c, opt.ncclConfig(dev, fmt.Sprintf("nccl (node %d)", t.NodeOf(rank))))
 	}
 }

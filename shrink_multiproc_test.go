@@ -80,16 +80,7 @@ func TestShrinkAfterAKill(t *testing.T) {
 			defer cancel()
 			out := &lines{marker: "shrink-ready", ch: make(chan struct{}, 8)}
 			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{2, 2}, Network: network, KeepOthers: true}, "shrink", out)
-			for range 4 {
-				select {
-				case <-out.ch:
-				case <-ctx.Done():
-					t.Fatalf("the job never got ready\n%s", out)
-				}
-			}
-			if err := job.Kill(1); err != nil {
-				t.Fatal(err)
-			}
+			killWhenReady(t, ctx, job, out, 4, 1)
 			for r, err := range job.Errors() {
 				if r != 1 && err != nil {
 					t.Errorf("rank %d: %v", r, err)
@@ -107,5 +98,21 @@ func TestShrinkAfterAKill(t *testing.T) {
 			}
 			t.Log(text)
 		})
+	}
+}
+
+// killWhenReady waits until n ranks of job have printed out's marker,
+// then kills rank victim (SIGKILL).
+func killWhenReady(t *testing.T, ctx context.Context, job *cluster.LocalJob, out *lines, n, victim int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-out.ch:
+		case <-ctx.Done():
+			t.Fatalf("the job never got ready\n%s", tail(out.String(), 60))
+		}
+	}
+	if err := job.Kill(victim); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -152,3 +152,40 @@ func isSHM(c comm.Communicator) bool {
 	_, ok := c.(*shm.Comm)
 	return ok
 }
+
+// A hierarchy of GPU nodes (fake NCCL within nodes, nexar staged through
+// host memory between them) loses rank 3: the survivors Shrink its staged
+// world and get a hierarchy of three whose collectives on device buffers
+// pass the conformance suite.
+func TestShrinkDeviceHierarchy(t *testing.T) {
+	cs, dev := buildDevice(t, layout{name: "2x2", perNode: []int{2, 2}}, hierarchy.Config{}, ownStager)
+	shrunk := make([]comm.Communicator, 3)
+	errs := each(cs, func(r int, c comm.Communicator) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if r == 3 {
+			return c.Close()
+		}
+		if err := c.Barrier(ctx); !errors.Is(err, comm.ErrPeerFailed) {
+			return fmt.Errorf("Barrier without rank 3: %v", err)
+		}
+		s, err := comm.Shrink(ctx, c)
+		if err != nil {
+			return err
+		}
+		shrunk[r] = s
+		if _, ok := s.(*hierarchy.Comm); !ok || s.Rank() != r || s.Size() != 3 {
+			return fmt.Errorf("shrunk to %T, rank %d of %d; want a hierarchy, rank %d of 3", s, s.Rank(), s.Size(), r)
+		}
+		return nil
+	})
+	defer closeAll(shrunk)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	o := deviceOptions(dev)
+	o.Counts = []int{1, 7}
+	commtest.Run(t, shrunk, o)
+}

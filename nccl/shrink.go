@@ -31,3 +31,14 @@ func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	}
 	return nc, nil
 }
+
+// Shrink implements comm.Shrinker where the host communicator does: its
+// shrunk communicator, staged through the same device. (A hierarchy of
+// GPU nodes shrinks its staged world so.)
+func (s *Staged) Shrink(ctx context.Context) (comm.Communicator, error) {
+	c, err := comm.Shrink(ctx, s.inner)
+	if err != nil {
+		return nil, err
+	}
+	return NewStaged(c, s.dev), nil
+}
