@@ -35,6 +35,18 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 		return fail(&comm.ArgError{Kind: comm.KindShrink, Arg: "Config.NewStager", Problem: fmt.Sprintf(
 			"is nil, and the shrunk communicator cannot share this one's Stager (%T: it serves one executor); set Config.NewStager", h.cfg.Stager)})
 	}
+	h.mu.Lock()
+	aborted := h.aborted
+	h.mu.Unlock()
+	if aborted != nil {
+		// The world part learns of the failure from this abort, which
+		// may still be on its way through the other parts: its
+		// agreement then counts the rank the failure blames as failed
+		// from the start, instead of waiting for its transport to see
+		// the death. (First cause wins: this changes nothing if it
+		// knows already.)
+		comm.Abort(h.world, aborted)
+	}
 	world, err := comm.Shrink(ctx, h.world)
 	if err != nil {
 		return fail(fmt.Errorf("shrinking the world part: %w", err))

@@ -318,17 +318,14 @@ func (c *Comm) dropBlamed() {
 	}
 }
 
-// blamedWorldRank is the world rank that err blames (comm.CulpritOf), if
-// it names one of this communicator's ranks; a rank blamed from outside
-// (Abort) is taken as a world rank, since a composed communicator's world
-// part has the composer's ranks.
+// blamedWorldRank is the world rank of the rank of this communicator that
+// err blames (comm.CulpritOf). A rank blamed from outside (Abort) is
+// taken as one of this communicator's too: the composer that aborts its
+// world part (hierarchy) numbers its ranks alike.
 func (c *Comm) blamedWorldRank(err error) (int, bool) {
 	b, ok := comm.CulpritOf(err)
 	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
 		return -1, false
-	}
-	if b.Outside {
-		return b.Rank, c.commRank(b.Rank) >= 0
 	}
 	return c.members[b.Rank], true
 }
