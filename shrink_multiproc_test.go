@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,17 @@ import (
 	"github.com/hiercomm/hiercomm/hierarchy"
 )
 
-// shrinkRank is the child of TestShrinkAfterAKill: Init, AllReduces with
-// rank-distinct data until rank 1 is killed, then World.Shrink and the
-// checks of commtest.ShrunkRank on the survivors' World.
+// envShrinkHow says how rank 1 leaves TestShrinkWorld's job: "kill" (the
+// test sends it SIGKILL), "close" (it closes its World and exits) or
+// "cancel" (it cancels a collective and stays: nothing fails).
+const envShrinkHow = "HIERCOMM_TEST_SHRINK"
+
+// shrinkRank is the child of TestShrinkWorld: Init, AllReduces with
+// rank-distinct data until one fails as envShrinkHow says, then
+// World.Shrink and the checks of commtest.ShrunkRank on the survivors'
+// World.
 func shrinkRank() error {
+	how := os.Getenv(envShrinkHow)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	w, err := hiercomm.Init(ctx, hiercomm.Options{Detector: testDetector()})
@@ -27,18 +35,33 @@ func shrinkRank() error {
 	}
 	defer w.Close()
 	rank, P := w.Rank(), w.Size()
+	survivors, want := []int{0, 2, 3}, comm.ErrPeerFailed
+	if how == "cancel" {
+		survivors, want = []int{0, 1, 2, 3}, comm.ErrCanceled
+	}
 	x := make([]float64, 4099)
 	for i := 0; ; i++ {
 		for j := range x {
 			x[j] = float64(rank*len(x) + j)
 		}
-		err := w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+		cctx, stop := context.WithCancel(ctx)
+		if i == 3 && rank == 1 {
+			switch how {
+			case "close":
+				stop()
+				return w.Close()
+			case "cancel":
+				stop()
+			}
+		}
+		err := w.AllReduce(cctx, comm.Host(x), comm.Host(x), comm.Sum)
+		stop()
 		if i == 2 {
 			fmt.Println("shrink-ready")
 		}
 		if err != nil {
-			if !errors.Is(err, comm.ErrPeerFailed) {
-				return fmt.Errorf("AllReduce: %w, want ErrPeerFailed", err)
+			if !errors.Is(err, want) {
+				return fmt.Errorf("AllReduce: %w, want %w", err, want)
 			}
 			break
 		}
@@ -55,7 +78,7 @@ func shrinkRank() error {
 	}
 	took := time.Since(start)
 	defer s.Close()
-	if err := commtest.ShrunkRank(ctx, s, rank, []int{0, 2, 3}); err != nil {
+	if err := commtest.ShrunkRank(ctx, s, rank, survivors); err != nil {
 		return err
 	}
 	sw := s.(*hiercomm.World)
@@ -69,26 +92,34 @@ func shrinkRank() error {
 }
 
 // A rank of a hierarchical World (2 nodes x 2, shared memory within
-// them) is killed mid-AllReduce: every survivor Shrinks to the same three
-// ranks in order, a hierarchy of a node of 2 and a node of 1 with shared
-// memory within each again, on which the collectives are exact; no
-// survivor fails or hangs.
-func TestShrinkAfterAKill(t *testing.T) {
-	for _, network := range []string{"tcp", "quic"} {
-		t.Run(network, func(t *testing.T) {
+// them) is killed mid-AllReduce (over TCP and QUIC), closes its World, or
+// only cancels a collective: every survivor Shrinks to the same ranks in
+// order — three, a hierarchy of a node of 2 and a node of 1, or with
+// nothing failed a copy of all four — with shared memory within each node
+// again, on which the collectives are exact; no survivor fails or hangs.
+func TestShrinkWorld(t *testing.T) {
+	for _, tc := range []struct{ network, how string }{{"tcp", "kill"}, {"quic", "kill"}, {"tcp", "close"}, {"tcp", "cancel"}} {
+		t.Run(tc.network+"/"+tc.how, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			out := &lines{marker: "shrink-ready", ch: make(chan struct{}, 8)}
-			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{2, 2}, Network: network, KeepOthers: true}, "shrink", out)
-			killWhenReady(t, ctx, job, out, 4, 1)
+			spec := cluster.LocalSpec{RanksPerNode: []int{2, 2}, Network: tc.network, KeepOthers: true, Env: []string{envShrinkHow + "=" + tc.how}}
+			job := startJob(t, ctx, spec, "shrink", out)
+			if tc.how == "kill" {
+				killWhenReady(t, ctx, job, out, 4, 1)
+			}
 			for r, err := range job.Errors() {
-				if r != 1 && err != nil {
+				if err != nil && !(r == 1 && tc.how == "kill") {
 					t.Errorf("rank %d: %v", r, err)
 				}
 			}
 			text := out.String()
-			for i, r := range []int{0, 2, 3} {
-				want := fmt.Sprintf("shrunk: rank %d -> %d of 3 on 2 nodes (*hierarchy.Comm, intra *shm.Comm)", r, i)
+			survivors := []int{0, 2, 3}
+			if tc.how == "cancel" {
+				survivors = []int{0, 1, 2, 3}
+			}
+			for i, r := range survivors {
+				want := fmt.Sprintf("shrunk: rank %d -> %d of %d on 2 nodes (*hierarchy.Comm, intra *shm.Comm)", r, i, len(survivors))
 				if !strings.Contains(text, want) {
 					t.Errorf("no %q", want)
 				}

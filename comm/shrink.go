@@ -28,7 +28,10 @@ import (
 // it is not taken for failed, since it may be alive and merely late. A
 // failure during the agreement that not every survivor saw in time may
 // leave that rank in the new communicator: its first collective then
-// fails with the failure, and a second Shrink removes the rank.
+// fails with the failure, and a second Shrink removes the rank. So may a
+// rank whose ctx ends after it joined the agreement: its Shrink fails
+// while the others may have decided with it; it should exit, which the
+// others' next collective reports.
 //
 // This communicator stays aborted by the failure; Close it after Shrink
 // (the new communicator does not depend on it staying open). Communicators

@@ -212,6 +212,10 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 	if wr, ok := c.blamedWorldRank(c.AbortCause()); ok && wr != c.w.rank {
 		known[c.commRank(wr)] = true
 	}
+	if err := ctx.Err(); err != nil {
+		// Not joining at all: the peers hear so in place of round 1.
+		return nil, c.abandonShrink(c.livePeers(known), attempt, 1, comm.ContextError(err))
+	}
 	var heard []int // the peers heard from in the round before; nil: every rank
 	for round := uint32(1); ; round++ {
 		live := c.livePeers(known)
@@ -223,9 +227,7 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 			switch {
 			case err != nil:
 				// The deadline: everyone waiting on this rank learns why.
-				c.sendShrink(c.livePeers(union), attempt, round+1, shrinkMsg{kind: shrinkAbandoned, reason: err.Error(),
-					timeout: errors.Is(err, comm.ErrTimeout), canceled: errors.Is(err, comm.ErrCanceled)})
-				return nil, err
+				return nil, c.abandonShrink(c.livePeers(union), attempt, round+1, err)
 			case gone != nil:
 				union[p] = true
 			case m.kind == shrinkAbandoned:
@@ -256,6 +258,14 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 			heard = []int{}
 		}
 	}
+}
+
+// abandonShrink tells peers, in place of the round's message, that this
+// rank gave up for err, and returns err.
+func (c *Comm) abandonShrink(peers []int, attempt uint64, round uint32, err error) error {
+	c.sendShrink(peers, attempt, round, shrinkMsg{kind: shrinkAbandoned, reason: err.Error(),
+		timeout: errors.Is(err, comm.ErrTimeout), canceled: errors.Is(err, comm.ErrCanceled)})
+	return err
 }
 
 // ranksOf lists the ranks set in s.

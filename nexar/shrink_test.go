@@ -247,3 +247,35 @@ func TestShrinkFrameCoding(t *testing.T) {
 		}
 	}
 }
+
+// A rank whose context is canceled during Shrink: every rank's Shrink
+// fails, in bounded time, ErrCanceled on that rank and a report of it on
+// the others; none hangs.
+func TestShrinkCanceledOnOneRank(t *testing.T) {
+	cs := memWorld(t, 4, Options{Timeout: time.Minute})
+	cs[3].w.tr.(*memoryTransport).Kill()
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		if r == 3 {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if r == 1 {
+			cancel() // before it joins: the others wait for it in vain
+		}
+		s, err := c.Shrink(ctx)
+		if err == nil {
+			s.Close()
+			return errors.New("Shrink succeeded with rank 1's context canceled")
+		}
+		if r == 1 && !errors.Is(err, comm.ErrCanceled) || r != 1 && !errors.Is(err, comm.ErrPeerAbandoned) {
+			return fmt.Errorf("want ErrCanceled on rank 1, ErrPeerAbandoned elsewhere: %v", err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
