@@ -279,3 +279,31 @@ func TestShrinkCanceledOnOneRank(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeShrink: a Shrink frame's payload, as a peer sends it. The
+// decoder must not panic, must keep every failed rank inside the
+// communicator, and what it accepts must encode back to the same bytes.
+func FuzzDecodeShrink(f *testing.F) {
+	for _, m := range []shrinkMsg{{kind: shrinkRound, failed: []int{1, 3}}, {kind: shrinkDecided}, {kind: shrinkAbandoned, reason: "late", timeout: true}} {
+		f.Add(encodeShrink(m), 4)
+	}
+	f.Add([]byte{shrinkRound, 0xff, 0xff, 0xff, 0x7f}, 8)
+	f.Fuzz(func(t *testing.T, p []byte, size int) {
+		size = 1 + (size&0x7fffffff)%64
+		m, err := decodeShrink(p, size)
+		if err != nil {
+			return
+		}
+		for _, r := range m.failed {
+			if r < 0 || r >= size {
+				t.Fatalf("%x: failed rank %d outside a communicator of %d", p, r, size)
+			}
+		}
+		if m.kind == shrinkAbandoned && p[1]&^3 != 0 {
+			return // unknown flag bits are ignored
+		}
+		if got := encodeShrink(m); string(got) != string(p) {
+			t.Fatalf("%x decoded to %+v, which encodes to %x", p, m, got)
+		}
+	})
+}
