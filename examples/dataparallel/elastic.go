@@ -38,7 +38,7 @@ type elastic struct{ killRank, killStep int }
 
 func (e *elastic) flags(fs *flag.FlagSet) {
 	fs.IntVar(&e.killRank, "kill-rank", -1, "with -kill-step: the rank whose process kills itself (SIGKILL) as that step begins; the others Shrink to the survivors and train on (docs/errors.md)")
-	fs.IntVar(&e.killStep, "kill-step", -1, "the step (1, 2, … as the progress lines count) as which -kill-rank dies")
+	fs.IntVar(&e.killStep, "kill-step", -1, "the step (1, 2, …, as the progress lines count them) at whose start -kill-rank dies")
 }
 
 func (e elastic) check() error {
