@@ -180,6 +180,11 @@ func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	if closed {
 		return fail(-1, comm.ErrClosed)
 	}
+	if err := c.expelled(); err != nil {
+		// Its links are gone because the others gave it up: it would
+		// agree with itself alone.
+		return fail(-1, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
 	failed, err := c.agreeFailed(ctx, attempt)
@@ -195,6 +200,24 @@ func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 		return fail(-1, err)
 	}
 	return child, nil
+}
+
+// expelled says why this rank is the one that failed — it was stalled
+// past the failure timeout and its peers gave it up (ErrStalled), or the
+// failure that aborted the communicator blames it — or is nil.
+func (c *Comm) expelled() error {
+	for p, wr := range c.members {
+		if p == c.rank {
+			continue
+		}
+		if _, err := c.w.peerState(wr); errors.Is(err, ErrStalled) {
+			return fmt.Errorf("the other ranks gave this rank up, so it is in no shrunk communicator: %w", err)
+		}
+	}
+	if wr, ok := c.blamedWorldRank(c.AbortCause()); ok && wr == c.w.rank {
+		return fmt.Errorf("the failure that aborted the communicator is this rank's, so it is in no shrunk communicator: %w", c.AbortCause())
+	}
+	return nil
 }
 
 // agreeFailed runs the agreement; failed[r] says comm rank r failed.

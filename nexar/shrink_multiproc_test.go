@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +142,87 @@ func TestShrinkMultiProcess(t *testing.T) {
 			})
 		}
 	}
+}
+
+// shrinkStalledChild is a rank of TestShrinkLeavesOutAStalledRank:
+// AllReduces until one fails (the test stops rank 2 past the failure
+// timeout), then Shrink, and what came of it.
+func shrinkStalledChild(ctx context.Context, c *nexar.Comm) int {
+	for i := 0; ; i++ {
+		x := make([]float32, 1024)
+		err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+		if i == 3 {
+			fmt.Println("READY")
+		}
+		if err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := c.Shrink(sctx)
+	if err != nil {
+		fmt.Printf("SHRINK-ERROR rank %d stalled=%v peerfailed=%v: %v\n", c.Rank(), errors.Is(err, nexar.ErrStalled), errors.Is(err, comm.ErrPeerFailed), err)
+		return 0
+	}
+	defer s.Close()
+	if err := commtest.ShrunkRank(sctx, s, c.Rank(), []int{0, 1}); err != nil {
+		fmt.Println("SHRUNK-WRONG:", err)
+		return 1
+	}
+	fmt.Printf("SHRUNK rank %d -> %d of %d\n", c.Rank(), s.Rank(), s.Size())
+	return 0
+}
+
+// Rank 2 of 3 is stopped (SIGSTOP) past the failure timeout and then
+// continued (QUIC: over TCP a stopped process's kernel still answers):
+// ranks 0 and 1 Shrink to the two of them, and rank 2 learns from its
+// Shrink that it was the one given up, instead of agreeing with itself
+// alone on a communicator of one.
+func TestShrinkLeavesOutAStalledRank(t *testing.T) {
+	text := runWithAStall(t, "quic", "shrink-stall", 3)
+	for _, want := range []string{"[rank 0] SHRUNK rank 0 -> 0 of 2", "[rank 1] SHRUNK rank 1 -> 1 of 2", "[rank 2] SHRINK-ERROR rank 2 stalled=true peerfailed=true"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Fatal(text)
+	}
+	t.Log(text)
+}
+
+// runWithAStall runs a local job of n ranks in role over network, stops
+// its last rank (SIGSTOP) for 3 s once every rank printed READY (the
+// roles' FailureTimeout is 1 s), continues it, and returns the job's
+// output once every rank has exited; a rank that fails fails t.
+func runWithAStall(t *testing.T, network, role string, n int) string {
+	t.Helper()
+	var out procgroup.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+		Ranks: n, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
+		Env: []string{envRole + "=" + role}, Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitReady(t, &out, n)
+	if err := job.Signal(n-1, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := job.Signal(n-1, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range job.Errors() {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	return out.String()
 }
 
 // awaitReady waits until n ranks have printed READY to out.
