@@ -11,8 +11,8 @@ import (
 )
 
 // Shrink implements comm.Shrinker: the World's communicator shrinks to
-// the survivors of a failure (comm.Shrinker; a *nexar.Comm and a
-// *hierarchy.Comm can, an *shm.Comm or *nccl.Comm cannot and say so), and
+// the survivors of a failure (comm.Shrinker: every communicator Init
+// makes can), and
 // the result is a *World of them, with their topology (topology.Survivors)
 // and this process's new rank. Every survivor must call it.
 //

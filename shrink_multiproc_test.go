@@ -97,13 +97,17 @@ func shrinkRank() error {
 // order — three, a hierarchy of a node of 2 and a node of 1, or with
 // nothing failed a copy of all four — with shared memory within each node
 // again, on which the collectives are exact; no survivor fails or hangs.
+// And a World of one node (shared memory alone) that loses a rank.
 func TestShrinkWorld(t *testing.T) {
-	for _, tc := range []struct{ network, how string }{{"tcp", "kill"}, {"quic", "kill"}, {"tcp", "close"}, {"tcp", "cancel"}} {
-		t.Run(tc.network+"/"+tc.how, func(t *testing.T) {
+	for _, tc := range []struct {
+		network, how string
+		layout       []int
+	}{{"tcp", "kill", []int{2, 2}}, {"quic", "kill", []int{2, 2}}, {"tcp", "close", []int{2, 2}}, {"tcp", "cancel", []int{2, 2}}, {"tcp", "kill", []int{4}}} {
+		t.Run(fmt.Sprintf("%s/%s/%v", tc.network, tc.how, tc.layout), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			out := &lines{marker: "shrink-ready", ch: make(chan struct{}, 8)}
-			spec := cluster.LocalSpec{RanksPerNode: []int{2, 2}, Network: tc.network, KeepOthers: true, Env: []string{envShrinkHow + "=" + tc.how}}
+			spec := cluster.LocalSpec{RanksPerNode: tc.layout, Network: tc.network, KeepOthers: true, Env: []string{envShrinkHow + "=" + tc.how}}
 			job := startJob(t, ctx, spec, "shrink", out)
 			if tc.how == "kill" {
 				killWhenReady(t, ctx, job, out, 4, 1)
@@ -118,8 +122,12 @@ func TestShrinkWorld(t *testing.T) {
 			if tc.how == "cancel" {
 				survivors = []int{0, 1, 2, 3}
 			}
+			via := "*hierarchy.Comm, intra *shm.Comm"
+			if len(tc.layout) == 1 {
+				via = "*shm.Comm, intra -"
+			}
 			for i, r := range survivors {
-				want := fmt.Sprintf("shrunk: rank %d -> %d of %d on 2 nodes (*hierarchy.Comm, intra *shm.Comm)", r, i, len(survivors))
+				want := fmt.Sprintf("shrunk: rank %d -> %d of %d on %d nodes (%s)", r, i, len(survivors), len(tc.layout), via)
 				if !strings.Contains(text, want) {
 					t.Errorf("no %q", want)
 				}

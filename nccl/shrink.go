@@ -8,8 +8,8 @@ import (
 )
 
 // Shrink implements comm.Shrinker. The survivors agree on the failed ranks
-// through the control (which must be a comm.Shrinker: a nexar control can,
-// a shared-memory one cannot, and Shrink then fails saying so), and make
+// through the control (nexar or shared memory: it must be a
+// comm.Shrinker), and make
 // a new NCCL communicator of the shrunk control's ranks as New does: a
 // fresh unique id over it and ncclCommInitRankScalable. That needs no
 // ncclCommShrink (NCCL 2.27 and later), so it works with every NCCL this

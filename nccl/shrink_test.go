@@ -63,9 +63,10 @@ func TestShrinkFake(t *testing.T) {
 	commtest.Run(t, shrunk, o)
 }
 
-// Over a shared-memory control, which cannot shrink, Shrink is an error
-// that says so, not a hang.
-func TestShrinkOverSharedMemoryIsAClearError(t *testing.T) {
+// Over a shared-memory control (as on one node under Init): rank 2 of 3
+// closes, the survivors shrink the control (fresh shared memory) and make
+// NCCL anew over it.
+func TestShrinkOverSharedMemory(t *testing.T) {
 	lib := nccl.NewFake(nccl.FakeOptions{})
 	dev, err := lib.Device(0)
 	if err != nil {
@@ -73,14 +74,14 @@ func TestShrinkOverSharedMemoryIsAClearError(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	controls, err := shm.NewLocal(ctx, fmt.Sprintf("nccl-shrink-%d", time.Now().UnixNano()), 2, shm.Config{})
+	controls, err := shm.NewLocal(ctx, fmt.Sprintf("nccl-shrink-%d", time.Now().UnixNano()), 3, shm.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	comms := make([]comm.Communicator, 2)
-	errs := make([]error, 2)
+	comms := make([]comm.Communicator, 3)
+	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	for r := range 2 {
+	for r := range 3 {
 		wg.Go(func() { comms[r], errs[r] = nccl.New(ctx, controls[r], nccl.Config{Device: dev}) })
 	}
 	wg.Wait()
@@ -89,12 +90,49 @@ func TestShrinkOverSharedMemoryIsAClearError(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	for _, c := range comms {
-		defer c.Close()
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	shrunk := make([]comm.Communicator, 2)
+	for r := range 3 {
+		wg.Go(func() {
+			if r == 2 {
+				time.Sleep(50 * time.Millisecond)
+				errs[r] = comms[r].Close()
+				return
+			}
+			b, err := dev.Alloc(comm.F32, 16)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer dev.Free(b)
+			if err := comms[r].AllReduce(ctx, b, b, comm.Sum); !errors.Is(err, comm.ErrPeerFailed) {
+				errs[r] = fmt.Errorf("AllReduce without rank 2: %v", err)
+				return
+			}
+			shrunk[r], errs[r] = comm.Shrink(ctx, comms[r])
+		})
 	}
-	_, err = comm.Shrink(ctx, comms[0])
-	if !errors.Is(err, comm.ErrCannotShrink) {
-		t.Fatalf("Shrink over shm: %v, want comm.ErrCannotShrink", err)
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
 	}
-	t.Log(err)
+	defer func() {
+		for _, s := range shrunk {
+			s.Close()
+		}
+	}()
+	for r, s := range shrunk {
+		if _, ok := s.(*nccl.Comm); !ok || s.Rank() != r || s.Size() != 2 {
+			t.Fatalf("rank %d shrunk to %T, rank %d of %d", r, s, s.Rank(), s.Size())
+		}
+	}
+	o := options(dev)
+	o.Counts = []int{1, 7}
+	commtest.Run(t, shrunk, o)
 }
