@@ -11,12 +11,14 @@ import (
 // the hierarchy is in it, so its agreement on the failed ranks is the
 // hierarchy's — and the survivors' topology is computed again
 // (topology.Survivors: ranks renumbered in order, local ranks within each
-// node, a node left without ranks gone). On it the intra-node parts and
-// the rails are split off the shrunk world, as Build does, and the result
-// is again a hierarchy; with one node left, or one rank on each node, it
-// is the shrunk world itself (as Split's children are). The new intra-node
-// parts are Config.NewIntra's (shared memory again, under hiercomm.Init),
-// or else splits of the shrunk world.
+// node, a node left without ranks gone). On it the intra-node parts are
+// made — Config.NewIntra's (shared memory again, under hiercomm.Init), or
+// else splits of the shrunk world — and the rails split off the shrunk
+// world, as Build does: the result is again a hierarchy. With one rank on
+// each node left it is the shrunk world itself (as Split's children are);
+// with one node left, its intra-node part where Config.NewIntra makes one
+// (as Init makes a one-node world of shared memory alone), else the
+// shrunk world.
 //
 // Call it when no collective of h is in flight (after a failure, every one
 // has ended with it). h stays aborted; Close it after Shrink.
@@ -60,6 +62,14 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	if err != nil {
 		world.Close()
 		return fail(err)
+	}
+	if t.NumNodes() == 1 && t.Size() > 1 && h.cfg.NewIntra != nil {
+		intra, err := h.cfg.NewIntra(ctx, t, world.Rank(), generation(world, old))
+		world.Close()
+		if err != nil {
+			return fail(fmt.Errorf("making the shrunk intra-node part: %w", err))
+		}
+		return intra, nil
 	}
 	if g, homogeneous := t.RanksPerNode(); t.NumNodes() == 1 || homogeneous && g == 1 {
 		return world, nil

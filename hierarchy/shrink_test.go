@@ -20,20 +20,22 @@ import (
 // Ranks close their hierarchy while the others are inside an AllReduce;
 // every survivor gets the failure, Shrinks, and gets the same members,
 // renumbered in order, on a recomputed topology: a hierarchy again where
-// several nodes keep several ranks (heterogeneous after the loss), the
-// flat world where one node is left; with shared memory in the nodes
-// again where Config.NewIntra makes it. Its collectives are exact. With
+// several nodes keep several ranks (heterogeneous after the loss); where
+// one node is left, its shared memory (Config.NewIntra), or else the flat
+// world; with shared memory in the nodes again where Config.NewIntra
+// makes it. Its collectives are exact. With
 // nothing failed, Shrink is a copy of the whole group.
 func TestShrinkHierarchy(t *testing.T) {
 	for _, tc := range []struct {
 		layout  layout
 		intra   string
 		victims []int
-		flat    bool // the shrunk communicator is the flat world
+		flat    bool // the shrunk communicator is not a hierarchy
 	}{
 		{layout{name: "2x2", perNode: []int{2, 2}}, "shm", []int{3}, false},
 		{layout{name: "2x4", perNode: []int{4, 4}}, "nexar", []int{1, 6}, false},
 		{layout{name: "2x2", perNode: []int{2, 2}}, "shm", []int{2, 3}, true},
+		{layout{name: "2x3", perNode: []int{3, 3}}, "nexar", []int{3, 4, 5}, true},
 		{layout{name: "2x2-cyclic", perNode: []int{2, 2}, cyclic: true}, "shm", []int{0}, false},
 		{layout{name: "2x2", perNode: []int{2, 2}}, "shm", nil, false},
 	} {
@@ -68,7 +70,10 @@ func TestShrinkHierarchy(t *testing.T) {
 				defer s.Close()
 				sh, isH := s.(*hierarchy.Comm)
 				if isH == tc.flat {
-					return fmt.Errorf("shrunk to a %T, want the flat world: %v", s, tc.flat)
+					return fmt.Errorf("shrunk to a %T, want no hierarchy: %v", s, tc.flat)
+				}
+				if !isH && isSHM(s) != (tc.intra == "shm") {
+					return fmt.Errorf("shrunk to one node's %T, in a hierarchy whose parts were %s", s, tc.intra)
 				}
 				if isH {
 					if intra, _ := sh.Parts(); isSHM(intra) != (tc.intra == "shm") {
