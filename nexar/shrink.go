@@ -31,7 +31,12 @@ import (
 // that decides in round k has heard everything any rank alive in round k
 // knew, and one that has not decided by then is told. Every way out of
 // the protocol (a decision, or giving up at the deadline) sends the
-// message of round k+1, which is what the peers wait for.
+// message of round k+1, which is what the peers wait for; a decision or
+// an abandon from any rank ends every wait (a rank that some gave up
+// gets no rounds from them, but their decision, and learns it was left
+// out). A rank counts as failed from the start when the transport has
+// reported it, when it closed this communicator, or when the failure
+// that aborted this communicator blames it.
 
 // What a shrink frame says (the first byte of its payload).
 const (
