@@ -85,6 +85,9 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 	if cfg.Stager == nil && cfg.NewStager == nil {
 		cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
 	}
+	if cfg.NewIntra == nil {
+		cfg.NewIntra = shrunkNCCL(l, dev, opt) // shrink.go
+	}
 	h, err := hierarchy.Build(ctx, staged, topo, intra, cfg)
 	if err != nil {
 		intra.Close()

@@ -55,6 +55,8 @@ func gpuChild(role string) (ran bool, err error) {
 		return true, gpuKilled()
 	case "gpu-bench":
 		return true, gpuBench()
+	case "gpu-shrink":
+		return true, gpuShrink() // gpu_shrink_multiproc_test.go
 	}
 	return false, nil
 }
@@ -208,17 +210,8 @@ func TestGPUKillRank(t *testing.T) {
 	const n = 3
 	out := &lines{marker: "gpu-kill-ready", ch: make(chan struct{}, n)}
 	job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: []int{1, 1, 1}, Network: "quic", KeepOthers: true, Env: gpuEnv()}, "gpu-kill", out)
-	for range n {
-		select {
-		case <-out.ch:
-		case <-ctx.Done():
-			t.Fatalf("the job never got ready\n%s", tail(out.String(), 60))
-		}
-	}
+	killWhenReady(t, ctx, job, out, n, gpuVictim)
 	killedAt := time.Now()
-	if err := job.Kill(gpuVictim); err != nil {
-		t.Fatal(err)
-	}
 	errs := job.Errors()
 	for r, err := range errs {
 		var exit *cluster.LocalExitError

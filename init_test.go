@@ -46,6 +46,8 @@ func child(role string) error {
 		return killed()
 	case "conformance":
 		return conformance()
+	case "shrink":
+		return shrinkRank()
 	case "initclose":
 		// A rank with nothing to do may leave right after joining; the
 		// others, maybe still forming the mesh, must not fail for it.

@@ -51,6 +51,9 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	}
 	cfg := opt.Hierarchy
 	cfg.Cost = hierarchyCost(cfg.Cost, intraCost, opt.Nexar.Cost, l, topo, rank)
+	if intra != nil && cfg.NewIntra == nil {
+		cfg.NewIntra = shrunkIntra(l, opt) // shrink.go
+	}
 	h, err := hierarchy.Build(ctx, world, topo, intra, cfg)
 	if err != nil {
 		if intra != nil {

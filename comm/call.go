@@ -26,10 +26,11 @@ const (
 	KindSend
 	KindRecv
 	KindSplit
+	KindShrink // Shrinker.Shrink: like Split, a method, not a Call
 )
 
 var kindNames = [...]string{"invalid", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
-	"AllToAll", "AllToAllV", "Gather", "Scatter", "Scan", "ExScan", "Barrier", "Send", "Recv", "Split"}
+	"AllToAll", "AllToAllV", "Gather", "Scatter", "Scan", "ExScan", "Barrier", "Send", "Recv", "Split", "Shrink"}
 
 func (k Kind) String() string {
 	if k == 0 || int(k) >= len(kindNames) {

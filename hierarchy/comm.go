@@ -73,6 +73,14 @@ type Config struct {
 	// Stagers it makes: Close releases them (through their Close method,
 	// if they have one).
 	NewStager func() Stager
+	// NewIntra, if set, makes the intra-node part of the hierarchy that
+	// Shrink makes: each survivor calls it with the survivors' topology,
+	// its rank there, and a generation that every survivor of that Shrink
+	// passes alike and no other Shrink of the job passes (shared memory
+	// needs fresh segment names). If nil, Shrink splits the intra-node
+	// parts off the shrunk world. hiercomm.Init sets it to join a node's
+	// shared memory again.
+	NewIntra func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error)
 	// Name names the communicator in errors. If empty, defaults to
 	// "hierarchy".
 	Name string

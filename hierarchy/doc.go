@@ -100,7 +100,8 @@
 // (comm.AbortWatcher). A mismatch is reported as a *comm.MismatchError
 // whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
-// part the news came through.
+// part the news came through. After a failure, Shrink (comm.Shrinker)
+// gives the survivors a new hierarchy on their recomputed topology.
 //
 // hierarchy imports comm and topology only.
 package hierarchy

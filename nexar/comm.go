@@ -23,7 +23,7 @@ type Comm struct {
 	index   []int // world rank → comm rank, or -1
 	rank    int
 	opt     Options
-	owner   bool            // the world Comm: Close closes the Transport
+	owner   bool            // the world Comm: Close closes the Transport (see holds)
 	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
@@ -33,6 +33,11 @@ type Comm struct {
 	notesMu   sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
 	// notesShut: Close is waiting for the notes, so no new one may start.
 	notesShut bool
+	shrink    shrinkBox // Shrink's agreement (shrink.go)
+	// holds: a communicator made by Shrink keeps the transport open, as
+	// the world Comm does; the last of them to close closes it. Set
+	// before the communicator is registered.
+	holds bool
 
 	mu      sync.Mutex           // guards everything below
 	started uint64               // sequence number of the last collective started
@@ -249,7 +254,8 @@ func (c *Comm) announceAbort(cause error) {
 
 // Close implements comm.Communicator. Operations in flight fail with
 // comm.ErrClosed. Closing the world Comm closes its Transport (gracefully:
-// frames already sent are delivered first).
+// frames already sent are delivered first), unless a communicator Shrink
+// made from it is still open: the last of them closes it.
 func (c *Comm) Close() error {
 	c.exec.Close()
 	c.mu.Lock()
@@ -283,9 +289,11 @@ func (c *Comm) Close() error {
 		delete(c.arrived, k)
 	}
 	c.mu.Unlock()
-	if c.owner {
+	if c.owner || c.holds {
 		c.dropBlamed()
-		return c.w.tr.Close()
+		if c.w.release() {
+			return c.w.tr.Close()
+		}
 	}
 	return nil
 }
@@ -306,17 +314,21 @@ func (c *Comm) dropBlamed() {
 	if aborted == nil || !ok {
 		return
 	}
-	b, ok := comm.CulpritOf(aborted)
-	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
-		return
-	}
-	peer := b.Rank
-	if !b.Outside {
-		peer = c.members[b.Rank]
-	}
-	if peer != c.w.rank {
+	if peer, ok := c.blamedWorldRank(aborted); ok && peer != c.w.rank {
 		d.DropPeer(peer, aborted)
 	}
+}
+
+// blamedWorldRank is the world rank of the rank of this communicator that
+// err blames (comm.CulpritOf). A rank blamed from outside (Abort) is
+// taken as one of this communicator's too: the composer that aborts its
+// world part (hierarchy) numbers its ranks alike.
+func (c *Comm) blamedWorldRank(err error) (int, bool) {
+	b, ok := comm.CulpritOf(err)
+	if !ok || b.Rank < 0 || b.Rank >= len(c.members) {
+		return -1, false
+	}
+	return c.members[b.Rank], true
 }
 
 // Start implements comm.Communicator.
@@ -452,6 +464,8 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		c.onProbe(f)
 	case FrameProbeReply:
 		c.onProbeReply(f)
+	case FrameShrink:
+		c.onShrink(f)
 	case FrameClosed:
 		putBuf(payload)
 		c.mu.Lock()

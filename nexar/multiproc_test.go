@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,9 +35,9 @@ func child(role string) int {
 		return 2
 	}
 	switch role {
-	case "fault":
+	case "fault", "shrink":
 		cfg.Net.FailureTimeout = 2 * time.Second
-	case "stall":
+	case "stall", "shrink-stall":
 		cfg.Net.FailureTimeout = time.Second
 	}
 	c, err := nexar.Connect(ctx, cfg)
@@ -48,6 +47,10 @@ func child(role string) int {
 	}
 	defer c.Close()
 	switch role {
+	case "shrink":
+		return shrinkChild(ctx, c)
+	case "shrink-stall":
+		return shrinkStalledChild(ctx, c)
 	case "conformance":
 		counts := []int{0, 1, 7, 1000003}
 		if s := os.Getenv("NEXAR_TEST_COUNTS"); s != "" {
@@ -173,13 +176,7 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(time.Minute)
-			for strings.Count(out.String(), "READY") < 4 {
-				if time.Now().After(deadline) {
-					t.Fatalf("ranks never got going:\n%s", out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			awaitReady(t, &out, 4)
 			if err := job.Kill(1); err != nil {
 				t.Fatal(err)
 			}
@@ -210,36 +207,7 @@ func TestStalledRankLearnsItWasExpelled(t *testing.T) {
 	// only (its idle timeout is the peers' own).
 	for _, network := range []string{"quic"} {
 		t.Run(network, func(t *testing.T) {
-			var out procgroup.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
-				Ranks: 3, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
-				Env: []string{envRole + "=stall"}, Stdout: &out, Stderr: &out,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(time.Minute)
-			for strings.Count(out.String(), "READY") < 3 {
-				if time.Now().After(deadline) {
-					t.Fatalf("ranks never got going:\n%s", out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err := job.Signal(2, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * time.Second) // FailureTimeout is 1s
-			if err := job.Signal(2, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			for r, err := range job.Errors() {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
-			text := out.String()
+			text := runWithAStall(t, network, "stall", 3)
 			for r := range 3 {
 				want := fmt.Sprintf("STALL-ERROR rank=%d culprit=2 known=true stalled=%v peerfailed=true", r, r == 2)
 				if !strings.Contains(text, want) {

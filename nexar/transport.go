@@ -32,6 +32,10 @@ const (
 	// sending the receiver Sig.Count data and point-to-point frames on it:
 	// once those have arrived, nothing more will.
 	FrameClosed
+	// FrameShrink is a message of Shrink's agreement on the failed ranks:
+	// Seq is the sender's Shrink call on the communicator, Step the round,
+	// the payload what the sender says (shrink.go).
+	FrameShrink
 	frameKindEnd
 )
 
@@ -49,6 +53,8 @@ func (k FrameKind) String() string {
 		return "probe-reply"
 	case FrameClosed:
 		return "closed"
+	case FrameShrink:
+		return "shrink"
 	}
 	return "frame(?)"
 }

@@ -25,6 +25,7 @@ type world struct {
 	gone    map[uint64]bool    // ids of closed communicators: their late frames are dropped
 	dead    map[int]error      // peers (world ranks) whose connection failed
 	deathCh chan struct{}      // closed and replaced each time a peer dies
+	holds   int                // communicators that keep tr open: the world Comm and those shrunk (shrink.go)
 }
 
 // frame is an arrived frame, with its sender as a rank of the communicator
@@ -49,6 +50,7 @@ func newWorld(log *slog.Logger, rank, size int) *world {
 		gone:    map[uint64]bool{},
 		dead:    map[int]error{},
 		deathCh: make(chan struct{}),
+		holds:   1, // the world Comm's
 	}
 }
 

@@ -135,3 +135,38 @@ func TestCompareHostsIsAnOrder(t *testing.T) {
 		}
 	}
 }
+
+// Survivors renumbers ranks in order and local ranks within each host,
+// and drops a host none survives on.
+func TestSurvivors(t *testing.T) {
+	var ms []Member
+	for n, host := range []string{"a", "b", "c"} {
+		for l := range 3 {
+			ms = append(ms, Member{Rank: 3*n + l, Host: host, Local: l, Device: -1})
+		}
+	}
+	top, err := New(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := top.Survivors([]int{0, 2, 6, 7, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Size() != 5 || s.NumNodes() != 2 {
+		t.Fatalf("%d ranks on %d nodes, want 5 on 2", s.Size(), s.NumNodes())
+	}
+	for r, want := range []struct {
+		host  string
+		local int
+	}{{"a", 0}, {"a", 1}, {"c", 0}, {"c", 1}, {"c", 2}} {
+		if m := s.Member(r); m.Host != want.host || m.Local != want.local {
+			t.Errorf("rank %d: host %s local %d, want %s %d", r, m.Host, m.Local, want.host, want.local)
+		}
+	}
+	for _, bad := range [][]int{nil, {1, 1}, {2, 1}, {9}, {-1}} {
+		if _, err := top.Survivors(bad); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}

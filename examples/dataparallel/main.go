@@ -51,6 +51,7 @@ type options struct {
 	bucketBytes int
 	checkSteps  int
 	commProcs   int
+	elastic     elastic // elastic.go
 }
 
 func main() {
@@ -70,6 +71,7 @@ func parse(args []string) (options, error) {
 	o.cfg.Flags(fs)
 	bucketMiB := fs.Float64("bucket-mib", 1, "gradient bucket cap in MiB (torch DDP's bucket_cap_mb, 25 there: sized for models of hundreds of MB; this one has 4.2 MiB)")
 	fs.IntVar(&o.checkSteps, "check-steps", 30, "compare the first N steps with one process on the same global batches (0: no comparison)")
+	o.elastic.flags(fs)
 	fs.IntVar(&o.commProcs, "comm-procs", 1, "GOMAXPROCS beyond the compute's, for the collectives' goroutines to progress during backward (a communication thread; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -85,6 +87,9 @@ func parse(args []string) (options, error) {
 	}
 	if o.checkSteps < 0 {
 		return o, fmt.Errorf("-check-steps %d: want 0 (no comparison) or more", o.checkSteps)
+	}
+	if err := o.elastic.check(); err != nil {
+		return o, err
 	}
 	o.bucketBytes = int(*bucketMiB * (1 << 20))
 	return o, nil
@@ -107,6 +112,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer w.Close()
+	if o.elastic.on() {
+		return trainElastic(ctx, o, w, data)
+	}
 	rank, size := w.Rank(), w.Size()
 	say := trainer.Printer(os.Stdout, rank)
 	dev := trainer.NewDevice(w.Device()) // nil: host memory

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/hiercomm/hiercomm"
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/examples/internal/mlp"
+	"github.com/hiercomm/hiercomm/examples/internal/trainer"
+)
+
+// Elastic training: with -kill-rank R -kill-step S, rank R's process
+// kills itself (SIGKILL) as step S (1, 2, …) begins, and the job goes on without
+// it, as docs/errors.md ("Shrink and go on") tells a trainer to:
+//
+//  1. the survivors' step S fails with comm.ErrPeerFailed (naming R);
+//  2. every survivor calls Shrink and gets the same communicator of the
+//     survivors, renumbered in order (a hierarchy again if it spans
+//     nodes);
+//  3. the state is made one again from the new rank 0: the step to go on
+//     from, the weights and the optimizer's state (a rank that died late
+//     in a step may have let some survivors finish it and not others);
+//  4. each survivor takes its share of every later global batch by its
+//     new rank and the new size, and redoes the step that failed.
+//
+// The gradients are averaged with one blocking AllReduce per step (no
+// buckets, no overlap: this mode shows recovery, not speed). With a
+// global batch that the survivors divide too, the run sees the same
+// samples in every step as one process does, so -check-steps compares it
+// with one process across the failure.
+type elastic struct{ killRank, killStep int }
+
+func (e *elastic) flags(fs *flag.FlagSet) {
+	fs.IntVar(&e.killRank, "kill-rank", -1, "with -kill-step: the rank whose process kills itself (SIGKILL) as that step begins; the others Shrink to the survivors and train on (docs/errors.md)")
+	fs.IntVar(&e.killStep, "kill-step", -1, "the step (1, 2, …, as the progress lines count them) at whose start -kill-rank dies")
+}
+
+func (e elastic) check() error {
+	if e != (elastic{-1, -1}) && (e.killRank < 0 || e.killStep < 1) {
+		return fmt.Errorf("-kill-rank %d -kill-step %d: set both (a rank, and a step from 1), or neither", e.killRank, e.killStep)
+	}
+	return nil
+}
+
+func (e elastic) on() bool { return e.killStep > 0 }
+
+// trainElastic trains as -kill-rank and -kill-step ask, on w and data.
+func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *trainer.Data) error {
+	cfg, e := o.cfg, o.elastic
+	if w.Size() < 2 || e.killRank >= w.Size() {
+		return fmt.Errorf("-kill-rank %d: want a rank of the %d, and at least one other to go on", e.killRank, w.Size())
+	}
+	me := w.Rank() // the rank -kill-rank means
+	var c comm.Communicator = w
+	say := trainer.Printer(os.Stdout, c.Rank())
+	net, err := mlp.New(cfg.Sizes(), cfg.Batch) // a share of the batch grows as ranks are lost
+	if err != nil {
+		return err
+	}
+	opt, err := mlp.NewOptimizer(cfg.Opt, cfg.LR)
+	if err != nil {
+		return err
+	}
+	p, g := make([]float32, net.NumParams()), make([]float32, net.NumParams())
+	state := make([][]float32, opt.Slots())
+	for i := range state {
+		state[i] = make([]float32, len(p))
+	}
+	if c.Rank() == 0 {
+		net.Init(p, cfg.Seed)
+	}
+	if err := c.Broadcast(ctx, comm.Host(p), 0); err != nil {
+		return fmt.Errorf("broadcasting the initial weights: %w", err)
+	}
+	flat := mlp.Flat{Net: net, P: p, G: g}
+	x, y := make([]float32, cfg.Batch*net.Inputs()), make([]uint8, cfg.Batch)
+	total := data.TotalSteps()
+	say("elastic: %d ranks on %d nodes; rank %d dies at step %d of %d and the others go on without it", c.Size(), w.Topology().NumNodes(), e.killRank, e.killStep, total)
+	var (
+		losses []float64 // the global loss of the first checkSteps steps
+		checkP []float32 // the weights after them
+		next   int       // the step to run next
+	)
+	for next < total {
+		failed := func() error {
+			for s := range data.Batches(c.Rank(), c.Size()) {
+				if s.T < next {
+					continue
+				}
+				if s.T+1 == e.killStep && me == e.killRank {
+					self, _ := os.FindProcess(os.Getpid())
+					self.Kill()
+					select {} // SIGKILL ends this
+				}
+				loss, err := step(ctx, c, net, flat, data, s.Idx, x, y)
+				if err != nil {
+					return fmt.Errorf("step %d: %w", s.T+1, err)
+				}
+				opt.Step(s.T+1, p, g, state)
+				next = s.T + 1
+				if s.T < o.checkSteps {
+					losses = append(losses, loss)
+					if s.T == o.checkSteps-1 || s.T == total-1 {
+						checkP = slices.Clone(p)
+					}
+				}
+				if next%cfg.Log == 0 || next == total {
+					say("step %5d/%d  epoch %d  %d ranks  loss %.4f", next, total, s.Epoch+1, c.Size(), loss)
+				}
+			}
+			return nil
+		}()
+		if failed == nil {
+			break
+		}
+		if !errors.Is(failed, comm.ErrPeerFailed) {
+			return failed
+		}
+		start := time.Now()
+		s, err := comm.Shrink(ctx, c)
+		if err != nil {
+			return fmt.Errorf("shrinking after %v: %w", failed, err)
+		}
+		c.Close()
+		defer s.Close()
+		c, say = s, trainer.Printer(os.Stdout, s.Rank())
+		if err := resync(ctx, c, &next, p, state); err != nil {
+			return fmt.Errorf("after Shrink: %w", err)
+		}
+		losses = losses[:min(len(losses), next)]
+		say("%v\nshrunk to %d ranks (%T) in %v; every survivor holds rank 0's weights and optimizer state after step %d: going on from step %d with %d samples per rank", failed, c.Size(), s, time.Since(start).Round(time.Millisecond), next, next+1, cfg.Batch/c.Size())
+	}
+	acc, err := trainer.Accuracy(ctx, c, net, flat, data)
+	if err != nil {
+		return err
+	}
+	say("test accuracy %.2f%% on %d images", 100*acc, data.Test.Len())
+	if err := trainer.Identical(ctx, c, p); err != nil {
+		return err
+	}
+	say("all %d replicas hold bitwise identical weights (hash %016x)", c.Size(), trainer.Hash(p))
+	if o.checkSteps > 0 {
+		return checkAgainstOne(ctx, c, cfg, data, losses, checkP)
+	}
+	return nil
+}
+
+// step computes the gradient of this rank's samples idx, averages it over
+// the ranks of c in place, and returns the global loss.
+func step(ctx context.Context, c comm.Communicator, net *mlp.Net, flat mlp.Flat, data *trainer.Data, idx []int, x []float32, y []uint8) (float64, error) {
+	n := len(idx)
+	data.Train.Batch(idx, x[:n*net.Inputs()], y[:n])
+	if _, err := net.Forward(flat, x[:n*net.Inputs()], n); err != nil {
+		return 0, err
+	}
+	loss, err := net.Backward(flat, y[:n])
+	if err != nil {
+		return 0, err
+	}
+	if err := c.AllReduce(ctx, comm.Host(flat.G), comm.Host(flat.G), comm.Avg); err != nil {
+		return 0, fmt.Errorf("averaging the gradients: %w", err)
+	}
+	l := []float64{loss}
+	if err := c.AllReduce(ctx, comm.Host(l), comm.Host(l), comm.Avg); err != nil {
+		return 0, fmt.Errorf("averaging the loss: %w", err)
+	}
+	return l[0], nil
+}
+
+// resync makes every rank of c hold rank 0's step, weights and optimizer
+// state.
+func resync(ctx context.Context, c comm.Communicator, next *int, p []float32, state [][]float32) error {
+	t := []int64{int64(*next)}
+	if err := c.Broadcast(ctx, comm.Host(t), 0); err != nil {
+		return err
+	}
+	*next = int(t[0])
+	for _, b := range append([][]float32{p}, state...) {
+		if err := c.Broadcast(ctx, comm.Host(b), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
