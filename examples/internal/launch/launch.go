@@ -8,6 +8,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -43,14 +44,7 @@ func Run(t *testing.T, layout []int, args string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out strings.Builder // the launcher writes one line at a time
-	job, err := cluster.StartLocal(ctx, cluster.LocalSpec{
-		RanksPerNode: layout,
-		Path:         os.Args[0],
-		Args:         []string{"-test.run=^$"},
-		Env:          []string{envArgs + "=" + args},
-		Stdout:       &out,
-		Stderr:       &out,
-	})
+	job, err := cluster.StartLocal(ctx, localSpec(layout, args, &out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +53,19 @@ func Run(t *testing.T, layout []int, args string) string {
 	}
 	t.Log(out.String())
 	return out.String()
+}
+
+// localSpec is the local job of layout whose ranks run the example with
+// args and write to out.
+func localSpec(layout []int, args string, out io.Writer) cluster.LocalSpec {
+	return cluster.LocalSpec{
+		RanksPerNode: layout,
+		Path:         os.Args[0],
+		Args:         []string{"-test.run=^$"},
+		Env:          []string{envArgs + "=" + args},
+		Stdout:       out,
+		Stderr:       out,
+	}
 }
 
 // Expect fails t unless out has each of lines (substrings of its lines).
