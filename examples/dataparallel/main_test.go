@@ -15,19 +15,15 @@ import (
 // argument -fault=NAME plants that fault (fault.go) in the rank.
 func TestMain(m *testing.M) {
 	launch.TestMain(m, func(args []string) error {
-		var rest []string
-		for _, a := range args {
-			if name, ok := strings.CutPrefix(a, "-fault="); ok {
-				f, err := parseFault(name)
-				if err != nil {
-					return err
-				}
-				inject = f
-				continue
+		name, args := launch.Fault(args)
+		if name != "" {
+			f, err := parseFault(name)
+			if err != nil {
+				return err
 			}
-			rest = append(rest, a)
+			inject = f
 		}
-		return run(context.Background(), rest)
+		return run(context.Background(), args)
 	})
 }
 
@@ -90,7 +86,7 @@ func TestGradientCheckCatchesFaults(t *testing.T) {
 		{faultShare, []int{1, 1, 1, 1}, 1},
 	} {
 		out := launch.RunFailing(t, c.layout, small+" -fault="+string(c.fault))
-		want := fmt.Sprintf("step %d: the gradient the %d ranks averaged is not one process's at the same weights", c.step, c.layout[0]*len(c.layout))
+		want := fmt.Sprintf("the gradient the %d ranks averaged in step %d is not one process's at the same weights", c.layout[0]*len(c.layout), c.step)
 		if !strings.Contains(out, want) {
 			t.Errorf("fault %s: the output lacks %q:\n%s", c.fault, want, out)
 		}

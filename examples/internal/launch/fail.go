@@ -27,3 +27,16 @@ func RunFailing(t *testing.T, layout []int, args string) string {
 	t.Log(out.String())
 	return out.String()
 }
+
+// Fault takes a test's -fault=NAME out of a rank's arguments: the name
+// of the bug the test plants in the rank ("" for none) and the rest.
+func Fault(args []string) (name string, rest []string) {
+	for _, a := range args {
+		if f, ok := strings.CutPrefix(a, "-fault="); ok {
+			name = f
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return name, rest
+}

@@ -108,8 +108,8 @@ func (c *GradCheck) Check(ctx context.Context, w comm.Communicator, t int, p, g 
 			c.checked++
 		}
 		if err == nil && diff.Over > 0 {
-			err = fmt.Errorf("step %d: the gradient the %d ranks averaged is not one process's at the same weights: %d of its %d elements differ by more than float32 rounding allows, the worst (%s) by %.3g against a bound of %.3g",
-				t+1, w.Size(), diff.Over, len(g), c.where(diff.Param), diff.Diff, diff.Bound)
+			err = fmt.Errorf("the gradient the %d ranks averaged in step %d is not one process's at the same weights: %d of its %d elements differ by more than float32 rounding allows, the worst (%s) by %.3g against a bound of %.3g",
+				w.Size(), t+1, diff.Over, len(g), c.where(diff.Param), diff.Diff, diff.Bound)
 		}
 	}
 	return Verdict(ctx, w, err)
