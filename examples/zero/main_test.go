@@ -16,17 +16,10 @@ import (
 // The test binary is started again as each rank of a local job; an
 // argument -fault=NAME plants that fault (fault.go) in the rank.
 func TestMain(m *testing.M) {
-	launch.TestMain(m, func(args []string) error {
-		name, args := launch.Fault(args)
-		if name != "" {
-			f, err := parseFault(name)
-			if err != nil {
-				return err
-			}
-			inject = f
-		}
-		return run(context.Background(), args, os.Stdout)
-	})
+	launch.TestMainPlanting(m, func(name string) (err error) {
+		inject, err = parseFault(name)
+		return err
+	}, func(args []string) error { return run(context.Background(), args, os.Stdout) })
 }
 
 const args = "-train 1024 -test 256 -batch 64 -steps 6 -hidden 128,64"

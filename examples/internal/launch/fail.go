@@ -28,15 +28,21 @@ func RunFailing(t *testing.T, layout []int, args string) string {
 	return out.String()
 }
 
-// Fault takes a test's -fault=NAME out of a rank's arguments: the name
-// of the bug the test plants in the rank ("" for none) and the rest.
-func Fault(args []string) (name string, rest []string) {
-	for _, a := range args {
-		if f, ok := strings.CutPrefix(a, "-fault="); ok {
-			name = f
-			continue
+// TestMainPlanting is TestMain for an example whose tests plant bugs in
+// its ranks to see its checks catch them: a rank's argument -fault=NAME
+// is taken out of its arguments and NAME handed to plant before run.
+func TestMainPlanting(m *testing.M, plant func(name string) error, run func(args []string) error) {
+	TestMain(m, func(args []string) error {
+		var rest []string
+		for _, a := range args {
+			if name, ok := strings.CutPrefix(a, "-fault="); ok {
+				if err := plant(name); err != nil {
+					return err
+				}
+				continue
+			}
+			rest = append(rest, a)
 		}
-		rest = append(rest, a)
-	}
-	return name, rest
+		return run(rest)
+	})
 }
