@@ -64,13 +64,14 @@ type reducer struct {
 	grad    *trainer.Vector
 	buckets []bucket
 	works   []*comm.Work
-	err     error // the first copy that failed this step
+	err     error     // the first copy that failed this step
+	stale   []float32 // faultStale's previous gradient (fault.go)
 }
 
 // ready is mlp.Params' GradReady: layer l's gradient is written.
 func (r *reducer) ready(l int) {
-	for _, b := range r.buckets {
-		if b.first == l {
+	for i, b := range r.buckets {
+		if b.first == l && !r.skips(i) {
 			// A bucket whose copy failed is reduced all the same, so the
 			// ranks' collectives stay matched; wait reports the failure.
 			if err := r.grad.Put(b.off, b.n); err != nil && r.err == nil {
@@ -84,7 +85,7 @@ func (r *reducer) ready(l int) {
 // start starts bucket b's AllReduce, in place.
 func (r *reducer) start(b bucket) {
 	g := r.grad.Buf(b.off, b.n)
-	r.works = append(r.works, comm.StartAllReduce(r.ctx, r.c, g, g, comm.Avg))
+	r.works = append(r.works, comm.StartAllReduce(r.ctx, r.c, g, g, reduceOp()))
 }
 
 // wait waits for every bucket started in this step.
@@ -107,6 +108,7 @@ func (r *reducer) fetch() error {
 			return fmt.Errorf("bucket %v: %w", b, err)
 		}
 	}
+	r.corrupt()
 	return nil
 }
 

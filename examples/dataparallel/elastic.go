@@ -82,6 +82,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 	x, y := make([]float32, cfg.Batch*net.Inputs()), make([]uint8, cfg.Batch)
 	total := data.TotalSteps()
 	say("elastic: %d ranks on %d nodes; rank %d dies at step %d of %d and the others go on without it", c.Size(), w.Topology().NumNodes(), e.killRank, e.killStep, total)
+	gc := trainer.NewGradCheck(cfg, data, min(o.checkSteps, total))
 	var (
 		losses []float64 // the global loss of the first checkSteps steps
 		checkP []float32 // the weights after them
@@ -101,6 +102,17 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 				loss, err := step(ctx, c, net, flat, data, s.Idx, x, y)
 				if err != nil {
 					return fmt.Errorf("step %d: %w", s.T+1, err)
+				}
+				if s.T < gc.Steps() {
+					// The averaged gradient against one process's at the
+					// same weights (sound with any optimizer, across the
+					// shrink: the check takes the communicator of the step).
+					if err := gc.Check(ctx, c, s.T, p, g); err != nil {
+						return err
+					}
+					if s.T == gc.Steps()-1 && c.Rank() == 0 {
+						say("%s", gc.Summary(c.Size()))
+					}
 				}
 				opt.Step(s.T+1, p, g, state)
 				next = s.T + 1
@@ -145,7 +157,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 		return err
 	}
 	say("all %d replicas hold bitwise identical weights (hash %016x)", c.Size(), trainer.Hash(p))
-	if o.checkSteps > 0 {
+	if o.checkSteps > 0 && cfg.Opt == "sgd" { // sound with SGD only: see lossTolerance
 		return checkAgainstOne(ctx, c, cfg, data, losses, checkP)
 	}
 	return nil

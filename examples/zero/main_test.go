@@ -13,9 +13,13 @@ import (
 	"github.com/hiercomm/hiercomm/examples/internal/launch"
 )
 
-// The test binary is started again as each rank of a local job.
+// The test binary is started again as each rank of a local job; an
+// argument -fault=NAME plants that fault (fault.go) in the rank.
 func TestMain(m *testing.M) {
-	launch.TestMain(m, func(args []string) error { return run(context.Background(), args, os.Stdout) })
+	launch.TestMainPlanting(m, func(name string) (err error) {
+		inject, err = parseFault(name)
+		return err
+	}, func(args []string) error { return run(context.Background(), args, os.Stdout) })
 }
 
 const args = "-train 1024 -test 256 -batch 64 -steps 6 -hidden 128,64"
@@ -40,8 +44,8 @@ func persistentBytes(t *testing.T, out string) map[int]int {
 // TestShardsOnTwoNodes runs every stage on one process, on 2 nodes × 1
 // rank and on 2 nodes × 2 ranks (hierarchical). In each world the
 // example checks itself (stage 1 bitwise equal to stage 0, stage 3 to
-// stage 2, stage 2 within tolerance of stage 0; it fails otherwise); the
-// test checks that each stage's memory per rank falls as 1/N as ZeRO
+// stage 2, the reduced gradients of stages 0 and 2 one process's at the
+// same weights in the first 5 steps; it fails otherwise); the test checks that each stage's memory per rank falls as 1/N as ZeRO
 // says: stage 1 shards the optimizer state, stage 2 the gradients too,
 // stage 3 everything.
 func TestShardsOnTwoNodes(t *testing.T) {
@@ -53,9 +57,14 @@ func TestShardsOnTwoNodes(t *testing.T) {
 	for _, layout := range [][]int{{1, 1}, {2, 2}} {
 		out := launch.Run(t, layout, args)
 		launch.Expect(t, out,
+			"stage 0: gradient check, steps 1-5",
 			"stage 1: bitwise equal to stage 0: true",
-			"stage 2: equal to stage 0 within tolerance",
+			"stage 2: gradient check, steps 1-5",
+			"stage 2: against stage 0: bitwise equal",
 			"stage 3: bitwise equal to stage 2: true")
+		if n := strings.Count(out, "every element within its bound: yes"); n != 2 {
+			t.Errorf("%d gradient checks passed, want 2 (stages 0 and 2)", n)
+		}
 		mem[layout[0]*len(layout)] = persistentBytes(t, out)
 	}
 	// Bytes per parameter kept whole and sharded, with Adam (4-byte
@@ -81,8 +90,8 @@ func TestShardsOnTwoNodes(t *testing.T) {
 // what the collectives move in device memory, every AllReduce,
 // ReduceScatter and AllGather on device buffers. On 2 single-GPU nodes,
 // every stage passes the example's own checks (stage 1 bitwise equal to
-// 0, 3 to 2, 2 within tolerance of 0; the device memory what the stage
-// moves) and ends with the weights of the same run on host memory, bit
+// 0, 3 to 2, the gradient checks of 0 and 2; the device memory what the
+// stage moves) and ends with the weights of the same run on host memory, bit
 // for bit; on 4, stages 2 and 3 (the sharded gradient and parameters)
 // pass theirs (3 bitwise equal to 2); in one process (an NCCL
 // communicator, which refuses host buffers) stage 3 ends as on host
@@ -112,7 +121,7 @@ func TestShardsOnDevice(t *testing.T) {
 	dev := launch.Run(t, []int{1, 1}, args+" -device -fake-gpu")
 	launch.Expect(t, dev, append(common, "2 ranks on 2 nodes",
 		"stage 1: bitwise equal to stage 0: true",
-		"stage 2: equal to stage 0 within tolerance")...)
+		"stage 2: gradient check, steps 1-5")...)
 	persistentBytes(t, dev) // every stage reported its memory
 	host := launch.Run(t, []int{1, 1}, args)
 	if d, h := stageHashes(t, dev, 4), stageHashes(t, host, 4); !maps.Equal(d, h) {
@@ -138,8 +147,38 @@ func stageHashes(t *testing.T, out string, stages int) map[int]string {
 	return got
 }
 
+// TestGradientCheck: with SGD on 4 single-rank nodes, stages 0 and 2
+// pass the gradient check and stage 2 stays within the tolerance of stage
+// 0 (comparing trajectories is sound with SGD); then each bug a sharded
+// reduction can have, planted in turn, fails stage 2's or 3's gradient
+// check at the step it shows in: the gradients summed instead of
+// averaged, every rank given the next rank's chunk (stage 3: the weights'
+// shards are gathered for the check too), the first layer's gradient
+// never reduced, or one step stale.
+func TestGradientCheck(t *testing.T) {
+	out := launch.Run(t, []int{1, 1, 1, 1}, args+" -stages 0,2 -opt sgd -lr 0.05")
+	launch.Expect(t, out, "stage 0: gradient check, steps 1-5", "stage 2: gradient check, steps 1-5", "stage 2: equal to stage 0 within tolerance")
+	for _, c := range []struct {
+		fault        fault
+		layout       []int
+		stage, ranks int
+		step         int
+	}{
+		{faultSum, []int{2, 2}, 2, 4, 1},
+		{faultChunk, []int{1, 1, 1, 1}, 3, 4, 1},
+		{faultMissing, []int{1, 1}, 2, 2, 1},
+		{faultStale, []int{1, 1}, 2, 2, 2},
+	} {
+		out := launch.RunFailing(t, c.layout, fmt.Sprintf("%s -stages %d -fault=%s", args, c.stage, c.fault))
+		want := fmt.Sprintf("stage %d: step %d: the gradient the %d ranks averaged in step %d is not one process's at the same weights", c.stage, c.step, c.ranks, c.step)
+		if !strings.Contains(out, want) {
+			t.Errorf("fault %s: the output lacks %q:\n%s", c.fault, want, out)
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
-	for _, a := range []string{"-stages 4", "-stages 1,1", "-stages x", "extra"} {
+	for _, a := range []string{"-stages 4", "-stages 1,1", "-stages x", "-check-steps -1", "extra"} {
 		if _, err := parse(strings.Fields(a)); err == nil {
 			t.Errorf("%q: accepted", a)
 		}

@@ -68,10 +68,11 @@ func (s *layout) ofShard(v []float32, l int) []float32 { return v[s.soff[l]:s.so
 // themselves is added up apart from the copies' (which trainer.Device
 // counts).
 type link struct {
-	ctx  context.Context
-	c    comm.Communicator
-	lay  *layout
-	comm time.Duration // in the collectives, copies excluded
+	ctx   context.Context
+	c     comm.Communicator
+	lay   *layout
+	comm  time.Duration // in the collectives, copies excluded
+	stale []float32     // faultStale's previous chunk (fault.go)
 }
 
 // timed runs one collective and adds its time to comm.
@@ -103,14 +104,21 @@ func (k *link) gatherLayer(shard, full *trainer.Vector, l int) error {
 func (k *link) scatterLayer(full, shard *trainer.Vector, l int) error {
 	s := k.lay
 	padded := s.size * s.chunk[l]
+	if k.beforeScatter(full.Host[:padded], s.ofShard(shard.Host, l), l, s.chunk[l]) {
+		return nil
+	}
 	if err := full.Put(0, padded); err != nil {
 		return err
 	}
 	send, recv := full.Buf(0, padded), shard.Buf(s.soff[l], s.chunk[l])
-	if err := k.timed(func() error { return k.c.ReduceScatter(k.ctx, send, recv, comm.Avg) }); err != nil {
+	if err := k.timed(func() error { return k.c.ReduceScatter(k.ctx, send, recv, scatterOp()) }); err != nil {
 		return fmt.Errorf("ReduceScatter of layer %d's gradient: %w", l, err)
 	}
-	return shard.Get(s.soff[l], s.chunk[l])
+	if err := shard.Get(s.soff[l], s.chunk[l]); err != nil {
+		return err
+	}
+	k.afterScatter(s.ofShard(shard.Host, l), l)
+	return nil
 }
 
 // gathered is mlp.Params for ZeRO-3: no layer's parameters live on a rank

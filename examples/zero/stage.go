@@ -52,8 +52,10 @@ func (m memory) String() string {
 // train runs one stage from the configured initial weights over the
 // run's global batches. With a Device, the vectors the stage's collectives
 // move live in its memory (onDevice says which); the arithmetic reads
-// and writes their host copies.
-func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg trainer.Config, data *trainer.Data, stage int) (*result, error) {
+// and writes their host copies. With gc, the first steps' reduced
+// gradients are checked against one process's (rank 0 says how they
+// fared).
+func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg trainer.Config, data *trainer.Data, stage int, gc *trainer.GradCheck, say func(string, ...any)) (*result, error) {
 	rank, size := c.Rank(), c.Size()
 	per := cfg.Batch / size
 	net, err := mlp.New(cfg.Sizes(), per)
@@ -76,7 +78,8 @@ func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg tr
 	// Every rank draws the same initial weights; stage 3 keeps its chunks.
 	init := make([]float32, total)
 	net.Init(init, cfg.Seed)
-	s := &stepper{link: &link{ctx: ctx, c: c, lay: lay}, net: net, opt: opt, state: state, stage: stage}
+	s := &stepper{link: &link{ctx: ctx, c: c, lay: lay}, net: net, opt: opt, state: state, stage: stage,
+		gc: gc, hc: trainer.Host(c, dev), say: say}
 	defer s.free()
 	// vec allocates an n-element Vector of the stage (with a device copy
 	// under -device); the first failure stays in err, and vec then
@@ -127,7 +130,7 @@ func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg tr
 	if want := res.mem.onDevice(); dev != nil && res.devBytes != want {
 		return nil, fmt.Errorf("holds %d bytes of device memory, but the stage moves %d bytes on the device", res.devBytes, want)
 	}
-	hc := trainer.Host(c, dev)
+	hc := s.hc
 	copies := dev.Copies()
 	x, y := make([]float32, per*net.Inputs()), make([]uint8, per)
 	lossBuf := []float64{0}
@@ -135,7 +138,7 @@ func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg tr
 		data.Train.Batch(st.Idx, x, y)
 		loss, err := s.step(st.T+1, x, y)
 		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", st.T, err)
+			return nil, fmt.Errorf("step %d: %w", st.T+1, err)
 		}
 		lossBuf[0] = loss
 		if err := hc.AllReduce(ctx, comm.Host(lossBuf), comm.Host(lossBuf), comm.Avg); err != nil {
@@ -225,6 +228,12 @@ type stepper struct {
 	sh     *gathered         // stages 2–3: the gradient shard (and 3's parameter shard)
 	full   *trainer.Vector   // stages 1–2: scratch to gather a layer into
 	vecs   []*trainer.Vector // every Vector above, to free
+	// The gradient check (check.go): nil for none; hc carries its host
+	// values, gatherBuf is where rank 0 gathers the shards.
+	gc        *trainer.GradCheck
+	hc        comm.Communicator
+	say       func(string, ...any)
+	gatherBuf []float32
 }
 
 // free releases the stage's device memory.
@@ -261,6 +270,9 @@ func (s *stepper) step(t int, x []float32, y []uint8) (float64, error) {
 		if err := s.allReduce(); err != nil {
 			return 0, err
 		}
+	}
+	if err := s.checkGrad(t - 1); err != nil {
+		return 0, err
 	}
 	if s.stage == 0 {
 		s.opt.Step(t, s.p, s.g.Host, s.state)

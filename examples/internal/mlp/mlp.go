@@ -230,41 +230,62 @@ func (n *Net) Backward(p Params, labels []uint8) (float64, error) {
 	for l := n.Layers() - 1; l >= 0; l-- {
 		in, out := n.sizes[l], n.sizes[l+1]
 		dz, x := n.dz[:batch*out], n.acts[l][:batch*in]
-		g := p.Grad(l)
-		gw, gb := g[:in*out], g[in*out:]
-		for j := range gb {
-			var s float32
-			for b := range batch {
-				s += dz[b*out+j]
-			}
-			gb[j] = s
-		}
-		if l == 0 {
-			n.weightGradSparse(in, out, x, dz, gw)
-			p.GradReady(l)
-			break
-		}
-		// dW = dZᵀ·X, both transposed so the kernel reads rows.
-		transpose(batch, out, dz, n.tz)
-		transpose(batch, in, x, n.ta)
-		gemmNT(n.Workers, out, in, batch, n.tz[:out*batch], n.ta[:in*batch], gw, in, false)
+		n.layerGrad(l, x, dz, p.Grad(l))
 		// The layer's gradient is complete: it may be reduced while the
 		// input gradient is computed.
 		p.GradReady(l)
-		// dX = dZ·W, then through the previous layer's ReLU.
-		w := p.Layer(l)
-		transpose(out, in, w[:in*out], n.tw)
-		p.Release(l)
-		da := n.da[:batch*in]
-		gemmNT(n.Workers, batch, in, out, dz, n.tw[:in*out], da, in, false)
-		for i, a := range x {
-			if a <= 0 {
-				da[i] = 0
-			}
+		if l == 0 {
+			break
 		}
+		n.inputGrad(p, l, x, dz, false)
 		n.dz, n.da = n.da, n.dz
 	}
 	return loss, nil
+}
+
+// layerGrad writes into g layer l's gradient (weights, then biases) for
+// the gradient dz with respect to its output and its input x.
+func (n *Net) layerGrad(l int, x, dz, g []float32) {
+	in, out, batch := n.sizes[l], n.sizes[l+1], n.batch
+	gw, gb := g[:in*out], g[in*out:]
+	for j := range gb {
+		var s float32
+		for b := range batch {
+			s += dz[b*out+j]
+		}
+		gb[j] = s
+	}
+	if l == 0 {
+		n.weightGradSparse(in, out, x, dz, gw)
+		return
+	}
+	// dW = dZᵀ·X, both transposed so the kernel reads rows.
+	transpose(batch, out, dz, n.tz)
+	transpose(batch, in, x, n.ta)
+	gemmNT(n.Workers, out, in, batch, n.tz[:out*batch], n.ta[:in*batch], gw, in, false)
+}
+
+// inputGrad writes into n.da the gradient with respect to layer l's input
+// x (l > 0: the previous layer's ReLU output) for dz, its output's: dZ·W,
+// through the ReLU (zero where x is); with abs, dZ·|W|.
+func (n *Net) inputGrad(p Params, l int, x, dz []float32, abs bool) {
+	in, out := n.sizes[l], n.sizes[l+1]
+	w := p.Layer(l)
+	tw := n.tw[:in*out]
+	transpose(out, in, w[:in*out], tw)
+	p.Release(l)
+	if abs {
+		for i, v := range tw {
+			tw[i] = absf(v)
+		}
+	}
+	da := n.da[:n.batch*in]
+	gemmNT(n.Workers, n.batch, in, out, dz, tw, da, in, false)
+	for i, a := range x {
+		if a <= 0 {
+			da[i] = 0
+		}
+	}
 }
 
 // weightGradSparse is the first layer's weight gradient (input-major):
@@ -290,12 +311,27 @@ func (n *Net) weightGradSparse(in, out int, x, dz, gw []float32) {
 // softmaxLoss turns the logits into the gradient of the mean
 // cross-entropy with respect to them (in n.dz) and returns that mean.
 func (n *Net) softmaxLoss(labels []uint8) (float64, error) {
-	batch, classes := n.batch, n.Outputs()
-	z := n.acts[n.Layers()]
+	batch := n.batch
 	var loss float64
+	err := n.softmax(labels, func(y int, row, d []float32, top float32, sum float64) {
+		for j := range d {
+			d[j] = float32(float64(d[j])/sum) / float32(batch)
+		}
+		d[y] -= 1 / float32(batch)
+		loss += math.Log(sum) - float64(row[y]-top)
+	})
+	return loss / float64(batch), err
+}
+
+// softmax checks the labels of the last Forward's batch, and for each
+// sample writes exp(z − max z) of its logits z (row) into its row d of
+// n.dz and calls fn with its label, the max and the sum of the exps.
+func (n *Net) softmax(labels []uint8, fn func(y int, row, d []float32, top float32, sum float64)) error {
+	classes := n.Outputs()
+	z := n.acts[n.Layers()]
 	for b, y := range labels {
 		if int(y) >= classes {
-			return 0, fmt.Errorf("%w: label %d of sample %d: the net has %d outputs", ErrBatch, y, b, classes)
+			return fmt.Errorf("%w: label %d of sample %d: the net has %d outputs", ErrBatch, y, b, classes)
 		}
 		row, d := z[b*classes:(b+1)*classes], n.dz[b*classes:(b+1)*classes]
 		top := row[0]
@@ -308,13 +344,9 @@ func (n *Net) softmaxLoss(labels []uint8) (float64, error) {
 			d[j] = float32(e)
 			sum += e
 		}
-		for j := range d {
-			d[j] = float32(float64(d[j])/sum) / float32(batch)
-		}
-		d[y] -= 1 / float32(batch)
-		loss += math.Log(sum) - float64(row[y]-top)
+		fn(int(y), row, d, top, sum)
 	}
-	return loss / float64(batch), nil
+	return nil
 }
 
 // Predict returns the most likely class of each sample of x, in

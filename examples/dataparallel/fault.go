@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// fault is a bug the tests plant in the trainer to see the gradient
+// check catch it (main_test.go sets inject in the ranks it starts; a run
+// of the command never has one). Each is a mistake a data-parallel
+// trainer or its communicator can make.
+type fault string
+
+const (
+	faultSum     fault = "sum"     // the buckets' AllReduce sums the gradients instead of averaging them
+	faultMissing fault = "missing" // the last bucket (layer 0's) is never reduced: each rank keeps its own
+	faultStale   fault = "stale"   // from the second step on, the last bucket holds the step before's reduced gradient
+	faultShare   fault = "share"   // rank 1 trains on rank 0's share of each global batch instead of its own
+)
+
+// inject is the fault planted in this process ("" for none).
+var inject fault
+
+// parseFault reads a fault's name.
+func parseFault(s string) (fault, error) {
+	switch f := fault(s); f {
+	case faultSum, faultMissing, faultStale, faultShare:
+		return f, nil
+	}
+	return "", fmt.Errorf("fault %q: want sum, missing, stale or share", s)
+}
+
+// reduceOp is the buckets' reduction.
+func reduceOp() comm.ReduceOp {
+	if inject == faultSum {
+		return comm.Sum
+	}
+	return comm.Avg
+}
+
+// shareOf is the rank whose share of each global batch rank takes.
+func shareOf(rank int) int {
+	if inject == faultShare && rank == 1 {
+		return 0
+	}
+	return rank
+}
+
+// skips says whether bucket i's AllReduce is left out.
+func (r *reducer) skips(i int) bool {
+	return inject == faultMissing && i == len(r.buckets)-1
+}
+
+// corrupt plants a fault in the reduced gradient, as fetch leaves it.
+func (r *reducer) corrupt() {
+	if inject != faultStale {
+		return
+	}
+	b := r.buckets[len(r.buckets)-1]
+	g := r.grad.Host[b.off : b.off+b.n]
+	if r.stale == nil { // the first step's is right; the next ones get the step before's
+		r.stale = slices.Clone(g)
+		return
+	}
+	for i := range g {
+		g[i], r.stale[i] = r.stale[i], g[i]
+	}
+}
