@@ -28,10 +28,7 @@ type Comm struct {
 	schedules scheduleCache
 	exec      *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
 	done      chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
-	notes     sync.WaitGroup   // control frames being sent (failure notices, probe answers); see note
-	notesMu   sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
-	// notesShut: Close is waiting for the notes, so no new one may start.
-	notesShut bool
+	notes     lastWords        // control frames being sent (failure notices, probe answers); see note
 
 	mu      sync.Mutex           // guards everything below
 	started uint64               // sequence number of the last collective started
@@ -140,16 +137,27 @@ func (c *Comm) commRank(worldRank int) int {
 // announced to its live peers (but for a mismatch, which travels as
 // per-collective notices that keep its type), so that every survivor names
 // the root cause even if it first hears of a cascade of clean closes.
-func (c *Comm) abort(cause error) { c.abortAs(cause, false) }
+func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrMismatch)) }
 
 // Abort implements comm.Aborter: the communicator is aborted with cause on
 // this rank and, through an announcement that keeps cause's kind (also a
 // mismatch's, unlike an abort nexar raises itself), on every live peer. A
 // communicator composed of this one and others (hierarchy) calls it when
-// another of its parts fails.
-func (c *Comm) Abort(cause error) { c.abortAs(comm.FromOutside(cause), true) }
+// another of its parts fails. On the world Comm, a cause that blames a
+// rank's failure is news of that rank for the whole world (news.go): the
+// rank is taken as a world rank, since a composed communicator's world
+// part has the composer's ranks (as in dropBlamed).
+func (c *Comm) Abort(cause error) {
+	c.abortAs(comm.FromOutside(cause), true)
+	if b, ok := comm.CulpritOf(cause); ok && c.owner && errors.Is(cause, comm.ErrPeerFailed) && !errors.Is(cause, comm.ErrMismatch) &&
+		b.Rank >= 0 && b.Rank < c.w.size && b.Rank != c.w.rank {
+		c.w.learned(b.Rank, &comm.PeerError{Peer: b.Rank, Addr: c.w.tr.PeerAddr(b.Rank), Err: errors.New(b.How)}, -1, -1)
+	}
+}
 
-func (c *Comm) abortAs(cause error, announceAlways bool) {
+// abortAs aborts c with cause; announce says whether the first abort is
+// announced to the live peers.
+func (c *Comm) abortAs(cause error, announce bool) {
 	c.mu.Lock()
 	first := c.aborted == nil
 	if first {
@@ -165,7 +173,7 @@ func (c *Comm) abortAs(cause error, announceAlways bool) {
 	for _, o := range inflight {
 		o.fail(aborted, true) // the peers waiting on this rank learn why
 	}
-	if first && (announceAlways || !errors.Is(cause, comm.ErrMismatch)) {
+	if first && announce {
 		c.announceAbort(cause)
 	}
 }
@@ -266,10 +274,7 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
-	c.notesMu.Lock()
-	c.notesShut = true
-	c.notesMu.Unlock()
-	c.notes.Wait() // each is bounded by controlTimeout
+	c.notes.shut() // each is bounded by controlTimeout
 	if !c.owner {
 		// After the notices queued before (a failure's reason must reach
 		// the peers before the news that this rank is gone).
@@ -283,6 +288,7 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Unlock()
 	if c.owner {
+		c.w.news.shut() // each is bounded by controlTimeout
 		c.dropBlamed()
 		return c.w.tr.Close()
 	}
@@ -655,18 +661,39 @@ func (c *Comm) notifyLater(peer int, h Header, payload []byte) {
 // Once Close waits, no note starts (a failure detector or a peer may abort
 // this communicator while it closes); the peers learn of the close from
 // the transport instead.
-func (c *Comm) note(f func()) {
-	c.notesMu.Lock()
-	if c.notesShut {
-		c.notesMu.Unlock()
+func (c *Comm) note(f func()) { c.notes.run(f) }
+
+// lastWords runs sends of control frames on goroutines of their own (the
+// caller may be a transport's read loop, which must not block), and lets
+// the closer wait for them, so that a rank's last word reaches its peers.
+// Once shut, no send starts. Its zero value is ready.
+type lastWords struct {
+	mu     sync.Mutex // guards closed and orders wg.Add before shut's wg.Wait
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// run runs f on a goroutine of its own, unless shut was called.
+func (l *lastWords) run(f func()) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return
 	}
-	c.notes.Add(1)
-	c.notesMu.Unlock()
+	l.wg.Add(1)
+	l.mu.Unlock()
 	go func() {
-		defer c.notes.Done()
+		defer l.wg.Done()
 		f()
 	}()
+}
+
+// shut lets no more sends start and waits for those running.
+func (l *lastWords) shut() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 // sendControl sends a small frame, best effort, bounded in time.

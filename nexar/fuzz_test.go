@@ -25,6 +25,7 @@ func FuzzReadFrames(f *testing.F) {
 		{Kind: FrameP2P, Seq: 1, Sig: comm.Signature{Root: 7, Count: -1}},
 		{Kind: FrameFail, Seq: 9, Step: uint32(comm.FailPeer)},
 		{Kind: FrameClosed, Sig: comm.Signature{Count: 12}},
+		{Kind: FramePeerDown, Seq: 2, Sig: comm.Signature{Root: 3}},
 	} {
 		stream = appendHeader(stream, Header{Kind: h.Kind, Comm: h.Comm, Seq: h.Seq, Step: h.Step, Sig: h.Sig, Len: uint32(i * 3)})
 		stream = append(stream, bytes.Repeat([]byte{byte(i)}, i*3)...)

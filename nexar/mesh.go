@@ -48,6 +48,7 @@ type mesh struct {
 	log      *slog.Logger
 	describe func(error) error          // says in the peer's terms what a transport error means
 	explain  func() string              // may be nil: more on why ranks are missing, for the formation error
+	gaveUp   func(error) bool           // may be nil: says that a link error is the peer cutting it because it gave this rank up
 	peers    []*peer                    // by rank; nil at cfg.Rank
 	stalls   atomic.Pointer[stallWatch] // set once formed: was this process stalled?
 
@@ -195,6 +196,10 @@ func (m *mesh) fail(p *peer, cause error, async bool) {
 		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
 			Err: &stallError{gap: gap, timeout: timeout, cause: perr.Err,
 				what: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
+	} else if m.gaveUp != nil && m.gaveUp(cause) {
+		// The peer lives and gave this rank up: the failure is this
+		// rank's, and no news of the peer (news.go).
+		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank], Err: &expelledError{peer: p.rank, cause: perr.Err}}
 	}
 	first := false
 	p.once.Do(func() {

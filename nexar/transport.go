@@ -32,6 +32,11 @@ const (
 	// sending the receiver Sig.Count data and point-to-point frames on it:
 	// once those have arrived, nothing more will.
 	FrameClosed
+	// FramePeerDown is failure news for the whole world (news.go), not
+	// one communicator's (Comm is 0): world rank Sig.Root failed, as world
+	// rank Seq saw it (the sender, or the rank it heard it from); the
+	// payload says what happened, in the observer's words.
+	FramePeerDown
 	frameKindEnd
 )
 
@@ -49,6 +54,8 @@ func (k FrameKind) String() string {
 		return "probe-reply"
 	case FrameClosed:
 		return "closed"
+	case FramePeerDown:
+		return "peer-down"
 	}
 	return "frame(?)"
 }
