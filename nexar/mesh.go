@@ -51,6 +51,8 @@ type mesh struct {
 	gaveUp   func(error) bool           // may be nil: says that a link error is the peer cutting it because it gave this rank up
 	peers    []*peer                    // by rank; nil at cfg.Rank
 	stalls   atomic.Pointer[stallWatch] // set once formed: was this process stalled?
+	beating  bool                       // the transport wants heartbeats (heartbeat.go); set before form
+	beatStop chan struct{}              // closed by shutdown: the heartbeat goroutine ends
 
 	formed  atomic.Bool    // formation is over: failures are reported to h
 	closing atomic.Bool    // Close began: failures are no longer reported
@@ -86,6 +88,9 @@ type link struct {
 	onEnd    func()        // called when r ended with a goodbye (QUIC: ack it); may be nil
 	readDone chan struct{} // closed when the read loop returned
 	clean    bool          // r ended with a goodbye; written before readDone closes
+
+	heard atomic.Bool // something arrived since the heartbeat goroutine last looked
+	wrote atomic.Bool // a frame was written since the heartbeat goroutine last looked
 
 	acked <-chan struct{} // the peer has read everything we sent (closed from the start where no ack is needed)
 	gone  <-chan struct{} // closed when the connection is gone; nil if the transport cannot tell
@@ -168,7 +173,12 @@ func (m *mesh) linksOf(p *peer) []*link {
 func (m *mesh) readLoop(l *link) {
 	defer m.loops.Done()
 	p := l.peer
-	err := readFrames(l.r, func(h Header, payload []byte) { m.h.Deliver(p.rank, h, payload) })
+	err := readFrames(l.r, func(h Header, payload []byte) {
+		l.heard.Store(true)
+		if h.Kind != frameHeartbeat {
+			m.h.Deliver(p.rank, h, payload)
+		}
+	})
 	l.clean = err == nil
 	close(l.readDone)
 	if err != nil {
@@ -321,6 +331,7 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 	if !l.finished {
 		err := writeFrame(l.w, h, payload)
 		if err == nil {
+			l.wrote.Store(true)
 			return nil
 		}
 		if !m.closing.Load() {
@@ -382,6 +393,9 @@ func (m *mesh) shutdown() {
 	m.closing.Store(true)
 	if sw := m.stalls.Load(); sw != nil {
 		sw.close()
+	}
+	if m.beatStop != nil {
+		close(m.beatStop)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.linger())
 	defer cancel()
@@ -484,6 +498,11 @@ func (m *mesh) form(ctx context.Context, dial func(ctx context.Context, p *peer,
 	if err == nil {
 		m.stalls.Store(newStallWatch(m.cfg.FailureTimeout))
 		m.formed.Store(true)
+		if m.beating {
+			m.beatStop = make(chan struct{})
+			m.loops.Add(1)
+			go m.heartbeats(m.beatStop)
+		}
 		var closed []*comm.PeerError
 		for _, p := range m.peers {
 			if p != nil {

@@ -104,3 +104,43 @@ func TestFailureNewsIsOnlyWhatWasSeen(t *testing.T) {
 		t.Errorf("rank 4 heard of rank 1's clean close as a failure: %v", err)
 	}
 }
+
+// A detector on rank 0 takes rank 2 for dead while it runs (a false
+// suspicion, a cut link): rank 1 hears the news and gives rank 2 up too,
+// and rank 2, whose connections its peers cut, learns that it was
+// expelled (ErrExpelled, naming itself) instead of blaming the live rank
+// that cut them, and tells nobody that rank 0 or 1 failed.
+func TestExpelledRankBlamesItself(t *testing.T) {
+	for _, network := range []string{"quic", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cs, err := NewLocalWorld(ctx, 3, network, Options{Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer CloseAll(cs)
+			cs[0].PeerFailed(2, errors.New("the membership detector declared it dead"))
+			errs := onEveryRank(cs, func(r int, c *Comm) error {
+				err := c.Barrier(ctx)
+				if err := blames(err, 2, "rank 2 "); err != nil {
+					return err
+				}
+				if self := r == 2; errors.Is(err, ErrExpelled) != self {
+					return fmt.Errorf("%v: ErrExpelled = %v, want %v", err, !self, self)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			for _, r := range []int{0, 1} {
+				if _, err := cs[r].w.peerState(1 - r); err != nil {
+					t.Errorf("rank %d holds rank %d for failed: %v", r, 1-r, err)
+				}
+			}
+		})
+	}
+}
