@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/internal/netemu"
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -83,6 +85,21 @@ func TestMain(m *testing.M) {
 		os.Exit(trainRole())
 	case "soak":
 		os.Exit(soakRole())
+	case "usr1":
+		// Says it runs, then waits for a SIGUSR1 from the launcher.
+		got := make(chan os.Signal, 1)
+		signal.Notify(got, syscall.SIGUSR1)
+		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		select {
+		case <-got:
+			fmt.Println("got SIGUSR1")
+			os.Exit(0)
+		case <-time.After(time.Minute):
+			os.Exit(1)
+		}
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
@@ -99,6 +116,41 @@ const (
 	envParentNS = "HIERCOMM_CMD_TEST_PARENT_NS"
 	envDir      = "HIERCOMM_CMD_TEST_DIR"
 )
+
+// SIGUSR1 to hiercomm run goes on to every rank (each writes its flight
+// recorders, in a program that called hiercomm.Init), and the job goes on.
+func TestRunPassesSIGUSR1On(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(envRole, "usr1")
+	t.Setenv(envDir, dir)
+	var out, errs procgroup.Buffer
+	codes := make(chan int, 1)
+	go func() {
+		codes <- run([]string{"--nodes", "2", "--ranks-per-node", "1", "--", os.Args[0], "-test.run=^$"}, &out, &errs)
+	}()
+	// Once every rank runs, run has caught SIGUSR1 (before it starts
+	// them), so the signal goes to it, not to this test.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if ents, _ := os.ReadDir(dir); len(ents) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started\n%s%s", out.String(), errs.String())
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-codes:
+		all := out.String() + errs.String()
+		if code != 0 || strings.Count(all, "got SIGUSR1") != 2 {
+			t.Fatalf("hiercomm run exited %d; want both ranks to get SIGUSR1 and exit 0\n%s", code, all)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the ranks never got SIGUSR1")
+	}
+}
 
 func TestRunExitsWithTheFailingProcessCodeAndStopsTheOthers(t *testing.T) {
 	t.Setenv(envRole, "exit3-on-rank1")
