@@ -152,6 +152,9 @@ func (c *Comm) Abort(cause error) {
 	if b, ok := comm.CulpritOf(cause); ok && c.owner && errors.Is(cause, comm.ErrPeerFailed) && !errors.Is(cause, comm.ErrMismatch) &&
 		b.Rank >= 0 && b.Rank < c.w.size && b.Rank != c.w.rank {
 		c.w.learned(b.Rank, &comm.PeerError{Peer: b.Rank, Addr: c.w.tr.PeerAddr(b.Rank), Err: errors.New(b.How)}, -1, -1)
+		if d, ok := c.w.tr.(peerDropper); ok {
+			d.DropPeer(b.Rank, cause)
+		}
 	}
 }
 
@@ -288,8 +291,8 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Unlock()
 	if c.owner {
-		c.w.news.shut() // each is bounded by controlTimeout
-		c.dropBlamed()
+		c.dropBlamed() // first: news to the blamed rank then fails at once
+		c.w.news.shut()
 		return c.w.tr.Close()
 	}
 	return nil

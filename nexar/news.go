@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -32,8 +33,11 @@ import (
 // one), nor of a peer whose connection it lost because it was itself
 // stalled past the failure timeout or expelled by that peer (mesh.fail
 // then blames this rank, ErrStalled or ErrExpelled, and that is not news
-// of the peer). News is never sent to X itself: X learns that its peers
-// gave it up when they cut its connections (ErrExpelled).
+// of the peer). The observer tells X too, best effort (its connections
+// are cut at once): an X that still runs (a false suspicion, a link cut
+// between two ranks that both live) aborts every communicator with
+// ErrExpelled naming itself, with the observer's reason, and tells no one
+// else; if the news is lost, the cut connections say the same.
 
 // maxNews is the longest account of a failure a notice carries.
 const maxNews = 4096
@@ -84,10 +88,37 @@ func (w *world) learned(peer int, err error, observer, from int) {
 	w.spread(peer, observer, b.How, from)
 }
 
+// expelled handles news that names this rank: a peer (src) heard that
+// this rank failed (observer saw it: how). Every communicator is aborted
+// with this rank as the culprit (ErrStalled if this process was stalled,
+// else ErrExpelled), and nothing is passed on.
+func (w *world) expelled(src, observer int, how string) {
+	w.mu.Lock()
+	comms := make([]*Comm, 0, len(w.comms))
+	for _, c := range w.comms {
+		comms = append(comms, c)
+	}
+	w.mu.Unlock()
+	cause := fmt.Errorf("rank %d told this rank that world rank %d saw it fail: %s", src, observer, how)
+	var err error = &expelledError{peer: src, cause: cause, told: true}
+	w.withTransport(func(tr Transport) {
+		if s, ok := tr.(staller); ok {
+			if gap, timeout, stalled := s.stalled(time.Now()); stalled {
+				err = &stallError{gap: gap, timeout: timeout, cause: cause, what: fmt.Sprintf("rank %d reports that it gave this rank up", src)}
+			}
+		}
+	})
+	w.log.Warn("nexar: this rank's peers gave it up", "rank", w.rank, "err", err)
+	for _, c := range comms {
+		c.abort(&comm.PeerError{Peer: c.rank, Addr: "this rank", Err: err})
+	}
+}
+
 // spread sends the news that world rank x failed (seen by observer: how)
-// to every live rank but x, the observer and skip, each send on its own
-// goroutine, bounded by controlTimeout; the world Comm's Close waits for
-// them, so a rank's last news reaches its peers.
+// to every live rank but the observer and skip, and to x only from the
+// observer, each send on its own goroutine, bounded by controlTimeout;
+// the world Comm's Close waits for them, so a rank's last news reaches
+// its peers.
 func (w *world) spread(x, observer int, how string, skip int) {
 	if len(how) > maxNews {
 		how = how[:maxNews]
@@ -96,10 +127,10 @@ func (w *world) spread(x, observer int, how string, skip int) {
 	payload := []byte(how)
 	w.withTransport(func(tr Transport) {
 		for p := range w.size {
-			if p == w.rank || p == x || p == observer || p == skip {
+			if p == w.rank || p == observer || p == skip || p == x && observer != w.rank {
 				continue
 			}
-			if _, dead := w.peerState(p); dead != nil {
+			if _, dead := w.peerState(p); dead != nil && p != x {
 				continue
 			}
 			w.news.run(func() {
@@ -119,10 +150,12 @@ func (w *world) onPeerDown(src int, h Header, payload []byte) {
 	how := string(payload)
 	putBuf(payload)
 	x, observer := int(h.Sig.Root), h.Seq
-	if x < 0 || x >= w.size || x == w.rank || observer >= uint64(w.size) {
-		// News of this rank is never sent (its peers cut its connections
-		// instead); anything else out of range is a protocol bug.
-		w.log.Warn("nexar: ignored failure news that names no other rank of the world", "rank", w.rank, "from", src, "failed", x, "observer", observer)
+	if x < 0 || x >= w.size || observer >= uint64(w.size) {
+		w.log.Warn("nexar: ignored failure news that names no rank of the world", "rank", w.rank, "from", src, "failed", x, "observer", observer)
+		return
+	}
+	if x == w.rank {
+		w.expelled(src, int(observer), how)
 		return
 	}
 	via := fmt.Sprintf("seen by world rank %d", observer)

@@ -52,9 +52,11 @@ func TestFailureNewsReachesEveryCommunicatorOfTheWorld(t *testing.T) {
 			return fmt.Errorf("the child's AllReduce: %w", err)
 		}
 		// Heard as news ("rank 0 (world rank 3, …) failed: … (seen by
-		// world rank 2…") or from the child's other waiting rank, which
-		// heard the news first ("rank 0 failed: … (told by rank 1)").
-		if !strings.Contains(err.Error(), "failed: the membership detector declared it dead (") {
+		// world rank 2…"), from the child's other waiting rank, which
+		// heard the news first ("rank 0 failed: … (told by rank 1)"), or
+		// from rank 3 itself, which the observer told too ("rank 0
+		// failed: its peers have expelled it …: … saw it fail: …").
+		if !strings.Contains(err.Error(), "the membership detector declared it dead") {
 			return fmt.Errorf("the child's AllReduce: %q does not say what happened", err)
 		}
 		if err := blames(c.Barrier(ctx), 3, "rank 3 "); err != nil {
@@ -102,6 +104,24 @@ func TestFailureNewsIsOnlyWhatWasSeen(t *testing.T) {
 	}
 	if _, err := cs[4].w.peerState(1); err != nil {
 		t.Errorf("rank 4 heard of rank 1's clean close as a failure: %v", err)
+	}
+}
+
+// The observer tells the failed rank too: one that still runs (in
+// memory nothing cuts its links) learns from the news that it was given
+// up, names itself, and says what the observer saw.
+func TestFailureNewsTellsTheRankItNames(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: time.Minute})
+	cs[0].PeerFailed(2, errors.New("the membership detector declared it dead"))
+	for deadline := time.Now().Add(20 * time.Second); cs[2].AbortCause() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 2 never learned that it was given up")
+		}
+	}
+	err := cs[2].Barrier(context.Background())
+	if berr := blames(err, 2, "rank 2 (this rank) failed: its peers have expelled it"); berr != nil || !errors.Is(err, ErrExpelled) ||
+		!strings.Contains(err.Error(), "world rank 0 saw it fail: the membership detector declared it dead") {
+		t.Errorf("rank 2: %v (want ErrExpelled, naming itself and what rank 0 saw): %v", err, berr)
 	}
 }
 

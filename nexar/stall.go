@@ -31,11 +31,15 @@ var ErrExpelled = errors.New("its peers gave this rank up and cut its connection
 type expelledError struct {
 	peer  int
 	cause error
+	told  bool // the peer told it (failure news), rather than cut its connection
 }
 
 func (e *expelledError) Error() string {
-	return fmt.Sprintf("rank %d gave this rank up and cut its connection: its peers have expelled it "+
-		"(this process was stopped or too slow, its network was cut, or a failure detector took it for dead) (%v)", e.peer, e.cause)
+	const why = "(this process was stopped or too slow, its network was cut, or a failure detector took it for dead)"
+	if e.told {
+		return fmt.Sprintf("its peers have expelled it %s: %v", why, e.cause)
+	}
+	return fmt.Sprintf("rank %d gave this rank up and cut its connection: its peers have expelled it %s (%v)", e.peer, why, e.cause)
 }
 
 func (e *expelledError) Unwrap() []error { return []error{ErrExpelled, e.cause} }
