@@ -2,8 +2,11 @@ package nexar
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -618,7 +621,10 @@ func (c *Comm) onFail(f frame) {
 
 // onProbe answers a peer that has waited a while for this rank in
 // collective Seq: a different Signature here is a mismatch on both sides;
-// a collective not started yet is said so, for the peer's eventual error.
+// a collective not started yet is said so, for the peer's eventual error;
+// one started here but itself waiting on ranks that had not started it
+// names them (with their last started), so that a deadline several hops
+// away names the straggler, not the neighbour waiting on it.
 func (c *Comm) onProbe(f frame) {
 	putBuf(f.payload)
 	c.mu.Lock()
@@ -634,6 +640,10 @@ func (c *Comm) onProbe(f frame) {
 	}
 	o := c.ops[f.h.Seq]
 	done := c.recent[f.h.Seq%uint64(len(c.recent))]
+	var stragglers []byte
+	if o != nil && sigMatch(o.sig, f.h.Sig) {
+		stragglers = encodeBehind(o.behind, f.src)
+	}
 	c.mu.Unlock()
 	switch {
 	case o != nil && !sigMatch(o.sig, f.h.Sig):
@@ -641,16 +651,49 @@ func (c *Comm) onProbe(f frame) {
 	case o == nil && done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig):
 		reason := (&comm.MismatchError{Peer: c.rank, Seq: f.h.Seq, Local: f.h.Sig, Remote: done.sig}).Error()
 		c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: uint32(comm.FailMismatch), Sig: done.sig}, []byte(reason))
+	case stragglers != nil:
+		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: o.sig}, stragglers)
 	}
 }
 
-func (c *Comm) onProbeReply(f frame) {
-	putBuf(f.payload)
-	c.mu.Lock()
-	if o := c.ops[f.h.Seq]; o != nil {
-		o.behind[f.src] = uint64(f.h.Step)
+// A probe reply's payload, from a rank that has started the collective,
+// names the ranks it knows had not (behindRecord bytes each: the rank, a
+// rank of the communicator, then its last started collective).
+const behindRecord = 12
+
+// encodeBehind encodes behind without the rank asking (which is not
+// behind, it waits too); nil if nothing is left.
+func encodeBehind(behind map[int]uint64, asking int) []byte {
+	var b []byte
+	for _, r := range slices.Sorted(maps.Keys(behind)) {
+		if r != asking {
+			b = binary.LittleEndian.AppendUint32(b, uint32(r))
+			b = binary.LittleEndian.AppendUint64(b, behind[r])
+		}
 	}
-	c.mu.Unlock()
+	return b
+}
+
+func (c *Comm) onProbeReply(f frame) {
+	defer putBuf(f.payload)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.ops[f.h.Seq]
+	if o == nil {
+		return
+	}
+	if len(f.payload) == 0 {
+		o.behind[f.src] = uint64(f.h.Step) // it had not started Seq
+		return
+	}
+	// It had, and names the ranks it waits on that had not. Bytes from
+	// the network: a rank outside the communicator, this one, or a
+	// ragged payload is ignored.
+	for b := f.payload; len(b) >= behindRecord; b = b[behindRecord:] {
+		if r := int(binary.LittleEndian.Uint32(b)); r < len(c.members) && r != c.rank {
+			o.behind[r] = binary.LittleEndian.Uint64(b[4:])
+		}
+	}
 }
 
 // notifyLater sends a control frame from a goroutine of its own (the
