@@ -1,9 +1,12 @@
 package hiercomm
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -34,4 +37,23 @@ func dumpOnSIGUSR1(log *slog.Logger) {
 			}
 		}()
 	})
+}
+
+// EnvFlightRecorder is the environment variable that switches the flight
+// recorders on when Options.FlightRecorder is zero, like torch's
+// TORCH_NCCL_TRACE_BUFFER_SIZE: how many collectives each communicator
+// keeps. Unset or 0: off.
+const EnvFlightRecorder = "HIERCOMM_FLIGHT_RECORDER"
+
+// envFlightRecorder reads HIERCOMM_FLIGHT_RECORDER through getenv.
+func envFlightRecorder(getenv func(string) string) (int, error) {
+	s := strings.TrimSpace(getenv(EnvFlightRecorder))
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s=%s: want how many collectives each communicator keeps, a whole number ≥ 0 (0 or unset: off)", EnvFlightRecorder, s)
+	}
+	return n, nil
 }

@@ -41,3 +41,25 @@ func TestSIGUSR1WritesTheLiveRecorders(t *testing.T) {
 		t.Errorf("the dump does not say why:\n%s", out.String())
 	}
 }
+
+// HIERCOMM_FLIGHT_RECORDER switches every tier's recorder on when
+// Options.FlightRecorder is zero; a bad value is an error naming it.
+func TestFlightRecorderFromTheEnvironmentFillsEveryTier(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "0": 0, " 64 ": 64} {
+		if n, err := envFlightRecorder(func(string) string { return in }); n != want || err != nil {
+			t.Errorf("%q: %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for _, in := range []string{"-1", "lots", "1.5"} {
+		if _, err := envFlightRecorder(func(string) string { return in }); err == nil || !strings.Contains(err.Error(), EnvFlightRecorder+"="+in) {
+			t.Errorf("%q: %v, want an error naming the value", in, err)
+		}
+	}
+	opt := Options{FlightRecorder: 32}
+	opt.Shm.FlightRecorder = 4
+	got := opt.withDefaults(slog.Default())
+	if got.Nexar.FlightRecorder != 32 || got.Shm.FlightRecorder != 4 || got.Hierarchy.FlightRecorder != 32 || got.NCCL.FlightRecorder != 32 {
+		t.Errorf("the tiers got %d, %d, %d, %d; want 32, 4 (its own), 32, 32",
+			got.Nexar.FlightRecorder, got.Shm.FlightRecorder, got.Hierarchy.FlightRecorder, got.NCCL.FlightRecorder)
+	}
+}

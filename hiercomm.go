@@ -121,7 +121,8 @@ type Options struct {
 	// peer failure: it fills Nexar.FlightRecorder, Shm.FlightRecorder,
 	// Hierarchy.FlightRecorder and NCCL.FlightRecorder where they are
 	// zero. SIGUSR1 writes every live recorder at any time (see
-	// docs/errors.md). If zero, nothing is recorded.
+	// docs/errors.md). If zero, HIERCOMM_FLIGHT_RECORDER (EnvFlightRecorder)
+	// says, and without it nothing is recorded.
 	FlightRecorder int
 }
 
@@ -171,6 +172,13 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		if log, err = envLogger(getenv, os.Stderr); err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
+	}
+	if opt.FlightRecorder == 0 {
+		n, err := envFlightRecorder(getenv)
+		if err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
+		opt.FlightRecorder = n
 	}
 	opt = opt.withDefaults(log)
 	dumpOnSIGUSR1(log)
