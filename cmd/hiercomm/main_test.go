@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -86,20 +85,7 @@ func TestMain(m *testing.M) {
 	case "soak":
 		os.Exit(soakRole())
 	case "usr1":
-		// Says it runs, then waits for a SIGUSR1 from the launcher.
-		got := make(chan os.Signal, 1)
-		signal.Notify(got, syscall.SIGUSR1)
-		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
-			fmt.Println(err)
-			os.Exit(1)
-		}
-		select {
-		case <-got:
-			fmt.Println("got SIGUSR1")
-			os.Exit(0)
-		case <-time.After(time.Minute):
-			os.Exit(1)
-		}
+		os.Exit(usr1Role())
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
@@ -117,12 +103,14 @@ const (
 	envDir      = "HIERCOMM_CMD_TEST_DIR"
 )
 
-// SIGUSR1 to hiercomm run goes on to every rank (each writes its flight
-// recorders, in a program that called hiercomm.Init), and the job goes on.
+// SIGUSR1 to hiercomm run goes on to every rank, and each, a program that
+// called hiercomm.Init with HIERCOMM_FLIGHT_RECORDER set, writes its
+// communicators' flight recorders to its log; the job goes on.
 func TestRunPassesSIGUSR1On(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(envRole, "usr1")
 	t.Setenv(envDir, dir)
+	t.Setenv("HIERCOMM_FLIGHT_RECORDER", "8")
 	var out, errs procgroup.Buffer
 	codes := make(chan int, 1)
 	go func() {
@@ -146,6 +134,11 @@ func TestRunPassesSIGUSR1On(t *testing.T) {
 		all := out.String() + errs.String()
 		if code != 0 || strings.Count(all, "got SIGUSR1") != 2 {
 			t.Fatalf("hiercomm run exited %d; want both ranks to get SIGUSR1 and exit 0\n%s", code, all)
+		}
+		for r := range 2 {
+			if !strings.Contains(all, fmt.Sprintf("flight recorder: collective comm=world rank=%d seq=1 call=\"AllReduce(4×f32, sum)\" state=ok", r)) {
+				t.Errorf("rank %d wrote no flight recorder on SIGUSR1\n%s", r, all)
+			}
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the ranks never got SIGUSR1")
