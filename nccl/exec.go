@@ -1,10 +1,12 @@
 package nccl
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -140,9 +142,14 @@ func (c *Comm) finish(t *task, err error) {
 }
 
 // A record is what every rank compares before NCCL sees a collective:
-// sequence number, signature, whether the call was rejected here, and for
-// AllToAllV the counts this rank sends to each rank.
-const recordBytes = 32
+// sequence number, signature, whether the call was rejected here and why
+// (the start of this rank's own error, so that its peers say what it
+// was), and for AllToAllV the counts this rank sends to each rank.
+const (
+	recordBytes  = 32 + reasonBytes
+	reasonBytes  = 96 // bytes 32..127: a rejected call's reason, NUL-padded
+	reasonOffset = 32
+)
 
 func record(t *task, size int) []byte {
 	sig := t.call.Signature()
@@ -155,6 +162,7 @@ func record(t *task, size int) []byte {
 	b[8], b[9], b[10] = byte(sig.Kind), byte(sig.DType), byte(sig.Op)
 	if t.verr != nil {
 		b[11] = 1
+		copy(b[reasonOffset:reasonOffset+reasonBytes], t.verr.Error())
 	}
 	binary.LittleEndian.PutUint32(b[12:], uint32(sig.Root))
 	binary.LittleEndian.PutUint64(b[16:], uint64(sig.Count))
@@ -180,6 +188,19 @@ func parseRecord(b []byte) (seq uint64, sig comm.Signature, bad bool) {
 	return seq, sig, b[11] != 0
 }
 
+// refusal is the reason a rejected record gives, as text: bytes from a
+// peer, so cut at the first NUL and made valid UTF-8.
+func refusal(b []byte) string {
+	r := b[reasonOffset : reasonOffset+reasonBytes]
+	if i := bytes.IndexByte(r, 0); i >= 0 {
+		r = r[:i]
+	}
+	if len(r) == 0 {
+		return "it rejected its own arguments"
+	}
+	return strings.ToValidUTF8(string(r), "?")
+}
+
 // compare checks every rank's record against this rank's: a rank that
 // rejected its call makes everyone abandon it (the communicator stays
 // usable); ranks that disagree are a mismatch (fatal). It returns the
@@ -192,7 +213,7 @@ func (c *Comm) compare(t *task) (error, bool) {
 	}
 	for r := range c.size {
 		if _, _, bad := parseRecord(t.all[r*per:]); bad {
-			return c.opError(t.call.Kind, t.seq, r, &comm.RemoteError{Peer: r, Reason: "it rejected its own arguments"}), false
+			return c.opError(t.call.Kind, t.seq, r, &comm.RemoteError{Peer: r, Reason: refusal(t.all[r*per:])}), false
 		}
 	}
 	for r := range c.size {

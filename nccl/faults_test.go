@@ -3,6 +3,7 @@ package nccl_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,7 +117,19 @@ func TestCloseMidCollective(t *testing.T) {
 
 // TestHostBufferRejected: a host buffer is an *comm.ArgError that says
 // what to use, on the rank that passed it, and comm.ErrPeerAbandoned on
-// the others; the communicator stays usable.
+// the others, with that rank's own reason (the start of it: a record
+// carries reasonBytes); the communicator stays usable.
+// errs0Start is the start of the refusing rank's own reason as its
+// peers read it: its *comm.ArgError's text, cut to a record's reason.
+func errs0Start(err error) string {
+	var ae *comm.ArgError
+	if !errors.As(err, &ae) {
+		return "?"
+	}
+	s := ae.Error()
+	return s[:min(len(s), 96)]
+}
+
 func TestHostBufferRejected(t *testing.T) {
 	comms, dev := fakeWorld(t, 2)
 	errs := make([]error, 2)
@@ -140,6 +153,9 @@ func TestHostBufferRejected(t *testing.T) {
 	}
 	if !errors.Is(errs[1], comm.ErrPeerAbandoned) {
 		t.Errorf("rank 1: %v, want comm.ErrPeerAbandoned", errs[1])
+	}
+	if want := "rank 0 ended the collective on its side: " + errs0Start(errs[0]); errs[0] != nil && !strings.Contains(errs[1].Error(), want) {
+		t.Errorf("rank 1: %v, want rank 0's own reason, %q", errs[1], want)
 	}
 	errs2, _ := allReduceOn(t, comms, dev, -1, context.Background(), 16)
 	for r, err := range errs2 {
