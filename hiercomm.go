@@ -115,6 +115,15 @@ type Options struct {
 	// NCCL_DEBUG, and the lines go to stderr at that level; without it,
 	// slog.Default().
 	Logger *slog.Logger
+	// FlightRecorder, if positive, makes every communicator of every tier
+	// keep its last FlightRecorder collectives (comm.FlightRecorder) and
+	// write them to its logger at its first deadline, abort, mismatch or
+	// peer failure: it fills Nexar.FlightRecorder, Shm.FlightRecorder,
+	// Hierarchy.FlightRecorder and NCCL.FlightRecorder where they are
+	// zero. SIGUSR1 writes every live recorder at any time (see
+	// docs/errors.md). If zero, HIERCOMM_FLIGHT_RECORDER (EnvFlightRecorder)
+	// says, and without it nothing is recorded.
+	FlightRecorder int
 }
 
 // World is this process's place in the job: a comm.Communicator over every
@@ -164,7 +173,15 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
 	}
+	if opt.FlightRecorder == 0 {
+		n, err := envFlightRecorder(getenv)
+		if err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
+		opt.FlightRecorder = n
+	}
 	opt = opt.withDefaults(log)
+	dumpOnSIGUSR1(log)
 	var l cluster.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch

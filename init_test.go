@@ -183,8 +183,32 @@ func killed() error {
 	if r, ok := oe.Culprit(); !ok || r != 1 {
 		return fmt.Errorf("rank %d: %v: Culprit() = %d, %v, want rank 1", w.Rank(), err, r, ok)
 	}
-	fmt.Printf("failure seen: %v\n", err)
+	// The time it saw the failure, for the test to measure each
+	// survivor's delay from the kill (the processes share a clock).
+	fmt.Printf("failure seen at %d by rank %d: %v\n", time.Now().UnixNano(), w.Rank(), err)
 	return nil
+}
+
+// survivorDelays says how long after killedAt each survivor saw the
+// failure, from the "failure seen at" lines, first to last, with the
+// spread between the first and the last.
+func survivorDelays(out string, killedAt time.Time) string {
+	var ds []time.Duration
+	for _, line := range strings.Split(out, "\n") {
+		_, rest, ok := strings.Cut(line, "failure seen at ")
+		if !ok {
+			continue
+		}
+		ns, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+		if err == nil {
+			ds = append(ds, time.Unix(0, ns).Sub(killedAt).Round(time.Millisecond))
+		}
+	}
+	if len(ds) == 0 {
+		return "none reported"
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("%v (spread %v)", ds, ds[len(ds)-1]-ds[0])
 }
 
 // lines is an io.Writer that keeps the output and counts lines that
@@ -309,12 +333,15 @@ func TestInitThenCloseAtOnce(t *testing.T) {
 
 func TestKilledProcessIsReportedOnEverySurvivor(t *testing.T) {
 	// Two nodes: the ranks talk over QUIC, whose own timeout is set long,
-	// so the membership failure detector must find the dead rank. One
-	// node: shared memory, which watches its peers' processes itself.
+	// so the membership failure detector must find the dead rank (or a
+	// node-mate, through shared memory). Four nodes of one rank: a flat
+	// QUIC world, where only the detector sees the death and the others
+	// hear of it from the first survivor that knew. One node: shared
+	// memory, which watches its peers' processes itself.
 	for _, tc := range []struct {
 		name   string
 		layout []int
-	}{{"2x2 network", []int{2, 2}}, {"1x4 shared memory", []int{4}}} {
+	}{{"2x2 network", []int{2, 2}}, {"4x1 flat network", []int{1, 1, 1, 1}}, {"1x4 shared memory", []int{4}}} {
 		t.Run(tc.name, func(t *testing.T) { killOne(t, tc.layout) })
 	}
 }
@@ -353,7 +380,7 @@ func killOne(t *testing.T, layout []int) {
 		t.Fatal(out)
 	}
 	bound := testDetector().Bound(n)
-	t.Logf("every survivor reported rank 1 %v after the kill (detector bound %v)\n%s", took, bound, out)
+	t.Logf("every survivor reported rank 1 %v after the kill (detector bound %v); each survivor's delay: %s\n%s", took, bound, survivorDelays(out.String(), killedAt), out)
 	// The processes also leave and exit in this time, so allow a margin
 	// for a loaded 2-core machine; this checks boundedness, not speed.
 	if took > bound+20*time.Second {

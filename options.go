@@ -27,6 +27,10 @@ func (opt Options) withDefaults(log *slog.Logger) Options {
 	if opt.Hierarchy.Logger == nil {
 		opt.Hierarchy.Logger = log
 	}
+	opt.Nexar.FlightRecorder = cmp.Or(opt.Nexar.FlightRecorder, opt.FlightRecorder)
+	s.FlightRecorder = cmp.Or(s.FlightRecorder, opt.FlightRecorder)
+	opt.Hierarchy.FlightRecorder = cmp.Or(opt.Hierarchy.FlightRecorder, opt.FlightRecorder)
+	opt.NCCL.FlightRecorder = cmp.Or(opt.NCCL.FlightRecorder, opt.FlightRecorder)
 	return opt
 }
 

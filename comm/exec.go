@@ -21,6 +21,9 @@ type Task[X any] struct {
 
 	work     *Work
 	detached bool
+	// recordEnd, with a Recorder, records the end of a detached task
+	// when it completes (nil otherwise).
+	recordEnd func(error)
 }
 
 // Detach tells the Exec that the task ends later than its run: the Exec
@@ -31,6 +34,12 @@ func (t *Task[X]) Detach() (done func(error)) {
 	t.detached = true
 	if t.work == nil {
 		t.work = NewWork()
+	}
+	if t.recordEnd != nil {
+		return func(err error) {
+			t.recordEnd(err)
+			t.work.Complete(err)
+		}
 	}
 	return t.work.Complete
 }
@@ -60,7 +69,8 @@ type ExecConfig[X any] struct {
 	// If nil, the error is err.
 	Refuse func(t *Task[X], err error) error
 	// Recorder, if set, records every task that is numbered and how it
-	// ended (a detached task: its run's end).
+	// ended (a detached task: when it completes); Close retires it from
+	// the live recorders (DumpLive).
 	Recorder *FlightRecorder
 }
 
@@ -149,8 +159,9 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 	}
 	e.seq++
 	t.Seq = e.seq
-	if e.cfg.Recorder != nil {
-		e.cfg.Recorder.begin(t.Seq, t.Call.Signature())
+	if rec := e.cfg.Recorder; rec != nil {
+		rec.begin(t.Seq, t.Call.Signature())
+		t.recordEnd = func(err error) { rec.end(t.Seq, err) }
 	}
 	if e.cfg.Admit != nil {
 		if err := e.cfg.Admit(t); err != nil {
@@ -185,9 +196,10 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 	return runQueue
 }
 
-// record gives the Recorder, if any, the end of t's run.
+// record gives the Recorder, if any, the end of t's run (a detached
+// task's end is recorded when it completes).
 func (e *Exec[X]) record(t *Task[X], err error) {
-	if e.cfg.Recorder != nil {
+	if e.cfg.Recorder != nil && !t.detached {
 		e.cfg.Recorder.end(t.Seq, err)
 	}
 }
@@ -274,6 +286,9 @@ func (e *Exec[X]) Close() bool {
 	queued := e.queue
 	e.queue = nil
 	e.mu.Unlock()
+	if e.cfg.Recorder != nil {
+		e.cfg.Recorder.retire() // no longer live (DumpLive)
+	}
 	for _, t := range queued {
 		t.work.Complete(e.refuse(t, ErrClosed))
 	}

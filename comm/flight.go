@@ -1,8 +1,10 @@
 package comm
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,7 +16,11 @@ import (
 // line per rank known to be behind, as torch's
 // TORCH_NCCL_DUMP_ON_TIMEOUT does. An Exec given one (ExecConfig.Recorder)
 // records every task it numbers; without one it records nothing and
-// costs a nil check. It is safe for concurrent use.
+// costs a nil check. The tier adds what only it knows with Note (the
+// hierarchy's phase, shared memory's node-mates waited on, NCCL's
+// stream). Every recorder is live from NewFlightRecorder until its Exec
+// is closed, and DumpLive writes them all (hiercomm's SIGUSR1). It is
+// safe for concurrent use.
 type FlightRecorder struct {
 	log  *slog.Logger
 	comm string // the communicator's name, for the dump
@@ -38,6 +44,12 @@ type FlightRecord struct {
 	// each had started where known (0 otherwise).
 	Behind []int
 	Last   []uint64
+	// Detail is the tier's note of where it is, or was when it ended
+	// (Note): "rail 1 AllReduce", "step 2: waited on node-mates [2 3]",
+	// "launched on stream 0x7f…".
+	Detail string
+
+	waiting []int // the ranks the tier noted it waits on (Note)
 }
 
 // State is "running", "ok" or "failed".
@@ -58,7 +70,74 @@ func NewFlightRecorder(n int, name string, rank int, log *slog.Logger) *FlightRe
 	if log == nil {
 		log = slog.Default()
 	}
-	return &FlightRecorder{log: log, comm: name, rank: rank, ring: make([]FlightRecord, max(n, 1))}
+	f := &FlightRecorder{log: log, comm: name, rank: rank, ring: make([]FlightRecord, max(n, 1))}
+	live.Lock()
+	live.set[f] = struct{}{}
+	live.Unlock()
+	return f
+}
+
+// live holds the recorders of communicators not yet closed, for DumpLive.
+var live = struct {
+	sync.Mutex
+	set map[*FlightRecorder]struct{}
+}{set: map[*FlightRecorder]struct{}{}}
+
+// retire drops f from the live recorders (its Exec closed).
+func (f *FlightRecorder) retire() {
+	live.Lock()
+	delete(live.set, f)
+	live.Unlock()
+}
+
+// DumpLive writes the records of every live recorder (of a communicator
+// not closed yet) to its logger, as Dump does, with why as the cause, and
+// returns how many it wrote: the state of a running job on demand
+// (hiercomm.Init's SIGUSR1 handler).
+func DumpLive(why string) int {
+	live.Lock()
+	fs := make([]*FlightRecorder, 0, len(live.set))
+	for f := range live.set {
+		fs = append(fs, f)
+	}
+	live.Unlock()
+	slices.SortFunc(fs, func(a, b *FlightRecorder) int { return cmp.Compare(a.comm, b.comm) })
+	cause := errors.New(why)
+	for _, f := range fs {
+		f.Dump(cause)
+	}
+	return len(fs)
+}
+
+// Note records detail as where collective seq is (FlightRecord.Detail)
+// and, if not nil, the ranks it waits on there: if it fails with an error
+// that names none (a deadline on a tier that does not probe), they are
+// its Behind. A nil recorder does nothing, so a tier calls it without a
+// check.
+func (f *FlightRecorder) Note(seq uint64, detail string, waiting []int) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	if r := f.find(seq); r != nil {
+		r.Detail = detail
+		if waiting != nil {
+			r.waiting = waiting
+		}
+	}
+	f.mu.Unlock()
+}
+
+// find is the record of collective seq, newest first (the one a tier
+// notes or ends is almost always the last one begun, so this is one step,
+// not a pass over the ring); nil if it is not kept. f.mu must be held.
+func (f *FlightRecorder) find(seq uint64) *FlightRecord {
+	for i := range f.ring {
+		if r := &f.ring[(f.next-1-i+len(f.ring))%len(f.ring)]; r.Seq == seq && !r.Start.IsZero() {
+			return r
+		}
+	}
+	return nil
 }
 
 // begin records that collective seq started now.
@@ -75,13 +154,11 @@ func (f *FlightRecorder) begin(seq uint64, call Signature) {
 func (f *FlightRecorder) end(seq uint64, err error) {
 	now := time.Now()
 	f.mu.Lock()
-	// Newest first: the collective that ends is almost always the last
-	// one begun, so this is one step, not a pass over the ring.
-	for i := range f.ring {
-		if r := &f.ring[(f.next-1-i+len(f.ring))%len(f.ring)]; r.Seq == seq && r.End.IsZero() && !r.Start.IsZero() {
-			r.End, r.Err = now, err
-			r.Behind, r.Last = behindOf(err)
-			break
+	if r := f.find(seq); r != nil && r.End.IsZero() {
+		r.End, r.Err = now, err
+		r.Behind, r.Last = behindOf(err)
+		if err != nil && r.Behind == nil && r.waiting != nil {
+			r.Behind, r.Last = r.waiting, make([]uint64, len(r.waiting))
 		}
 	}
 	dump := err != nil && !f.dumped && dumpWorthy(err)
@@ -147,6 +224,9 @@ func (f *FlightRecorder) Dump(cause error) {
 		if len(r.Behind) > 0 {
 			attrs = append(attrs, "waited on", r.Behind)
 		}
+		if r.Detail != "" {
+			attrs = append(attrs, "detail", r.Detail)
+		}
 		if r.Err != nil {
 			attrs = append(attrs, "err", r.Err)
 		}
@@ -158,6 +238,10 @@ func (f *FlightRecorder) Dump(cause error) {
 		}
 	}
 	for p, last := range behind {
-		f.log.Warn("flight recorder: rank behind", "comm", f.comm, "rank", f.rank, "behind", p, "its last started", last, "this rank at", at)
+		attrs := []any{"comm", f.comm, "rank", f.rank, "behind", p}
+		if last > 0 { // 0: not known
+			attrs = append(attrs, "its last started", last)
+		}
+		f.log.Warn("flight recorder: rank behind", append(attrs, "this rank at", at)...)
 	}
 }

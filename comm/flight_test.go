@@ -47,6 +47,39 @@ func TestFlightRecorder(t *testing.T) {
 	}
 }
 
+// A recorder is live from its making until its Exec closes: DumpLive
+// writes every live one, with the tier's note of where each collective
+// is, and none after Close.
+func TestDumpLiveWritesEveryLiveRecorder(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	f := NewFlightRecorder(4, "test-live-comm", 2, log)
+	e := NewExec(ExecConfig[struct{}]{Recorder: f, Run: func(t *Task[struct{}]) error {
+		f.Note(t.Seq, "phase 2 of 3: rail 1 AllReduce", nil)
+		return nil
+	}})
+	call := Call{Kind: KindBarrier}
+	if err := e.Do(context.Background(), call, nil, struct{}{}); err != nil {
+		t.Fatal(err)
+	}
+	(*FlightRecorder)(nil).Note(1, "a nil recorder takes notes and does nothing", []int{1})
+	if n := DumpLive("SIGUSR1"); n < 1 {
+		t.Fatalf("DumpLive wrote %d recorders, want at least this one", n)
+	}
+	dump := out.String()
+	for _, want := range []string{"comm=test-live-comm", "rank=2", "cause=SIGUSR1", "seq=1", "state=ok", `detail="phase 2 of 3: rail 1 AllReduce"`} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("the live dump lacks %s:\n%s", want, dump)
+		}
+	}
+	e.Close()
+	out.Reset()
+	DumpLive("SIGUSR1")
+	if strings.Contains(out.String(), "test-live-comm") {
+		t.Errorf("a closed communicator's recorder is still live:\n%s", out.String())
+	}
+}
+
 // BenchmarkExecFlightRecorder measures what the recorder adds to a
 // blocking call through an Exec whose run does nothing (the part of a
 // collective's cost that is the executor's), off and on:

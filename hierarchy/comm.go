@@ -87,6 +87,14 @@ type Config struct {
 	// Logger receives the communicator's logs. If nil, defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// FlightRecorder, if positive, makes the communicator (and its Split
+	// children) keep its last FlightRecorder collectives as the user
+	// called them (comm.FlightRecorder, with the part and phase each was
+	// in, "rail 1 AllReduce") and write them to Logger at its first
+	// deadline, abort, mismatch or peer failure, as
+	// nexar.Options.FlightRecorder. The parts keep their own if their
+	// configs say so. If zero, nothing is recorded.
+	FlightRecorder int
 }
 
 // Comm is a hierarchical communicator. It owns its parts: Close closes
@@ -126,6 +134,7 @@ type Comm struct {
 	log                   *slog.Logger
 
 	exec *comm.Exec[splitRun] // numbers and runs the collectives and Splits
+	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
 	// watchers wait for a part to be aborted (comm.AbortWatcher) until
 	// stop is closed (Close).
@@ -153,6 +162,9 @@ func New(cfg Config) (*Comm, error) {
 	t := cfg.Topology
 	if cfg.Rank < 0 || cfg.Rank >= t.Size() {
 		return nil, fmt.Errorf("hierarchy.New: Config.Rank %d is not in [0, %d)", cfg.Rank, t.Size())
+	}
+	if cfg.FlightRecorder < 0 {
+		return nil, fmt.Errorf("hierarchy.New: Config.FlightRecorder %d is negative", cfg.FlightRecorder)
 	}
 	if cfg.World == nil || cfg.Intra == nil || cfg.Rail == nil {
 		return nil, fmt.Errorf("hierarchy.New: Config.World, Intra and Rail are all required (world %v, intra %v, rail %v)",
@@ -187,8 +199,12 @@ func New(cfg Config) (*Comm, error) {
 		h.switchAt[c] = cfg.Cost.Switch(c, g, t.NumNodes())
 	}
 	h.Blocking = comm.Blocking{S: h}
+	if cfg.FlightRecorder > 0 {
+		h.rec = comm.NewFlightRecorder(cfg.FlightRecorder, cfg.Name, r, cfg.Logger)
+	}
 	h.exec = comm.NewExec(comm.ExecConfig[splitRun]{
-		Run: h.runTask,
+		Recorder: h.rec,
+		Run:      h.runTask,
 		Refuse: func(t *task, err error) error {
 			return h.opError(t.Call.Kind, t.Seq, -1, err)
 		},

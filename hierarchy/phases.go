@@ -84,6 +84,9 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 		return pending{p: p, ran: true, poisoned: true}
 	}
 	c.Outer = x.outer
+	if x.h.rec != nil {
+		x.h.rec.Note(x.seq, p.name+" "+c.Kind.String(), nil)
+	}
 	pd := pending{p: p, poisoned: x.abandoned != nil}
 	if pd.poisoned {
 		c = c.WithoutBuffers()

@@ -26,6 +26,14 @@ type Config struct {
 	// Logger receives the communicator's logs. If nil, defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// FlightRecorder, if positive, makes the communicator (and its Split
+	// children) keep its last FlightRecorder collectives (comm.FlightRecorder,
+	// each with where it is: compared over the control, or queued on the
+	// stream and waiting for its event; its end is when the event
+	// completed) and write them to Logger at its first deadline, abort,
+	// mismatch or peer failure, as nexar.Options.FlightRecorder. If zero,
+	// nothing is recorded.
+	FlightRecorder int
 }
 
 // Comm is a comm.Communicator on device buffers, over NCCL.
@@ -65,7 +73,8 @@ type Comm struct {
 	events []cuEvent
 	flag   comm.Buffer // one byte of device memory for Barrier
 
-	exec *comm.Exec[*task] // numbers, sends the records, launches in order
+	exec *comm.Exec[*task]    // numbers, sends the records, launches in order
+	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
 	mu       sync.Mutex // guards the fields below
 	closed   bool
@@ -91,6 +100,9 @@ func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = "nccl"
+	}
+	if cfg.FlightRecorder < 0 {
+		return nil, fmt.Errorf("nccl.New: Config.FlightRecorder %d is negative", cfg.FlightRecorder)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -20,6 +20,12 @@ var worldSizes = []int{1, 2, 3, 4, 5, 8}
 // an in-memory nexar world as their control.
 func fakeWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
+	return fakeWorldWith(t, n, nccl.Config{})
+}
+
+// fakeWorldWith is fakeWorld with cfg (its Device is set here).
+func fakeWorldWith(t testing.TB, n int, cfg nccl.Config) ([]comm.Communicator, *nccl.Device) {
+	t.Helper()
 	lib := nccl.NewFake(nccl.FakeOptions{})
 	dev, err := lib.Device(0)
 	if err != nil {
@@ -35,7 +41,9 @@ func fakeWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
 	errs := make(chan error, n)
 	for r := range n {
 		go func() {
-			c, err := nccl.New(ctx, controls[r], nccl.Config{Device: dev})
+			cfg := cfg
+			cfg.Device = dev
+			c, err := nccl.New(ctx, controls[r], cfg)
 			comms[r] = c
 			errs <- err
 		}()

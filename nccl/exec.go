@@ -77,7 +77,11 @@ func (c *Comm) check(call comm.Call) error {
 
 // newExec is the communicator's executor (see task).
 func (c *Comm) newExec() *comm.Exec[*task] {
+	if c.cfg.FlightRecorder > 0 {
+		c.rec = comm.NewFlightRecorder(c.cfg.FlightRecorder, c.cfg.Name, c.rank, c.log)
+	}
 	return comm.NewExec(comm.ExecConfig[*task]{
+		Recorder: c.rec,
 		Admit: func(et *comm.Task[*task]) error {
 			return c.admit(et.X, et.Seq)
 		},
@@ -257,6 +261,7 @@ func (c *Comm) launcher(t *task) {
 		t.err = c.stateError(t, aborted)
 		return
 	}
+	c.rec.Note(t.seq, "comparing the call with every rank over the control", nil)
 	if err := t.check.Wait(); err != nil {
 		if errors.Is(err, comm.ErrInvalidArgument) || comm.PlainAbandon(err) {
 			t.err = c.opError(t.call.Kind, t.seq, -1, fmt.Errorf("comparing the call's arguments: %w", err))
@@ -284,6 +289,8 @@ func (c *Comm) launcher(t *task) {
 	} else if err := c.launch(t); err != nil {
 		t.err = c.opError(t.call.Kind, t.seq, -1, err)
 		c.abort(t.err)
+	} else if c.rec != nil {
+		c.rec.Note(t.seq, fmt.Sprintf("queued on stream %#x", c.stream), nil)
 	}
 }
 

@@ -2,8 +2,11 @@ package nexar
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,11 +32,8 @@ type Comm struct {
 	schedules scheduleCache
 	exec      *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
 	done      chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
-	notes     sync.WaitGroup   // control frames being sent (failure notices, probe answers); see note
-	notesMu   sync.Mutex       // guards notesShut and orders notes.Add before Close's notes.Wait
-	// notesShut: Close is waiting for the notes, so no new one may start.
-	notesShut bool
-	shrink    shrinkBox // Shrink's agreement (shrink.go)
+	notes     lastWords        // control frames being sent (failure notices, probe answers); see note
+	shrink    shrinkBox        // Shrink's agreement (shrink.go)
 	// holds: a communicator made by Shrink keeps the transport open, as
 	// the world Comm does; the last of them to close closes it. Set
 	// before the communicator is registered.
@@ -146,16 +146,30 @@ func (c *Comm) commRank(worldRank int) int {
 // announced to its live peers (but for a mismatch, which travels as
 // per-collective notices that keep its type), so that every survivor names
 // the root cause even if it first hears of a cascade of clean closes.
-func (c *Comm) abort(cause error) { c.abortAs(cause, false) }
+func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrMismatch)) }
 
 // Abort implements comm.Aborter: the communicator is aborted with cause on
 // this rank and, through an announcement that keeps cause's kind (also a
 // mismatch's, unlike an abort nexar raises itself), on every live peer. A
 // communicator composed of this one and others (hierarchy) calls it when
-// another of its parts fails.
-func (c *Comm) Abort(cause error) { c.abortAs(comm.FromOutside(cause), true) }
+// another of its parts fails. On the world Comm, a cause that blames a
+// rank's failure is news of that rank for the whole world (news.go): the
+// rank is taken as a world rank, since a composed communicator's world
+// part has the composer's ranks (as in dropBlamed).
+func (c *Comm) Abort(cause error) {
+	c.abortAs(comm.FromOutside(cause), true)
+	if b, ok := comm.CulpritOf(cause); ok && c.owner && errors.Is(cause, comm.ErrPeerFailed) && !errors.Is(cause, comm.ErrMismatch) &&
+		b.Rank >= 0 && b.Rank < c.w.size && b.Rank != c.w.rank {
+		c.w.learned(b.Rank, &comm.PeerError{Peer: b.Rank, Addr: c.w.tr.PeerAddr(b.Rank), Err: errors.New(b.How)}, -1, -1)
+		if d, ok := c.w.tr.(peerDropper); ok {
+			d.DropPeer(b.Rank, cause)
+		}
+	}
+}
 
-func (c *Comm) abortAs(cause error, announceAlways bool) {
+// abortAs aborts c with cause; announce says whether the first abort is
+// announced to the live peers.
+func (c *Comm) abortAs(cause error, announce bool) {
 	c.mu.Lock()
 	first := c.aborted == nil
 	if first {
@@ -171,7 +185,7 @@ func (c *Comm) abortAs(cause error, announceAlways bool) {
 	for _, o := range inflight {
 		o.fail(aborted, true) // the peers waiting on this rank learn why
 	}
-	if first && (announceAlways || !errors.Is(cause, comm.ErrMismatch)) {
+	if first && announce {
 		c.announceAbort(cause)
 	}
 }
@@ -273,10 +287,7 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
-	c.notesMu.Lock()
-	c.notesShut = true
-	c.notesMu.Unlock()
-	c.notes.Wait() // each is bounded by controlTimeout
+	c.notes.shut() // each is bounded by controlTimeout
 	if !c.owner {
 		// After the notices queued before (a failure's reason must reach
 		// the peers before the news that this rank is gone).
@@ -290,8 +301,9 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Unlock()
 	if c.owner || c.holds {
-		c.dropBlamed()
+		c.dropBlamed() // first: news to the blamed rank then fails at once
 		if c.w.release() {
+			c.w.news.shut()
 			return c.w.tr.Close()
 		}
 	}
@@ -628,7 +640,10 @@ func (c *Comm) onFail(f frame) {
 
 // onProbe answers a peer that has waited a while for this rank in
 // collective Seq: a different Signature here is a mismatch on both sides;
-// a collective not started yet is said so, for the peer's eventual error.
+// a collective not started yet is said so, for the peer's eventual error;
+// one started here but itself waiting on ranks that had not started it
+// names them (with their last started), so that a deadline several hops
+// away names the straggler, not the neighbour waiting on it.
 func (c *Comm) onProbe(f frame) {
 	putBuf(f.payload)
 	c.mu.Lock()
@@ -644,6 +659,10 @@ func (c *Comm) onProbe(f frame) {
 	}
 	o := c.ops[f.h.Seq]
 	done := c.recent[f.h.Seq%uint64(len(c.recent))]
+	var stragglers []byte
+	if o != nil && sigMatch(o.sig, f.h.Sig) {
+		stragglers = encodeBehind(o.behind, f.src)
+	}
 	c.mu.Unlock()
 	switch {
 	case o != nil && !sigMatch(o.sig, f.h.Sig):
@@ -651,19 +670,52 @@ func (c *Comm) onProbe(f frame) {
 	case o == nil && done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig):
 		reason := (&comm.MismatchError{Peer: c.rank, Seq: f.h.Seq, Local: f.h.Sig, Remote: done.sig}).Error()
 		c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: uint32(comm.FailMismatch), Sig: done.sig}, []byte(reason))
+	case stragglers != nil:
+		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: o.sig}, stragglers)
 	}
 }
 
-func (c *Comm) onProbeReply(f frame) {
-	putBuf(f.payload)
-	c.mu.Lock()
-	if o := c.ops[f.h.Seq]; o != nil {
-		if o.behind == nil {
-			o.behind = map[int]uint64{}
+// A probe reply's payload, from a rank that has started the collective,
+// names the ranks it knows had not (behindRecord bytes each: the rank, a
+// rank of the communicator, then its last started collective).
+const behindRecord = 12
+
+// encodeBehind encodes behind without the rank asking (which is not
+// behind, it waits too); nil if nothing is left.
+func encodeBehind(behind map[int]uint64, asking int) []byte {
+	var b []byte
+	for _, r := range slices.Sorted(maps.Keys(behind)) {
+		if r != asking {
+			b = binary.LittleEndian.AppendUint32(b, uint32(r))
+			b = binary.LittleEndian.AppendUint64(b, behind[r])
 		}
-		o.behind[f.src] = uint64(f.h.Step)
 	}
-	c.mu.Unlock()
+	return b
+}
+
+func (c *Comm) onProbeReply(f frame) {
+	defer putBuf(f.payload)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.ops[f.h.Seq]
+	if o == nil {
+		return
+	}
+	if o.behind == nil {
+		o.behind = map[int]uint64{}
+	}
+	if len(f.payload) == 0 {
+		o.behind[f.src] = uint64(f.h.Step) // it had not started Seq
+		return
+	}
+	// It had, and names the ranks it waits on that had not. Bytes from
+	// the network: a rank outside the communicator, this one, or a
+	// ragged payload is ignored.
+	for b := f.payload; len(b) >= behindRecord; b = b[behindRecord:] {
+		if r := int(binary.LittleEndian.Uint32(b)); r < len(c.members) && r != c.rank {
+			o.behind[r] = binary.LittleEndian.Uint64(b[4:])
+		}
+	}
 }
 
 // notifyLater sends a control frame from a goroutine of its own (the
@@ -677,18 +729,39 @@ func (c *Comm) notifyLater(peer int, h Header, payload []byte) {
 // Once Close waits, no note starts (a failure detector or a peer may abort
 // this communicator while it closes); the peers learn of the close from
 // the transport instead.
-func (c *Comm) note(f func()) {
-	c.notesMu.Lock()
-	if c.notesShut {
-		c.notesMu.Unlock()
+func (c *Comm) note(f func()) { c.notes.run(f) }
+
+// lastWords runs sends of control frames on goroutines of their own (the
+// caller may be a transport's read loop, which must not block), and lets
+// the closer wait for them, so that a rank's last word reaches its peers.
+// Once shut, no send starts. Its zero value is ready.
+type lastWords struct {
+	mu     sync.Mutex // guards closed and orders wg.Add before shut's wg.Wait
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// run runs f on a goroutine of its own, unless shut was called.
+func (l *lastWords) run(f func()) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return
 	}
-	c.notes.Add(1)
-	c.notesMu.Unlock()
+	l.wg.Add(1)
+	l.mu.Unlock()
 	go func() {
-		defer c.notes.Done()
+		defer l.wg.Done()
 		f()
 	}()
+}
+
+// shut lets no more sends start and waits for those running.
+func (l *lastWords) shut() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 // sendControl sends a small frame, best effort, bounded in time.

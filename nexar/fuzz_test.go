@@ -25,6 +25,7 @@ func FuzzReadFrames(f *testing.F) {
 		{Kind: FrameP2P, Seq: 1, Sig: comm.Signature{Root: 7, Count: -1}},
 		{Kind: FrameFail, Seq: 9, Step: uint32(comm.FailPeer)},
 		{Kind: FrameClosed, Sig: comm.Signature{Count: 12}},
+		{Kind: FramePeerDown, Seq: 2, Sig: comm.Signature{Root: 3}},
 	} {
 		stream = appendHeader(stream, Header{Kind: h.Kind, Comm: h.Comm, Seq: h.Seq, Step: h.Step, Sig: h.Sig, Len: uint32(i * 3)})
 		stream = append(stream, bytes.Repeat([]byte{byte(i)}, i*3)...)
@@ -34,6 +35,7 @@ func FuzzReadFrames(f *testing.F) {
 	f.Add(append(append(bytes.Clone(stream), goodbyeRecord...), 0))
 	f.Add(appendHeader(nil, Header{Kind: FrameData, Len: MaxFrame}))
 	f.Add(stream[:HeaderSize+1])
+	f.Add(append(append(bytes.Clone(heartbeatRecord), stream...), expelRecord...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var again []byte
@@ -52,7 +54,7 @@ func FuzzReadFrames(f *testing.F) {
 			if !bytes.Equal(again, b) {
 				t.Fatalf("readFrames accepted the stream (%v), but its frames re-encode to other bytes:\n%x\n%x", err, again, b)
 			}
-		case errors.As(err, &he), err == io.ErrUnexpectedEOF:
+		case errors.As(err, &he), err == io.ErrUnexpectedEOF, err == errGaveUp:
 			if !bytes.HasPrefix(b, again) {
 				t.Fatalf("the frames delivered before %v are not the stream's start", err)
 			}

@@ -49,8 +49,11 @@ type mesh struct {
 	log      *slog.Logger
 	describe func(error) error          // says in the peer's terms what a transport error means
 	explain  func() string              // may be nil: more on why ranks are missing, for the formation error
+	gaveUp   func(error) bool           // may be nil: says that a link error is the peer cutting it because it gave this rank up
 	peers    []*peer                    // by rank; nil at cfg.Rank
 	stalls   atomic.Pointer[stallWatch] // set once formed: was this process stalled?
+	beating  bool                       // the transport wants heartbeats (heartbeat.go); set before form
+	beatStop chan struct{}              // closed by shutdown: the heartbeat goroutine ends
 
 	formed  atomic.Bool    // formation is over: failures are reported to h
 	closing atomic.Bool    // Close began: failures are no longer reported
@@ -86,6 +89,9 @@ type link struct {
 	onEnd    func()        // called when r ended with a goodbye (QUIC: ack it); may be nil
 	readDone chan struct{} // closed when the read loop returned
 	clean    bool          // r ended with a goodbye; written before readDone closes
+
+	heard atomic.Bool // something arrived since the heartbeat goroutine last looked
+	wrote atomic.Bool // a frame was written since the heartbeat goroutine last looked
 
 	acked <-chan struct{} // the peer has read everything we sent (closed from the start where no ack is needed)
 	gone  <-chan struct{} // closed when the connection is gone; nil if the transport cannot tell
@@ -169,8 +175,11 @@ func (m *mesh) readLoop(l *link) {
 	defer m.loops.Done()
 	p := l.peer
 	err := readFrames(l.r, func(h Header, payload []byte) {
-		hoptrace.Mark(hoptrace.Read, m.cfg.Rank, p.rank, h.Seq, h.Step)
-		m.h.Deliver(p.rank, h, payload)
+		l.heard.Store(true)
+		if h.Kind != frameHeartbeat {
+			hoptrace.Mark(hoptrace.Read, m.cfg.Rank, p.rank, h.Seq, h.Step)
+			m.h.Deliver(p.rank, h, payload)
+		}
 	})
 	l.clean = err == nil
 	close(l.readDone)
@@ -199,6 +208,10 @@ func (m *mesh) fail(p *peer, cause error, async bool) {
 		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
 			Err: &stallError{gap: gap, timeout: timeout, cause: perr.Err,
 				what: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
+	} else if m.gaveUp != nil && m.gaveUp(cause) {
+		// The peer lives and gave this rank up: the failure is this
+		// rank's, and no news of the peer (news.go).
+		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank], Err: &expelledError{peer: p.rank, cause: perr.Err}}
 	}
 	first := false
 	p.once.Do(func() {
@@ -322,6 +335,7 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 		err := writeFrame(l.w, h, payload)
 		hoptrace.Mark(hoptrace.Written, m.cfg.Rank, to, h.Seq, h.Step)
 		if err == nil {
+			l.wrote.Store(true)
 			return nil
 		}
 		if !m.closing.Load() {
@@ -383,6 +397,9 @@ func (m *mesh) shutdown() {
 	m.closing.Store(true)
 	if sw := m.stalls.Load(); sw != nil {
 		sw.close()
+	}
+	if m.beatStop != nil {
+		close(m.beatStop)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.linger())
 	defer cancel()
@@ -485,6 +502,11 @@ func (m *mesh) form(ctx context.Context, dial func(ctx context.Context, p *peer,
 	if err == nil {
 		m.stalls.Store(newStallWatch(m.cfg.FailureTimeout))
 		m.formed.Store(true)
+		if m.beating {
+			m.beatStop = make(chan struct{})
+			m.loops.Add(1)
+			go m.heartbeats(m.beatStop)
+		}
 		var closed []*comm.PeerError
 		for _, p := range m.peers {
 			if p != nil {

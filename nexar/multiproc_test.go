@@ -202,10 +202,10 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 // the one that failed (stalled, expelled), not blame a peer whose
 // connection happened to time out first.
 func TestStalledRankLearnsItWasExpelled(t *testing.T) {
-	// Over TCP the kernel still acknowledges a stopped process's data and
-	// keepalives, so its peers see nothing within FailureTimeout: QUIC
-	// only (its idle timeout is the peers' own).
-	for _, network := range []string{"quic"} {
+	// Over QUIC the peers' idle timeout sees the stall; over TCP, whose
+	// kernel still acknowledges a stopped process's data and keepalives,
+	// the transport's heartbeats do.
+	for _, network := range []string{"quic", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			text := runWithAStall(t, network, "stall", 3)
 			for r := range 3 {

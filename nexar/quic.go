@@ -87,6 +87,10 @@ func NewQUIC(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) {
 	cfg = vcfg
 	t := &quicTransport{pc: cfg.PacketConn}
 	t.m = newMesh(cfg, h, t.describe)
+	t.m.gaveUp = func(err error) bool {
+		var app *quic.ApplicationError
+		return errors.As(err, &app) && app.Remote && app.ErrorCode == quicCodeFailed
+	}
 	fail := func(err error) (Transport, error) {
 		t.teardown()
 		return nil, err

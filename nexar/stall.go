@@ -16,6 +16,34 @@ import (
 // alive).
 var ErrStalled = errors.New("this process was stalled longer than FailureTimeout, and its peers have expelled it")
 
+// ErrExpelled is wrapped by the *comm.PeerError a rank reports when a
+// peer cut its connection because it gave this rank up: its transport
+// found this rank silent, a detector declared it dead, or another rank's
+// failure news named it. The process runs, but in the job's eyes it has
+// failed (it was stopped or too slow, its network was cut, or a detector
+// was wrong), so the error names this rank, not the peer that cut the
+// connection (which is alive). A rank that was stalled says ErrStalled
+// instead.
+var ErrExpelled = errors.New("its peers gave this rank up and cut its connections")
+
+// expelledError is the failure of a rank whose connection peer cut
+// because it gave this rank up (ErrExpelled).
+type expelledError struct {
+	peer  int
+	cause error
+	told  bool // the peer told it (failure news), rather than cut its connection
+}
+
+func (e *expelledError) Error() string {
+	const why = "(this process was stopped or too slow, its network was cut, or a failure detector took it for dead)"
+	if e.told {
+		return fmt.Sprintf("its peers have expelled it %s: %v", why, e.cause)
+	}
+	return fmt.Sprintf("rank %d gave this rank up and cut its connection: its peers have expelled it %s (%v)", e.peer, why, e.cause)
+}
+
+func (e *expelledError) Unwrap() []error { return []error{ErrExpelled, e.cause} }
+
 // stallWatch tells whether this process was stalled: a goroutine notes
 // the time at short intervals, so a gap between two notes far longer than
 // the interval means the process did not run in between. The clock is

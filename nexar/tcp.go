@@ -43,7 +43,10 @@ import (
 // the outgoing direction with CloseWrite. A killed peer's kernel closes or
 // resets its connections, which is seen at once; a silent one (host down,
 // network cut) is caught by TCP keepalive and TCP_USER_TIMEOUT within about
-// FailureTimeout.
+// FailureTimeout, and a stopped or hung one, whose kernel still answers,
+// by the heartbeats (heartbeat.go). A rank that gives a peer up writes the
+// expel record before it ends the link, so that the peer, if it runs,
+// learns it was expelled (ErrExpelled) rather than blame this rank.
 
 const (
 	tcpHelloSize = 48
@@ -74,6 +77,8 @@ func NewTCP(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) {
 	cfg = vcfg
 	t := &tcpTransport{ln: cfg.Listener}
 	t.m = newMesh(cfg, h, t.describe)
+	t.m.beating = true
+	t.m.gaveUp = func(err error) bool { return errors.Is(err, errGaveUp) }
 	fail := func(err error) (Transport, error) {
 		t.teardown()
 		return nil, err
@@ -360,8 +365,35 @@ func (t *tcpTransport) acceptorHandshake(c *net.TCPConn) (*peer, int, error) {
 
 func (t *tcpTransport) newLink(c *net.TCPConn, p *peer) *link {
 	l := newLink(p, c, c.CloseWrite, bufio.NewReaderSize(c, 64<<10))
-	l.abort = func(string) { c.Close() }
+	l.abort = func(string) {
+		if t.m.closing.Load() || !t.expel(l, c) {
+			c.Close()
+		}
+	}
 	return l
+}
+
+// expel tells the peer of l that this rank gave it up, with the expel
+// record (unless a writer holds the link, as one blocked on a stopped
+// peer's full window does), and ends the link: the connection itself is
+// closed a little later, because closing it at once, with the peer's
+// data unread, would reset it and could drop the record. It reports
+// whether it took the link over.
+func (t *tcpTransport) expel(l *link, c *net.TCPConn) bool {
+	select {
+	case l.sem <- struct{}{}:
+	default:
+		return false
+	}
+	defer func() { <-l.sem }()
+	if !l.finished {
+		l.finished = true
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		c.Write(expelRecord)
+		c.CloseWrite()
+	}
+	time.AfterFunc(time.Second, func() { c.Close() })
+	return true
 }
 
 // describe says what a TCP error means for the peer.

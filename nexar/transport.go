@@ -36,6 +36,11 @@ const (
 	// Seq is the sender's Shrink call on the communicator, Step the round,
 	// the payload what the sender says (shrink.go).
 	FrameShrink
+	// FramePeerDown is failure news for the whole world (news.go), not
+	// one communicator's (Comm is 0): world rank Sig.Root failed, as world
+	// rank Seq saw it (the sender, or the rank it heard it from); the
+	// payload says what happened, in the observer's words.
+	FramePeerDown
 	frameKindEnd
 )
 
@@ -55,6 +60,8 @@ func (k FrameKind) String() string {
 		return "closed"
 	case FrameShrink:
 		return "shrink"
+	case FramePeerDown:
+		return "peer-down"
 	}
 	return "frame(?)"
 }

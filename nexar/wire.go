@@ -42,7 +42,7 @@ const HeaderSize = 48
 
 // wireVersion is the first byte of every header. A receiver refuses any
 // other: the peer runs an incompatible hiercomm.
-const wireVersion = 2 // 2: Sig.Outer in what were reserved bytes
+const wireVersion = 3 // 2: Sig.Outer in what were reserved bytes; 3: FramePeerDown
 
 // frameGoodbye is the transport-internal kind of the goodbye record.
 // decodeHeader refuses it like any other unknown kind; read loops test for
@@ -126,23 +126,40 @@ func decodeHeader(b []byte) (Header, error) {
 }
 
 // goodbyeRecord is the goodbye record, see above.
-var goodbyeRecord = func() []byte {
+var goodbyeRecord = record(frameGoodbye)
+
+// The TCP transport's own records (heartbeat.go), which like the goodbye
+// never reach a Handler: a heartbeat, written on a link that carried
+// nothing for a while, only tells the reader the peer is there; the expel record, written
+// by a rank that gives its peer up just before it ends the link, makes
+// the peer's read fail with errGaveUp (the peer then knows it was
+// expelled, and does not take the link's end for this rank's death).
+const (
+	frameHeartbeat FrameKind = 0xfe
+	frameExpel     FrameKind = 0xfd
+)
+
+var (
+	heartbeatRecord = record(frameHeartbeat)
+	expelRecord     = record(frameExpel)
+)
+
+// errGaveUp: the peer wrote the expel record.
+var errGaveUp = errors.New("it gave this rank up (it found this rank silent for longer than FailureTimeout, or heard that it failed) and ended the connection")
+
+// record is the header of a transport-internal kind, everything else zero.
+func record(k FrameKind) []byte {
 	b := make([]byte, HeaderSize)
-	b[0], b[1] = wireVersion, byte(frameGoodbye)
+	b[0], b[1] = wireVersion, byte(k)
 	return b
-}()
+}
 
 // isGoodbye reports whether b holds the goodbye record.
-func isGoodbye(b []byte) bool {
-	if len(b) < HeaderSize {
-		return false
-	}
-	for i, c := range b[:HeaderSize] {
-		if c != goodbyeRecord[i] {
-			return false
-		}
-	}
-	return true
+func isGoodbye(b []byte) bool { return isRecord(b, goodbyeRecord) }
+
+// isRecord reports whether b starts with the transport-internal record rec.
+func isRecord(b, rec []byte) bool {
+	return len(b) >= HeaderSize && string(b[:HeaderSize]) == string(rec)
 }
 
 // coalesceMax is the largest payload that writeFrame copies behind its header
@@ -174,9 +191,11 @@ func writeFrame(w io.Writer, h Header, payload []byte) error {
 var errNoGoodbye = errors.New("its connection ended without a goodbye: the process exited or was killed")
 
 // readFrames reads frames from r until the stream ends, handing each to
-// deliver with a payload from getBuf. It returns nil when the stream ended
-// with a goodbye record, errNoGoodbye when it ended at a frame boundary
-// without one, and otherwise the read or decode error.
+// deliver with a payload from getBuf (a heartbeat too, as a header of kind
+// frameHeartbeat with no payload: the caller skips it). It returns
+// nil when the stream ended with a goodbye record, errNoGoodbye when it
+// ended at a frame boundary without one, errGaveUp at an expel record, and
+// otherwise the read or decode error.
 func readFrames(r io.Reader, deliver func(Header, []byte)) error {
 	var hb [HeaderSize]byte
 	for {
@@ -185,6 +204,13 @@ func readFrames(r io.Reader, deliver func(Header, []byte)) error {
 				return errNoGoodbye
 			}
 			return err
+		}
+		if isRecord(hb[:], heartbeatRecord) {
+			deliver(Header{Kind: frameHeartbeat}, nil)
+			continue
+		}
+		if isRecord(hb[:], expelRecord) {
+			return errGaveUp
 		}
 		if isGoodbye(hb[:]) {
 			// Nothing may follow the goodbye but the end of the stream.

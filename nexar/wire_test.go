@@ -27,6 +27,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{"phase of a hierarchy's call", Header{Kind: FrameData, Seq: 2, Sig: comm.Signature{Kind: comm.KindReduceScatter, DType: comm.F32, Op: comm.Sum, Root: -1, Count: 5,
 			Outer: comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Avg, Root: -1, Count: 17}.AsOuter()}}},
 		{"closed", Header{Kind: FrameClosed, Comm: 9, Sig: comm.Signature{Count: 12}}},
+		{"peer down", Header{Kind: FramePeerDown, Seq: 2, Sig: comm.Signature{Root: 3}, Len: 40}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,7 +58,7 @@ func TestHeaderLayout(t *testing.T) {
 		Sig: comm.Signature{Kind: 0x31, DType: 0x32, Op: 0x33, Root: 0x41424344, Count: 0x5152535455565758,
 			Outer: comm.Outer{Kind: 0x34, DType: 0x35, Op: 0x36, Hash: 0x71727374}}, Len: 0x00616263}
 	want := []byte{
-		2, 2, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36,
+		3, 2, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36,
 		8, 7, 6, 5, 4, 3, 2, 1,
 		0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
 		0x24, 0x23, 0x22, 0x21,
@@ -86,7 +87,8 @@ func TestDecodeHeaderRefuses(t *testing.T) {
 		{"empty", "size", nil},
 		{"version 0", "version", mod(func(b []byte) { b[0] = 0 })},
 		{"version 1", "version", mod(func(b []byte) { b[0] = 1 })},
-		{"version 3", "version", mod(func(b []byte) { b[0] = 3 })},
+		{"version 2", "version", mod(func(b []byte) { b[0] = 2 })},
+		{"version 4", "version", mod(func(b []byte) { b[0] = 4 })},
 		{"kind 0", "kind", mod(func(b []byte) { b[1] = 0 })},
 		{"kind end", "kind", mod(func(b []byte) { b[1] = byte(frameKindEnd) })},
 		{"goodbye", "kind", goodbyeRecord},

@@ -18,8 +18,10 @@ type world struct {
 	rank int
 	size int
 	log  *slog.Logger
+	news lastWords // failure news being sent (news.go); the world Comm's Close shuts it
 
-	mu      sync.Mutex         // guards everything below
+	mu      sync.Mutex         // guards everything below (and tr while it is attached)
+	pending []func(Transport)  // what waits for the transport (news.go)
 	comms   map[uint64]*Comm   // live communicators by id
 	early   map[uint64][]frame // frames for communicators this rank has not created yet
 	gone    map[uint64]bool    // ids of closed communicators: their late frames are dropped
@@ -54,14 +56,26 @@ func newWorld(log *slog.Logger, rank, size int) *world {
 	}
 }
 
-// attach gives w its transport, once the transport is formed; nothing on
-// the Handler path reads w.tr.
+// attach gives w its transport, once the transport is formed; the
+// Handler path reads w.tr only under w.mu (withTransport), and what waited
+// for it runs now.
 func (w *world) attach(tr Transport) {
+	w.mu.Lock()
 	w.tr = tr
+	pending := w.pending
+	w.pending = nil
+	w.mu.Unlock()
+	for _, f := range pending {
+		f(tr)
+	}
 }
 
 // Deliver implements Handler.
 func (w *world) Deliver(src int, h Header, payload []byte) {
+	if h.Kind == FramePeerDown {
+		w.onPeerDown(src, h, payload)
+		return
+	}
 	w.mu.Lock()
 	c := w.comms[h.Comm]
 	if c == nil {
@@ -78,36 +92,9 @@ func (w *world) Deliver(src int, h Header, payload []byte) {
 }
 
 // PeerFailed implements Handler: a crashed peer aborts every communicator
-// that includes it; operations waiting on a peer that is gone (crashed or
-// closed) fail.
-func (w *world) PeerFailed(peer int, err error) {
-	w.mu.Lock()
-	if _, ok := w.dead[peer]; ok {
-		w.mu.Unlock()
-		return
-	}
-	w.dead[peer] = err
-	close(w.deathCh)
-	w.deathCh = make(chan struct{})
-	var hit []*Comm
-	for _, c := range w.comms {
-		if c.commRank(peer) >= 0 {
-			hit = append(hit, c)
-		}
-	}
-	w.mu.Unlock()
-	if errors.Is(err, ErrPeerClosed) {
-		// A clean close delivered every frame the peer sent, so nothing
-		// is aborted: an operation fails only if it waits for a frame that
-		// will now never come, or sends to the peer.
-		w.log.Debug("nexar: peer closed", "rank", w.rank, "peer", peer)
-		return
-	}
-	w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
-	for _, c := range hit {
-		c.abort(c.ownPeerError(err))
-	}
-}
+// that includes it, and every rank of the world is told (news.go);
+// operations waiting on a peer that is gone (crashed or closed) fail.
+func (w *world) PeerFailed(peer int, err error) { w.learned(peer, err, -1, -1) }
 
 // peerState returns a channel that is closed when the next peer dies, and
 // the failure of peer (a world rank), or nil while it lives.

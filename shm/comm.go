@@ -34,7 +34,8 @@ type Comm struct {
 	inProcess bool
 	spin      int // busy checks before a wait yields (see spinChecks)
 
-	exec *comm.Exec[*op] // numbers and runs the collectives
+	exec *comm.Exec[*op]      // numbers and runs the collectives
+	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
 	mu      sync.Mutex // guards the fields below
 	aborted error      // *comm.AbortedError, once an earlier failure aborted the communicator

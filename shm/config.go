@@ -36,6 +36,12 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// Logger receives the communicator's logs. If nil, slog.Default().
 	Logger *slog.Logger
+	// FlightRecorder, if positive, makes every communicator keep its last
+	// FlightRecorder collectives (comm.FlightRecorder, with the node-mates
+	// each waited on) and write them to Logger at its first deadline,
+	// abort, mismatch or peer failure, as nexar.Options.FlightRecorder. If
+	// zero, nothing is recorded.
+	FlightRecorder int
 
 	// Tuning of the schedules (see copy.go and reduce.go for what each
 	// trades and how the defaults were measured). The zero value of each
@@ -129,6 +135,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm.Config: Rank %d is outside [0, Size %d)", c.Rank, c.Size)
 	case c.SlotBytes < minSlotBytes:
 		return c, fmt.Errorf("shm.Config: SlotBytes %d is below the minimum %d", c.SlotBytes, minSlotBytes)
+	case c.FlightRecorder < 0:
+		return c, fmt.Errorf("shm.Config: FlightRecorder %d is negative", c.FlightRecorder)
 	case c.Timeout < 0:
 		return c, fmt.Errorf("shm.Config: Timeout %v is negative", c.Timeout)
 	case c.FailureTimeout < 0:

@@ -23,6 +23,7 @@ type op struct {
 // heartbeat watch of its waits. One task runs at a time; it is handed from
 // one to the next under the executor's lock (comm.Exec).
 type execState struct {
+	seq   uint64 // the running collective's sequence number
 	g     uint64 // the last step this rank posted
 	seen  uint64 // the last step every peer is known to have posted
 	watch *watch
@@ -34,9 +35,14 @@ type execState struct {
 // that drains the queue. The running task owns c.x (handed over under the
 // executor's lock).
 func (c *Comm) newExec() *comm.Exec[*op] {
+	if c.cfg.FlightRecorder > 0 {
+		c.rec = comm.NewFlightRecorder(c.cfg.FlightRecorder, c.name, c.rank, c.cfg.Logger)
+	}
 	return comm.NewExec(comm.ExecConfig[*op]{
+		Recorder: c.rec,
 		Run: func(t *comm.Task[*op]) error {
 			t.X.seq = t.Seq
+			c.x.seq = t.Seq
 			return c.execute(t.X)
 		},
 		Refuse: func(t *comm.Task[*op], err error) error {

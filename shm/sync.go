@@ -147,6 +147,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 	spin := c.spin
 	yielded := 0 // the clock is read every 8th yield only
 	spun := 0    // turns spent spinning since the last yield
+	noted := false
 	for i := 0; ; i++ {
 		if wait, err := behind(); err != nil || !wait {
 			return err
@@ -173,6 +174,10 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 			c.pause(q, g, &spun)
 			continue
 		}
+		if c.rec != nil && !noted {
+			noted = true
+			c.noteWait(g)
+		}
 		// Any peer still behind may be the one that failed, not only q.
 		check := c.due(w, now)
 		for p := q + 1; p < c.size; p++ {
@@ -194,6 +199,19 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 		})
 		sleep = min(2*sleep, sleepMax)
 	}
+}
+
+// noteWait tells the flight recorder which node-mates the running
+// collective waits on (those that have not posted step g), once per wait
+// that outlasts the spinning and yielding.
+func (c *Comm) noteWait(g uint64) {
+	var behind []int
+	for p := range c.size {
+		if p != c.rank && atomic.LoadUint64(c.words[p].posted) < g {
+			behind = append(behind, p)
+		}
+	}
+	c.rec.Note(c.x.seq, fmt.Sprintf("step %d: waited on node-mates (local ranks) %v", g, behind), behind)
 }
 
 // yield lets the rank we wait for run: another goroutine of this process

@@ -48,6 +48,39 @@ func reportRole() int {
 	return 1
 }
 
+// usr1Role joins the job (hiercomm.Init), runs one AllReduce, says it
+// runs, and waits for a SIGUSR1, which Init's handler answers by writing
+// the flight recorders; it gives the handler a moment and exits 0.
+func usr1Role() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := hiercomm.Init(ctx, hiercomm.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer w.Close()
+	x := make([]float32, 4)
+	if err := w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	got := make(chan os.Signal, 1)
+	signal.Notify(got, syscall.SIGUSR1)
+	if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	select {
+	case <-got:
+		time.Sleep(500 * time.Millisecond) // the dump is written on Init's goroutine
+		fmt.Println("got SIGUSR1")
+		return 0
+	case <-ctx.Done():
+		return 1
+	}
+}
+
 // termRole waits for SIGTERM, then cleans up for 1.5 s and exits 0;
 // HIERCOMM_CMD_TEST_NO_HANDLER names the rank that has no handler (Go's
 // default: it dies by the signal at once).

@@ -11,7 +11,9 @@
 //	    later SIGKILL; hiercomm prints a line naming the rank that failed
 //	    first and exits with its status. Ctrl-C or SIGTERM is passed on as
 //	    SIGTERM, with --kill-after before SIGKILL (a second one kills at
-//	    once). PROGRAM may be a Go package directory (./examples/allreduce):
+//	    once). SIGUSR1 is passed on to every rank: a program that called
+//	    hiercomm.Init writes its communicators' flight recorders to its
+//	    log. PROGRAM may be a Go package directory (./examples/allreduce):
 //	    it is built once first. With --link-rate RATE (root only), the nodes
 //	    are network namespaces joined by links limited to RATE in each
 //	    direction (tc's syntax: 1gbit, 500mbit), one per rank, or one per
@@ -64,7 +66,9 @@ with its rank. When one process fails, the others get --grace to report and
 exit by themselves, then SIGTERM, then --kill-after later SIGKILL; hiercomm
 exits with the status of the rank that failed first and names it. Ctrl-C or
 SIGTERM is passed on as SIGTERM, --kill-after before SIGKILL; a second one
-kills at once. PROGRAM may be a Go package directory, built first.
+kills at once. SIGUSR1 is passed on to every rank (a program that called
+hiercomm.Init writes its flight recorders to its log). PROGRAM may be a Go
+package directory, built first.
 
 flags:
 `
@@ -188,6 +192,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// SIGUSR1: every rank writes its flight recorders (hiercomm.Init's
+	// handler); the job goes on.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	spec := cluster.LocalSpec{
 		RanksPerNode: layout,
 		Style:        *style,
@@ -229,6 +238,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var stopped os.Signal
 	for {
 		select {
+		case <-usr1:
+			fmt.Fprintln(stderr, "hiercomm run: SIGUSR1: passed on to every rank (each writes its flight recorders to its log)")
+			job.Signal(syscall.SIGUSR1)
+			continue
 		case sig := <-sigs:
 			if stopped != nil {
 				fmt.Fprintf(stderr, "hiercomm run: %s again: killing the job\n", signalName(sig))

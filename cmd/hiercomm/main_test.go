@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/internal/netemu"
+	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -83,6 +84,8 @@ func TestMain(m *testing.M) {
 		os.Exit(trainRole())
 	case "soak":
 		os.Exit(soakRole())
+	case "usr1":
+		os.Exit(usr1Role())
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
@@ -99,6 +102,48 @@ const (
 	envParentNS = "HIERCOMM_CMD_TEST_PARENT_NS"
 	envDir      = "HIERCOMM_CMD_TEST_DIR"
 )
+
+// SIGUSR1 to hiercomm run goes on to every rank, and each, a program that
+// called hiercomm.Init with HIERCOMM_FLIGHT_RECORDER set, writes its
+// communicators' flight recorders to its log; the job goes on.
+func TestRunPassesSIGUSR1On(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(envRole, "usr1")
+	t.Setenv(envDir, dir)
+	t.Setenv("HIERCOMM_FLIGHT_RECORDER", "8")
+	var out, errs procgroup.Buffer
+	codes := make(chan int, 1)
+	go func() {
+		codes <- run([]string{"--nodes", "2", "--ranks-per-node", "1", "--", os.Args[0], "-test.run=^$"}, &out, &errs)
+	}()
+	// Once every rank runs, run has caught SIGUSR1 (before it starts
+	// them), so the signal goes to it, not to this test.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if ents, _ := os.ReadDir(dir); len(ents) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started\n%s%s", out.String(), errs.String())
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-codes:
+		all := out.String() + errs.String()
+		if code != 0 || strings.Count(all, "got SIGUSR1") != 2 {
+			t.Fatalf("hiercomm run exited %d; want both ranks to get SIGUSR1 and exit 0\n%s", code, all)
+		}
+		for r := range 2 {
+			if !strings.Contains(all, fmt.Sprintf("flight recorder: collective comm=world rank=%d seq=1 call=\"AllReduce(4×f32, sum)\" state=ok", r)) {
+				t.Errorf("rank %d wrote no flight recorder on SIGUSR1\n%s", r, all)
+			}
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the ranks never got SIGUSR1")
+	}
+}
 
 func TestRunExitsWithTheFailingProcessCodeAndStopsTheOthers(t *testing.T) {
 	t.Setenv(envRole, "exit3-on-rank1")

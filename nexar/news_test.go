@@ -1,0 +1,166 @@
+package nexar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// One rank alone learns that world rank 3 failed (its membership detector
+// said so; rank 3's process hangs, so nobody else sees anything). Ranks 0
+// and 1 wait on rank 3 in a Split child that the observer, rank 2, is not
+// a member of: the failure news reaches them over the world's links, and
+// their child's collective fails naming the child's rank of world rank 3,
+// and what happened, long before any deadline. Their world communicator is
+// aborted by it too, and a call on it names rank 3.
+func TestFailureNewsReachesEveryCommunicatorOfTheWorld(t *testing.T) {
+	cs := memWorld(t, 4, Options{Timeout: 2 * time.Minute})
+	color := []int{0, 0, 1, 0} // rank 2 is not in the child of 0, 1 and 3
+	children := make([]comm.Communicator, len(cs))
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		var err error
+		children[r], err = c.Split(context.Background(), color[r], -r) // keys reverse the ranks: world 3 is child 0
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, ch := range children {
+			ch.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs = onEveryRank(cs, func(r int, c *Comm) error {
+		switch r {
+		case 2:
+			time.Sleep(50 * time.Millisecond) // the others are waiting by now
+			c.PeerFailed(3, errors.New("the membership detector declared it dead"))
+			return nil
+		case 3:
+			return nil // a hung process: it takes part in nothing
+		}
+		x := make([]float32, 1<<10)
+		err := children[r].AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+		if err := blames(err, 0, "rank 0 "); err != nil {
+			return fmt.Errorf("the child's AllReduce: %w", err)
+		}
+		// Heard as news ("rank 0 (world rank 3, …) failed: … (seen by
+		// world rank 2…"), from the child's other waiting rank, which
+		// heard the news first ("rank 0 failed: … (told by rank 1)"), or
+		// from rank 3 itself, which the observer told too ("rank 0
+		// failed: its peers have expelled it …: … saw it fail: …").
+		if !strings.Contains(err.Error(), "the membership detector declared it dead") {
+			return fmt.Errorf("the child's AllReduce: %q does not say what happened", err)
+		}
+		if err := blames(c.Barrier(ctx), 3, "rank 3 "); err != nil {
+			return fmt.Errorf("the world's Barrier: %w", err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// Only what a rank saw itself, or heard with the observer named, is
+// news: a clean close is not, nor a failure this rank blames on itself
+// (stalled, expelled). What is news reaches every other rank, naming the
+// observer; a rank the observer does not tell (it holds rank 1 and 2 for
+// gone) hears it from the rank that passes it on.
+func TestFailureNewsIsOnlyWhatWasSeen(t *testing.T) {
+	cs := memWorld(t, 5, Options{Timeout: time.Minute})
+	w := cs[0].w
+	w.PeerFailed(1, &comm.PeerError{Peer: 1, Err: ErrPeerClosed})
+	w.PeerFailed(2, &comm.PeerError{Peer: 0, Addr: "this rank", Err: &expelledError{peer: 2, cause: errors.New("closed")}})
+	w.PeerFailed(3, &comm.PeerError{Peer: 3, Err: errors.New("its connection was reset")})
+	for _, r := range []int{1, 2, 4} {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			_, err := cs[r].w.peerState(3)
+			if err != nil {
+				if want := "rank 3 (memory:3) failed: its connection was reset (seen by world rank 0"; !strings.Contains(err.Error(), want) ||
+					r != 4 && !strings.Contains(err.Error(), ", told by world rank ") {
+					t.Errorf("rank %d: the news reads %q", r, err)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d never heard that rank 3 failed", r)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if _, err := cs[4].w.peerState(2); err != nil {
+		t.Errorf("rank 4 heard of rank 2's failure, which rank 0 blamed on itself: %v", err)
+	}
+	if _, err := cs[4].w.peerState(1); err != nil {
+		t.Errorf("rank 4 heard of rank 1's clean close as a failure: %v", err)
+	}
+}
+
+// The observer tells the failed rank too: one that still runs (in
+// memory nothing cuts its links) learns from the news that it was given
+// up, names itself, and says what the observer saw.
+func TestFailureNewsTellsTheRankItNames(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: time.Minute})
+	cs[0].PeerFailed(2, errors.New("the membership detector declared it dead"))
+	for deadline := time.Now().Add(20 * time.Second); cs[2].AbortCause() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 2 never learned that it was given up")
+		}
+	}
+	err := cs[2].Barrier(context.Background())
+	if berr := blames(err, 2, "rank 2 (this rank) failed: its peers have expelled it"); berr != nil || !errors.Is(err, ErrExpelled) ||
+		!strings.Contains(err.Error(), "world rank 0 saw it fail: the membership detector declared it dead") {
+		t.Errorf("rank 2: %v (want ErrExpelled, naming itself and what rank 0 saw): %v", err, berr)
+	}
+}
+
+// A detector on rank 0 takes rank 2 for dead while it runs (a false
+// suspicion, a cut link): rank 1 hears the news and gives rank 2 up too,
+// and rank 2, whose connections its peers cut, learns that it was
+// expelled (ErrExpelled, naming itself) instead of blaming the live rank
+// that cut them, and tells nobody that rank 0 or 1 failed.
+func TestExpelledRankBlamesItself(t *testing.T) {
+	for _, network := range []string{"quic", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cs, err := NewLocalWorld(ctx, 3, network, Options{Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer CloseAll(cs)
+			cs[0].PeerFailed(2, errors.New("the membership detector declared it dead"))
+			errs := onEveryRank(cs, func(r int, c *Comm) error {
+				err := c.Barrier(ctx)
+				if err := blames(err, 2, "rank 2 "); err != nil {
+					return err
+				}
+				if self := r == 2; errors.Is(err, ErrExpelled) != self {
+					return fmt.Errorf("%v: ErrExpelled = %v, want %v", err, !self, self)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+			for _, r := range []int{0, 1} {
+				if _, err := cs[r].w.peerState(1 - r); err != nil {
+					t.Errorf("rank %d holds rank %d for failed: %v", r, 1-r, err)
+				}
+			}
+		})
+	}
+}
