@@ -111,21 +111,23 @@ func (h *Comm) standIn(c comm.Call, why error) (stand comm.Call, ok bool) {
 }
 
 // countsOf is every element count c's buffers imply, the Signature's
-// first, without repeats.
+// first, without repeats. A buffer this rank does not use (a non-root's
+// recv of Reduce, its send of Scatter: comm.Call.Uses) implies nothing.
 func (h *Comm) countsOf(c comm.Call) []int {
 	out := []int{max(0, int(c.Signature().Count))}
-	add := func(b comm.Buffer, per int) {
-		if n := b.Len() / per; !b.IsZero() && !slices.Contains(out, n) {
+	useSend, useRecv := c.Uses(h.rank)
+	add := func(b comm.Buffer, used bool, per int) {
+		if n := b.Len() / per; used && !b.IsZero() && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
 	switch c.Kind {
-	case comm.KindAllReduce, comm.KindReduce, comm.KindScan, comm.KindExScan, comm.KindAllToAll:
-		add(c.Recv, 1)
+	case comm.KindAllReduce, comm.KindReduce, comm.KindScan, comm.KindExScan, comm.KindAllToAll, comm.KindBroadcast:
+		add(c.Recv, useRecv, 1)
 	case comm.KindReduceScatter, comm.KindScatter:
-		add(c.Send, h.size)
+		add(c.Send, useSend, h.size)
 	case comm.KindAllGather, comm.KindGather:
-		add(c.Recv, h.size)
+		add(c.Recv, useRecv, h.size)
 	}
 	return out
 }

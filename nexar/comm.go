@@ -421,6 +421,12 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			switch {
 			case t.Err != nil:
 				o.fail(t.Err, true)
+			case t.Ctx.Err() != nil:
+				// The caller's context ended before the collective began:
+				// fail it before any frame goes out (the op's watch of the
+				// context runs later, on a goroutine of its own), so the
+				// peers wait for no data of this rank.
+				o.fail(localFailure(context.Cause(t.Ctx)), true)
 			case ahead != nil && ahead.fail != nil:
 				o.fail(o.remoteFailure(*ahead.fail), true)
 			case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(j.sig, ahead.sig):

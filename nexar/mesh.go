@@ -318,8 +318,10 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 	l := p.links[int(p.next.Add(1)-1)%len(p.links)]
 	select {
 	case l.sem <- struct{}{}:
-	case <-ctx.Done():
-		return comm.ContextError(ctx.Err())
+	default:
+		if err := acquire(ctx, l.sem); err != nil {
+			return err
+		}
 	}
 	defer func() { <-l.sem }()
 	// A frame that is started is finished, whatever ctx does meanwhile: a
@@ -347,6 +349,31 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 		return perr
 	}
 	return errTransportClosed
+}
+
+// acquire waits for a busy link's semaphore until ctx ends or its
+// deadline passes. A collective's op is a context whose Done closes only
+// when it fails (op.go): its deadline is kept here with a pooled timer, as
+// a waiting receive keeps it, so a send stuck behind another writer ends
+// the op at Options.Timeout.
+func acquire(ctx context.Context, sem chan struct{}) error {
+	var fire <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		t := getTimer(time.Until(d))
+		defer putTimer(t)
+		fire = t.C
+	}
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return comm.ContextError(ctx.Err())
+	case <-fire:
+		if o, ok := ctx.(*op); ok {
+			o.expired()
+		}
+		return comm.ContextError(context.DeadlineExceeded)
+	}
 }
 
 // finishLink writes the goodbye and ends the outgoing stream of l, unless

@@ -109,6 +109,15 @@ func (w *world) expelled(src, observer int, how string) {
 		}
 	})
 	w.log.Warn("nexar: this rank's peers gave it up", "rank", w.rank, "err", err)
+	w.mu.Lock()
+	if w.expelledErr == nil {
+		// Kept for Shrink, which must refuse even on a communicator a
+		// different failure aborted first; the waits watching deaths wake.
+		w.expelledErr = err
+		close(w.deathCh)
+		w.deathCh = make(chan struct{})
+	}
+	w.mu.Unlock()
 	for _, c := range comms {
 		c.abort(&comm.PeerError{Peer: c.rank, Addr: "this rank", Err: err})
 	}

@@ -12,8 +12,12 @@ import (
 // every rank of a world must use the same Options (the algorithm choice is
 // computed from them on every rank and must come out the same).
 type Options struct {
-	// Timeout bounds a collective whose context has no earlier deadline.
-	// If zero, defaults to 10 minutes (as torch.distributed's default).
+	// Timeout bounds a collective whose context has no earlier deadline,
+	// and each Recv. A Send returns once its frames are handed to the
+	// transport, which blocks only while the peer's window is full; a
+	// peer that stops reading is failed within the transport's
+	// FailureTimeout. If zero, defaults to 10 minutes (as
+	// torch.distributed's default).
 	Timeout time.Duration
 	// ProbeAfter is how long a rank waits for a peer's frame before asking
 	// that peer which collective it is in, so mismatched calls that move no

@@ -208,19 +208,38 @@ func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 }
 
 // expelled says why this rank is the one that failed — it was stalled
-// past the failure timeout and its peers gave it up (ErrStalled), or the
-// failure that aborted the communicator blames it — or is nil.
+// past the failure timeout and its peers gave it up (ErrStalled), its
+// peers cut its connections or told it that they gave it up (ErrExpelled,
+// failure news naming it), or the failure that aborted the communicator
+// blames it — or is nil. The error matches comm.ErrPeerFailed, as the
+// agreement's verdict on such a rank does.
 func (c *Comm) expelled() error {
+	gaveUp := func(err error) error {
+		if !errors.Is(err, comm.ErrPeerFailed) {
+			err = fmt.Errorf("%w: %w", comm.ErrPeerFailed, err)
+		}
+		return fmt.Errorf("the other ranks gave this rank up, so it is in no shrunk communicator: %w", err)
+	}
+	c.w.mu.Lock()
+	told := c.w.expelledErr
+	c.w.mu.Unlock()
+	if told != nil {
+		return gaveUp(told)
+	}
 	for p, wr := range c.members {
 		if p == c.rank {
 			continue
 		}
-		if _, err := c.w.peerState(wr); errors.Is(err, ErrStalled) {
-			return fmt.Errorf("the other ranks gave this rank up, so it is in no shrunk communicator: %w", err)
+		if _, err := c.w.peerState(wr); errors.Is(err, ErrStalled) || errors.Is(err, ErrExpelled) {
+			return gaveUp(err)
 		}
 	}
-	if wr, ok := c.blamedWorldRank(c.AbortCause()); ok && wr == c.w.rank {
-		return fmt.Errorf("the failure that aborted the communicator is this rank's, so it is in no shrunk communicator: %w", c.AbortCause())
+	cause := c.AbortCause()
+	if errors.Is(cause, ErrStalled) || errors.Is(cause, ErrExpelled) {
+		return gaveUp(cause)
+	}
+	if wr, ok := c.blamedWorldRank(cause); ok && wr == c.w.rank {
+		return fmt.Errorf("the failure that aborted the communicator is this rank's, so it is in no shrunk communicator: %w", cause)
 	}
 	return nil
 }
@@ -253,6 +272,10 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 		for _, p := range live {
 			m, gone, err := c.awaitShrink(ctx, attempt, round, p)
 			switch {
+			case err != nil && (errors.Is(err, ErrExpelled) || errors.Is(err, ErrStalled)):
+				// The others gave this rank up: none waits for it, and an
+				// abandon from it would fail their agreement.
+				return nil, err
 			case err != nil:
 				// The deadline: everyone waiting on this rank learns why.
 				return nil, c.abandonShrink(c.livePeers(union), attempt, round+1, err)
@@ -386,6 +409,11 @@ func (c *Comm) awaitShrink(ctx context.Context, attempt uint64, round uint32, p 
 		if ok {
 			return m, nil, nil
 		}
+		if err := c.expelled(); err != nil {
+			// Told meanwhile that the others gave this rank up (failure
+			// news, which also wakes deaths): they will not send to it.
+			return m, nil, err
+		}
 		deaths, _ := c.w.peerState(c.members[p])
 		c.mu.Lock()
 		leftCh := c.leftCh
@@ -401,6 +429,8 @@ func (c *Comm) awaitShrink(ctx context.Context, attempt uint64, round uint32, p 
 		case <-arrived:
 		case <-deaths:
 		case <-leftCh:
+		case <-c.done:
+			return m, nil, comm.ErrClosed
 		case <-ctx.Done():
 			return m, nil, &peerFault{peer: p, err: fmt.Errorf("%w: rank %d%s had not joined the agreement on the failed ranks (round %d): every surviving rank must call Shrink",
 				comm.ContextError(ctx.Err()), p, c.rankNote(p), round)}

@@ -28,6 +28,9 @@ type world struct {
 	dead    map[int]error      // peers (world ranks) whose connection failed
 	deathCh chan struct{}      // closed and replaced each time a peer dies
 	holds   int                // communicators that keep tr open: the world Comm and those shrunk (shrink.go)
+	// expelledErr: a peer told this rank that it was given up (news.go);
+	// Shrink then refuses (shrink.go).
+	expelledErr error
 }
 
 // frame is an arrived frame, with its sender as a rank of the communicator
