@@ -1,12 +1,8 @@
 package launch
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/hiercomm/hiercomm/cluster"
 )
 
 // RunFailing is Run for a job that must fail (a check's test, with a bug
@@ -14,18 +10,11 @@ import (
 // exited, and fails t if none of them failed.
 func RunFailing(t *testing.T, layout []int, args string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out strings.Builder // the launcher writes one line at a time
-	job, err := cluster.StartLocal(ctx, localSpec(layout, args, &out))
-	if err != nil {
-		t.Fatal(err)
+	out, err := runJob(t, layout, args)
+	if err == nil {
+		t.Fatalf("the job of %v with %q succeeded; it should have failed", layout, args)
 	}
-	if err := job.Wait(); err == nil {
-		t.Fatalf("the job of %v with %q succeeded; it should have failed:\n%s", layout, args, out.String())
-	}
-	t.Log(out.String())
-	return out.String()
+	return out
 }
 
 // TestMainPlanting is TestMain for an example whose tests plant bugs in

@@ -41,6 +41,17 @@ func TestMain(m *testing.M, run func(args []string) error) {
 // failed.
 func Run(t *testing.T, layout []int, args string) string {
 	t.Helper()
+	out, err := runJob(t, layout, args)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+// runJob runs the job of Run and returns its output (logged) and how it
+// ended; it fails t if the job cannot start.
+func runJob(t *testing.T, layout []int, args string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out strings.Builder // the launcher writes one line at a time
@@ -48,11 +59,9 @@ func Run(t *testing.T, layout []int, args string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := job.Wait(); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
+	err = job.Wait()
 	t.Log(out.String())
-	return out.String()
+	return out.String(), err
 }
 
 // localSpec is the local job of layout whose ranks run the example with
