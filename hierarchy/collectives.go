@@ -101,6 +101,9 @@ func (h *Comm) dispatch(x *phases, c comm.Call) bool {
 func (h *Comm) standIn(c comm.Call, why error) (stand comm.Call, ok bool) {
 	counts := h.countsOf(c)
 	stand = h.shapeOf(c, counts[0])
+	if len(counts) == 1 {
+		return stand, true // one count: nothing to compare (no dry run)
+	}
 	plan := h.planOf(stand, why)
 	for _, n := range counts[1:] {
 		if !slices.Equal(h.planOf(h.shapeOf(c, n), why), plan) {

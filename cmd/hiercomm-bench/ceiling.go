@@ -87,31 +87,14 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 	// Each of the pair binds a port of its data address's host; the
 	// others offer 0. Every rank sees every offer, so all agree whether
 	// the pair goes on.
-	var pc net.PacketConn
-	var ln net.Listener
-	port := []int64{0}
+	var bd bound
 	var bindErr error
 	if me == a || me == b {
-		host, _, err := net.SplitHostPort(topo.Member(me).Addr)
-		if err != nil {
-			bindErr = fmt.Errorf("rank %d's address %q: %w", me, topo.Member(me).Addr, err)
-		} else if network == "quic" {
-			if pc, bindErr = net.ListenPacket("udp", net.JoinHostPort(host, "0")); bindErr == nil {
-				port[0] = int64(pc.LocalAddr().(*net.UDPAddr).Port)
-			}
-		} else if ln, bindErr = net.Listen("tcp", net.JoinHostPort(host, "0")); bindErr == nil {
-			port[0] = int64(ln.Addr().(*net.TCPAddr).Port)
-		}
+		bd, bindErr = bindPort(topo, me, network)
 	}
-	// release closes what this rank bound, when no transport takes it over.
-	release := func() {
-		if pc != nil {
-			pc.Close()
-		}
-		if ln != nil {
-			ln.Close()
-		}
-	}
+	port := []int64{bd.port}
+	release := bd.release
+	pc, ln := bd.pc, bd.ln
 	ports := make([]int64, P)
 	if err := c.AllGather(ctx, comm.Host(port), comm.Host(ports)); err != nil {
 		release()
@@ -157,6 +140,44 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 	return out, c.Barrier(ctx)
 }
 
+// bound is a port a rank bound on its data address's host for a bare
+// transport: a UDP socket (QUIC) or a TCP listener, and its number (0 when
+// nothing is bound).
+type bound struct {
+	pc   net.PacketConn
+	ln   net.Listener
+	port int64
+}
+
+// bindPort binds a port of rank me's data address's host for network.
+func bindPort(topo *topology.Topology, me int, network string) (bound, error) {
+	var b bound
+	host, _, err := net.SplitHostPort(topo.Member(me).Addr)
+	switch {
+	case err != nil:
+		return b, fmt.Errorf("rank %d's address %q: %w", me, topo.Member(me).Addr, err)
+	case network == "quic":
+		if b.pc, err = net.ListenPacket("udp", net.JoinHostPort(host, "0")); err == nil {
+			b.port = int64(b.pc.LocalAddr().(*net.UDPAddr).Port)
+		}
+	default:
+		if b.ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err == nil {
+			b.port = int64(b.ln.Addr().(*net.TCPAddr).Port)
+		}
+	}
+	return b, err
+}
+
+// release closes what b holds, when no transport takes it over.
+func (b bound) release() {
+	if b.pc != nil {
+		b.pc.Close()
+	}
+	if b.ln != nil {
+		b.ln.Close()
+	}
+}
+
 // measureDoubling is collective over c: every rank binds a port, builds a
 // bare transport to every other, and runs rawPings recursive-doubling
 // exchanges of 8-byte frames (after rawWarmPings); rank 0 returns the
@@ -165,27 +186,11 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 // returns it without the figure.
 func measureDoubling(ctx context.Context, c comm.Communicator, topo *topology.Topology, network string, key []byte) (float64, error) {
 	P, me := c.Size(), c.Rank()
-	host, _, err := net.SplitHostPort(topo.Member(me).Addr)
-	var pc net.PacketConn
-	var ln net.Listener
-	port := []int64{0}
-	if err == nil {
-		if network == "quic" {
-			if pc, err = net.ListenPacket("udp", net.JoinHostPort(host, "0")); err == nil {
-				port[0] = int64(pc.LocalAddr().(*net.UDPAddr).Port)
-			}
-		} else if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err == nil {
-			port[0] = int64(ln.Addr().(*net.TCPAddr).Port)
-		}
-	}
+	bd, err := bindPort(topo, me, network)
+	pc, ln := bd.pc, bd.ln
 	ports := make([]int64, P)
-	if gerr := c.AllGather(ctx, comm.Host(port), comm.Host(ports)); gerr != nil || slices.Contains(ports, 0) {
-		if pc != nil {
-			pc.Close()
-		}
-		if ln != nil {
-			ln.Close()
-		}
+	if gerr := c.AllGather(ctx, comm.Host([]int64{bd.port}), comm.Host(ports)); gerr != nil || slices.Contains(ports, 0) {
+		bd.release()
 		return 0, cmp.Or(err, gerr, fmt.Errorf("a rank could not bind a port"))
 	}
 	addrs := make([]string, P)
