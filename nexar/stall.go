@@ -51,7 +51,7 @@ func (e *expelledError) Unwrap() []error { return []error{ErrExpelled, e.cause} 
 type stallWatch struct {
 	every time.Duration // how often the goroutine notes the time
 	limit time.Duration // a gap longer than this is a stall
-	keep  time.Duration // a stall counts for failures found this long after it ended (FailureTimeout)
+	keep  time.Duration // a stall counts for failures found this long after it ended (see newStallWatch)
 
 	mu   sync.Mutex // guards the fields below
 	last time.Time  // the goroutine's last note
@@ -65,12 +65,17 @@ type stallWatch struct {
 
 // newStallWatch watches this process for stalls longer than half of
 // failureTimeout (and than a second, so that a loaded host's scheduling
-// delays are not taken for one), until close.
+// delays are not taken for one), until close. A stall explains failures
+// found up to twice failureTimeout (and a second more) after it ended: a
+// peer that gave this rank up sends nothing more, but the packets it sent
+// before, read on waking, restart the link's silence clock, which then
+// runs out a whole failureTimeout after the wake (seen over QUIC: the
+// woken rank blamed a live peer); the extra second is for a loaded host.
 func newStallWatch(failureTimeout time.Duration) *stallWatch {
 	s := &stallWatch{
 		every: min(max(failureTimeout/20, 5*time.Millisecond), 250*time.Millisecond),
 		limit: max(failureTimeout/2, time.Second),
-		keep:  failureTimeout,
+		keep:  2*failureTimeout + time.Second,
 		last:  time.Now(),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
