@@ -144,6 +144,10 @@ type Comm struct {
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	aborted error // the first failure that aborted the hierarchy
+	// running says a collective or Split is in its phases; deferred is
+	// a part's abort that watch saw meanwhile, applied when it ends.
+	running  bool
+	deferred error
 }
 
 // task is a collective or Split on the executor; X, when set, is a Split,
@@ -256,6 +260,15 @@ func New(cfg Config) (*Comm, error) {
 // deadline) are left to the phase that meets them, which reports them in
 // the user's terms; the hierarchy's own abort of its parts comes back
 // here and changes nothing.
+//
+// A collective in its phases when the news comes finishes first: the
+// news may be of a failure in a later collective of ranks ahead of this
+// one (a rank that left after a Barrier every rank had entered, found
+// by a node-mate in the next call), and aborting now would fail this
+// rank's phases on healthy parts, and its part-mates' with them, in a
+// collective that every rank can complete. The phases still fail on
+// their own where the failure reaches them: on the aborted part, or on a
+// part a peer aborted, or by its transport or liveness check.
 func (h *Comm) watch(p part, w comm.AbortWatcher) {
 	select {
 	case <-h.stop:
@@ -267,10 +280,33 @@ func (h *Comm) watch(p part, w comm.AbortWatcher) {
 		return
 	}
 	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
-		h.abort(pe)
+		cause = pe
+	} else {
+		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
+	}
+	h.mu.Lock()
+	if h.running {
+		if h.deferred == nil {
+			h.deferred = cause
+		}
+		h.mu.Unlock()
 		return
 	}
-	h.abort(fmt.Errorf("%s was aborted: %w", p.name, cause))
+	h.mu.Unlock()
+	h.abort(cause)
+}
+
+// ended marks the end of runTask's collective or Split, and applies the
+// abort watch deferred meanwhile.
+func (h *Comm) ended() {
+	h.mu.Lock()
+	h.running = false
+	cause := h.deferred
+	h.deferred = nil
+	h.mu.Unlock()
+	if cause != nil {
+		h.abort(cause)
+	}
 }
 
 // Build splits world into the intra and rail parts the topology describes
@@ -402,7 +438,9 @@ func (h *Comm) check(call comm.Call) error {
 func (h *Comm) runTask(t *task) error {
 	h.mu.Lock()
 	aborted := h.aborted
+	h.running = true
 	h.mu.Unlock()
+	defer h.ended()
 	switch {
 	case aborted != nil && t.Err == nil:
 		return h.opError(t.Call.Kind, t.Seq, culpritOr(aborted, -1), &comm.AbortedError{Cause: aborted})

@@ -50,6 +50,7 @@ type Comm struct {
 	users   sync.WaitGroup // goroutines that touch the mapping but the executor's: the p2p engine, the heartbeat, Abort
 	closing atomic.Bool    // set by Close: every wait ends with comm.ErrClosed
 	killed  atomic.Bool    // test hook: the rank behaves as a process that died
+	passed  atomic.Uint64  // the last step whose wait ended with every peer posted (abortPassed)
 	shrinks atomic.Uint64  // Shrink calls, for the survivors' segment names (shrink.go)
 	stopHB  chan struct{}
 }

@@ -64,7 +64,7 @@ const (
 	aCode     = 0  // u32
 	aPeer     = 4  // i32
 	aLen      = 8  // u32
-	aFlags    = 12 // u32: abortOutside
+	aFlags    = 12 // u32: abortOutside, abortPassed
 	aStep     = 16 // u64
 	aText     = 32
 	abortText = cMeta - cAbort - aText
@@ -73,6 +73,12 @@ const (
 // abortOutside, in an abort record's flags: the peer it names is a rank of
 // the composed communicator that aborted this one (comm.Blame.Outside).
 const abortOutside = 1
+
+// abortPassed, in an abort record's flags: the rank had seen every peer
+// post its last step before it aborted, so it did not give up waiting in
+// that step (it finished its collective, then aborted on news of a later
+// failure).
+const abortPassed = 2
 
 // Meta part fields: what a rank says about the collective of its header step.
 const (

@@ -124,9 +124,13 @@ func (c *Comm) writeAbort(cause error) {
 	n := copy(mem[base+aText:base+aText+abortText], text)
 	atomic.StoreUint32(u32At(mem, base+aCode), uint32(code))
 	atomic.StoreUint32(u32At(mem, base+aPeer), uint32(peer))
-	atomic.StoreUint32(u32At(mem, base+aFlags), flags)
 	atomic.StoreUint32(u32At(mem, base+aLen), uint32(n))
-	atomic.StoreUint64(u64At(mem, base+aStep), atomic.LoadUint64(c.mine.posted))
+	posted := atomic.LoadUint64(c.mine.posted)
+	if c.passed.Load() == posted {
+		flags |= abortPassed
+	}
+	atomic.StoreUint32(u32At(mem, base+aFlags), flags)
+	atomic.StoreUint64(u64At(mem, base+aStep), posted)
 	c.setState(stateAborted)
 }
 

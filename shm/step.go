@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
@@ -245,8 +246,11 @@ func (s *stepper) checkCounts(g uint64) error {
 	return nil
 }
 
-// abortedHere reports whether peer q aborted while waiting in step g.
+// abortedHere reports whether peer q aborted while waiting in step g: it
+// posted g last and had not seen every peer post it (abortPassed). One
+// that had finished its collective and aborted on news of a later
+// failure has not left this one.
 func (c *Comm) abortedHere(q int, g uint64) bool {
 	at, aborted := c.abortedAt(q)
-	return aborted && at == g
+	return aborted && at == g && atomic.LoadUint32(u32At(c.seg.mem, c.seg.l.ctl(q)+cAbort+aFlags))&abortPassed == 0
 }

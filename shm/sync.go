@@ -150,6 +150,9 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 	noted := false
 	for i := 0; ; i++ {
 		if wait, err := behind(); err != nil || !wait {
+			if err == nil {
+				c.passed.Store(g)
+			}
 			return err
 		}
 		if err := c.local(); err != nil {
