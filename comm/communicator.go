@@ -98,10 +98,11 @@ func Abort(c Communicator, cause error) {
 
 // AbortWatcher is a Communicator that says when it is aborted — by a
 // failure it saw, by a peer's news, or through Abort — so that a
-// communicator composed of it and others (hierarchy) aborts the others at
-// once: news that reaches a rank through one part ends what waits on
+// communicator composed of it and others (hierarchy) aborts the others:
+// news that reaches a rank through one part ends what would wait on
 // another (a node-mate of a dead rank may be waiting in the intra-node
-// part while a rail brings the news).
+// part while a rail brings the news). The hierarchy does so once its
+// collective in progress, if any, has ended (hierarchy.Comm's watch).
 type AbortWatcher interface {
 	// Aborted returns a channel that is closed once the communicator is
 	// aborted; AbortCause is then the failure that aborted it (nil
@@ -119,6 +120,24 @@ type AbortWatcher interface {
 // ranks out of range, and repeated reports change nothing.
 type PeerFailer interface {
 	PeerFailed(rank int, cause error)
+}
+
+// ProgressCensus is a Communicator on which a composed communicator is
+// built (a hierarchy's world part, which has every rank) and which can
+// ask every rank, outside any collective, how far its composed
+// communicator has got. When a collective passes its deadline, the
+// composed communicator asks, so that its error names the ranks that had
+// not started the collective (*LateError), however many parts away they
+// stood from the rank that waited.
+type ProgressCensus interface {
+	// SetProgress installs what this rank answers: its composed
+	// communicator's last started collective. f must not block.
+	SetProgress(f func() uint64)
+	// Progress asks every rank, and returns the answers that arrived by
+	// the time every rank had replied or ctx ended; answered[r] is false
+	// for a rank that did not answer (stopped, cut off, or with nothing
+	// installed).
+	Progress(ctx context.Context) (last []uint64, answered []bool)
 }
 
 // NoColor is the Split color of a rank that wants no new communicator.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
@@ -148,6 +149,11 @@ type Comm struct {
 	// a part's abort that watch saw meanwhile, applied when it ends.
 	running  bool
 	deferred error
+
+	// started is the last collective or Split that began to run here:
+	// what this rank answers a progress census on the world part
+	// (comm.ProgressCensus, census).
+	started atomic.Uint64
 }
 
 // task is a collective or Split on the executor; X, when set, is a Split,
@@ -245,6 +251,9 @@ func New(cfg Config) (*Comm, error) {
 		h.cfg.Stager = NewHostStager()
 	}
 	h.stop = make(chan struct{})
+	if pc, ok := h.world.(comm.ProgressCensus); ok {
+		pc.SetProgress(h.started.Load)
+	}
 	for _, p := range []part{h.railP, h.intraP, h.worldPart()} {
 		if w, ok := p.c.(comm.AbortWatcher); ok {
 			h.watchers.Go(func() { h.watch(p, w) })
@@ -441,6 +450,9 @@ func (h *Comm) runTask(t *task) error {
 	h.running = true
 	h.mu.Unlock()
 	defer h.ended()
+	if t.Seq > h.started.Load() {
+		h.started.Store(t.Seq) // only this goroutine stores (the executor runs one task at a time)
+	}
 	switch {
 	case aborted != nil && t.Err == nil:
 		return h.opError(t.Call.Kind, t.Seq, culpritOr(aborted, -1), &comm.AbortedError{Cause: aborted})

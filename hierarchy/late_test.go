@@ -15,61 +15,60 @@ import (
 )
 
 // A rank that never starts a collective: the others' deadlines pass, and
-// their errors name the ranks they were waiting for by global rank (a
-// part's own numbering passed off as a global rank used to name the
-// waiting rank itself), never the rank returning the error; the
-// straggler's node-mate, which waited on it directly, names it.
+// every one of their errors names it by global rank and place — also the
+// ranks that waited on it through two or three parts (rank 1 waits in
+// the intra-node part for rank 0, which waits on the rail for rank 2,
+// which waits in its node for rank 3): the hierarchy's deadline asks
+// every rank where it is (comm.ProgressCensus). No error names the rank
+// returning it (a part's own numbering passed off as a global rank used
+// to), and OpError.Peer is the straggler.
 func TestDeadlineNamesTheRanksThatHadNotStarted(t *testing.T) {
-	l := layout{name: "2x2", perNode: []int{2, 2}}
-	tp := topo(t, l)
-	cs := build(t, l, "nexar", hierarchy.Config{})
-	const straggler = 3
-	errs := each(cs, func(r int, c comm.Communicator) error {
-		if r == straggler {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		x := make([]float32, 17)
-		return c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
-	})
-	hint := regexp.MustCompile(`rank (\d+) \(node (\d+), local (\d+)\) had not started`)
-	named := false
-	for r, err := range errs {
-		if r == straggler {
-			continue
-		}
-		if !errors.Is(err, comm.ErrTimeout) {
-			t.Errorf("rank %d: %v, want a timeout", r, err)
-			continue
-		}
-		msg := err.Error()
-		if strings.Contains(msg, "had not started") && !hint.MatchString(msg) {
-			t.Errorf("rank %d: %q names a rank that had not started without its place (a part's own rank?)", r, msg)
-		}
-		for _, m := range hint.FindAllStringSubmatch(msg, -1) {
-			g, _ := strconv.Atoi(m[1])
-			if g == r {
-				t.Errorf("rank %d: %q says this rank itself had not started", r, msg)
+	for _, intra := range []string{"nexar", "shm"} {
+		t.Run(intra, func(t *testing.T) {
+			l := layout{name: "2x2", perNode: []int{2, 2}}
+			tp := topo(t, l)
+			cs := build(t, l, intra, hierarchy.Config{})
+			const straggler = 3
+			errs := each(cs, func(r int, c comm.Communicator) error {
+				if r == straggler {
+					return nil
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				x := make([]float32, 17)
+				return c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+			})
+			hint := regexp.MustCompile(`rank (\d+) \(node (\d+), local (\d+)\) had not started`)
+			for r, err := range errs {
+				if r == straggler {
+					continue
+				}
+				if !errors.Is(err, comm.ErrTimeout) {
+					t.Errorf("rank %d: %v, want a timeout", r, err)
+					continue
+				}
+				msg := err.Error()
+				named := false
+				for _, m := range hint.FindAllStringSubmatch(msg, -1) {
+					g, _ := strconv.Atoi(m[1])
+					if g == r {
+						t.Errorf("rank %d: %q says this rank itself had not started", r, msg)
+					}
+					if want := fmt.Sprintf("%d %d", tp.NodeOf(g), tp.LocalRank(g)); m[2]+" "+m[3] != want {
+						t.Errorf("rank %d: %q places rank %d at node %s, local %s; it is at %s", r, msg, g, m[2], m[3], want)
+					}
+					named = named || g == straggler
+				}
+				if !named {
+					t.Errorf("rank %d: %q does not name the straggler, rank %d", r, msg, straggler)
+				}
+				var oe *comm.OpError
+				if errors.As(err, &oe) && oe.Peer != straggler {
+					t.Errorf("rank %d: %v: OpError.Peer %d, want the straggler, %d", r, err, oe.Peer, straggler)
+				}
+				t.Logf("rank %d: %v", r, err)
 			}
-			if want := fmt.Sprintf("%d %d", tp.NodeOf(g), tp.LocalRank(g)); m[2]+" "+m[3] != want {
-				t.Errorf("rank %d: %q places rank %d at node %s, local %s; it is at %s", r, msg, g, m[2], m[3], want)
-			}
-			if g == straggler {
-				named = true
-			}
-		}
-		var late *comm.LateError
-		if errors.As(err, &late) {
-			var oe *comm.OpError
-			if errors.As(err, &oe) && oe.Peer != late.Ranks[0] {
-				t.Errorf("rank %d: %v: OpError.Peer %d, want the rank waited for, %d", r, err, oe.Peer, late.Ranks[0])
-			}
-		}
-		t.Logf("rank %d: %v", r, err)
-	}
-	if !named {
-		t.Errorf("no error names the straggler, rank %d", straggler)
+		})
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
@@ -208,14 +210,87 @@ func (x *phases) fail(p part, err error) {
 		}
 		fallthrough
 	default:
-		if late := x.h.late(p, err); late != nil {
-			x.fatal = x.h.opError(x.kind, x.seq, late.Ranks[0], late)
+		late := x.h.late(p, err)
+		if errors.Is(err, comm.ErrTimeout) && !fromPeer(err) {
+			// This rank's deadline: ask every rank where it is, so that
+			// the error names the ranks that had not started this
+			// collective, not only the part's peer it waited on.
+			if g := x.h.census(x.seq, x.kind, late); g != nil {
+				late = g
+			}
+		}
+		if late != nil {
+			x.fatal = x.h.opError(x.kind, x.seq, firstOr(late.Ranks, -1), late)
 		} else {
 			x.fatal = x.h.opError(x.kind, x.seq, peer, p.wrap(err))
 		}
 		cause = x.fatal
 	}
 	x.h.abort(cause)
+}
+
+// censusWait bounds the progress census that a rank's deadline starts:
+// every live rank answers at once from its read loop, so only a rank that
+// is stopped or cut off makes the census last this long.
+const censusWait = 500 * time.Millisecond
+
+// census asks every rank, over the world part (comm.ProgressCensus), which
+// collective it last started, and returns the deadline error of
+// collective seq naming, by global rank, those that had not started it;
+// ranks that did not answer in censusWait are said so. It returns nil
+// when the world part cannot ask, or when every rank answered and had
+// started seq (then the part's own deadline error, part, says the most).
+func (h *Comm) census(seq uint64, kind comm.Kind, part *comm.LateError) *comm.LateError {
+	pc, ok := h.world.(comm.ProgressCensus)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
+	defer cancel()
+	last, answered := pc.Progress(ctx)
+	var base error = comm.ContextError(context.DeadlineExceeded)
+	if part != nil {
+		base = part.Err
+	}
+	g := &comm.LateError{Err: base, Seq: seq, What: fmt.Sprintf("this %v #%d", kind, seq)}
+	var silent []string
+	for r := range min(len(last), h.size) {
+		switch {
+		case r == h.rank:
+		case !answered[r]:
+			silent = append(silent, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
+		case last[r] < seq:
+			g.Ranks = append(g.Ranks, r)
+			g.Last = append(g.Last, last[r])
+			g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
+		}
+	}
+	if len(silent) > 0 {
+		g.Err = fmt.Errorf("%w; %s did not say within %v where they were (stopped, or cut off?)", g.Err, strings.Join(silent, ", "), censusWait)
+	}
+	if len(g.Ranks) == 0 && len(silent) == 0 {
+		return nil
+	}
+	if len(g.Ranks) == 0 && part != nil {
+		part.Err = g.Err
+		return part
+	}
+	return g
+}
+
+// firstOr is rs[0], or def when rs is empty.
+func firstOr(rs []int, def int) int {
+	if len(rs) == 0 {
+		return def
+	}
+	return rs[0]
+}
+
+// fromPeer reports whether err is a peer's failure reported to this rank
+// (a *comm.RemoteError: its deadline, its refusal), not this rank's own.
+func fromPeer(err error) bool {
+	var re *comm.RemoteError
+	return errors.As(err, &re)
 }
 
 // late is a part's deadline that names the part's ranks that had not

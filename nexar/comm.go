@@ -34,6 +34,7 @@ type Comm struct {
 	done      chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
 	notes     lastWords        // control frames being sent (failure notices, probe answers); see note
 	shrink    shrinkBox        // Shrink's agreement (shrink.go)
+	census    census           // the progress census (progress.go)
 	// holds: a communicator made by Shrink keeps the transport open, as
 	// the world Comm does; the last of them to close closes it. Set
 	// before the communicator is registered.
@@ -484,6 +485,10 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		c.onProbeReply(f)
 	case FrameShrink:
 		c.onShrink(f)
+	case FrameProgress:
+		c.onProgress(f)
+	case FrameProgressReply:
+		c.onProgressReply(f)
 	case FrameClosed:
 		putBuf(payload)
 		c.mu.Lock()

@@ -41,6 +41,14 @@ const (
 	// rank Seq saw it (the sender, or the rank it heard it from); the
 	// payload says what happened, in the observer's words.
 	FramePeerDown
+	// FrameProgress asks the receiver how far the communicator composed
+	// on this one has got (the progress census, progress.go); Seq numbers
+	// the query.
+	FrameProgress
+	// FrameProgressReply answers query Seq: Sig.Root is 1 when the
+	// receiver has an answer, Sig.Count is then its last started
+	// collective.
+	FrameProgressReply
 	frameKindEnd
 )
 
@@ -62,6 +70,10 @@ func (k FrameKind) String() string {
 		return "shrink"
 	case FramePeerDown:
 		return "peer-down"
+	case FrameProgress:
+		return "progress"
+	case FrameProgressReply:
+		return "progress-reply"
 	}
 	return "frame(?)"
 }

@@ -1,0 +1,43 @@
+package nexar
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The progress census: every rank answers what its owner installed, also
+// outside any collective; a rank with nothing installed or one that has
+// closed counts as not answered, and the census ends when every live
+// rank has replied, not at its deadline.
+func TestProgressCensus(t *testing.T) {
+	cs := memWorld(t, 4, Options{Timeout: time.Minute})
+	cs[0].SetProgress(func() uint64 { return 5 })
+	cs[1].SetProgress(func() uint64 { return 7 })
+	// cs[2] installs nothing.
+	cs[3].SetProgress(func() uint64 { return 9 })
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	last, answered := cs[0].Progress(ctx)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the census took %v: it waited for its deadline, not for the replies", took)
+	}
+	if want := []uint64{5, 7, 0, 9}; !slices.Equal(last, want) {
+		t.Errorf("last = %v, want %v", last, want)
+	}
+	if want := []bool{true, true, false, true}; !slices.Equal(answered, want) {
+		t.Errorf("answered = %v, want %v", answered, want)
+	}
+
+	if err := cs[3].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	_, answered = cs[1].Progress(ctx2)
+	if want := []bool{true, true, false, false}; !slices.Equal(answered, want) {
+		t.Errorf("after rank 3 closed: answered = %v, want %v", answered, want)
+	}
+}
