@@ -208,9 +208,24 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 		}
 	}
 	checkLast = s.Check && warmup <= 0
+	// The calibration takes the median of the warmup iterations but the
+	// first, not the last one alone. One iteration of a call whose ranks
+	// pipeline (Broadcast's root returns at once) lasts anything from its
+	// share of the stream to a millisecond's hiccup on a shared core, and
+	// the first also waits out the ranks' skew from what came before.
+	// Timed by the last iteration alone, sizes of one call ran 13 or 40
+	// iterations where their neighbours ran thousands, timing another
+	// regime: on 2 cores over QUIC, the hierarchy's 8–1024-byte
+	// Broadcast (its flat world part's own Broadcast) read 0.01–2.5 times
+	// the flat one's speed from one run to the next. The median can only
+	// run more iterations than fit the budget, never fewer.
+	var warm []float64
 	for k := range warmup {
 		if err := timed(); err != nil {
 			return err
+		}
+		if k > 0 {
+			warm = append(warm, last.Seconds())
 		}
 		if k == 0 && !s.Check && warmup > 1 {
 			l, err := long()
@@ -226,7 +241,11 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 	var times []float64 // seconds per iteration, this rank
 	var netSent int64   // this rank's counter growth over the timed iterations
 	if iters == 0 {
-		slowest := []float64{last.Seconds()}
+		per := last.Seconds()
+		if len(warm) > 0 {
+			per = median(warm)
+		}
+		slowest := []float64{per}
 		if err := c.AllReduce(ctx, comm.Host(slowest), comm.Host(slowest), comm.Max); err != nil {
 			return err
 		}
