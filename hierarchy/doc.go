@@ -97,7 +97,10 @@
 // the hierarchy: every part is aborted through comm.Aborter, which tells
 // its peers, so every rank of every part learns of it; a part aborted by
 // a peer's news of a failure aborts the hierarchy in turn
-// (comm.AbortWatcher). A mismatch is reported as a *comm.MismatchError
+// (comm.AbortWatcher), once the collective in progress, if any, has ended.
+// A deadline names the ranks that had not started the collective,
+// whichever part they are in: the hierarchy asks every rank over its world
+// part (comm.ProgressCensus). A mismatch is reported as a *comm.MismatchError
 // whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
 // part the news came through. After a failure, Shrink (comm.Shrinker)

@@ -288,7 +288,7 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
-	c.notes.shut() // each is bounded by controlTimeout
+	c.notes.shut() // each is bounded (controlTimeout)
 	if !c.owner {
 		// After the notices queued before (a failure's reason must reach
 		// the peers before the news that this rank is gone).
@@ -580,7 +580,7 @@ func (c *Comm) announceClose() {
 			c.sendControl(p, Header{Kind: FrameClosed, Comm: c.id, Sig: comm.Signature{Count: int64(c.sent[p].Load())}}, nil)
 		})
 	}
-	wg.Wait() // each is bounded by controlTimeout
+	wg.Wait() // each is bounded (controlTimeout)
 }
 
 // sendFrame sends a data or point-to-point frame to peer, counted for
@@ -775,7 +775,8 @@ func (l *lastWords) shut() {
 	l.wg.Wait()
 }
 
-// sendControl sends a small frame, best effort, bounded in time.
+// sendControl sends a small frame, best effort, bounded in time (see
+// controlTimeout).
 func (c *Comm) sendControl(peer int, h Header, payload []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()

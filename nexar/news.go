@@ -125,7 +125,7 @@ func (w *world) expelled(src, observer int, how string) {
 
 // spread sends the news that world rank x failed (seen by observer: how)
 // to every live rank but the observer and skip, and to x only from the
-// observer, each send on its own goroutine, bounded by controlTimeout;
+// observer, each send on its own goroutine, bounded (controlTimeout);
 // the world Comm's Close waits for them, so a rank's last news reaches
 // its peers.
 func (w *world) spread(x, observer int, how string, skip int) {

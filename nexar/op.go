@@ -14,7 +14,12 @@ import (
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
-// controlTimeout bounds the sending of failure notices and probe answers.
+// controlTimeout bounds the wait of a control frame (a failure notice, a
+// probe answer, FrameClosed, a Shrink round) for a link another send is
+// using. A frame that has started is finished: its write blocks only while
+// the peer's receive window is full, which ends within FailureTimeout (the
+// peer reads, or is declared failed). So a control send lasts at most
+// controlTimeout plus FailureTimeout.
 const controlTimeout = 5 * time.Second
 
 // op is one collective in flight on one rank: the schedule's view of the

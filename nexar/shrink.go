@@ -360,7 +360,7 @@ func (c *Comm) sendShrink(peers []int, attempt uint64, round uint32, m shrinkMsg
 	for _, p := range peers {
 		wg.Go(func() { c.sendControl(p, h, payload) })
 	}
-	wg.Wait() // each is bounded by controlTimeout
+	wg.Wait() // each is bounded (controlTimeout)
 }
 
 // peerGone is why comm rank p is gone — its process or connection failed,
