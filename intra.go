@@ -92,6 +92,9 @@ func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topo
 	node := topo.Nodes()[topo.NodeOf(rank)]
 	cfg := opt.Shm
 	cfg.Namespace, cfg.Rank, cfg.Size = shmNamespace(l, topo.Member(rank).Host), topo.LocalRank(rank), len(node.Ranks)
+	if cfg.HostProcs == 0 {
+		cfg.HostProcs = l.HostProcs
+	}
 	c, err := shm.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: joining rank %d to its node's shared memory: %w", rank, err)

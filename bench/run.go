@@ -217,8 +217,8 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 	// iterations where their neighbours ran thousands, timing another
 	// regime: on 2 cores over QUIC, the hierarchy's 8–1024-byte
 	// Broadcast (its flat world part's own Broadcast) read 0.01–2.5 times
-	// the flat one's speed from one run to the next. The median can only
-	// run more iterations than fit the budget, never fewer.
+	// the flat one's speed from one run to the next. With the check (-c 1)
+	// its run is the first warmup, and the loop's first is the second.
 	var warm []float64
 	for k := range warmup {
 		if err := timed(); err != nil {

@@ -131,8 +131,11 @@ type PeerFailer interface {
 // stood from the rank that waited.
 type ProgressCensus interface {
 	// SetProgress installs what this rank answers: its composed
-	// communicator's last started collective. f must not block.
-	SetProgress(f func() uint64)
+	// communicator's last started collective. f must not block. It
+	// installs nothing (ok false) when another composed communicator's is
+	// installed (two built over one world part would answer for each
+	// other); remove uninstalls f.
+	SetProgress(f func() uint64) (remove func(), ok bool)
 	// Progress asks every rank, and returns the answers that arrived by
 	// the time every rank had replied or ctx ended; answered[r] is false
 	// for a rank that did not answer (stopped, cut off, or with nothing

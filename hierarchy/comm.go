@@ -152,8 +152,12 @@ type Comm struct {
 
 	// started is the last collective or Split that began to run here:
 	// what this rank answers a progress census on the world part
-	// (comm.ProgressCensus, census).
-	started atomic.Uint64
+	// (comm.ProgressCensus, askWhere). census is the world part, when it
+	// holds this hierarchy's answer (not another's built over it);
+	// uncensus uninstalls it.
+	started  atomic.Uint64
+	census   comm.ProgressCensus
+	uncensus func()
 }
 
 // task is a collective or Split on the executor; X, when set, is a Split,
@@ -252,7 +256,9 @@ func New(cfg Config) (*Comm, error) {
 	}
 	h.stop = make(chan struct{})
 	if pc, ok := h.world.(comm.ProgressCensus); ok {
-		pc.SetProgress(h.started.Load)
+		if remove, ok := pc.SetProgress(h.started.Load); ok {
+			h.census, h.uncensus = pc, remove
+		}
 	}
 	for _, p := range []part{h.railP, h.intraP, h.worldPart()} {
 		if w, ok := p.c.(comm.AbortWatcher); ok {
@@ -551,6 +557,9 @@ func (h *Comm) Close() error {
 	h.mu.Unlock()
 	close(h.stop)
 	h.watchers.Wait()
+	if h.uncensus != nil {
+		h.uncensus()
+	}
 	h.exec.Close()
 	var errs []error
 	for _, p := range h.partsOwned() {

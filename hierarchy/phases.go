@@ -215,12 +215,12 @@ func (x *phases) fail(p part, err error) {
 			// This rank's deadline: ask every rank where it is, so that
 			// the error names the ranks that had not started this
 			// collective, not only the part's peer it waited on.
-			if g := x.h.census(x.seq, x.kind, late); g != nil {
+			if g := x.h.askWhere(x.seq, x.kind, late, p.wrap(err)); g != nil {
 				late = g
 			}
 		}
 		if late != nil {
-			x.fatal = x.h.opError(x.kind, x.seq, firstOr(late.Ranks, -1), late)
+			x.fatal = x.h.opError(x.kind, x.seq, firstOr(late.Ranks, peer), late)
 		} else {
 			x.fatal = x.h.opError(x.kind, x.seq, peer, p.wrap(err))
 		}
@@ -234,21 +234,21 @@ func (x *phases) fail(p part, err error) {
 // is stopped or cut off makes the census last this long.
 const censusWait = 500 * time.Millisecond
 
-// census asks every rank, over the world part (comm.ProgressCensus), which
-// collective it last started, and returns the deadline error of
+// askWhere asks every rank, over the world part (comm.ProgressCensus),
+// which collective it last started, and returns the deadline error of
 // collective seq naming, by global rank, those that had not started it;
 // ranks that did not answer in censusWait are said so. It returns nil
-// when the world part cannot ask, or when every rank answered and had
-// started seq (then the part's own deadline error, part, says the most).
-func (h *Comm) census(seq uint64, kind comm.Kind, part *comm.LateError) *comm.LateError {
-	pc, ok := h.world.(comm.ProgressCensus)
-	if !ok {
+// when the world part cannot ask for this hierarchy, or when every rank
+// answered and had started seq (then the part's own deadline error says
+// the most: part, its *comm.LateError if it named ranks, else wrapped).
+func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrapped error) *comm.LateError {
+	if h.census == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
 	defer cancel()
-	last, answered := pc.Progress(ctx)
-	var base error = comm.ContextError(context.DeadlineExceeded)
+	last, answered := h.census.Progress(ctx)
+	base := wrapped
 	if part != nil {
 		base = part.Err
 	}
@@ -266,7 +266,7 @@ func (h *Comm) census(seq uint64, kind comm.Kind, part *comm.LateError) *comm.La
 		}
 	}
 	if len(silent) > 0 {
-		g.Err = fmt.Errorf("%w; %s did not say within %v where they were (stopped, or cut off?)", g.Err, strings.Join(silent, ", "), censusWait)
+		g.Err = fmt.Errorf("%w; %s did not say within %v which collective they were at (stopped, cut off, closed, or not yet in this communicator)", g.Err, strings.Join(silent, ", "), censusWait)
 	}
 	if len(g.Ranks) == 0 && len(silent) == 0 {
 		return nil

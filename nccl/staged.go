@@ -308,6 +308,24 @@ func (s *Staged) PeerFailed(peer int, cause error) {
 	}
 }
 
+// SetProgress implements comm.ProgressCensus when the host communicator
+// does (nexar): the census asks over it.
+func (s *Staged) SetProgress(f func() uint64) (remove func(), ok bool) {
+	if pc, ok := s.inner.(comm.ProgressCensus); ok {
+		return pc.SetProgress(f)
+	}
+	return func() {}, false
+}
+
+// Progress implements comm.ProgressCensus when the host communicator
+// does; otherwise no rank answers.
+func (s *Staged) Progress(ctx context.Context) (last []uint64, answered []bool) {
+	if pc, ok := s.inner.(comm.ProgressCensus); ok {
+		return pc.Progress(ctx)
+	}
+	return make([]uint64, s.Size()), make([]bool, s.Size())
+}
+
 // Close implements comm.Communicator: the host communicator is closed
 // (its calls in flight fail with comm.ErrClosed) and the stages end.
 func (s *Staged) Close() error {

@@ -35,9 +35,16 @@ type progressQuery struct {
 }
 
 // SetProgress implements comm.ProgressCensus: f is what this rank
-// answers a census (the composed communicator's last started collective).
-// It is called on a transport's read loop and must not block.
-func (c *Comm) SetProgress(f func() uint64) { c.census.report.Store(&f) }
+// answers a census (the composed communicator's last started collective),
+// unless another is installed. It is called on a transport's read loop
+// and must not block.
+func (c *Comm) SetProgress(f func() uint64) (remove func(), ok bool) {
+	p := &f
+	if !c.census.report.CompareAndSwap(nil, p) {
+		return func() {}, false
+	}
+	return func() { c.census.report.CompareAndSwap(p, nil) }, true
+}
 
 // Progress implements comm.ProgressCensus: it asks every other rank for
 // its answer, and returns what arrived when all have answered or ctx

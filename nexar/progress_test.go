@@ -17,6 +17,14 @@ func TestProgressCensus(t *testing.T) {
 	cs[1].SetProgress(func() uint64 { return 7 })
 	// cs[2] installs nothing.
 	cs[3].SetProgress(func() uint64 { return 9 })
+	if _, ok := cs[3].SetProgress(func() uint64 { return 99 }); ok {
+		t.Errorf("a second SetProgress installed over the first")
+	}
+	remove, ok := cs[2].SetProgress(func() uint64 { return 8 })
+	if !ok {
+		t.Fatalf("SetProgress on rank 2 installed nothing")
+	}
+	remove() // rank 2 answers nothing again
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

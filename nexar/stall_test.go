@@ -35,3 +35,31 @@ func TestStallWatch(t *testing.T) {
 		t.Fatalf("11s after the stall (keep 10s): stalled %v", gap)
 	}
 }
+
+// A stall of the failure timeout or more (the peers gave the rank up)
+// explains failures for twice the failure timeout and a second after the
+// wake; a shorter one (a hiccup past half of it) only for the failure
+// timeout.
+func TestStallWatchLongStall(t *testing.T) {
+	const ft = 4 * time.Second
+	for _, tc := range []struct {
+		stall, after time.Duration
+		want         bool
+	}{
+		{5 * time.Second, 3 * time.Second, true},
+		{5 * time.Second, 6 * time.Second, true},
+		{5 * time.Second, 9500 * time.Millisecond, false},
+		{3 * time.Second, 3 * time.Second, true},
+		{3 * time.Second, 5 * time.Second, false},
+	} {
+		t0 := time.Unix(1000, 0)
+		s := &stallWatch{every: 100 * time.Millisecond, limit: ft / 2, keep: ft, past: ft, wake: 2*ft + time.Second, last: t0}
+		resume := t0.Add(tc.stall)
+		for d := time.Duration(0); d <= tc.after; d += 100 * time.Millisecond {
+			s.note(resume.Add(d))
+		}
+		if _, got := s.stalled(resume.Add(tc.after)); got != tc.want {
+			t.Errorf("a stall of %v, asked %v after the wake: stalled = %v, want %v", tc.stall, tc.after, got, tc.want)
+		}
+	}
+}

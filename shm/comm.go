@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -32,7 +33,8 @@ type Comm struct {
 	// inProcess: every rank is a goroutine of this process (NewLocal), so
 	// waiting yields to the Go scheduler only.
 	inProcess bool
-	spin      int // busy checks before a wait yields (see spinChecks)
+	spin      int           // busy checks before a wait yields (see spinChecks)
+	yieldFor  time.Duration // yielding before a wait sleeps (yieldFor, yieldCrowded)
 
 	exec *comm.Exec[*op]      // numbers and runs the collectives
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
@@ -154,9 +156,9 @@ func attach(ctx context.Context, cfg Config, path, name string) (*Comm, error) {
 
 // attached completes c once every rank has registered.
 func (c *Comm) attached() {
-	c.spin = spinChecks
-	if c.size > runtime.NumCPU() {
-		c.spin = spinOver
+	c.spin, c.yieldFor = spinChecks, yieldFor
+	if max(c.size, c.cfg.HostProcs) > runtime.NumCPU() {
+		c.spin, c.yieldFor = spinOver, yieldCrowded
 	}
 	c.inProcess = true
 	for r := range c.size {

@@ -72,6 +72,16 @@ type Config struct {
 	// DefaultNonTemporalBytes; negative: never. A rank's own choice: ranks
 	// may differ.
 	NonTemporalBytes int
+	// HostProcs is how many processes share this host's CPUs, this
+	// communicator's ranks and any others (an emulated cluster's other
+	// nodes; hiercomm.Init passes cluster.Launch.HostProcs). If zero, this
+	// communicator's ranks. With more processes than CPUs, a waiting rank
+	// checks only a few times before it yields, and yields for
+	// yieldCrowded instead of yieldFor before it sleeps: a spinning or
+	// yielding rank takes CPU time from the processes that have work (a
+	// QUIC transport, on 2 cores with 4 processes, lost a third of its
+	// small-message speed to it). A rank's own choice: ranks may differ.
+	HostProcs int
 }
 
 // DefaultCost is shm's cost model, fitted to what was measured on a
@@ -145,6 +155,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm.Config: ConnectTimeout %v is negative", c.ConnectTimeout)
 	case c.StepBytes < 0:
 		return c, fmt.Errorf("shm.Config: StepBytes %d is negative", c.StepBytes)
+	case c.HostProcs < 0:
+		return c, fmt.Errorf("shm.Config: HostProcs %d is negative", c.HostProcs)
 	}
 	// Whole cache lines per half slot, so that every part starts aligned for
 	// every dtype and two ranks never write the same line.

@@ -45,12 +45,13 @@ import (
 // imbalance of a large step (hundreds of µs) without a futex wake-up, which
 // costs tens of µs in a VM; a longer wait sleeps.
 const (
-	spinChecks = 100                    // checks before the first yield, when every rank can have a core
-	spinOver   = 4                      // the same, with more ranks than cores
-	spinYields = 256                    // turns of the yielding phase spent spinning, at most, between two yields
-	yieldFor   = time.Millisecond       // yielding before sleeping
-	sleepMin   = 500 * time.Microsecond // first futex timeout; doubles
-	sleepMax   = 10 * time.Millisecond  // longest futex timeout
+	spinChecks   = 100                    // checks before the first yield, when every rank can have a core
+	spinOver     = 4                      // the same, with more ranks than cores
+	spinYields   = 256                    // turns of the yielding phase spent spinning, at most, between two yields
+	yieldFor     = time.Millisecond       // yielding before sleeping
+	yieldCrowded = 100 * time.Microsecond // the same, with more processes than cores on the host (Config.HostProcs)
+	sleepMin     = 500 * time.Microsecond // first futex timeout; doubles
+	sleepMax     = 10 * time.Millisecond  // longest futex timeout
 )
 
 // errKilled is the error of a rank that a test "killed" (see kill).
@@ -172,7 +173,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 		if err := b.err(now); err != nil {
 			return err
 		}
-		if now.Sub(start) < yieldFor {
+		if now.Sub(start) < c.yieldFor {
 			yielded = i + 8
 			c.pause(q, g, &spun)
 			continue

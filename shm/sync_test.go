@@ -286,3 +286,30 @@ func TestBehindOnFollowsThePeersCPUs(t *testing.T) {
 		t.Error("behindOn counts peers that have posted the step")
 	}
 }
+
+// A communicator told that more processes than CPUs share the host
+// (Config.HostProcs) waits the crowded way, though its own ranks would
+// each have a CPU: few checks before it yields, and a short yield before
+// it sleeps, leaving the CPUs to the processes with work.
+func TestHostProcsCrowdedWait(t *testing.T) {
+	for _, tc := range []struct {
+		procs     int
+		spin      int
+		yieldTime time.Duration
+	}{
+		{0, spinChecks, yieldFor},
+		{1, spinChecks, yieldFor},
+		{runtime.NumCPU() + 1, spinOver, yieldCrowded},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cs, err := NewLocal(ctx, testNamespace(), 1, Config{HostProcs: tc.procs})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := cs[0]; c.spin != tc.spin || c.yieldFor != tc.yieldTime {
+			t.Errorf("HostProcs %d on %d CPUs: spin %d, yield %v; want %d, %v", tc.procs, runtime.NumCPU(), c.spin, c.yieldFor, tc.spin, tc.yieldTime)
+		}
+		cs[0].Close()
+	}
+}
