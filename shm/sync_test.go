@@ -313,3 +313,32 @@ func TestHostProcsCrowdedWait(t *testing.T) {
 		cs[0].Close()
 	}
 }
+
+// A rank that aborts after it saw every peer post its last step (it
+// finished its collective, then heard of a later failure) has not left
+// that collective; one that posted a step and aborted while waiting in it
+// has (abortPassed in its abort record).
+func TestAbortRecordSaysWhetherTheStepPassed(t *testing.T) {
+	cs := localWorld(t, 2, Config{})
+	done := make(chan error, 2)
+	for _, c := range cs {
+		go func() { done <- c.Barrier(context.Background()) }()
+	}
+	for range cs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := atomic.LoadUint64(cs[1].mine.posted)
+	cs[1].Abort(errors.New("a later collective failed"))
+	if cs[0].abortedHere(1, g) {
+		t.Errorf("rank 1 finished step %d, then aborted: taken for a rank that gave up waiting in it", g)
+	}
+
+	cs = localWorld(t, 2, Config{})
+	cs[1].post(1) // posted its first step, never saw rank 0 post it
+	cs[1].Abort(errors.New("its context ended"))
+	if !cs[0].abortedHere(1, 1) {
+		t.Errorf("rank 1 posted step 1 and aborted while waiting in it: not taken for a rank that left it")
+	}
+}
