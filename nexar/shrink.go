@@ -405,6 +405,11 @@ func (c *Comm) awaitShrink(ctx context.Context, attempt uint64, round uint32, p 
 		return m, false, b.waitLocked()
 	}
 	for {
+		// The channels first, then the checks: news that lands between
+		// a check and taking its channel would close a channel this wait
+		// never sees (a rank told it was given up waited for its
+		// deadline, TestShrinkAgreesOnTheUnionOfWhatEachKnows in CI).
+		deaths, _ := c.w.peerState(c.members[p])
 		m, ok, arrived := take()
 		if ok {
 			return m, nil, nil
@@ -414,7 +419,6 @@ func (c *Comm) awaitShrink(ctx context.Context, attempt uint64, round uint32, p 
 			// news, which also wakes deaths): they will not send to it.
 			return m, nil, err
 		}
-		deaths, _ := c.w.peerState(c.members[p])
 		c.mu.Lock()
 		leftCh := c.leftCh
 		c.mu.Unlock()
