@@ -211,10 +211,13 @@ func (x *phases) fail(p part, err error) {
 		fallthrough
 	default:
 		late := x.h.late(p, err)
-		if errors.Is(err, comm.ErrTimeout) && !fromPeer(err) {
-			// This rank's deadline: ask every rank where it is, so that
-			// the error names the ranks that had not started this
-			// collective, not only the part's peer it waited on.
+		if errors.Is(err, comm.ErrTimeout) {
+			// A deadline, this rank's or a peer's that reached it first:
+			// ask every rank where it is, so that the error names the
+			// ranks that had not started this collective, not the part's
+			// peer it waited on (with a peer's deadline, that peer's own
+			// hint came along: rank 0 named rank 2, whose deadline had
+			// named the straggler, rank 3).
 			if g := x.h.askWhere(x.seq, x.kind, late, p.wrap(err)); g != nil {
 				late = g
 			}
@@ -235,7 +238,8 @@ func (x *phases) fail(p part, err error) {
 const censusWait = 500 * time.Millisecond
 
 // askWhere asks every rank, over the world part (comm.ProgressCensus),
-// which collective it last started, and returns the deadline error of
+// which collective it last started, and returns the deadline error (this
+// rank's, or a peer's that reached it) of
 // collective seq naming, by global rank, those that had not started it;
 // ranks that did not answer in censusWait are said so. It returns nil
 // when the world part cannot ask for this hierarchy, or when every rank
@@ -284,13 +288,6 @@ func firstOr(rs []int, def int) int {
 		return def
 	}
 	return rs[0]
-}
-
-// fromPeer reports whether err is a peer's failure reported to this rank
-// (a *comm.RemoteError: its deadline, its refusal), not this rank's own.
-func fromPeer(err error) bool {
-	var re *comm.RemoteError
-	return errors.As(err, &re)
 }
 
 // late is a part's deadline that names the part's ranks that had not
