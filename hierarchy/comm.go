@@ -456,9 +456,7 @@ func (h *Comm) runTask(t *task) error {
 	h.running = true
 	h.mu.Unlock()
 	defer h.ended()
-	if t.Seq > h.started.Load() {
-		h.started.Store(t.Seq) // only this goroutine stores (the executor runs one task at a time)
-	}
+	h.started.Store(t.Seq) // the executor runs the tasks one at a time, in order
 	switch {
 	case aborted != nil && t.Err == nil:
 		return h.opError(t.Call.Kind, t.Seq, culpritOr(aborted, -1), &comm.AbortedError{Cause: aborted})

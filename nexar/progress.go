@@ -79,11 +79,6 @@ func (c *Comm) Progress(ctx context.Context) (last []uint64, answered []bool) {
 	}
 	b.asking[id] = q
 	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.asking, id)
-		b.mu.Unlock()
-	}()
 	for _, p := range peers {
 		c.notifyLater(p, Header{Kind: FrameProgress, Comm: c.id, Seq: id}, nil)
 	}
@@ -93,8 +88,9 @@ func (c *Comm) Progress(ctx context.Context) (last []uint64, answered []bool) {
 	case <-c.done:
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]uint64(nil), q.last...), append([]bool(nil), q.answered...)
+	delete(b.asking, id) // no reply touches q from here on
+	b.mu.Unlock()
+	return q.last, q.answered
 }
 
 // onProgress answers a census query from f.src.

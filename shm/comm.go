@@ -34,7 +34,7 @@ type Comm struct {
 	// waiting yields to the Go scheduler only.
 	inProcess bool
 	spin      int           // busy checks before a wait yields (see spinChecks)
-	yieldFor  time.Duration // yielding before a wait sleeps (yieldFor, yieldCrowded)
+	yieldTime time.Duration // yielding before a wait sleeps (yieldFor, or yieldCrowded)
 
 	exec *comm.Exec[*op]      // numbers and runs the collectives
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
@@ -156,9 +156,9 @@ func attach(ctx context.Context, cfg Config, path, name string) (*Comm, error) {
 
 // attached completes c once every rank has registered.
 func (c *Comm) attached() {
-	c.spin, c.yieldFor = spinChecks, yieldFor
+	c.spin, c.yieldTime = spinChecks, yieldFor
 	if max(c.size, c.cfg.HostProcs) > runtime.NumCPU() {
-		c.spin, c.yieldFor = spinOver, yieldCrowded
+		c.spin, c.yieldTime = spinOver, yieldCrowded
 	}
 	c.inProcess = true
 	for r := range c.size {

@@ -173,7 +173,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 		if err := b.err(now); err != nil {
 			return err
 		}
-		if now.Sub(start) < c.yieldFor {
+		if now.Sub(start) < c.yieldTime {
 			yielded = i + 8
 			c.pause(q, g, &spun)
 			continue

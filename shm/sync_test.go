@@ -307,8 +307,8 @@ func TestHostProcsCrowdedWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := cs[0]; c.spin != tc.spin || c.yieldFor != tc.yieldTime {
-			t.Errorf("HostProcs %d on %d CPUs: spin %d, yield %v; want %d, %v", tc.procs, runtime.NumCPU(), c.spin, c.yieldFor, tc.spin, tc.yieldTime)
+		if c := cs[0]; c.spin != tc.spin || c.yieldTime != tc.yieldTime {
+			t.Errorf("HostProcs %d on %d CPUs: spin %d, yield %v; want %d, %v", tc.procs, runtime.NumCPU(), c.spin, c.yieldTime, tc.spin, tc.yieldTime)
 		}
 		cs[0].Close()
 	}
