@@ -35,6 +35,9 @@ type Comm struct {
 	inProcess bool
 	spin      int           // busy checks before a wait yields (see spinChecks)
 	yieldTime time.Duration // yielding before a wait sleeps (yieldFor, or yieldCrowded)
+	// p2pYield is the point-to-point engine's yielding before it sleeps
+	// (yieldFor; 0 on a crowded host, see p2pYieldCrowded).
+	p2pYield time.Duration
 
 	exec *comm.Exec[*op]      // numbers and runs the collectives
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
@@ -156,9 +159,9 @@ func attach(ctx context.Context, cfg Config, path, name string) (*Comm, error) {
 
 // attached completes c once every rank has registered.
 func (c *Comm) attached() {
-	c.spin, c.yieldTime = spinChecks, yieldFor
+	c.spin, c.yieldTime, c.p2pYield = spinChecks, yieldFor, yieldFor
 	if max(c.size, c.cfg.HostProcs) > runtime.NumCPU() {
-		c.spin, c.yieldTime = spinOver, yieldCrowded
+		c.spin, c.yieldTime, c.p2pYield = spinOver, yieldCrowded, p2pYieldCrowded
 	}
 	c.inProcess = true
 	for r := range c.size {

@@ -54,7 +54,7 @@ func (e *p2pEngine) loop() {
 		case idle < c.spin:
 		case idle == c.spin:
 			start = now
-		case now.Sub(start) < c.yieldTime:
+		case now.Sub(start) < c.p2pYield:
 			c.yield()
 		default:
 			c.sleepOn(c.mine.p2pBell, c.mine.p2pSleepers, sleep, func() bool { return atomic.LoadUint32(c.mine.p2pBell) != bell })

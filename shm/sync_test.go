@@ -290,16 +290,17 @@ func TestBehindOnFollowsThePeersCPUs(t *testing.T) {
 // A communicator told that more processes than CPUs share the host
 // (Config.HostProcs) waits the crowded way, though its own ranks would
 // each have a CPU: few checks before it yields, and a short yield before
-// it sleeps, leaving the CPUs to the processes with work.
+// it sleeps (none in the point-to-point engine), leaving the CPUs to the
+// processes with work.
 func TestHostProcsCrowdedWait(t *testing.T) {
 	for _, tc := range []struct {
-		procs     int
-		spin      int
-		yieldTime time.Duration
+		procs          int
+		spin           int
+		yieldTime, p2p time.Duration
 	}{
-		{0, spinChecks, yieldFor},
-		{1, spinChecks, yieldFor},
-		{runtime.NumCPU() + 1, spinOver, yieldCrowded},
+		{0, spinChecks, yieldFor, yieldFor},
+		{1, spinChecks, yieldFor, yieldFor},
+		{runtime.NumCPU() + 1, spinOver, yieldCrowded, p2pYieldCrowded},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cs, err := NewLocal(ctx, testNamespace(), 1, Config{HostProcs: tc.procs})
@@ -307,8 +308,9 @@ func TestHostProcsCrowdedWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := cs[0]; c.spin != tc.spin || c.yieldTime != tc.yieldTime {
-			t.Errorf("HostProcs %d on %d CPUs: spin %d, yield %v; want %d, %v", tc.procs, runtime.NumCPU(), c.spin, c.yieldTime, tc.spin, tc.yieldTime)
+		if c := cs[0]; c.spin != tc.spin || c.yieldTime != tc.yieldTime || c.p2pYield != tc.p2p {
+			t.Errorf("HostProcs %d on %d CPUs: spin %d, yield %v, point-to-point yield %v; want %d, %v, %v",
+				tc.procs, runtime.NumCPU(), c.spin, c.yieldTime, c.p2pYield, tc.spin, tc.yieldTime, tc.p2p)
 		}
 		cs[0].Close()
 	}
