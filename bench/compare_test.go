@@ -244,3 +244,101 @@ func TestFormatTraffic(t *testing.T) {
 		}
 	}
 }
+
+// logged is a contender that logs its Barriers (one before each timed
+// repeat, without Check) and makes its first slow Broadcasts sleep.
+type logged struct {
+	comm.Communicator
+	name string
+	log  *[]string // rank 0's only
+	mu   *sync.Mutex
+	slow int // Broadcasts still to slow down
+}
+
+func (l *logged) Barrier(ctx context.Context) error {
+	if l.log != nil {
+		l.mu.Lock()
+		*l.log = append(*l.log, l.name)
+		l.mu.Unlock()
+	}
+	return l.Communicator.Barrier(ctx)
+}
+
+func (l *logged) Broadcast(ctx context.Context, buf comm.Buffer, root int) error {
+	if l.slow > 0 {
+		l.slow--
+		time.Sleep(5 * time.Millisecond)
+	}
+	return l.Communicator.Broadcast(ctx, buf, root)
+}
+
+// runLogged runs RunCompare with two logged contenders over one 2-rank
+// world and returns rank 0's Result and Barrier log.
+func runLogged(t *testing.T, spec Spec, slow int) (Result, []string) {
+	t.Helper()
+	const p = 2
+	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var log []string
+	var mu sync.Mutex
+	results := make([]Result, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() {
+			a := &logged{Communicator: c, name: "a", mu: &mu, slow: slow}
+			b := &logged{Communicator: c, name: "b", mu: &mu, slow: slow}
+			if r == 0 {
+				a.log, b.log = &log, &log
+			}
+			results[r], errs[r] = RunCompare(ctx, []Contender{{"a", a}, {"b", b}}, spec)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return results[0], log
+}
+
+// TestRunCompareAlternatesRepeats: the contenders' timed repeats take
+// turns (a, b, a, b, …) at each size and form, so that a slow stretch of
+// the machine is shared instead of falling on one of them.
+func TestRunCompareAlternatesRepeats(t *testing.T) {
+	spec := Spec{Ops: []string{"allreduce"}, MinBytes: 8, MaxBytes: 16, Factor: 2, Warmup: 1, Iters: 2, Repeats: 3, InPlace: true}
+	res, log := runLogged(t, spec, 0)
+	// 2 sizes × 2 forms × 3 repeats, alternating.
+	want := strings.Repeat("a,b,", 2*2*3)
+	if got := strings.Join(log, ",") + ","; got != want {
+		t.Errorf("the Barriers before the timed repeats came as %s, want %s", got, want)
+	}
+	if len(res.Rows) != 4 || res.Rows[0].Comm != "a" || res.Rows[1].Comm != "b" || res.Rows[0].InPlace == nil || res.Rows[1].InPlace == nil {
+		t.Errorf("rows %+v: want a, b at each size, each with its in-place form", res.Rows)
+	}
+}
+
+// TestRunRechecksTheIterationCount: warmups that each caught a stall (5 ms
+// here) make the calibration choose a handful of iterations; the first
+// timed repeat, far shorter than the budget, chooses again from its own
+// time and is not kept.
+func TestRunRechecksTheIterationCount(t *testing.T) {
+	spec := Spec{Ops: []string{"broadcast"}, MinBytes: 8, MaxBytes: 8, Warmup: 3, Budget: 40 * time.Millisecond, Repeats: 2}
+	res, log := runLogged(t, spec, 3)
+	for _, row := range res.Rows {
+		// The warmups alone give 40 ms / 5 ms = 8 iterations.
+		if row.Iters <= 8 || row.Repeats != 2 {
+			t.Errorf("%s: %d iterations × %d repeats, want more than the 8 the stalled warmups imply, × 2", row.Comm, row.Iters, row.Repeats)
+		}
+	}
+	// One repeat each is thrown away: a, b, then the two kept of each.
+	if got := strings.Join(log, ","); got != "a,b,a,b,a,b" {
+		t.Errorf("the Barriers before the timed repeats came as %s, want a,b,a,b,a,b", got)
+	}
+}

@@ -41,9 +41,9 @@ type Timing struct {
 	Wrong int64
 	// HasNet: Spec.Traffic was set, and NetBytes and NetBytesMax are the
 	// inter-node bytes sent per iteration by the average rank and by the
-	// busiest one, over the timed iterations (the Barrier before each
-	// repeat included, and whatever the counter counts besides payload:
-	// headers, acknowledgements).
+	// busiest one, over the timed iterations (read around each repeat:
+	// the Barrier before it is not counted, whatever the counter counts
+	// besides payload is: headers, acknowledgements).
 	HasNet      bool    `json:",omitempty"`
 	NetBytes    float64 `json:",omitempty"`
 	NetBytesMax float64 `json:",omitempty"`

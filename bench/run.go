@@ -21,8 +21,9 @@ import (
 // a Barrier, counts as the first warmup iteration), runs the rest of the
 // Warmup untimed iterations (only one more when a call outlasts Budget on
 // the slowest rank), picks the iteration count from the slowest
-// rank's last warmup (unless Iters is set), then Repeats times: a Barrier,
-// then Iters back-to-back blocking calls, timed on each rank. Each rank's
+// rank's warmups (unless Iters is set; the first timed repeat checks it),
+// then Repeats times: a Barrier, then Iters back-to-back blocking calls,
+// timed on each rank. Each rank's
 // time per iteration is combined over the ranks per repeat, and the row
 // reports the median over the repeats. When Iters is chosen and one
 // iteration outlasts Repeats × Budget, the size is timed once: by the
@@ -44,8 +45,9 @@ type Contender struct {
 }
 
 // RunCompare measures spec on several communicators of the same ranks,
-// interleaved: for each operation and size, each contender in turn, so
-// that a slow moment of the machine falls on all of them alike. Every rank
+// interleaved: for each operation and size, each contender is checked and
+// warmed up in turn, and then their timed repeats alternate, so that a
+// slow moment of the machine falls on all of them alike. Every rank
 // must pass contenders of the same names in the same order; they must
 // have the same rank and size, and nothing else may use them meanwhile.
 // The rows are as Run's, with Row.Comm set; Result.Comms lists the names.
@@ -90,25 +92,33 @@ func RunCompare(ctx context.Context, contenders []Contender, spec Spec) (Result,
 			if err != nil {
 				return res, err
 			}
-			in, err := newCall(d, bufs, s.DType, op, int(b)/es, p, rank, s.Root, true)
-			if err != nil {
-				return res, err
-			}
-			for _, ct := range contenders {
-				row := newRow(s, d, b)
-				row.Comm = ct.Name
-				err := measure(ctx, ct.Comm, s, cl, g, b, &row.Timing)
-				if err == nil && inPlace {
-					row.InPlace = &Timing{}
-					err = measure(ctx, ct.Comm, s, in, g, b, row.InPlace)
-				}
+			forms := []call{cl}
+			if inPlace {
+				in, err := newCall(d, bufs, s.DType, op, int(b)/es, p, rank, s.Root, true)
 				if err != nil {
+					return res, err
+				}
+				forms = append(forms, in)
+			}
+			rows := make([]Row, len(contenders))
+			for i, ct := range contenders {
+				rows[i] = newRow(s, d, b)
+				rows[i].Comm = ct.Name
+			}
+			for f, fc := range forms {
+				into := func(i int) *Timing { return &rows[i].Timing }
+				if f > 0 {
+					into = func(i int) *Timing { rows[i].InPlace = &Timing{}; return rows[i].InPlace }
+				}
+				if i, err := measureAll(ctx, contenders, s, fc, g, b, into); err != nil {
 					on := ""
-					if ct.Name != "" {
-						on = " (" + ct.Name + ")"
+					if contenders[i].Name != "" {
+						on = " (" + contenders[i].Name + ")"
 					}
 					return res, fmt.Errorf("bench: %s of %d bytes on %d ranks%s: %w", name, b, p, on, err)
 				}
+			}
+			for _, row := range rows {
 				res.Rows = append(res.Rows, row)
 				if s.Progress != nil {
 					s.Progress(row)
@@ -132,39 +142,99 @@ func newRow(s Spec, d opDef, bytes int64) Row {
 	return row
 }
 
-// measure times one form of an operation at one size into t.
-func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, bytes int64, t *Timing) error {
-	p, rank := c.Size(), c.Rank()
-	run := func() error { return cl.run(ctx, c) }
-	var net0 int64
-	readNet := func() (int64, error) {
-		if s.Traffic == nil {
-			return 0, nil
+// measureAll times one form of an operation at one size on every
+// contender, into into(i) for contender i. Each is checked, warmed up and
+// calibrated in turn; then their timed repeats alternate (a repeat of the
+// first, of the second, …, then the second repeat of each), so that a slow
+// stretch of the machine, which on a few shared cores lasts longer than a
+// repeat, falls on all of them alike instead of on one. On failure it
+// returns the index of the contender that failed.
+func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g gen, bytes int64, into func(i int) *Timing) (int, error) {
+	ts := make([]*timing, len(contenders))
+	for i, ct := range contenders {
+		ts[i] = &timing{ctx: ctx, c: ct.Comm, s: s, cl: cl, bytes: bytes, t: into(i)}
+		if err := ts[i].prepare(g); err != nil {
+			return i, err
 		}
-		n, err := s.Traffic()
-		if err != nil {
-			return 0, fmt.Errorf("reading the inter-node byte counter: %w", err)
-		}
-		return n, nil
 	}
+	for more := true; more; {
+		more = false
+		for i, tm := range ts {
+			if tm.done() {
+				continue
+			}
+			more = true
+			if err := tm.repeat(); err != nil {
+				return i, err
+			}
+		}
+	}
+	for i, tm := range ts {
+		if err := tm.finish(); err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
+}
+
+// timing is one communicator's measurement of one form of an operation at
+// one size, in three steps: prepare (the check, the warmups and the
+// iteration count), repeat (one timed repeat, until done), finish (the
+// ranks' combination into the Timing).
+type timing struct {
+	ctx   context.Context
+	c     comm.Communicator
+	s     Spec
+	cl    call
+	bytes int64
+	t     *Timing
+
+	iters, repeats int
+	times          []float64 // seconds per iteration of each kept repeat, this rank
+	netSent        int64     // this rank's counter growth over the kept repeats
+	netIters       int       // the iterations netSent covers
+	// recheck: the first timed repeat also checks the iteration count,
+	// which came from a few warmup iterations (see repeat).
+	recheck bool
+}
+
+func (m *timing) run() error { return m.cl.run(m.ctx, m.c) }
+
+// readNet reads the inter-node byte counter (0 without one).
+func (m *timing) readNet() (int64, error) {
+	if m.s.Traffic == nil {
+		return 0, nil
+	}
+	n, err := m.s.Traffic()
+	if err != nil {
+		return 0, fmt.Errorf("reading the inter-node byte counter: %w", err)
+	}
+	return n, nil
+}
+
+// prepare checks the result (with Check), runs the warmups and chooses the
+// iterations and repeats.
+func (m *timing) prepare(g gen) error {
+	c, s := m.c, m.s
+	ctx, p, rank := m.ctx, c.Size(), c.Rank()
 	var last time.Duration // the last untimed iteration, for the calibration
 	var lastNet int64      // the counter's growth over it
 	timed := func() error {
-		n0, err := readNet()
+		n0, err := m.readNet()
 		if err != nil {
 			return err
 		}
 		t0 := time.Now()
-		err = run()
+		err = m.run()
 		last = time.Since(t0)
 		if err != nil {
 			return err
 		}
-		n1, err := readNet()
+		n1, err := m.readNet()
 		lastNet = n1 - n0
 		return err
 	}
-	t.Wrong = -1
+	m.t.Wrong = -1
 	warmup := s.Warmup
 	checkLast := false // the last untimed run was the check's, after a Barrier
 	if s.Check {
@@ -173,7 +243,7 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 		if err := c.Barrier(ctx); err != nil {
 			return err
 		}
-		wrong, err := cl.check(g, rank, p, timed)
+		wrong, err := m.cl.check(g, rank, p, timed)
 		if err != nil {
 			return err
 		}
@@ -181,7 +251,7 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 		if err := c.AllReduce(ctx, comm.Host(total), comm.Host(total), comm.Sum); err != nil {
 			return err
 		}
-		t.Wrong = total[0]
+		m.t.Wrong = total[0]
 		warmup--
 	}
 	// Warming up is for calls short enough to be repeated: one that
@@ -237,75 +307,109 @@ func measure(ctx context.Context, c comm.Communicator, s Spec, cl call, g gen, b
 			}
 		}
 	}
-	iters, repeats := s.Iters, s.Repeats
-	var times []float64 // seconds per iteration, this rank
-	var netSent int64   // this rank's counter growth over the timed iterations
-	if iters == 0 {
-		per := last.Seconds()
-		if len(warm) > 0 {
-			per = median(warm)
-		}
-		slowest := []float64{per}
-		if err := c.AllReduce(ctx, comm.Host(slowest), comm.Host(slowest), comm.Max); err != nil {
-			return err
-		}
-		iters = itersFor(s.Budget, slowest[0])
-		if slowest[0] > float64(s.Repeats)*s.Budget.Seconds() {
-			// One iteration outlasts every repeat's budget together: it is
-			// long enough to time once, and repeating it would dominate the
-			// run. The check's run, started together after a Barrier, is
-			// that one time.
-			repeats = 1
-			if checkLast {
-				times, netSent = []float64{last.Seconds()}, lastNet
-			}
-		}
+	m.iters, m.repeats = s.Iters, s.Repeats
+	if m.iters != 0 {
+		return nil
 	}
-	if times == nil {
-		var err error
-		if net0, err = readNet(); err != nil {
-			return err
-		}
-		times = make([]float64, repeats)
-		for k := range times {
-			if err := c.Barrier(ctx); err != nil {
-				return err
-			}
-			t0 := time.Now()
-			for range iters {
-				if err := run(); err != nil {
-					return err
-				}
-			}
-			times[k] = time.Since(t0).Seconds() / float64(iters)
-		}
-		net1, err := readNet()
-		if err != nil {
-			return err
-		}
-		netSent = net1 - net0
+	per := last.Seconds()
+	if len(warm) > 0 {
+		per = median(warm)
 	}
-	if s.Traffic != nil {
-		per := float64(netSent) / float64(iters*repeats)
-		sum, most := []float64{per}, []float64{per}
-		if err := c.AllReduce(ctx, comm.Host(sum), comm.Host(sum), comm.Sum); err != nil {
-			return err
-		}
-		if err := c.AllReduce(ctx, comm.Host(most), comm.Host(most), comm.Max); err != nil {
-			return err
-		}
-		t.HasNet, t.NetBytes, t.NetBytesMax = true, sum[0]/float64(p), most[0]
-	}
-	if err := combine(ctx, c, s.Average, times); err != nil {
+	slowest := []float64{per}
+	if err := c.AllReduce(ctx, comm.Host(slowest), comm.Host(slowest), comm.Max); err != nil {
 		return err
 	}
-	sec := median(times)
-	t.Iters, t.Repeats = iters, repeats
+	m.iters = itersFor(s.Budget, slowest[0])
+	m.recheck = m.repeats > 1
+	if slowest[0] > float64(s.Repeats)*s.Budget.Seconds() {
+		// One iteration outlasts every repeat's budget together: it is
+		// long enough to time once, and repeating it would dominate the
+		// run. The check's run, started together after a Barrier, is
+		// that one time.
+		m.repeats, m.recheck = 1, false
+		if checkLast {
+			m.times, m.netSent, m.netIters = []float64{last.Seconds()}, lastNet, 1
+		}
+	}
+	return nil
+}
+
+// done reports whether every repeat is timed (the same on every rank).
+func (m *timing) done() bool { return len(m.times) >= m.repeats }
+
+// repeat times one repeat: a Barrier, then the iterations back to back.
+//
+// The first repeat of a chosen iteration count also checks it. A few
+// warmup iterations of a small pipelined call can each catch a stall
+// (4 ranks on 2 cores: the first 8-byte Broadcast of a run chose 14
+// iterations where the repeat then lasted a millisecond instead of 30),
+// and a repeat far shorter than the budget times a moment, not the call.
+// When the slowest rank's repeat lasted under a quarter of the budget, the
+// count is chosen again from that repeat (thousands of iterations, not a
+// few) and the repeat is not kept.
+func (m *timing) repeat() error {
+	if err := m.c.Barrier(m.ctx); err != nil {
+		return err
+	}
+	n0, err := m.readNet()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	for range m.iters {
+		if err := m.run(); err != nil {
+			return err
+		}
+	}
+	took := time.Since(t0).Seconds()
+	n1, err := m.readNet()
+	if err != nil {
+		return err
+	}
+	if m.recheck {
+		m.recheck = false
+		slowest := []float64{took}
+		if err := m.c.AllReduce(m.ctx, comm.Host(slowest), comm.Host(slowest), comm.Max); err != nil {
+			return err
+		}
+		if slowest[0] < m.s.Budget.Seconds()/4 && m.iters < MaxIters {
+			m.iters = itersFor(m.s.Budget, slowest[0]/float64(m.iters))
+			return nil
+		}
+	}
+	m.times = append(m.times, took/float64(m.iters))
+	m.netSent += n1 - n0
+	m.netIters += m.iters
+	return nil
+}
+
+// finish combines the ranks' times (and traffic) into the Timing.
+func (m *timing) finish() error {
+	c, t := m.c, m.t
+	if m.s.Traffic != nil {
+		per := 0.0
+		if m.netIters > 0 {
+			per = float64(m.netSent) / float64(m.netIters)
+		}
+		sum, most := []float64{per}, []float64{per}
+		if err := c.AllReduce(m.ctx, comm.Host(sum), comm.Host(sum), comm.Sum); err != nil {
+			return err
+		}
+		if err := c.AllReduce(m.ctx, comm.Host(most), comm.Host(most), comm.Max); err != nil {
+			return err
+		}
+		t.HasNet, t.NetBytes, t.NetBytesMax = true, sum[0]/float64(c.Size()), most[0]
+	}
+	if err := combine(m.ctx, c, m.s.Average, m.times); err != nil {
+		return err
+	}
+	sec := median(m.times)
+	t.Iters, t.Repeats = m.iters, m.repeats
 	t.TimeUS = sec * 1e6
 	if sec > 0 {
-		t.AlgBW = float64(bytes) / sec / 1e9
+		t.AlgBW = float64(m.bytes) / sec / 1e9
 	}
-	t.BusBW = t.AlgBW * cl.def.busFactor(float64(p))
+	t.BusBW = t.AlgBW * m.cl.def.busFactor(float64(c.Size()))
 	return nil
 }
 

@@ -80,8 +80,8 @@ type Spec struct {
 	Progress func(Row) `json:"-"`
 	// Traffic, if set, reads this rank's inter-node byte counter (bytes
 	// sent so far over its links to other nodes: a NIC's counter, or what
-	// a rate-limiting wrapper charged). Run reads it around each size's
-	// timed repeats and reports the bytes per iteration in Row.NetBytes.
+	// a rate-limiting wrapper charged). Run reads it around each timed
+	// repeat and reports the bytes per iteration in Row.NetBytes.
 	// Every rank must set it or none. It must not block for long.
 	Traffic func() (int64, error) `json:"-"`
 }
