@@ -27,6 +27,8 @@ type Pair struct {
 	Op    string
 	Bytes int64
 	A, B  Row
+	// InPlace: A's and B's Timing are their rows' in-place forms (Losses).
+	InPlace bool
 }
 
 // Speedup is B's time ÷ A's: how many times faster A is (equal to A's
@@ -36,6 +38,33 @@ func (p Pair) Speedup() float64 {
 		return 0
 	}
 	return p.B.TimeUS / p.A.TimeUS
+}
+
+// Range is the speedup's spread: B's first quartile ÷ A's third, and B's
+// third ÷ A's first (Timing.LowUS, HighUS). When it holds 1, the two
+// differ by less than one repeat of either differs from the next: on a
+// machine whose cores are shared, a pipelined small call strays by tens of
+// percent from one 30 ms repeat to the next, and a speedup inside its
+// range says nothing. Both are 0 when a quartile is missing.
+func (p Pair) Range() (lo, hi float64) {
+	if p.A.LowUS <= 0 || p.A.HighUS <= 0 || p.B.LowUS <= 0 || p.B.HighUS <= 0 {
+		return 0, 0
+	}
+	return p.B.LowUS / p.A.HighUS, p.B.HighUS / p.A.LowUS
+}
+
+// Loses reports whether A is slower than B by more than the noise: its
+// speedup under want, and the whole of its Range under want too (a
+// missing Range counts as no spread).
+func (p Pair) Loses(want float64) bool {
+	up := p.Speedup()
+	if up == 0 || up >= want {
+		return false
+	}
+	if _, hi := p.Range(); hi >= want {
+		return false
+	}
+	return true
 }
 
 // Pairs matches the rows of op on communicators a and b by size, in a's
@@ -67,9 +96,13 @@ func FormatComparison(w io.Writer, r Result, a, b string) error {
 			continue
 		}
 		fmt.Fprintf(&s, "# %s: %s vs %s (speedup = %s busbw / %s busbw = %s time / %s time)\n", t.op, a, b, a, b, b, a)
-		fmt.Fprintf(&s, "# %10s  %9s  %9s  %8s  %8s  %7s\n", "size(B)", a+"(us)", b+"(us)", a+"GB/s", b+"GB/s", "speedup")
+		fmt.Fprintf(&s, "# %10s  %9s  %9s  %8s  %8s  %7s  %11s\n", "size(B)", a+"(us)", b+"(us)", a+"GB/s", b+"GB/s", "speedup", "range")
 		for _, p := range pairs {
-			fmt.Fprintf(&s, "  %10d  %9s  %9s  %8.3f  %8.3f  %7.2f\n", p.Bytes, formatTime(p.A.TimeUS), formatTime(p.B.TimeUS), p.A.BusBW, p.B.BusBW, p.Speedup())
+			rng := ""
+			if lo, hi := p.Range(); hi > 0 {
+				rng = fmt.Sprintf("%.2f–%.2f", lo, hi)
+			}
+			fmt.Fprintf(&s, "  %10d  %9s  %9s  %8.3f  %8.3f  %7.2f  %11s\n", p.Bytes, formatTime(p.A.TimeUS), formatTime(p.B.TimeUS), p.A.BusBW, p.B.BusBW, p.Speedup(), rng)
 		}
 		s.WriteString("#\n")
 	}
@@ -143,6 +176,77 @@ func FormatGoals(w io.Writer, goals []Goal) error {
 		}
 		fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx at every size: worst %.2fx at %s, median %.2fx over %d sizes  %s\n",
 			g.What, FormatSize(g.From), to, g.Want, g.Worst, FormatSize(g.WorstAt), g.Median, g.Sizes, verdict)
+	}
+	_, err := io.WriteString(w, s.String())
+	return err
+}
+
+// HierNeverLoses is issue 15's goal for every operation the hierarchical
+// communicator and the flat one both measured: the hierarchy at least this
+// fraction of flat's speed at every size, in both forms. A size inside the
+// spread of its repeats (Pair.Range) is not counted a loss.
+const HierNeverLoses = 0.95
+
+// Losses judges HierNeverLoses on a RunCompare of hier and flat: the pairs
+// (per operation and size, out of place then in place, in the order
+// measured) where hier loses beyond the spread (Pair.Loses), the worst
+// speedup of all pairs and its pair, and how many pairs were judged.
+func Losses(r Result, hier, flat string) (losses []Pair, worst Pair, judged int) {
+	for _, t := range r.tables() {
+		if t.comm != hier {
+			continue
+		}
+		for _, p := range Pairs(r, t.op, hier, flat) {
+			forms := []Pair{p}
+			if p.A.InPlace != nil && p.B.InPlace != nil {
+				in := p
+				in.A.Timing, in.B.Timing = *p.A.InPlace, *p.B.InPlace
+				in.A.InPlace, in.B.InPlace, in.InPlace = nil, nil, true
+				forms = append(forms, in)
+			}
+			for _, f := range forms {
+				if f.Speedup() == 0 {
+					continue
+				}
+				judged++
+				if judged == 1 || f.Speedup() < worst.Speedup() {
+					worst = f
+				}
+				if f.Loses(HierNeverLoses) {
+					losses = append(losses, f)
+				}
+			}
+		}
+	}
+	return losses, worst, judged
+}
+
+// FormatLosses prints Losses as a goal line, met or MISSED, and each loss.
+func FormatLosses(w io.Writer, r Result, hier, flat string) error {
+	losses, worst, judged := Losses(r, hier, flat)
+	if judged == 0 {
+		return nil
+	}
+	form := func(p Pair) string {
+		f := ""
+		if p.InPlace {
+			f = " in place"
+		}
+		rng := ""
+		if lo, hi := p.Range(); hi > 0 {
+			rng = fmt.Sprintf(" (range %.2f–%.2f)", lo, hi)
+		}
+		return fmt.Sprintf("%.2fx at %s %s%s%s", p.Speedup(), p.Op, FormatSize(p.Bytes), f, rng)
+	}
+	var s strings.Builder
+	verdict := "met"
+	if len(losses) > 0 {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(&s, "#   every operation, size and form %s/%s ≥ %.2fx, or within the repeats' spread: worst %s; %d of %d beyond the spread  %s\n",
+		hier, flat, HierNeverLoses, form(worst), len(losses), judged, verdict)
+	for _, p := range losses {
+		fmt.Fprintf(&s, "#     %s\n", form(p))
 	}
 	_, err := io.WriteString(w, s.String())
 	return err

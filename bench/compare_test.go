@@ -2,7 +2,7 @@ package bench
 
 import (
 	"context"
-
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -340,5 +340,45 @@ func TestRunRechecksTheIterationCount(t *testing.T) {
 	// One repeat each is thrown away: a, b, then the two kept of each.
 	if got := strings.Join(log, ","); got != "a,b,a,b,a,b" {
 		t.Errorf("the Barriers before the timed repeats came as %s, want a,b,a,b,a,b", got)
+	}
+}
+
+// TestLossesBeyondTheSpread: a size where the hierarchy is slower counts as
+// a loss only when the repeats' quartiles keep it below the goal; the
+// in-place form is judged too, and FormatLosses names each loss.
+func TestLossesBeyondTheSpread(t *testing.T) {
+	row := func(op, c string, b int64, us, lo, hi float64) Row {
+		return Row{Op: op, Comm: c, Bytes: b, Timing: Timing{TimeUS: us, LowUS: lo, HighUS: hi}}
+	}
+	r := Result{Ranks: 4, Comms: []string{"hier", "flat"}, Rows: []Row{
+		row("broadcast", "hier", 8, 10, 8, 13), row("broadcast", "flat", 8, 8, 7, 10), // 0.80, range 0.54–1.25: noise
+		row("broadcast", "hier", 16, 10, 9.5, 10.5), row("broadcast", "flat", 16, 8, 7.8, 8.2), // 0.80, range 0.74–0.86: a loss
+		row("allreduce", "hier", 8, 10, 9, 11), row("allreduce", "flat", 8, 20, 19, 21), // 2.0
+	}}
+	in := Timing{TimeUS: 10, LowUS: 9.9, HighUS: 10.1}
+	r.Rows[4].InPlace = &in
+	r.Rows[5].InPlace = &Timing{TimeUS: 5, LowUS: 4.9, HighUS: 5.1} // in place: 0.5, a loss
+	p := Pairs(r, "broadcast", "hier", "flat")
+	if lo, hi := p[0].Range(); math.Abs(lo-7.0/13) > 1e-9 || math.Abs(hi-10.0/8) > 1e-9 || p[0].Loses(HierNeverLoses) {
+		t.Errorf("broadcast 8 B: range %.3f–%.3f, loses %v; want 0.538–1.250, no loss", lo, hi, p[0].Loses(HierNeverLoses))
+	}
+	losses, worst, judged := Losses(r, "hier", "flat")
+	if judged != 4 || len(losses) != 2 || losses[0].Bytes != 16 || !losses[1].InPlace || worst.Speedup() != 0.5 {
+		t.Fatalf("Losses: %d judged, losses %+v, worst %+v; want 4 judged, broadcast 16 B and allreduce 8 B in place, worst 0.5", judged, losses, worst)
+	}
+	var b strings.Builder
+	if err := FormatLosses(&b, r, "hier", "flat"); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"worst 0.50x at allreduce 8 in place", "2 of 4 beyond the spread  MISSED", "0.80x at broadcast 16 (range 0.74–0.86)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("FormatLosses lacks %q:\n%s", want, out)
+		}
+	}
+	// Without quartiles (an old result), a slower size is a loss.
+	r.Rows[0].LowUS, r.Rows[0].HighUS = 0, 0
+	if losses, _, _ := Losses(r, "hier", "flat"); len(losses) != 3 {
+		t.Errorf("without quartiles, %d losses, want 3", len(losses))
 	}
 }

@@ -34,6 +34,11 @@ type Timing struct {
 	// TimeUS is the median over the repeats of the ranks' time per
 	// iteration combined as Spec.Average says, in microseconds.
 	TimeUS float64
+	// LowUS and HighUS are the quartiles of the repeats' times (the first
+	// and the third; with one repeat, its time): how far one repeat
+	// strays from the next, which decides whether two communicators'
+	// times differ (Pair.Range).
+	LowUS, HighUS float64 `json:",omitempty"`
 	// AlgBW is Bytes / time and BusBW is AlgBW × BusFactor, in GB/s (10⁹ B/s).
 	AlgBW, BusBW float64
 	// Wrong is the number of wrong elements summed over the ranks, or -1

@@ -403,9 +403,10 @@ func (m *timing) finish() error {
 	if err := combine(m.ctx, c, m.s.Average, m.times); err != nil {
 		return err
 	}
-	sec := median(m.times)
+	sec := median(m.times) // sorts m.times
 	t.Iters, t.Repeats = m.iters, m.repeats
 	t.TimeUS = sec * 1e6
+	t.LowUS, t.HighUS = quantile(m.times, 0.25)*1e6, quantile(m.times, 0.75)*1e6
 	if sec > 0 {
 		t.AlgBW = float64(m.bytes) / sec / 1e9
 	}
@@ -442,6 +443,20 @@ func itersFor(budget time.Duration, per float64) int {
 	}
 	n := math.Ceil(budget.Seconds() / per)
 	return int(min(max(n, 1), MaxIters))
+}
+
+// quantile q (0…1) of the sorted xs, interpolated between neighbours (0
+// for none).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	at := q * float64(len(sorted)-1)
+	i := int(at)
+	if i+1 >= len(sorted) {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[i] + (at-float64(i))*(sorted[i+1]-sorted[i])
 }
 
 // median of xs (the mean of the middle two for an even count); xs is sorted

@@ -243,6 +243,15 @@ func TestItersForAndMedian(t *testing.T) {
 			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		xs   []float64
+		q    float64
+		want float64
+	}{{nil, 0.25, 0}, {[]float64{7}, 0.75, 7}, {[]float64{1, 2, 3, 4, 5}, 0.25, 2}, {[]float64{1, 2, 3}, 0.75, 2.5}, {[]float64{1, 2, 3}, 1, 3}} {
+		if got := quantile(tc.xs, tc.q); got != tc.want {
+			t.Errorf("quantile(%v, %v) = %v, want %v", tc.xs, tc.q, got, tc.want)
+		}
+	}
 }
 
 // TestCombine: each Average gives every rank the same combination of the

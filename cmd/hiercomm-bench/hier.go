@@ -280,6 +280,7 @@ func reportComparison(w io.Writer, res bench.Result) error {
 	err := errors.Join(
 		bench.FormatComparison(w, res, commHier, commFlat),
 		bench.FormatGoals(w, bench.HierGoals(res, commHier, commFlat)),
+		bench.FormatLosses(w, res, commHier, commFlat),
 		bench.FormatTraffic(w, res, []string{commHier, commFlat}),
 	)
 	if res.Switch == nil || err != nil {

@@ -117,7 +117,10 @@ type reportRow struct {
 }
 
 type reportTiming struct {
-	TimeUS   float64 `json:"time_us"`
+	TimeUS float64 `json:"time_us"`
+	// TimeQ1US and TimeQ3US are the quartiles of the repeats' times.
+	TimeQ1US float64 `json:"time_q1_us"`
+	TimeQ3US float64 `json:"time_q3_us"`
 	AlgBWGBs float64 `json:"algbw_gbs"`
 	BusBWGBs float64 `json:"busbw_gbs"`
 	Wrong    *int64  `json:"wrong"` // null when not checked
@@ -188,7 +191,7 @@ func newReport(info runInfo, res bench.Result, o options, complete bool, runErr 
 		r.Ceilings.MemoryCopy = append(r.Ceilings.MemoryCopy, reportCopy{c.Bytes, c.GBs})
 	}
 	timing := func(t bench.Timing) reportTiming {
-		rt := reportTiming{TimeUS: t.TimeUS, AlgBWGBs: t.AlgBW, BusBWGBs: t.BusBW, Iters: t.Iters, Repeats: t.Repeats}
+		rt := reportTiming{TimeUS: t.TimeUS, TimeQ1US: t.LowUS, TimeQ3US: t.HighUS, AlgBWGBs: t.AlgBW, BusBWGBs: t.BusBW, Iters: t.Iters, Repeats: t.Repeats}
 		if t.Wrong >= 0 {
 			w := t.Wrong
 			rt.Wrong = &w
