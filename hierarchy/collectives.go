@@ -7,10 +7,18 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // run executes one collective (see the package doc for the algorithms).
 func (h *Comm) run(t *task) error {
+	if t.Err == nil && h.rec == nil && !hoptrace.On() {
+		if wc, ok := h.onWorld(t.Call); ok {
+			if r, ok := h.world.(comm.Runner); ok {
+				return h.runWhole(t, r, wc)
+			}
+		}
+	}
 	defer h.cfg.Stager.Reset()
 	c := t.Call
 	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: c.Signature()}
@@ -35,27 +43,75 @@ func (h *Comm) run(t *task) error {
 	return x.err()
 }
 
+// runWhole runs a collective that goes whole to the world part
+// (onWorld), a Runner, without the phases' bookkeeping unless it fails:
+// the hierarchy's own cost per call, which in a stream of small pipelined
+// Broadcasts is what the hierarchy loses to its world part. It issues the
+// same operation as the phases would (the user's call as Outer) and maps
+// a failure as they do.
+func (h *Comm) runWhole(t *task, world comm.Runner, c comm.Call) error {
+	sig := t.Call.Signature()
+	c.Outer = sig.AsOuter()
+	err := world.Run(t.Ctx, c)
+	if err == nil {
+		return nil
+	}
+	x := &phases{h: h, ctx: t.Ctx, kind: t.Call.Kind, seq: t.Seq, sig: sig, outer: c.Outer}
+	x.wait(pending{p: h.worldPart(), ran: true, err: err})
+	return x.err()
+}
+
+// onWorld reports whether c runs whole on the world part, as one
+// operation the hierarchy adds no phase to, and the call it runs there: on
+// a flat hierarchy everything; with nodes of different sizes, all but the
+// lead-based Barrier, AllReduce, Broadcast and Reduce; otherwise a small
+// Broadcast (see broadcast) and Scan and ExScan on ranks not numbered node
+// by node. It is the same on every rank for the same call.
+func (h *Comm) onWorld(c comm.Call) (comm.Call, bool) {
+	leads := c.Kind == comm.KindBarrier || c.Kind == comm.KindAllReduce || c.Kind == comm.KindBroadcast || c.Kind == comm.KindReduce
+	switch {
+	case h.flat:
+		return c, true
+	case !h.homogeneous:
+		return c, !leads
+	}
+	switch c.Kind {
+	case comm.KindBroadcast:
+		if h.small(schedule.BroadcastOp, c.Send) {
+			return comm.Call{Kind: comm.KindBroadcast, Send: c.Send, Recv: c.Send, Root: c.Root}, true
+		}
+		return c, false
+	case comm.KindScan, comm.KindExScan:
+		return c, !h.topo.NodeMajor()
+	case comm.KindBarrier, comm.KindAllReduce, comm.KindReduceScatter, comm.KindAllGather, comm.KindReduce,
+		comm.KindAllToAll, comm.KindAllToAllV, comm.KindGather, comm.KindScatter:
+		return c, false
+	}
+	return c, true
+}
+
 // dispatch runs c's algorithm on x's phases and reports whether the
 // result is still to be divided for Avg (false when c ran whole on the
 // world part, which divides itself).
 func (h *Comm) dispatch(x *phases, c comm.Call) bool {
+	if wc, ok := h.onWorld(c); ok {
+		x.do(h.worldPart(), wc)
+		return false
+	}
 	op := c.Op
 	if op == comm.Avg {
 		// Summed through the phases, divided once at the end.
 		op = comm.Sum
 	}
 	switch {
-	case c.Kind == comm.KindBarrier && !h.flat:
+	case c.Kind == comm.KindBarrier:
 		h.barrier(x)
-	case c.Kind == comm.KindAllReduce && !h.flat && !h.homogeneous:
+	case c.Kind == comm.KindAllReduce && !h.homogeneous:
 		h.allReduceLeads(x, c.Send, c.Recv, op)
-	case c.Kind == comm.KindBroadcast && !h.flat && !h.homogeneous:
+	case c.Kind == comm.KindBroadcast && !h.homogeneous:
 		h.broadcastLeads(x, c.Send, c.Root)
-	case c.Kind == comm.KindReduce && !h.flat && !h.homogeneous:
+	case c.Kind == comm.KindReduce && !h.homogeneous:
 		h.reduceLeads(x, c.Send, c.Recv, op, c.Root)
-	case h.flat || !h.homogeneous:
-		x.do(h.worldPart(), c)
-		return false
 	case c.Kind == comm.KindAllReduce:
 		if h.small(schedule.AllReduceOp, c.Send) {
 			h.allReduceLeads(x, c.Send, c.Recv, op)
@@ -78,9 +134,9 @@ func (h *Comm) dispatch(x *phases, c comm.Call) bool {
 		h.gather(x, c.Send, c.Recv, c.Root)
 	case c.Kind == comm.KindScatter:
 		h.scatter(x, c.Send, c.Recv, c.Root)
-	case (c.Kind == comm.KindScan || c.Kind == comm.KindExScan) && h.topo.NodeMajor():
+	case c.Kind == comm.KindScan || c.Kind == comm.KindExScan: // node-major (onWorld)
 		h.scan(x, c.Send, c.Recv, op, c.Kind == comm.KindExScan)
-	default:
+	default: // every kind onWorld keeps off the world part has its case above
 		x.do(h.worldPart(), c)
 		return false
 	}
@@ -392,21 +448,18 @@ func (h *Comm) allGather2D(x *phases, send, recv comm.Buffer) {
 // a rank whose root is out of range rejects its call and must still issue
 // the operations its peers issue, without knowing the root.
 
-// broadcast: small, the world part's Broadcast — its binomial tree over
-// node-major ranks crosses nodes in its top levels and stays within them
-// below, the leads route's shape, as one operation whose root returns once
-// its messages are sent, so back-to-back broadcasts pipeline (the leads
-// route on the parts synchronized every call, with an empty Broadcast on
-// every rail but the root's: in the bench's stream of 8-byte broadcasts,
-// 0.12× the world part's speed); large, per chunk the root's
-// node scatters the chunk over its ranks, every rail broadcasts its piece
-// from the root's node, and every node AllGathers the pieces.
+// broadcast is the large Broadcast: per chunk the root's node scatters
+// the chunk over its ranks, every rail broadcasts its piece from the
+// root's node, and every node AllGathers the pieces. A small one is the
+// world part's Broadcast (onWorld): its binomial tree over node-major
+// ranks crosses nodes in its top levels and stays within them below, the
+// leads route's shape, as one operation whose root returns once its
+// messages are sent, so back-to-back broadcasts pipeline (the leads route
+// on the parts synchronized every call, with an empty Broadcast on every
+// rail but the root's: in the bench's stream of 8-byte broadcasts, 0.12×
+// the world part's speed).
 func (h *Comm) broadcast(x *phases, buf comm.Buffer, root int) {
 	mr, lr := h.topo.NodeOf(root), h.topo.LocalRank(root)
-	if h.small(schedule.BroadcastOp, buf) {
-		x.do(h.worldPart(), comm.Call{Kind: comm.KindBroadcast, Send: buf, Recv: buf, Root: root})
-		return
-	}
 	G := h.g
 	n := buf.Len()
 	main := n - n%G
