@@ -146,3 +146,40 @@ func TestAllToAllVCountMismatch(t *testing.T) {
 		})
 	}
 }
+
+// A small Broadcast runs whole on the world part (without the phases'
+// bookkeeping while it succeeds). When rank 3 disagrees on its root, rank 3
+// gets a mismatch in its own call's terms; the others may complete theirs
+// (the root's tree reached them before the news; the world part's own
+// behaviour, as before the hierarchy ran it whole), and every rank's next
+// call fails at once: the hierarchy is aborted, nobody waits.
+func TestWorldCallMismatch(t *testing.T) {
+	cs := build(t, layout{name: "2x2", perNode: []int{2, 2}}, "shm", hierarchy.Config{})
+	errs := each(cs, func(r int, c comm.Communicator) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		root := 0
+		if r == 3 {
+			root = 1
+		}
+		x := []float32{float32(r), 1}
+		err := c.Broadcast(ctx, comm.Host(x), root)
+		var me *comm.MismatchError
+		if r == 3 && (!errors.As(err, &me) || me.Local.Kind != comm.KindBroadcast || int(me.Local.Root) != root) {
+			return fmt.Errorf("Broadcast from %d: %v, want a *comm.MismatchError naming this rank's own call", root, err)
+		}
+		if err != nil && !errors.Is(err, comm.ErrMismatch) {
+			return fmt.Errorf("Broadcast from %d: %v, want nil or a mismatch", root, err)
+		}
+		start := time.Now()
+		if err := c.Barrier(ctx); err == nil || time.Since(start) > 5*time.Second {
+			return fmt.Errorf("Barrier after the mismatch: %v after %v, want an error at once", err, time.Since(start))
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
