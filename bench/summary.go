@@ -77,8 +77,11 @@ type RawLatency struct {
 	Ratio     float64
 	Goal      float64
 	// Doubling: RTTUS is the bare recursive-doubling exchange among all
-	// ranks (Result.RawDoublingUS), not the pair's round trip.
-	Doubling bool
+	// ranks (Result.RawDoublingUS), not the pair's round trip; with
+	// PerRound, one of its log₂ N rounds (every rank swaps one frame with
+	// a partner while all do: a sendrecv's ceiling with every rank busy,
+	// where the pair's round trip was measured with the others idle).
+	Doubling, PerRound bool
 }
 
 // Met reports whether the goal holds.
@@ -142,6 +145,11 @@ func Summarize(r Result) Summary {
 			}
 			if l, ok := rawLatency(r, name, "allreduce"); ok && r.RawDoublingUS > 0 {
 				l.RTTUS, l.Ratio, l.Goal, l.Doubling = r.RawDoublingUS, l.US/r.RawDoublingUS, DoublingGoal, true
+				s.Raw = append(s.Raw, l)
+			}
+			if l, ok := rawLatency(r, name, "sendrecv"); ok && r.RawDoublingUS > 0 && r.Ranks > 1 {
+				round := r.RawDoublingUS / float64(bits.Len(uint(r.Ranks-1)))
+				l.RTTUS, l.Ratio, l.Goal, l.Doubling, l.PerRound = round, l.US/round, DoublingGoal, true, true
 				s.Raw = append(s.Raw, l)
 			}
 		}
@@ -252,7 +260,10 @@ func (s Summary) Format(w io.Writer) error {
 			on = " on " + l.Comm
 		}
 		against := "the bare transport's round trip"
-		if l.Doubling {
+		switch {
+		case l.PerRound:
+			against = fmt.Sprintf("one round of a bare doubling exchange among all %d ranks", s.Ranks)
+		case l.Doubling:
 			against = fmt.Sprintf("a bare doubling exchange among all %d ranks", s.Ranks)
 		}
 		out += fmt.Sprintf("#   raw latency: %s at %d B%s / %s = %.2f / %.2f us = %.2f (goal ≤ %.1f)  %s\n",

@@ -175,7 +175,7 @@ func TestSummaryRawLatency(t *testing.T) {
 		t.Errorf("2 ranks: goal %v, want 1.5", g)
 	}
 	// With the bare doubling exchange measured, each AllReduce is also
-	// judged against it.
+	// judged against it, and each sendrecv against one of its 2 rounds.
 	res.RawDoublingUS = 100
 	s = Summarize(res)
 	var dbl []RawLatency
@@ -184,11 +184,14 @@ func TestSummaryRawLatency(t *testing.T) {
 			dbl = append(dbl, l)
 		}
 	}
-	if len(dbl) != 2 || dbl[0].Comm != "hier" || dbl[0].Ratio != 1.5 || dbl[1].Ratio != 0.75 || dbl[0].Goal != DoublingGoal {
+	if len(dbl) != 3 || dbl[0].Comm != "hier" || dbl[0].Ratio != 1.5 || dbl[1].Ratio != 0.75 || dbl[0].Goal != DoublingGoal ||
+		dbl[0].PerRound || dbl[2].Op != "sendrecv" || !dbl[2].PerRound || dbl[2].RTTUS != 50 || dbl[2].Ratio != 0.88 {
 		t.Errorf("doubling lines: %+v", dbl)
 	}
 	b.Reset()
-	if err := s.Format(&b); err != nil || !strings.Contains(b.String(), "allreduce at 8 B on flat / a bare doubling exchange among all 4 ranks = 75.00 / 100.00 us = 0.75 (goal ≤ 1.2)  PASS") {
+	if err := s.Format(&b); err != nil ||
+		!strings.Contains(b.String(), "allreduce at 8 B on flat / a bare doubling exchange among all 4 ranks = 75.00 / 100.00 us = 0.75 (goal ≤ 1.2)  PASS") ||
+		!strings.Contains(b.String(), "sendrecv at 8 B on flat / one round of a bare doubling exchange among all 4 ranks = 44.00 / 50.00 us = 0.88 (goal ≤ 1.2)  PASS") {
 		t.Errorf("doubling line missing: %v\n%s", err, b.String())
 	}
 	res.RawDoublingUS = 0
