@@ -55,7 +55,8 @@ const (
 )
 
 // p2pYieldCrowded is the point-to-point engine's yielding on a crowded
-// host: none, it sleeps after its few checks. A Recv or Send waits
+// host, when its ranks are processes: none, it sleeps after its few
+// checks. A Recv or Send waits
 // for a peer that is itself waiting on something else (the network,
 // in a hierarchy's sendrecv ring or a pipeline), not for a node-mate
 // one step behind as a collective's step does, and a process that

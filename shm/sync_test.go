@@ -300,7 +300,7 @@ func TestHostProcsCrowdedWait(t *testing.T) {
 	}{
 		{0, spinChecks, yieldFor, yieldFor},
 		{1, spinChecks, yieldFor, yieldFor},
-		{runtime.NumCPU() + 1, spinOver, yieldCrowded, p2pYieldCrowded},
+		{runtime.NumCPU() + 1, spinOver, yieldCrowded, yieldCrowded}, // goroutines of one process
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cs, err := NewLocal(ctx, testNamespace(), 1, Config{HostProcs: tc.procs})
@@ -313,6 +313,25 @@ func TestHostProcsCrowdedWait(t *testing.T) {
 				tc.procs, runtime.NumCPU(), c.spin, c.yieldTime, c.p2pYield, tc.spin, tc.yieldTime, tc.p2p)
 		}
 		cs[0].Close()
+	}
+	// Ranks that are processes: the point-to-point engine sleeps at once on
+	// a crowded host.
+	for _, tc := range []struct {
+		ranks, procs, cpus int
+		inProcess          bool
+		spin               int
+		yield, p2p         time.Duration
+	}{
+		{2, 0, 2, false, spinChecks, yieldFor, yieldFor},
+		{2, 4, 2, false, spinOver, yieldCrowded, p2pYieldCrowded},
+		{4, 0, 2, false, spinOver, yieldCrowded, p2pYieldCrowded},
+		{4, 0, 2, true, spinOver, yieldCrowded, yieldCrowded},
+	} {
+		spin, yield, p2p := waitPolicy(tc.ranks, tc.procs, tc.cpus, tc.inProcess)
+		if spin != tc.spin || yield != tc.yield || p2p != tc.p2p {
+			t.Errorf("waitPolicy(%d ranks, %d processes, %d CPUs, in process %v) = %d, %v, %v; want %d, %v, %v",
+				tc.ranks, tc.procs, tc.cpus, tc.inProcess, spin, yield, p2p, tc.spin, tc.yield, tc.p2p)
+		}
 	}
 }
 
