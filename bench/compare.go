@@ -183,8 +183,9 @@ func FormatGoals(w io.Writer, goals []Goal) error {
 
 // HierNeverLoses is issue 15's goal for every operation the hierarchical
 // communicator and the flat one both measured: the hierarchy at least this
-// fraction of flat's speed at every size, in both forms. A size inside the
-// spread of its repeats (Pair.Range) is not counted a loss.
+// fraction of flat's speed at every size, in both forms. A size below it
+// whose speedup's spread (Pair.Range) still reaches it is not counted a
+// loss (Pair.Loses).
 const HierNeverLoses = 0.95
 
 // Losses judges HierNeverLoses on a RunCompare of hier and flat: the pairs

@@ -21,16 +21,17 @@ import (
 // a Barrier, counts as the first warmup iteration), runs the rest of the
 // Warmup untimed iterations (only one more when a call outlasts Budget on
 // the slowest rank), picks the iteration count from the slowest
-// rank's warmups (unless Iters is set; the first timed repeat checks it),
-// then Repeats times: a Barrier, then Iters back-to-back blocking calls,
-// timed on each rank. Each rank's
-// time per iteration is combined over the ranks per repeat, and the row
-// reports the median over the repeats. When Iters is chosen and one
+// rank's warmups (unless Iters is set; with Repeats > 1 the first timed
+// repeat checks it), then Repeats times: a Barrier, then Iters
+// back-to-back blocking calls, timed on each rank. Each rank's time per
+// iteration is combined over the ranks per repeat, and the row reports
+// the median over the repeats. When Iters is chosen and one
 // iteration outlasts Repeats × Budget, the size is timed once: by the
 // check's own run when it was the last warmup, else by one more run.
 //
 // An error (a failed collective, a bad Spec) ends the run on every rank; the
-// Result holds the rows measured before it.
+// Result holds the rows of the sizes measured before it (of every
+// contender, with RunCompare: a size one of them failed has no rows).
 func Run(ctx context.Context, c comm.Communicator, spec Spec) (Result, error) {
 	res, err := RunCompare(ctx, []Contender{{Comm: c}}, spec)
 	res.Comms = nil
@@ -362,6 +363,9 @@ func (m *timing) repeat() error {
 		}
 	}
 	took := time.Since(t0).Seconds()
+	// Bytes still on their way when this rank's last call returned (a
+	// transport's send buffer, the qdisc, late acknowledgements) are
+	// counted in the next window, or not at all after the last repeat.
 	n1, err := m.readNet()
 	if err != nil {
 		return err
