@@ -72,6 +72,12 @@ type ExecConfig[X any] struct {
 	// ended (a detached task: when it completes); Close retires it from
 	// the live recorders (DumpLive).
 	Recorder *FlightRecorder
+	// Recycle says that Run keeps no reference to its task once it has
+	// returned (unless it Detached): the task of a blocking call that ran
+	// on the caller's goroutine is then reused by a later one instead of
+	// allocated for each (a Task holds the Call: a few hundred bytes a
+	// small collective would otherwise allocate). Not with a Recorder.
+	Recycle bool
 }
 
 // Exec is the executor behind a communicator's Start: it numbers the
@@ -90,6 +96,7 @@ type Exec[X any] struct {
 	running bool // a runner drains the queue (Concurrent: unused)
 	closed  bool
 	runners sync.WaitGroup // goroutines inside Run
+	free    sync.Pool      // *Task[X] that ran inline, with ExecConfig.Recycle
 }
 
 // NewExec returns an executor with cfg.
@@ -121,7 +128,8 @@ func (e *Exec[X]) Start(ctx context.Context, call Call, verr error, x X) *Work {
 // Do is Start and Wait in one: when nothing is queued or running (always,
 // if Concurrent), the task runs on the calling goroutine.
 func (e *Exec[X]) Do(ctx context.Context, call Call, verr error, x X) error {
-	t := &Task[X]{Ctx: ctx, Call: call, Err: verr, X: x}
+	t := e.inlineTask()
+	t.Ctx, t.Call, t.Err, t.X = ctx, call, verr, x
 	switch e.admit(t, true) {
 	case runHere:
 		err := e.cfg.Run(t)
@@ -131,12 +139,33 @@ func (e *Exec[X]) Do(ctx context.Context, call Call, verr error, x X) error {
 		}
 		e.runners.Done()
 		if !t.detached {
+			e.recycle(t)
 			return err
 		}
 	case runQueue:
 		e.drain(t)
 	}
 	return t.work.Wait()
+}
+
+// inlineTask is a blank task for Do: a recycled one if any.
+func (e *Exec[X]) inlineTask() *Task[X] {
+	if e.cfg.Recycle && e.cfg.Recorder == nil {
+		if t, ok := e.free.Get().(*Task[X]); ok {
+			return t
+		}
+	}
+	return &Task[X]{}
+}
+
+// recycle keeps t, which ran inline and is done with, for a later Do
+// (ExecConfig.Recycle): blanked, so that it holds no buffers or context.
+func (e *Exec[X]) recycle(t *Task[X]) {
+	if !e.cfg.Recycle || e.cfg.Recorder != nil || t.work != nil || t.detached {
+		return
+	}
+	*t = Task[X]{}
+	e.free.Put(t)
 }
 
 // What admit leaves its caller to do.

@@ -247,3 +247,45 @@ func BenchmarkExec(b *testing.B) {
 		}
 	})
 }
+
+// With Recycle, a blocking call that ran inline leaves its task for the
+// next one, blanked (no allocation per call): nothing of one call (its X,
+// its refusal) shows in the next. (The pool may drop a task, as the race
+// detector's does on purpose: some are reused, not all.)
+func TestExecRecycle(t *testing.T) {
+	for _, recycle := range []bool{false, true} {
+		var seen []*comm.Task[*int]
+		var stale []string
+		e := comm.NewExec(comm.ExecConfig[*int]{Recycle: recycle, Run: func(tk *comm.Task[*int]) error {
+			seen = append(seen, tk)
+			if tk.X == nil || *tk.X != int(tk.Seq) {
+				stale = append(stale, fmt.Sprintf("task #%d has X %v", tk.Seq, tk.X))
+			}
+			if tk.Err != nil && tk.Seq != 3 {
+				stale = append(stale, fmt.Sprintf("task #%d has Err %v", tk.Seq, tk.Err))
+			}
+			return tk.Err
+		}})
+		for i := 1; i <= 20; i++ {
+			var verr error
+			if i == 3 {
+				verr = errors.New("refused")
+			}
+			x := i
+			err := e.Do(context.Background(), barrier, verr, &x)
+			if (err != nil) != (i == 3) {
+				t.Fatalf("Recycle %v: call %d: %v", recycle, i, err)
+			}
+		}
+		if len(stale) > 0 {
+			t.Errorf("Recycle %v: %v", recycle, stale)
+		}
+		distinct := map[*comm.Task[*int]]bool{}
+		for _, tk := range seen {
+			distinct[tk] = true
+		}
+		if reused := len(distinct) < len(seen); reused != recycle {
+			t.Errorf("Recycle %v: %d distinct tasks for %d calls", recycle, len(distinct), len(seen))
+		}
+	}
+}

@@ -219,6 +219,7 @@ func New(cfg Config) (*Comm, error) {
 	h.exec = comm.NewExec(comm.ExecConfig[splitRun]{
 		Recorder: h.rec,
 		Run:      h.runTask,
+		Recycle:  true, // runTask keeps nothing of its task once it returns
 		Refuse: func(t *task, err error) error {
 			return h.opError(t.Call.Kind, t.Seq, -1, err)
 		},

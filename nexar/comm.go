@@ -30,11 +30,11 @@ type Comm struct {
 	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
-	exec      *comm.Exec[*job] // numbers and runs the collectives (guarded by mu)
-	done      chan struct{}    // closed by Close: every wait ends with comm.ErrClosed
-	notes     lastWords        // control frames being sent (failure notices, probe answers); see note
-	shrink    shrinkBox        // Shrink's agreement (shrink.go)
-	census    census           // the progress census (progress.go)
+	exec      *comm.Exec[job] // numbers and runs the collectives (guarded by mu)
+	done      chan struct{}   // closed by Close: every wait ends with comm.ErrClosed
+	notes     lastWords       // control frames being sent (failure notices, probe answers); see note
+	shrink    shrinkBox       // Shrink's agreement (shrink.go)
+	census    census          // the progress census (progress.go)
 	// holds: a communicator made by Shrink keeps the transport open, as
 	// the world Comm does; the last of them to close closes it. Set
 	// before the communicator is registered.
@@ -349,7 +349,7 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	return c.exec.Start(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), &job{sig: call.Signature()})
+	return c.exec.Start(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), job{sig: call.Signature()})
 }
 
 // Run implements comm.Runner: the blocking form of Start, which runs the
@@ -360,7 +360,7 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.doP2P(ctx, call)
 	}
-	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), &job{sig: call.Signature()})
+	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), job{sig: call.Signature()})
 }
 
 // job is a collective on the executor: its Signature, what Admit found
@@ -376,7 +376,7 @@ type job struct {
 // doSplit runs split as a collective with Signature sig, on the calling
 // goroutine.
 func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, split func(*op) error) error {
-	return c.exec.Do(ctx, comm.Call{Kind: sig.Kind}, verr, &job{sig: sig, split: split})
+	return c.exec.Do(ctx, comm.Call{Kind: sig.Kind}, verr, job{sig: sig, split: split})
 }
 
 // newExec is the communicator's executor. Collectives run concurrently,
@@ -385,17 +385,18 @@ func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, spli
 // frames carry it. A collective whose arguments failed validation still
 // takes its number, and the peers are told, so they fail it too instead of
 // waiting.
-func (c *Comm) newExec() *comm.Exec[*job] {
+func (c *Comm) newExec() *comm.Exec[job] {
 	var rec *comm.FlightRecorder
 	if c.opt.FlightRecorder > 0 {
 		rec = comm.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
 	}
-	return comm.NewExec(comm.ExecConfig[*job]{
+	return comm.NewExec(comm.ExecConfig[job]{
 		Recorder:   rec,
 		Concurrent: true,
+		Recycle:    true,  // Run keeps nothing of its task (the op is its own) once it returns
 		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
-		Admit: func(t *comm.Task[*job]) error {
-			j := t.X
+		Admit: func(t *comm.Task[job]) error {
+			j := &t.X
 			if c.aborted != nil && t.Err == nil {
 				// Refused, but still numbered and announced: a peer that
 				// has not heard of the failure yet must not wait for this
@@ -416,8 +417,8 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			delete(c.ahead, t.Seq)
 			return nil
 		},
-		Run: func(t *comm.Task[*job]) error {
-			j := t.X
+		Run: func(t *comm.Task[job]) error {
+			j := &t.X
 			o, ahead := j.o, j.ahead
 			switch {
 			case t.Err != nil:
@@ -445,7 +446,7 @@ func (c *Comm) newExec() *comm.Exec[*job] {
 			}
 			return o.finish()
 		},
-		Refuse: func(t *comm.Task[*job], err error) error {
+		Refuse: func(t *comm.Task[job], err error) error {
 			return &comm.OpError{Rank: c.rank, Peer: -1, Kind: t.X.sig.Kind, Comm: c.name, Err: err}
 		},
 	})
