@@ -72,11 +72,12 @@ type ExecConfig[X any] struct {
 	// ended (a detached task: when it completes); Close retires it from
 	// the live recorders (DumpLive).
 	Recorder *FlightRecorder
-	// Recycle says that Run keeps no reference to its task once it has
-	// returned (unless it Detached): the task of a blocking call that ran
-	// on the caller's goroutine is then reused by a later one instead of
-	// allocated for each (a Task holds the Call: a few hundred bytes a
-	// small collective would otherwise allocate). Not with a Recorder.
+	// Recycle says that Run (and Admit and Refuse) keep no reference to
+	// the task once Run has returned (unless it Detached): the task of a
+	// blocking call that ran on the caller's goroutine is then reused by
+	// a later one instead of allocated for each (a Task holds the Call: a
+	// few hundred bytes a small collective would otherwise allocate). Not
+	// with a Recorder.
 	Recycle bool
 }
 
