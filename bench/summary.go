@@ -14,12 +14,8 @@ const (
 	BandwidthGoal = 0.85
 	// BandwidthFrom is the smallest size the bandwidth goal is judged at.
 	BandwidthFrom = 16 << 20
-	// LatencyGoal: the smallest AllReduce takes at most this many times
-	// 2·⌈log₂ N⌉ one-way latencies (a recursive-doubling reduce and
-	// broadcast's worth of hops), the latency being sendrecv's time at the
-	// same size.
-	LatencyGoal = 1.0
-	// LatencyUpTo is the largest size the latency goal is judged at.
+	// LatencyUpTo is the largest size the raw latency goals are judged
+	// at (Summary.Raw): the smallest measured size up to it.
 	LatencyUpTo = 64
 )
 
@@ -37,17 +33,6 @@ type Summary struct {
 	SendRecvBusBW  float64 // GB/s
 	BandwidthRatio float64
 	BandwidthWhy   string
-
-	// HasLatency: AllReduceUS / (Hops × SendRecvUS) at LatencyBytes, the
-	// smallest size both measured (at most LatencyUpTo bytes); Hops is
-	// 2·⌈log₂ Ranks⌉.
-	HasLatency   bool
-	LatencyBytes int64
-	AllReduceUS  float64
-	SendRecvUS   float64
-	Hops         int
-	LatencyRatio float64
-	LatencyWhy   string
 
 	// HasIntra: the run was on one node and measured copy(): the
 	// shared-memory goals. IntraRatio is the smallest AllReduce busbw ÷
@@ -116,22 +101,6 @@ func Summarize(r Result) Summary {
 		s.BandwidthWhy = ""
 	}
 
-	s.LatencyWhy = fmt.Sprintf("needs allreduce and sendrecv at the same size ≤ %d B", LatencyUpTo)
-	if r.Ranks < 2 {
-		s.LatencyWhy = "needs at least 2 ranks"
-	} else {
-		for _, b := range common {
-			if b <= LatencyUpTo && (!s.HasLatency || b < s.LatencyBytes) && sr[b].TimeUS > 0 {
-				s.HasLatency, s.LatencyBytes = true, b
-			}
-		}
-	}
-	if s.HasLatency {
-		s.AllReduceUS, s.SendRecvUS = ar[s.LatencyBytes].TimeUS, sr[s.LatencyBytes].TimeUS
-		s.Hops = 2 * bits.Len(uint(r.Ranks-1)) // 2·⌈log₂ N⌉
-		s.LatencyRatio = s.AllReduceUS / (float64(s.Hops) * s.SendRecvUS)
-		s.LatencyWhy = ""
-	}
 	if r.RawRTTUS > 0 {
 		comms := r.Comms
 		if len(comms) == 0 {
@@ -227,10 +196,9 @@ func (s Summary) Intra8BMet() bool {
 	return s.HasIntra8B && s.Ranks == IntraLatencyRanks && s.Intra8BUS < IntraLatencyGoalUS
 }
 
-// BandwidthMet and LatencyMet report whether the goals are met (false when
-// not measured).
+// BandwidthMet reports whether the bandwidth goal is met (false when not
+// measured).
 func (s Summary) BandwidthMet() bool { return s.HasBandwidth && s.BandwidthRatio >= BandwidthGoal }
-func (s Summary) LatencyMet() bool   { return s.HasLatency && s.LatencyRatio <= LatencyGoal }
 
 // Format prints the ratios with PASS or BELOW labels. They are
 // informational: a run below a goal is not an error.
@@ -247,12 +215,6 @@ func (s Summary) Format(w io.Writer) error {
 			FormatSize(s.BandwidthBytes), s.AllReduceBusBW, s.SendRecvBusBW, s.BandwidthRatio, BandwidthGoal, label(s.BandwidthMet()))
 	} else {
 		out += fmt.Sprintf("#   bandwidth: n/a (%s)\n", s.BandwidthWhy)
-	}
-	if s.HasLatency {
-		out += fmt.Sprintf("#   latency:   allreduce time / (2·⌈log2 %d⌉ × sendrecv time) at %d B = %.2f / (%d × %.2f) us = %.2f (goal ≤ %.2f)  %s\n",
-			s.Ranks, s.LatencyBytes, s.AllReduceUS, s.Hops, s.SendRecvUS, s.LatencyRatio, LatencyGoal, label(s.LatencyMet()))
-	} else {
-		out += fmt.Sprintf("#   latency:   n/a (%s)\n", s.LatencyWhy)
 	}
 	for _, l := range s.Raw {
 		on := ""

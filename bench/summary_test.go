@@ -25,32 +25,31 @@ func TestSummarize(t *testing.T) {
 	if !s.HasBandwidth || s.BandwidthBytes != 32<<20 || math.Abs(s.BandwidthRatio-0.9) > 1e-12 || !s.BandwidthMet() {
 		t.Errorf("bandwidth: %+v", s)
 	}
-	// Latency: 150 / (2·⌈log₂ 4⌉ · 50) = 0.75.
-	if !s.HasLatency || s.LatencyBytes != 8 || s.Hops != 4 || math.Abs(s.LatencyRatio-0.75) > 1e-12 || !s.LatencyMet() {
-		t.Errorf("latency: %+v", s)
-	}
 	var b bytes.Buffer
 	if err := s.Format(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"= 0.90 (goal ≥ 0.85)  PASS", "= 0.75 (goal ≤ 1.00)  PASS", "at 32M", "(4 × 50.00) us"} {
+	for _, want := range []string{"= 0.90 (goal ≥ 0.85)  PASS", "at 32M"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Format output lacks %q:\n%s", want, b.String())
 		}
 	}
+	// No line compares the AllReduce with the run's own sendrecv (which
+	// hid what both cost): the raw latency lines judge small calls.
+	if strings.Contains(b.String(), "latency:") {
+		t.Errorf("a latency line without the bare transport measured:\n%s", b.String())
+	}
 
-	// Below both goals, on 5 ranks (⌈log₂ 5⌉ = 3 hops each way).
-	res.Ranks = 5
-	res.Rows[2].BusBW = 0.5   // allreduce 32 MiB
-	res.Rows[0].TimeUS = 1000 // allreduce 8 B
+	// Below the goal.
+	res.Rows[2].BusBW = 0.5 // allreduce 32 MiB
 	s = Summarize(res)
-	if s.Hops != 6 || math.Abs(s.LatencyRatio-1000.0/300) > 1e-12 || s.LatencyMet() || s.BandwidthMet() {
+	if s.BandwidthMet() {
 		t.Errorf("below: %+v", s)
 	}
 	b.Reset()
 	s.Format(&b)
-	if strings.Count(b.String(), "BELOW") != 2 {
-		t.Errorf("want two BELOW labels:\n%s", b.String())
+	if strings.Count(b.String(), "BELOW") != 1 {
+		t.Errorf("want one BELOW label:\n%s", b.String())
 	}
 }
 
@@ -64,13 +63,13 @@ func TestSummarizeMissing(t *testing.T) {
 		{"one rank", Result{Ranks: 1, Rows: []Row{{Op: "allreduce", Bytes: 8, Timing: Timing{TimeUS: 1}}, {Op: "sendrecv", Bytes: 8, Timing: Timing{TimeUS: 1}}}}},
 	} {
 		s := Summarize(tc.res)
-		if s.HasBandwidth || s.HasLatency || s.BandwidthMet() || s.LatencyMet() {
-			t.Errorf("%s: %+v, want neither ratio", tc.name, s)
+		if s.HasBandwidth || s.BandwidthMet() {
+			t.Errorf("%s: %+v, want no bandwidth ratio", tc.name, s)
 		}
 		var b bytes.Buffer
 		s.Format(&b)
-		if strings.Count(b.String(), "n/a (") != 2 {
-			t.Errorf("%s: want two n/a lines:\n%s", tc.name, b.String())
+		if strings.Count(b.String(), "n/a (") != 1 {
+			t.Errorf("%s: want one n/a line:\n%s", tc.name, b.String())
 		}
 	}
 }
