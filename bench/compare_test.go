@@ -17,37 +17,16 @@ import (
 // no faster than its bytes allow and reports exactly the bytes it charged.
 func TestRunCompareLinked(t *testing.T) {
 	const p, bits = 4, 80_000_000 // 10 MB/s
-	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nexar.CloseAll(cs)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	spec := Spec{Ops: []string{"allreduce", "reducescatter", "reducescatter_ar"}, MinBytes: 64, MaxBytes: 16 << 10, Factor: 16, Warmup: 1, Iters: 2, Repeats: 1, Check: true}
-	results := make([]Result, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			link, err := NewLink(bits)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			s := spec
-			s.Traffic = func() (int64, error) { return link.Sent(), nil }
-			results[r], errs[r] = RunCompare(ctx, []Contender{{"plain", c}, {"limited", link.Wrap(c, nil)}}, s)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+	results := eachRank(t, p, func(ctx context.Context, r int, c comm.Communicator) (Result, error) {
+		link, err := NewLink(bits)
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return Result{}, err
 		}
-	}
+		s := spec
+		s.Traffic = func() (int64, error) { return link.Sent(), nil }
+		return RunCompare(ctx, []Contender{{"plain", c}, {"limited", link.Wrap(c, nil)}}, s)
+	})
 	res := results[0]
 	if got := strings.Join(res.Comms, ","); got != "plain,limited" {
 		t.Errorf("Comms = %s, want plain,limited", got)
@@ -276,36 +255,17 @@ func (l *logged) Broadcast(ctx context.Context, buf comm.Buffer, root int) error
 // world and returns rank 0's Result and Barrier log.
 func runLogged(t *testing.T, spec Spec, slow int) (Result, []string) {
 	t.Helper()
-	const p = 2
-	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nexar.CloseAll(cs)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	var log []string
 	var mu sync.Mutex
-	results := make([]Result, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r, c := range cs {
-		wg.Go(func() {
-			a := &logged{Communicator: c, name: "a", mu: &mu, slow: slow}
-			b := &logged{Communicator: c, name: "b", mu: &mu, slow: slow}
-			if r == 0 {
-				a.log, b.log = &log, &log
-			}
-			results[r], errs[r] = RunCompare(ctx, []Contender{{"a", a}, {"b", b}}, spec)
-		})
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	res := eachRank(t, 2, func(ctx context.Context, r int, c comm.Communicator) (Result, error) {
+		a := &logged{Communicator: c, name: "a", mu: &mu, slow: slow}
+		b := &logged{Communicator: c, name: "b", mu: &mu, slow: slow}
+		if r == 0 {
+			a.log, b.log = &log, &log
 		}
-	}
-	return results[0], log
+		return RunCompare(ctx, []Contender{{"a", a}, {"b", b}}, spec)
+	})
+	return res[0], log
 }
 
 // TestRunCompareAlternatesRepeats: the contenders' timed repeats take

@@ -17,6 +17,18 @@ import (
 // rank's Result.
 func runWorld(t *testing.T, p int, spec Spec, wrap func(comm.Communicator) comm.Communicator) []Result {
 	t.Helper()
+	return eachRank(t, p, func(ctx context.Context, r int, c comm.Communicator) (Result, error) {
+		if wrap != nil {
+			c = wrap(c)
+		}
+		return Run(ctx, c, spec)
+	})
+}
+
+// eachRank runs measure on every rank of an in-memory world of p ranks at
+// once and returns every rank's Result; an error fails the test.
+func eachRank(t *testing.T, p int, measure func(ctx context.Context, r int, c comm.Communicator) (Result, error)) []Result {
+	t.Helper()
 	cs, err := nexar.NewMemoryWorld(p, nexar.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -28,15 +40,7 @@ func runWorld(t *testing.T, p int, spec Spec, wrap func(comm.Communicator) comm.
 	errs := make([]error, p)
 	var wg sync.WaitGroup
 	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var cm comm.Communicator = c
-			if wrap != nil {
-				cm = wrap(c)
-			}
-			results[r], errs[r] = Run(ctx, cm, spec)
-		}()
+		wg.Go(func() { results[r], errs[r] = measure(ctx, r, c) })
 	}
 	wg.Wait()
 	for r, err := range errs {
