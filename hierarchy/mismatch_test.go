@@ -48,12 +48,7 @@ func TestUserMismatchSeenThroughThePhases(t *testing.T) {
 					if !errors.As(err, &me) || me.Local.Op != op || me.Local.Count != int64(n) || me.Local.Kind != comm.KindAllReduce {
 						return fmt.Errorf("AllReduce(%v): %v: want a *comm.MismatchError naming this rank's own call", op, err)
 					}
-					// The next call fails at once instead of waiting.
-					start := time.Now()
-					if err := c.Barrier(ctx); err == nil || time.Since(start) > 5*time.Second {
-						return fmt.Errorf("Barrier after the mismatch: %v after %v, want an error at once", err, time.Since(start))
-					}
-					return nil
+					return nextFailsAtOnce(ctx, c)
 				})
 				for r, err := range errs {
 					if err != nil {
@@ -171,15 +166,21 @@ func TestWorldCallMismatch(t *testing.T) {
 		if err != nil && !errors.Is(err, comm.ErrMismatch) {
 			return fmt.Errorf("Broadcast from %d: %v, want nil or a mismatch", root, err)
 		}
-		start := time.Now()
-		if err := c.Barrier(ctx); err == nil || time.Since(start) > 5*time.Second {
-			return fmt.Errorf("Barrier after the mismatch: %v after %v, want an error at once", err, time.Since(start))
-		}
-		return nil
+		return nextFailsAtOnce(ctx, c)
 	})
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// nextFailsAtOnce checks that the call after a mismatch (a Barrier) fails
+// at once instead of waiting.
+func nextFailsAtOnce(ctx context.Context, c comm.Communicator) error {
+	start := time.Now()
+	if err := c.Barrier(ctx); err == nil || time.Since(start) > 5*time.Second {
+		return fmt.Errorf("Barrier after the mismatch: %v after %v, want an error at once", err, time.Since(start))
+	}
+	return nil
 }
