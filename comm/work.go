@@ -22,6 +22,13 @@ func Failed(err error) *Work {
 	return w
 }
 
+// succeeded is shared by every operation that was done as it started.
+var succeeded = Failed(nil)
+
+// Succeeded returns a Work that is already done without error. It is
+// shared, so it costs nothing; its Complete has no effect.
+func Succeeded() *Work { return succeeded }
+
 // Complete marks w done with err. Only the first call has an effect.
 func (w *Work) Complete(err error) {
 	w.once.Do(func() {

@@ -47,8 +47,11 @@ type Comm struct {
 	recent  [64]doneSig          // signatures of finished collectives, by seq % 64, to answer late probes
 	arrived map[mkey]frame       // frames that arrived before anyone waited for them
 	waiters map[mkey]chan frame  // receives waiting for a frame (buffered, capacity 1)
-	sendSeq map[p2pKey]uint64    // next message number to send, by (peer, tag)
-	recvSeq map[p2pKey]uint64    // next message number to receive, by (peer, tag)
+	posted  map[mkey]*posted     // Recvs started with Start, waiting for their frame (posted.go)
+	// watching: the watcher of the posted Recvs runs.
+	watching bool
+	sendSeq  map[p2pKey]uint64 // next message number to send, by (peer, tag)
+	recvSeq  map[p2pKey]uint64 // next message number to receive, by (peer, tag)
 	// got counts the data and point-to-point frames that arrived from each
 	// rank; left is, for a rank that closed its side, the number it sent
 	// (FrameClosed), else -1; leftCh is closed and replaced when a waiter
@@ -94,6 +97,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		ahead:     map[uint64]*aheadMsg{},
 		arrived:   map[mkey]frame{},
 		waiters:   map[mkey]chan frame{},
+		posted:    map[mkey]*posted{},
 		sendSeq:   map[p2pKey]uint64{},
 		recvSeq:   map[p2pKey]uint64{},
 		done:      make(chan struct{}),
@@ -186,6 +190,7 @@ func (c *Comm) abortAs(cause error, announce bool) {
 	for _, o := range inflight {
 		o.fail(aborted, true) // the peers waiting on this rank learn why
 	}
+	c.endPosted(aborted)
 	if first && announce {
 		c.announceAbort(cause)
 	}
@@ -288,6 +293,7 @@ func (c *Comm) Close() error {
 	for _, o := range ops {
 		o.fail(comm.ErrClosed, false)
 	}
+	c.endPosted(comm.ErrClosed)
 	c.notes.shut() // each is bounded (controlTimeout)
 	if !c.owner {
 		// After the notices queued before (a failure's reason must reach
@@ -474,9 +480,15 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 	case FrameData:
 		c.onData(f)
 	case FrameP2P:
+		k := mkey{kind: FrameP2P, seq: h.Seq, step: h.Step, src: int32(src), tag: h.Sig.Root}
 		c.mu.Lock()
 		c.countLocked(src)
-		c.putLocked(mkey{kind: FrameP2P, seq: h.Seq, step: h.Step, src: int32(src), tag: h.Sig.Root}, f)
+		if p := c.takePostedLocked(k); p != nil {
+			c.mu.Unlock()
+			c.fill(p, f)
+			return
+		}
+		c.putLocked(k, f)
 		c.mu.Unlock()
 	case FrameFail:
 		c.onFail(f)

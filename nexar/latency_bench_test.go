@@ -2,6 +2,7 @@ package nexar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -75,6 +76,32 @@ func BenchmarkSmallLatency(b *testing.B) {
 			wg.Wait()
 			reportRTT(b, ref, 1)
 		})
+		b.Run(network+"/exchange", func(b *testing.B) {
+			// Both ranks send to each other at once with Start, as the
+			// bench's sendrecv does: a posted Recv and a Send written on
+			// the caller's goroutine (startP2P). One exchange counts as
+			// one round trip.
+			ref := rawRTT(b, 2000)
+			cs := localWorld(b, 2, network)
+			ctx := context.Background()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for r, c := range cs {
+				wg.Go(func() {
+					out, in := make([]byte, 8), make([]byte, 8)
+					for range b.N {
+						s := c.Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host(out), Peer: 1 - r})
+						rw := c.Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(in), Peer: 1 - r})
+						if err := errors.Join(s.Wait(), rw.Wait()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			reportRTT(b, ref, 1)
+		})
 		for _, ranks := range []int{2, 4} {
 			b.Run(fmt.Sprintf("%s/allreduce%d", network, ranks), func(b *testing.B) {
 				ref := rawRTT(b, 2000)
@@ -107,7 +134,7 @@ func smallAllReduces(b *testing.B, cs []*Comm, n int) {
 
 // localWorld is a world of n ranks of this process over loopback, closed
 // when b ends.
-func localWorld(b *testing.B, n int, network string) []*Comm {
+func localWorld(b testing.TB, n int, network string) []*Comm {
 	b.Helper()
 	cs, err := NewLocalWorld(context.Background(), n, network, Options{})
 	if err != nil {

@@ -63,6 +63,11 @@ func (t *memoryTransport) Send(ctx context.Context, peer int, h Header, payload 
 	return nil
 }
 
+// SendNow is Send: a frame in memory never waits (nowSender).
+func (t *memoryTransport) SendNow(peer int, h Header, payload []byte) (bool, error) {
+	return true, t.Send(context.Background(), peer, h, payload)
+}
+
 // Close marks this rank gone; the others see it as a failed peer, as they
 // would a closed connection.
 func (t *memoryTransport) Close() error {

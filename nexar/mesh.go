@@ -302,20 +302,10 @@ func (m *mesh) peerClosed(p *peer) {
 
 // send writes one frame to peer on the next of its links.
 func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error {
-	if to < 0 || to >= len(m.peers) || to == m.cfg.Rank {
-		return fmt.Errorf("nexar: rank %d: send to rank %d: no such peer in a world of %d: %w", m.cfg.Rank, to, len(m.peers), comm.ErrInvalidArgument)
+	p, l, err := m.link(to, payload)
+	if err != nil {
+		return err
 	}
-	if len(payload) > MaxFrame {
-		return fmt.Errorf("nexar: rank %d: send to rank %d: payload of %d bytes exceeds MaxFrame (%d): %w", m.cfg.Rank, to, len(payload), MaxFrame, comm.ErrInvalidArgument)
-	}
-	if m.closing.Load() {
-		return errTransportClosed
-	}
-	p := m.peers[to]
-	if perr := p.err.Load(); perr != nil {
-		return perr
-	}
-	l := p.links[int(p.next.Add(1)-1)%len(p.links)]
 	select {
 	case l.sem <- struct{}{}:
 	default:
@@ -324,14 +314,53 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 		}
 	}
 	defer func() { <-l.sem }()
-	// A frame that is started is finished, whatever ctx does meanwhile: a
-	// frame cut short would corrupt the stream for every later one. Writes
-	// block only while the peer's receive window is full, and a peer that
-	// stops reading is declared failed within FailureTimeout, which ends
-	// them.
 	if ctx.Err() != nil {
 		return comm.ContextError(ctx.Err())
 	}
+	return m.write(p, l, to, h, payload)
+}
+
+// sendNow is send without waiting: it reports false, having sent
+// nothing, when the link is busy with another frame.
+func (m *mesh) sendNow(to int, h Header, payload []byte) (bool, error) {
+	p, l, err := m.link(to, payload)
+	if err != nil {
+		return true, err
+	}
+	select {
+	case l.sem <- struct{}{}:
+	default:
+		return false, nil
+	}
+	defer func() { <-l.sem }()
+	return true, m.write(p, l, to, h, payload)
+}
+
+// link checks a frame for peer to and picks the next of its links.
+func (m *mesh) link(to int, payload []byte) (*peer, *link, error) {
+	if to < 0 || to >= len(m.peers) || to == m.cfg.Rank {
+		return nil, nil, fmt.Errorf("nexar: rank %d: send to rank %d: no such peer in a world of %d: %w", m.cfg.Rank, to, len(m.peers), comm.ErrInvalidArgument)
+	}
+	if len(payload) > MaxFrame {
+		return nil, nil, fmt.Errorf("nexar: rank %d: send to rank %d: payload of %d bytes exceeds MaxFrame (%d): %w", m.cfg.Rank, to, len(payload), MaxFrame, comm.ErrInvalidArgument)
+	}
+	if m.closing.Load() {
+		return nil, nil, errTransportClosed
+	}
+	p := m.peers[to]
+	if perr := p.err.Load(); perr != nil {
+		return nil, nil, perr
+	}
+	return p, p.links[int(p.next.Add(1)-1)%len(p.links)], nil
+}
+
+// write writes a frame on l, whose semaphore the caller holds. A frame
+// that is started is finished, whatever the caller's context does
+// meanwhile: a frame cut short would corrupt the stream for every later
+// one. Writes block only while the peer's receive window is full, and a
+// peer that stops reading is declared failed within FailureTimeout, which
+// ends them.
+func (m *mesh) write(p *peer, l *link, to int, h Header, payload []byte) error {
 	if !l.finished {
 		hoptrace.Mark(hoptrace.Write, m.cfg.Rank, to, h.Seq, h.Step)
 		err := writeFrame(l.w, h, payload)

@@ -254,7 +254,8 @@ func (o *op) recvFrame(peer int, step uint32) (frame, error) {
 }
 
 // await waits for the frame k from peer until ctx ends or deadline (if not
-// zero) passes. p, when not nil, is the collective it belongs to (ctx is
+// zero) passes, or, for a Send or Recv (p nil), the communicator is
+// aborted. p, when not nil, is the collective it belongs to (ctx is
 // then p itself, deadline p's): the wait asks the peer where it is when it
 // grows long (FrameProbe), and ends the collective at its deadline. A wait
 // that must block borrows a channel and a timer from pools, so a small
@@ -293,6 +294,10 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 		fire    <-chan time.Time
 		probeAt time.Time // zero: no probes
 	)
+	var aborted <-chan struct{} // a Send or Recv ends when the communicator is aborted (a collective's op fails then)
+	if p == nil {
+		aborted = c.abortedCh
+	}
 	wait := c.opt.ProbeAfter
 	if p != nil && peer != c.rank {
 		probeAt = time.Now().Add(wait)
@@ -322,6 +327,11 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 				return abandon(p.err)
 			}
 			return abandon(context.Cause(ctx))
+		case <-aborted:
+			c.mu.Lock()
+			err := c.aborted
+			c.mu.Unlock()
+			return abandon(err)
 		case <-c.done:
 			return abandon(comm.ErrClosed)
 		case <-died:

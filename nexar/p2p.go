@@ -18,15 +18,60 @@ import (
 // non-overtaking rule). Sends are eager: they return once the pieces are
 // handed to the transport, without waiting for a matching Recv.
 
-// startP2P starts a Send or Recv on a goroutine of its own.
+// startP2P starts a Send or Recv. A message of one frame needs no
+// goroutine of its own: a Send is written on the caller's goroutine when
+// its connection is free at once (sendNow), and a Recv is posted, so that
+// the read loop that delivers its frame copies it into the buffer and
+// completes the Work (postRecv). A longer message, or a Send whose
+// connection is busy with another frame, runs on a goroutine.
 func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	num, err := c.admitP2P(call)
 	if err != nil {
 		return comm.Failed(err)
 	}
+	if call.Kind == comm.KindRecv {
+		if pieces(call.Recv.ByteLen(), c.p2pSeg(call.Recv.DType())) == 1 {
+			return c.postRecv(ctx, call, num)
+		}
+	} else if sent, err := c.sendNow(ctx, call, num); sent {
+		if err != nil {
+			return comm.Failed(c.p2pError(call, err))
+		}
+		return comm.Succeeded()
+	}
+	return c.goP2P(ctx, call, num)
+}
+
+// goP2P runs message num of a Send or Recv on a goroutine of its own (a
+// function of its own, so that only this path moves call to the heap).
+func (c *Comm) goP2P(ctx context.Context, call comm.Call, num uint64) *comm.Work {
 	w := comm.NewWork()
 	go func() { w.Complete(c.runP2P(ctx, call, num)) }()
 	return w
+}
+
+// sendNow sends message num of a Send of one frame without waiting: it
+// reports false, having sent nothing, when the message is longer or the
+// connection to the peer is busy.
+func (c *Comm) sendNow(ctx context.Context, call comm.Call, num uint64) (bool, error) {
+	b := call.Send.Bytes()
+	if pieces(len(b), c.p2pSeg(call.Send.DType())) > 1 {
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		return true, context.Cause(ctx)
+	}
+	if call.Peer == c.rank {
+		return true, c.sendMessage(ctx, call, num) // a copy to itself never waits
+	}
+	sent, err := c.w.sendNow(c.members[call.Peer], c.p2pHeader(call, num, 0), b)
+	if err != nil {
+		return true, c.ownPeerError(err)
+	}
+	if sent && c.sent != nil {
+		c.sent[call.Peer].Add(1)
+	}
+	return sent, nil
 }
 
 // doP2P is the blocking Send or Recv, on the calling goroutine: no
@@ -76,9 +121,14 @@ func (c *Comm) runP2P(ctx context.Context, call comm.Call, num uint64) error {
 		err = c.recvMessage(ctx, call, num, time.Now().Add(c.opt.Timeout))
 	}
 	if err != nil {
-		return &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: localFailure(err)}
+		return c.p2pError(call, err)
 	}
 	return nil
+}
+
+// p2pError is the error a Send or Recv returns when err ended it.
+func (c *Comm) p2pError(call comm.Call, err error) error {
+	return &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: localFailure(err)}
 }
 
 // pieces is the number of frames a message of n bytes is cut into (at least one).
@@ -96,10 +146,9 @@ func (c *Comm) p2pSeg(dt comm.DType) int {
 func (c *Comm) sendMessage(ctx context.Context, call comm.Call, num uint64) error {
 	b := call.Send.Bytes()
 	seg := c.p2pSeg(call.Send.DType())
-	sig := comm.Signature{Kind: comm.KindSend, DType: call.Send.DType(), Root: int32(call.Tag), Count: int64(call.Send.Len())}
 	for i := range pieces(len(b), seg) {
 		piece := b[i*seg : min(len(b), (i+1)*seg)]
-		h := Header{Kind: FrameP2P, Comm: c.id, Seq: num, Step: uint32(i), Sig: sig}
+		h := c.p2pHeader(call, num, i)
 		if call.Peer == c.rank {
 			cp := getBuf(len(piece))
 			copy(cp, piece)
@@ -114,26 +163,43 @@ func (c *Comm) sendMessage(ctx context.Context, call comm.Call, num uint64) erro
 	return nil
 }
 
+// p2pHeader is the header of piece i of message num of a Send.
+func (c *Comm) p2pHeader(call comm.Call, num uint64, i int) Header {
+	sig := comm.Signature{Kind: comm.KindSend, DType: call.Send.DType(), Root: int32(call.Tag), Count: int64(call.Send.Len())}
+	return Header{Kind: FrameP2P, Comm: c.id, Seq: num, Step: uint32(i), Sig: sig}
+}
+
+// p2pFrameKey is the key of piece i of message num that call receives.
+func p2pFrameKey(call comm.Call, num uint64, i int) mkey {
+	return mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}
+}
+
 func (c *Comm) recvMessage(ctx context.Context, call comm.Call, num uint64, deadline time.Time) error {
-	b := call.Recv.Bytes()
-	seg := c.p2pSeg(call.Recv.DType())
-	n := pieces(len(b), seg)
-	for i := range n {
-		f, err := c.await(ctx, mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}, call.Peer, nil, deadline)
+	for i := range pieces(call.Recv.ByteLen(), c.p2pSeg(call.Recv.DType())) {
+		f, err := c.await(ctx, p2pFrameKey(call, num, i), call.Peer, nil, deadline)
 		if err != nil {
 			return err
 		}
-		if f.h.Sig.DType != call.Recv.DType() || f.h.Sig.Count != int64(call.Recv.Len()) {
-			putBuf(f.payload)
-			// Drop the rest of the message so it cannot be taken for a later one.
-			c.discardMessage(num, call, pieces(int(f.h.Sig.Count)*f.h.Sig.DType.Size(), c.p2pSeg(f.h.Sig.DType)))
-			return fmt.Errorf("%w: rank %d sent %d×%v with tag %d, but this Recv expects %d×%v",
-				comm.ErrMismatch, call.Peer, f.h.Sig.Count, f.h.Sig.DType, call.Tag, call.Recv.Len(), call.Recv.DType())
+		if err := c.takePiece(call, num, i, f); err != nil {
+			return err
 		}
-		copy(b[i*seg:], f.payload)
-		putBuf(f.payload)
-		hoptrace.Mark(hoptrace.Done, c.w.rank, c.members[call.Peer], num, uint32(i))
 	}
+	return nil
+}
+
+// takePiece copies f, piece i of message num, into call's buffer, once it
+// has checked that the message is what call expects; f's payload goes
+// back to the pool.
+func (c *Comm) takePiece(call comm.Call, num uint64, i int, f frame) error {
+	defer putBuf(f.payload)
+	if f.h.Sig.DType != call.Recv.DType() || f.h.Sig.Count != int64(call.Recv.Len()) {
+		// Drop the rest of the message so it cannot be taken for a later one.
+		c.discardMessage(num, call, pieces(int(f.h.Sig.Count)*f.h.Sig.DType.Size(), c.p2pSeg(f.h.Sig.DType)))
+		return fmt.Errorf("%w: rank %d sent %d×%v with tag %d, but this Recv expects %d×%v",
+			comm.ErrMismatch, call.Peer, f.h.Sig.Count, f.h.Sig.DType, call.Tag, call.Recv.Len(), call.Recv.DType())
+	}
+	copy(call.Recv.Bytes()[i*c.p2pSeg(call.Recv.DType()):], f.payload)
+	hoptrace.Mark(hoptrace.Done, c.w.rank, c.members[call.Peer], num, uint32(i))
 	return nil
 }
 
@@ -146,7 +212,7 @@ func (c *Comm) discardMessage(num uint64, call comm.Call, n int) {
 	go func() {
 		deadline := time.Now().Add(c.opt.Timeout)
 		for i := 1; i < n; i++ {
-			f, err := c.await(context.Background(), mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}, call.Peer, nil, deadline)
+			f, err := c.await(context.Background(), p2pFrameKey(call, num, i), call.Peer, nil, deadline)
 			if err != nil {
 				return
 			}

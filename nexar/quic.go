@@ -162,6 +162,11 @@ func (t *quicTransport) Send(ctx context.Context, peer int, h Header, payload []
 	return t.m.send(ctx, peer, h, payload)
 }
 
+// SendNow is Send without waiting for a stream that is busy (nowSender).
+func (t *quicTransport) SendNow(peer int, h Header, payload []byte) (bool, error) {
+	return t.m.sendNow(peer, h, payload)
+}
+
 // Close runs the close protocol (see mesh): frames already sent reach peers
 // that are alive, and frames peers send until they close are delivered.
 // It waits at most min(FailureTimeout, 5s) for peers that do not close.

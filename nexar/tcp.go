@@ -117,6 +117,11 @@ func (t *tcpTransport) Send(ctx context.Context, peer int, h Header, payload []b
 	return t.m.send(ctx, peer, h, payload)
 }
 
+// SendNow is Send without waiting for a connection that is busy (nowSender).
+func (t *tcpTransport) SendNow(peer int, h Header, payload []byte) (bool, error) {
+	return t.m.sendNow(peer, h, payload)
+}
+
 // Close runs the close protocol (see mesh), waiting at most
 // min(FailureTimeout, 5s) for peers that do not close. After Close returns
 // the handler is called no more.

@@ -136,6 +136,16 @@ type Handler interface {
 	PeerFailed(peer int, err error)
 }
 
+// nowSender is a Transport that can send a frame without waiting: SendNow
+// is Send, except that it sends nothing and reports false when the
+// connection is busy with another frame (the caller then sends on a
+// goroutine of its own). It is how a point-to-point Start sends a small
+// message on the caller's goroutine without ever blocking it behind a
+// large frame.
+type nowSender interface {
+	SendNow(peer int, h Header, payload []byte) (sent bool, err error)
+}
+
 // peerDropper is implemented by transports that can cut a peer which a
 // detector outside them (the cluster's membership) declared dead, so that
 // sends to it fail at once and Close does not wait for it.

@@ -107,6 +107,13 @@ func (w *world) peerState(peer int) (<-chan struct{}, error) {
 	return w.deathCh, w.dead[peer]
 }
 
+// deaths returns a channel that is closed when the next peer dies.
+func (w *world) deaths() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deathCh
+}
+
 // register makes c reachable and hands it the frames that arrived for it
 // before it existed.
 func (w *world) register(c *Comm) error {
@@ -151,13 +158,38 @@ func (w *world) send(ctx context.Context, peer int, h Header, payload []byte) er
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if _, err2 := w.peerState(peer); err2 != nil {
-			return err2
-		}
-		if errors.As(err, new(*comm.PeerError)) {
-			return err
-		}
-		return &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: err}
+		return w.sendError(peer, err)
 	}
 	return nil
+}
+
+// sendNow is send without waiting for a busy connection: it reports
+// false, having sent nothing, when the transport would have to wait (or
+// cannot tell: it is not a nowSender).
+func (w *world) sendNow(peer int, h Header, payload []byte) (bool, error) {
+	h.Len = uint32(len(payload))
+	tr, ok := w.tr.(nowSender)
+	if !ok {
+		return false, nil
+	}
+	if _, err := w.peerState(peer); err != nil {
+		return true, err
+	}
+	sent, err := tr.SendNow(peer, h, payload)
+	if err != nil {
+		return true, w.sendError(peer, err)
+	}
+	return sent, nil
+}
+
+// sendError is the error of a failed send to peer: the peer's failure
+// when it is known, else err as a PeerError.
+func (w *world) sendError(peer int, err error) error {
+	if _, err2 := w.peerState(peer); err2 != nil {
+		return err2
+	}
+	if errors.As(err, new(*comm.PeerError)) {
+		return err
+	}
+	return &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: err}
 }
