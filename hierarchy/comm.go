@@ -435,7 +435,7 @@ func (h *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 // Run implements comm.Runner: the blocking form of Start.
 func (h *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
-		return h.startP2P(ctx, call).Wait()
+		return h.runP2P(ctx, call)
 	}
 	hoptrace.Mark(hoptrace.HierCall, h.rank, -1, 0, 0)
 	defer hoptrace.Mark(hoptrace.HierReturn, h.rank, -1, 0, 0)
@@ -578,32 +578,71 @@ func (h *Comm) Close() error {
 // this node, through the world to another node's. One pair of ranks always
 // uses the same part, so messages with one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
+	part, pc, intra, err := h.routeP2P(call)
+	if err != nil {
+		return comm.Failed(err)
+	}
+	w := part.Start(ctx, pc)
+	if !intra {
+		return w
+	}
+	// A goroutine passes the intra part's Work on with the hierarchy's
+	// error. Completing the caller's Work from the part's own engine
+	// instead (a callback on its completion) measured slower: in the
+	// bench's 4 processes on 2 cores the 8–64 B sendrecv took 150–220 µs
+	// against 105–140 µs with this goroutine.
+	next := comm.NewWork()
+	go func() { next.Complete(h.intraP2PError(call, w.Wait())) }()
+	return next
+}
+
+// runP2P is the blocking Send or Recv: on the calling goroutine when the
+// part that carries it can (comm.Runner).
+func (h *Comm) runP2P(ctx context.Context, call comm.Call) error {
+	part, pc, intra, err := h.routeP2P(call)
+	if err != nil {
+		return err
+	}
+	if r, ok := part.(comm.Runner); ok {
+		err = r.Run(ctx, pc)
+	} else {
+		err = part.Start(ctx, pc).Wait()
+	}
+	if !intra {
+		return err
+	}
+	return h.intraP2PError(call, err)
+}
+
+// routeP2P checks a Send or Recv and returns the part that reaches its
+// peer with the call as that part numbers its ranks, and whether that is
+// the intra-node part.
+func (h *Comm) routeP2P(call comm.Call) (part comm.Communicator, pc comm.Call, intra bool, err error) {
 	// The same memory as the collectives, whichever part carries it.
 	if err := h.check(call); err != nil {
-		return comm.Failed(h.opError(call.Kind, 0, call.Peer, err))
+		return nil, call, false, h.opError(call.Kind, 0, call.Peer, err)
 	}
 	h.mu.Lock()
 	closed, aborted := h.closed, h.aborted
 	h.mu.Unlock()
 	switch {
 	case closed:
-		return comm.Failed(h.opError(call.Kind, 0, call.Peer, comm.ErrClosed))
+		return nil, call, false, h.opError(call.Kind, 0, call.Peer, comm.ErrClosed)
 	case aborted != nil:
-		return comm.Failed(h.opError(call.Kind, 0, call.Peer, &comm.AbortedError{Cause: aborted}))
+		return nil, call, false, h.opError(call.Kind, 0, call.Peer, &comm.AbortedError{Cause: aborted})
 	}
 	if h.topo.NodeOf(call.Peer) != h.node {
-		return h.world.Start(ctx, call)
+		return h.world, call, false, nil
 	}
-	peer := call.Peer
-	call.Peer = h.topo.LocalRank(peer)
-	sub := h.intra.Start(ctx, call)
-	w := comm.NewWork()
-	go func() {
-		err := sub.Wait()
-		if err != nil {
-			err = h.opError(call.Kind, 0, peer, fmt.Errorf("via the intra-node part (local rank %d): %w", call.Peer, err))
-		}
-		w.Complete(err)
-	}()
-	return w
+	call.Peer = h.topo.LocalRank(call.Peer)
+	return h.intra, call, true, nil
+}
+
+// intraP2PError is the error of a Send or Recv that the intra-node part
+// carried and ended with err, in the hierarchy's ranks.
+func (h *Comm) intraP2PError(call comm.Call, err error) error {
+	if err == nil {
+		return nil
+	}
+	return h.opError(call.Kind, 0, call.Peer, fmt.Errorf("via the intra-node part (local rank %d): %w", h.topo.LocalRank(call.Peer), err))
 }
