@@ -1,0 +1,68 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// BenchmarkSmallExchange times an 8-byte exchange between the two ranks
+// of a node, goroutines of this process: each Starts a Send to the other
+// and a Recv from it and waits for both, as the bench's sendrecv does.
+// The ceiling it is reported against ("xflip") is two goroutines of this
+// process handing a word back and forth through one atomic, spinning:
+// the cost of the cache line's trip and nothing of ours.
+//
+//	go test -run '^$' -bench SmallExchange -benchtime 20000x -count 5 ./shm/
+func BenchmarkSmallExchange(b *testing.B) {
+	ref := atomicRoundTrip(20000)
+	cs := localWorld(b, 2, Config{})
+	ctx := context.Background()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() {
+			out, in := make([]byte, 8), make([]byte, 8)
+			for range b.N {
+				s := c.Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host(out), Peer: 1 - r})
+				rw := c.Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(in), Peer: 1 - r})
+				if err := errors.Join(s.Wait(), rw.Wait()); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	per := b.Elapsed() / time.Duration(b.N)
+	b.ReportMetric(float64(per.Nanoseconds())/1e3, "µs/exchange")
+	b.ReportMetric(float64(per)/float64(ref), "xflip")
+}
+
+// atomicRoundTrip is the time two spinning goroutines take to hand a
+// counter back and forth once, the mean of n round trips.
+func atomicRoundTrip(n int) time.Duration {
+	var word atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(1); i <= 2*int64(n); i += 2 {
+			for word.Load() != i {
+			}
+			word.Store(i + 1)
+		}
+	}()
+	start := time.Now()
+	for i := int64(0); i < 2*int64(n); i += 2 {
+		word.Store(i + 1)
+		for word.Load() != i+2 {
+		}
+	}
+	<-done
+	return time.Since(start) / time.Duration(n)
+}

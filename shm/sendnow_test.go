@@ -1,0 +1,65 @@
+package shm
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// A small Send with nothing queued before it is written into the ring on
+// the caller's goroutine: its Work is done at once, no engine runs for it.
+// A Send behind a queued one waits its turn, so messages keep their order.
+func TestSendNow(t *testing.T) {
+	cs := localWorld(t, 2, Config{SlotBytes: minSlotBytes})
+	ctx := context.Background()
+
+	w := cs[0].Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host([]int32{7, 8, 9}), Peer: 1, Tag: 3})
+	if done, err := w.Test(); !done || err != nil {
+		t.Fatalf("a 12-byte Send: done %v, err %v; want done at once", done, err)
+	}
+	cs[0].p2p.mu.Lock()
+	running := cs[0].p2p.running
+	cs[0].p2p.mu.Unlock()
+	if running {
+		t.Error("the engine runs for a Send written at once")
+	}
+	got := make([]int32, 3)
+	if err := cs[1].Recv(ctx, comm.Host(got), 0, 3); err != nil || !slices.Equal(got, []int32{7, 8, 9}) {
+		t.Fatalf("got %v, %v; want [7 8 9]", got, err)
+	}
+
+	// A message larger than the 4 KiB ring is queued; the small one after
+	// it, with the same tag, must not overtake it.
+	big := make([]int64, 1<<14)
+	for i := range big {
+		big[i] = int64(i)
+	}
+	first := cs[0].Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host(big), Peer: 1, Tag: 4})
+	second := cs[0].Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host([]int64{-1}), Peer: 1, Tag: 4})
+	if done, _ := second.Test(); done {
+		t.Fatal("a Send behind a queued one was done before it")
+	}
+	in := make([]int64, len(big))
+	if err := cs[1].Recv(ctx, comm.Host(in), 0, 4); err != nil || !slices.Equal(in, big) {
+		t.Fatalf("the first message: %v (equal %v)", err, slices.Equal(in, big))
+	}
+	one := make([]int64, 1)
+	if err := cs[1].Recv(ctx, comm.Host(one), 0, 4); err != nil || one[0] != -1 {
+		t.Fatalf("the second message: %v, %v; want [-1]", one, err)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A context that ended fails the Send without writing it.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := cs[0].Start(done, comm.Call{Kind: comm.KindSend, Send: comm.Host([]int32{1}), Peer: 1}).Wait(); err == nil {
+		t.Fatal("a Send with a context that ended succeeded")
+	}
+}
