@@ -10,6 +10,11 @@ type Work struct {
 	done chan struct{}
 	once sync.Once
 	err  error // written once, before done is closed
+
+	// A Work made by Map has no state of its own: it is done when inner
+	// is, and its error is mapErr of inner's.
+	inner  *Work
+	mapErr func(error) error
 }
 
 // NewWork returns a Work that is running until Complete is called.
@@ -29,8 +34,19 @@ var succeeded = Failed(nil)
 // shared, so it costs nothing; its Complete has no effect.
 func Succeeded() *Work { return succeeded }
 
+// Map returns a Work that is done when w is, with f of w's error (f is
+// called with nil too, and may be called more than once): a composed
+// communicator hands on a part's operation in its own terms without a
+// goroutine to wait for it. The returned Work's Complete has no effect.
+func (w *Work) Map(f func(error) error) *Work {
+	return &Work{done: w.done, inner: w, mapErr: f}
+}
+
 // Complete marks w done with err. Only the first call has an effect.
 func (w *Work) Complete(err error) {
+	if w.inner != nil {
+		return
+	}
 	w.once.Do(func() {
 		w.err = err
 		close(w.done)
@@ -42,6 +58,14 @@ func (w *Work) Complete(err error) {
 // deadline, a peer's failure or the communicator's failure timeout raised.
 func (w *Work) Wait() error {
 	<-w.done
+	return w.result()
+}
+
+// result is w's error once it is done.
+func (w *Work) result() error {
+	if w.inner != nil {
+		return w.mapErr(w.inner.result())
+	}
 	return w.err
 }
 
@@ -52,7 +76,7 @@ func (w *Work) Done() <-chan struct{} { return w.done }
 func (w *Work) Test() (done bool, err error) {
 	select {
 	case <-w.done:
-		return true, w.err
+		return true, w.result()
 	default:
 		return false, nil
 	}
