@@ -251,6 +251,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			JobID:          l.JobID,
 			FailureTimeout: opt.FailureTimeout,
 			ConnectTimeout: opt.ConnectTimeout,
+			ConnsPerPeer:   l.ConnsPerPeer,
 			PacketConn:     data.Packet,
 			Listener:       data.Listener,
 			Logger:         log,

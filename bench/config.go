@@ -26,6 +26,11 @@ type Config struct {
 	// Network is the transport between the ranks: "quic" or "tcp" ("memory"
 	// for ranks in one process only).
 	Network string `json:"network"`
+	// Conns is the number of data connections between each pair of
+	// processes (cluster.Launch.ConnsPerPeer, HIERCOMM_CONNS_PER_PEER):
+	// frames to a peer are spread over them. If zero, the transport's
+	// default (1).
+	Conns int `json:"conns"`
 	// InProcess runs the ranks as goroutines of one process, as one flat
 	// nexar world (no hiercomm.Init: no membership, shared memory or
 	// hierarchy), over the in-memory transport (Network "memory") or

@@ -33,6 +33,7 @@ const (
 	EnvK8sService      = "HIERCOMM_K8S_SERVICE"
 	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
 	EnvHostProcs       = "HIERCOMM_HOST_PROCS"
+	EnvConnsPerPeer    = "HIERCOMM_CONNS_PER_PEER"
 
 	// NCCL's interface choice, read when HIERCOMM_SOCKET_IFNAME is unset.
 	EnvNCCLSocketIfname = "NCCL_SOCKET_IFNAME"
@@ -67,7 +68,7 @@ var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
 	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvIntra, EnvK8sService,
 	EnvNCCLLibrary, EnvCUDALibrary,
-	EnvLauncherSockets, EnvHostProcs, EnvNCCLSocketIfname,
+	EnvLauncherSockets, EnvHostProcs, EnvConnsPerPeer, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
 	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmNodeID,
@@ -272,6 +273,11 @@ func (e env) own(l *Launch) error {
 		return err
 	} else if ok {
 		l.HostProcs = n
+	}
+	if n, ok, err := e.intVar(EnvConnsPerPeer, 1, MaxConnsPerPeer, fmt.Sprintf("[1, %d]", MaxConnsPerPeer)); err != nil {
+		return err
+	} else if ok {
+		l.ConnsPerPeer = n
 	}
 	switch s := e.get(EnvLauncherSockets); s {
 	case "", "0":

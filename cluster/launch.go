@@ -92,6 +92,13 @@ type Launch struct {
 	// counts the ranks of its own node. The hierarchy's cost model uses
 	// it to know how crowded the cores are.
 	HostProcs int
+	// ConnsPerPeer is how many data connections each rank opens to each
+	// other rank (nexar.NetConfig.ConnsPerPeer; HIERCOMM_CONNS_PER_PEER):
+	// frames to a peer are spread over them, so a link's traffic can use
+	// several cores where a node has them idle. Every rank of the job must
+	// use the same value. If zero, the transport's default (1); at most
+	// MaxConnsPerPeer.
+	ConnsPerPeer int
 	// NCCLLibrary and CUDALibrary are the libnccl.so.2 and the CUDA driver
 	// library (libcuda.so.1) the GPU tier loads (nccl.LoadOptions' NCCLPath
 	// and CUDAPath). If empty, the GPU tier searches for them.
@@ -127,8 +134,11 @@ const (
 
 // Defaults and limits of Launch.
 const (
-	DefaultJobID       = "hiercomm"
-	DefaultNetwork     = "quic"
+	DefaultJobID   = "hiercomm"
+	DefaultNetwork = "quic"
+	// MaxConnsPerPeer is the most connections to each peer a launch may
+	// ask for (nexar's own limit).
+	MaxConnsPerPeer    = 64
 	DefaultJoinTimeout = 2 * time.Minute
 	// DefaultPort is the seed gossip port when neither HIERCOMM_PORT nor
 	// the launcher (MASTER_PORT) gives one; torchrun's default too.
@@ -324,6 +334,9 @@ func (l Launch) Resolve() (Launch, error) {
 	case "auto", "shm", "nexar", "nccl":
 	default:
 		return bad("Intra %q: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", l.Intra)
+	}
+	if l.ConnsPerPeer < 0 || l.ConnsPerPeer > MaxConnsPerPeer {
+		return bad("ConnsPerPeer %d: use 1 to %d (0: the transport's default, 1)", l.ConnsPerPeer, MaxConnsPerPeer)
 	}
 	if l.JoinTimeout < 0 {
 		return bad("JoinTimeout %v is negative", l.JoinTimeout)

@@ -189,6 +189,7 @@ func launchCases(t *testing.T) []launchCase {
 				JobID: "run.7_a~b", Key: []byte(testKey), Network: "tcp", JoinTimeout: 90 * time.Second}},
 		{"HIERCOMM_DEVICE=-1", map[string]string{"HIERCOMM_DEVICE": "-1"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1}},
 		{"HIERCOMM_DEVICE=0", map[string]string{"HIERCOMM_DEVICE": "0"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: 0}},
+		{"HIERCOMM_CONNS_PER_PEER", map[string]string{"HIERCOMM_CONNS_PER_PEER": "4"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, ConnsPerPeer: 4}},
 		{"GPU libraries", map[string]string{"HIERCOMM_NCCL_LIBRARY": "/opt/nccl/lib/libnccl.so.2", "HIERCOMM_CUDA_LIBRARY": " /usr/lib/libcuda.so.1 "},
 			Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NCCLLibrary: "/opt/nccl/lib/libnccl.so.2", CUDALibrary: "/usr/lib/libcuda.so.1"}},
 		{"NCCL_SOCKET_IFNAME when ours is unset", map[string]string{"NCCL_SOCKET_IFNAME": "ib,eth"},
@@ -344,6 +345,8 @@ func TestLoadLaunchErrors(t *testing.T) {
 		{"HIERCOMM_SEEDS bad host", with(torch, "HIERCOMM_SEEDS", "a!:1"), "HIERCOMM_SEEDS", `"a!" is not an IP address or host name`},
 		{"HIERCOMM_SEEDS without a launcher", map[string]string{"HIERCOMM_SEEDS": "a:1"}, "HIERCOMM_SEEDS", "HIERCOMM_SEEDS=a:1 is set, but no launcher variables"},
 		{"HIERCOMM_DEVICE below -1", map[string]string{"HIERCOMM_DEVICE": "-2"}, "HIERCOMM_DEVICE", "HIERCOMM_DEVICE=-2 is not in [-1"},
+		{"HIERCOMM_CONNS_PER_PEER 0", map[string]string{"HIERCOMM_CONNS_PER_PEER": "0"}, "HIERCOMM_CONNS_PER_PEER", "HIERCOMM_CONNS_PER_PEER=0 is not in [1, 64]"},
+		{"HIERCOMM_CONNS_PER_PEER 65", map[string]string{"HIERCOMM_CONNS_PER_PEER": "65"}, "HIERCOMM_CONNS_PER_PEER", "HIERCOMM_CONNS_PER_PEER=65 is not in [1, 64]"},
 		{"HIERCOMM_DEVICE text", map[string]string{"HIERCOMM_DEVICE": "cuda:0"}, "HIERCOMM_DEVICE", "HIERCOMM_DEVICE=cuda:0 is not an integer"},
 		{"HIERCOMM_JOIN_TIMEOUT without unit", map[string]string{"HIERCOMM_JOIN_TIMEOUT": "30"}, "HIERCOMM_JOIN_TIMEOUT", "HIERCOMM_JOIN_TIMEOUT=30 is not a positive Go duration"},
 		{"HIERCOMM_JOIN_TIMEOUT negative", map[string]string{"HIERCOMM_JOIN_TIMEOUT": "-1s"}, "HIERCOMM_JOIN_TIMEOUT", "HIERCOMM_JOIN_TIMEOUT=-1s is not a positive"},
@@ -466,6 +469,7 @@ func TestLaunchResolveErrors(t *testing.T) {
 		{"short key, world of 1", func(l *Launch) { l.Key, l.WorldSize, l.Rank = []byte("short"), 1, 0 }, []string{"Key has 5 bytes"}},
 		{"network", func(l *Launch) { l.Network = "udp" }, []string{`Network "udp"`}},
 		{"join timeout", func(l *Launch) { l.JoinTimeout = -time.Second }, []string{"JoinTimeout -1s"}},
+		{"conns per peer", func(l *Launch) { l.ConnsPerPeer = 65 }, []string{"ConnsPerPeer 65", "1 to 64"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -71,6 +71,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	np := fs.Int("np", d.Ranks, "number of ranks (processes) of the local job")
 	nodes := fs.Int("nodes", d.Nodes, "number of emulated nodes the local job's ranks are spread over (-np must be a multiple)")
 	network := fs.String("network", d.Network, "transport: quic or tcp (memory with -inprocess)")
+	conns := fs.Int("conns", d.Conns, "data connections between each pair of processes, frames spread over them (HIERCOMM_CONNS_PER_PEER); 0: the transport's default, 1")
 	ops := fs.String("ops", strings.Join(d.Ops, ","), "comma-separated operations: "+strings.Join(bench.OpNames(), ", ")+" (nccl-tests' names, e.g. all_reduce, work too)")
 	repeats := fs.Int("repeats", d.Repeats, "timed repeats per size and form; the median is reported")
 	budget := fs.Duration("budget", time.Duration(d.Budget), "time a repeat aims for when -n is 0")
@@ -135,6 +136,8 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 			c.Nodes = *nodes
 		case "network":
 			c.Network = *network
+		case "conns":
+			c.Conns = *conns
 		case "ops":
 			c.Ops = nil
 			for op := range strings.SplitSeq(*ops, ",") {
@@ -241,6 +244,10 @@ func (o options) check() error {
 		return errors.New("-network memory needs -inprocess (processes need quic or tcp)")
 	case c.Network != "quic" && c.Network != "tcp" && c.Network != "memory":
 		return fmt.Errorf("-network %q: want quic or tcp (or memory with -inprocess)", c.Network)
+	case c.Conns < 0 || c.Conns > cluster.MaxConnsPerPeer:
+		return fmt.Errorf("-conns %d: want 1 to %d (0: the transport's default, 1)", c.Conns, cluster.MaxConnsPerPeer)
+	case c.Conns > 1 && c.InProcess:
+		return fmt.Errorf("-conns %d with -inprocess: connections per peer are a setting of the processes' data mesh; drop -inprocess", c.Conns)
 	case o.limiter != "" && o.limiter != limitTBF && o.limiter != limitWrapper && o.limiter != limitNone:
 		return fmt.Errorf("-limiter %q: want %s, %s or %s", o.limiter, limitTBF, limitWrapper, limitNone)
 	case o.split != "" && o.split != splitIntra && o.split != splitInter:

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,6 +112,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	}
 	info := runInfo{Launcher: launcherName(o), Ranks: w.Size(), Nodes: topo.NumNodes(), Network: network, Split: o.split,
 		Topology: topo, Started: time.Now(), Links: os.Getenv(envLinks), Copy: parseCopy(os.Getenv(envCopy))}
+	info.Conns, _ = strconv.Atoi(os.Getenv(cluster.EnvConnsPerPeer)) // Init refused a bad value
 	whatFlat := describe(world, network) + ", every rank"
 	if isLayered {
 		whatFlat += " (the hierarchy's own flat world)"

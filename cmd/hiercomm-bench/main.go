@@ -169,6 +169,9 @@ func runProcesses(ctx context.Context, o options, args []string, con *console, p
 		Stdout: con.stderr(), Stderr: con.stderr(),
 		Env: []string{envCopy + "=" + formatCopy(copyRows), envLinks + "=" + lim.describe},
 	}
+	if o.cfg.Conns > 0 {
+		spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", cluster.EnvConnsPerPeer, o.cfg.Conns))
+	}
 	if lim.fabric != nil {
 		spec.Fabric = lim.fabric
 	}

@@ -66,6 +66,28 @@ func TestParseArgsLimits(t *testing.T) {
 	}
 }
 
+// -conns reaches the children as HIERCOMM_CONNS_PER_PEER; a count the
+// transport would refuse, or one in process, is refused here first.
+func TestParseArgsConns(t *testing.T) {
+	o, err := parseArgs([]string{"-conns", "4"}, io.Discard)
+	if err != nil || o.cfg.Conns != 4 {
+		t.Fatalf("-conns 4: %d, %v", o.cfg.Conns, err)
+	}
+	for args, want := range map[string][]string{
+		"-conns 0 is the default": {"-conns", "0"},
+		"-conns 1 in process":     {"-conns", "1", "-inprocess"},
+	} {
+		if _, err := parseArgs(want, io.Discard); err != nil {
+			t.Errorf("%s: %v", args, err)
+		}
+	}
+	for _, args := range [][]string{{"-conns", "-1"}, {"-conns", "65"}, {"-conns", "2", "-inprocess"}} {
+		if _, err := parseArgs(args, io.Discard); err == nil || !strings.Contains(err.Error(), "-conns") {
+			t.Errorf("%v: %v; want an error naming -conns", args, err)
+		}
+	}
+}
+
 func TestLinkBits(t *testing.T) {
 	for in, want := range map[string]uint64{"": 0, "off": 0, "1gbit": 1e9, "500mbit": 500e6} {
 		got, err := linkBits(in)

@@ -20,8 +20,9 @@ type runInfo struct {
 	Ranks    int                `json:"ranks"`    // ranks of the world
 	Nodes    int                `json:"nodes"`    // nodes of the world (0: unknown)
 	Network  string             `json:"network"`
-	Comms    []commInfo         `json:"comms"`          // what is measured, in order
-	Measured int                `json:"measured_ranks"` // ranks of the measured communicators
+	Conns    int                `json:"conns_per_peer,omitempty"` // data connections between two ranks (0: the default, 1)
+	Comms    []commInfo         `json:"comms"`                    // what is measured, in order
+	Measured int                `json:"measured_ranks"`           // ranks of the measured communicators
 	Split    string             `json:"split,omitempty"`
 	Spec     bench.Spec         `json:"spec"`
 	Topology *topology.Topology `json:"topology,omitempty"`
@@ -273,7 +274,11 @@ func writeHeader(b *strings.Builder, info runInfo) {
 	if info.Nodes > 0 {
 		fmt.Fprintf(b, " on %s", plural(info.Nodes, "node"))
 	}
-	fmt.Fprintf(b, ", %s, started by %s\n", info.Network, info.Launcher)
+	fmt.Fprintf(b, ", %s", info.Network)
+	if info.Conns > 1 {
+		fmt.Fprintf(b, " (%d connections per pair of ranks)", info.Conns)
+	}
+	fmt.Fprintf(b, ", started by %s\n", info.Launcher)
 	if info.Topology != nil {
 		writeTopology(b, info.Topology)
 	}
@@ -357,6 +362,9 @@ func plotTitle(info runInfo) string {
 		s += " on " + plural(info.Nodes, "node")
 	}
 	s += ", " + info.Network
+	if info.Conns > 1 {
+		s += fmt.Sprintf(" ×%d connections", info.Conns)
+	}
 	if info.LinkBits > 0 {
 		s += fmt.Sprintf(", inter-node links limited to %s each way", strings.TrimSuffix(cFloatGB(float64(info.LinkBits)/8/1e9), ".0")+" GB/s")
 	}
