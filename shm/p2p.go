@@ -128,6 +128,17 @@ func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
 			return comm.Succeeded()
 		}
 	}
+	if call.Kind == comm.KindRecv && call.Peer != c.rank {
+		if err := ctx.Err(); err != nil {
+			return comm.Failed(e.opError(call, err))
+		}
+		if done, err := e.recvNowLocked(call); done {
+			if err != nil {
+				return comm.Failed(e.opError(call, err))
+			}
+			return comm.Succeeded()
+		}
+	}
 	w := comm.NewWork()
 	if call.Kind == comm.KindSend {
 		b := call.Send
@@ -171,6 +182,39 @@ func (e *p2pEngine) sendNowLocked(call comm.Call) bool {
 	r.put(frame{kind: frameBegin, tag: int64(call.Tag), count: int64(b.Len()), dtype: uint8(b.DType())}, b.Bytes())
 	chime(e.c.words[call.Peer].p2pBell, e.c.words[call.Peer].p2pSleepers)
 	return true
+}
+
+// recvNowLocked takes a Recv's message on the caller's goroutine when it
+// is already whole here: it drains the ring from the peer (as the engine
+// would), and if the oldest message of the Recv's sender and tag is then
+// complete and unclaimed, copies it into the buffer (or refuses it, when
+// it does not fit) and reports done. Otherwise it reports false and the
+// Recv is posted as usual. No older Recv of the same sender and tag can be
+// waiting when such a message is unclaimed, so none is overtaken.
+func (e *p2pEngine) recvNowLocked(call comm.Call) (bool, error) {
+	if e.c.killed.Load() {
+		return false, nil
+	}
+	if e.drainLocked(call.Peer) {
+		chime(e.c.words[call.Peer].p2pBell, e.c.words[call.Peer].p2pSleepers) // room in its ring
+	}
+	k := p2pKey{call.Peer, call.Tag}
+	ms := e.unexpected[k]
+	if len(ms) == 0 || !ms[0].done() {
+		return false, nil
+	}
+	m := ms[0]
+	if len(ms) == 1 {
+		delete(e.unexpected, k)
+	} else {
+		e.unexpected[k] = ms[1:]
+	}
+	b := call.Recv
+	if r := (&recvOp{peer: call.Peer, dtype: b.DType(), count: b.Len()}); !fits(r, m) {
+		return true, mismatch(r, m)
+	}
+	copy(b.Bytes(), m.data)
+	return true, nil
 }
 
 // wakeLocked makes sure the engine runs and looks at its work again.

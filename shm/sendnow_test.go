@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -61,5 +62,50 @@ func TestSendNow(t *testing.T) {
 	cancel()
 	if err := cs[0].Start(done, comm.Call{Kind: comm.KindSend, Send: comm.Host([]int32{1}), Peer: 1}).Wait(); err == nil {
 		t.Fatal("a Send with a context that ended succeeded")
+	}
+}
+
+// A Recv whose message is already whole in the ring is done as it
+// starts, with no engine; messages of one sender and tag are still taken
+// in order, and one that does not fit fails the Recv with a mismatch.
+func TestRecvNow(t *testing.T) {
+	cs := localWorld(t, 2, Config{SlotBytes: minSlotBytes})
+	ctx := context.Background()
+	for i := range 3 {
+		if err := cs[0].Send(ctx, comm.Host([]int32{int32(i), -int32(i)}), 1, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		got := make([]int32, 2)
+		w := cs[1].Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(got), Peer: 0, Tag: 5})
+		if done, err := w.Test(); !done || err != nil {
+			t.Fatalf("message %d: done %v, err %v; want done as it starts", i, done, err)
+		}
+		if !slices.Equal(got, []int32{int32(i), -int32(i)}) {
+			t.Fatalf("message %d: got %v", i, got)
+		}
+	}
+	cs[1].p2p.mu.Lock()
+	running := cs[1].p2p.running
+	cs[1].p2p.mu.Unlock()
+	if running {
+		t.Error("the engine runs for Recvs of messages that were here")
+	}
+
+	if err := cs[0].Send(ctx, comm.Host([]int64{1, 2, 3}), 1, 6); err != nil {
+		t.Fatal(err)
+	}
+	err := cs[1].Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(make([]int64, 2)), Peer: 0, Tag: 6}).Wait()
+	if !errors.Is(err, comm.ErrMismatch) || comm.PeerOf(err) != 0 {
+		t.Fatalf("a Recv of 2 int64 given 3: %v; want a mismatch naming rank 0", err)
+	}
+	// The refused message is gone: the next one with the tag is next.
+	if err := cs[0].Send(ctx, comm.Host([]int64{4, 5}), 1, 6); err != nil {
+		t.Fatal(err)
+	}
+	two := make([]int64, 2)
+	if err := cs[1].Recv(ctx, comm.Host(two), 0, 6); err != nil || !slices.Equal(two, []int64{4, 5}) {
+		t.Fatalf("after the refused one: %v, %v; want [4 5]", two, err)
 	}
 }
