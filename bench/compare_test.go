@@ -342,3 +342,58 @@ func TestLossesBeyondTheSpread(t *testing.T) {
 		t.Errorf("without quartiles, %d losses, want 3", len(losses))
 	}
 }
+
+// delayed is a logged communicator whose AllReduce sleeps first.
+type delayed struct {
+	*logged
+	d time.Duration
+}
+
+func (c *delayed) AllReduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
+	time.Sleep(c.d)
+	return c.logged.AllReduce(ctx, send, recv, op)
+}
+
+// TestRunCompareSettles: with Spec.Settle, a size where the first
+// contender may be slower than Settle times the second is timed Repeats
+// more times, alternating, and its row counts every repeat; a size where
+// it is clearly fast enough is not. Sizes timed once are left alone.
+func TestRunCompareSettles(t *testing.T) {
+	run := func(spec Spec, slowA, slowB time.Duration) (Result, string) {
+		var log []string
+		var mu sync.Mutex
+		res := eachRank(t, 2, func(ctx context.Context, r int, c comm.Communicator) (Result, error) {
+			a := &delayed{&logged{Communicator: c, name: "a", mu: &mu}, slowA}
+			b := &delayed{&logged{Communicator: c, name: "b", mu: &mu}, slowB}
+			if r == 0 {
+				a.log, b.log = &log, &log
+			}
+			return RunCompare(ctx, []Contender{{"a", a}, {"b", b}}, spec)
+		})
+		return res[0], strings.Join(log, ",")
+	}
+	spec := Spec{Ops: []string{"allreduce"}, MinBytes: 8, MaxBytes: 8, Warmup: 1, Iters: 3, Repeats: 3, Settle: 0.95}
+	// a at a third of b's speed: not settled, timed 3 more times.
+	res, log := run(spec, 2*time.Millisecond, 0)
+	if want := strings.TrimSuffix(strings.Repeat("a,b,", 6), ","); log != want {
+		t.Errorf("a slower: Barriers %s, want %s", log, want)
+	}
+	for _, row := range res.Rows {
+		if row.Repeats != 6 {
+			t.Errorf("a slower: %s's row has %d repeats, want 6", row.Comm, row.Repeats)
+		}
+	}
+	// a three times as fast: settled at once.
+	res, log = run(spec, 0, 2*time.Millisecond)
+	if want := "a,b,a,b,a,b"; log != want || res.Rows[0].Repeats != 3 {
+		t.Errorf("a faster: Barriers %s with %d repeats, want %s with 3", log, res.Rows[0].Repeats, want)
+	}
+	// No Settle, no second look.
+	spec.Settle = 0
+	if _, log = run(spec, 2*time.Millisecond, 0); log != "a,b,a,b,a,b" {
+		t.Errorf("without Settle: Barriers %s, want a,b,a,b,a,b", log)
+	}
+	if _, err := (Spec{Settle: -1}).withDefaults(2); err == nil || !strings.Contains(err.Error(), "Settle") {
+		t.Errorf("Settle -1: %v; want an error naming Settle", err)
+	}
+}

@@ -158,16 +158,31 @@ func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g 
 			return i, err
 		}
 	}
-	for more := true; more; {
-		more = false
-		for i, tm := range ts {
-			if tm.done() {
-				continue
+	for look := 0; ; look++ {
+		for more := true; more; {
+			more = false
+			for i, tm := range ts {
+				if tm.done() {
+					continue
+				}
+				more = true
+				if err := tm.repeat(); err != nil {
+					return i, err
+				}
 			}
-			more = true
-			if err := tm.repeat(); err != nil {
-				return i, err
-			}
+		}
+		if look > 0 || s.Settle <= 0 || len(ts) < 2 || ts[0].repeats < 2 || ts[1].repeats < 2 {
+			break
+		}
+		low, err := speedupLow(ctx, ts[0], ts[1], s.Average)
+		if err != nil {
+			return 0, err
+		}
+		if low >= s.Settle {
+			break
+		}
+		for _, tm := range ts {
+			tm.repeats += s.Repeats
 		}
 	}
 	for i, tm := range ts {
@@ -385,6 +400,26 @@ func (m *timing) repeat() error {
 	m.netSent += n1 - n0
 	m.netIters += m.iters
 	return nil
+}
+
+// speedupLow is the low end of a's speedup over b so far, as Pair.Range
+// computes it from the rows finish would write: b's first quartile ÷ a's
+// third, of the repeats' times combined over the ranks (the same on every
+// rank, so every rank decides alike).
+func speedupLow(ctx context.Context, a, b *timing, avg Average) (float64, error) {
+	var q [2]float64
+	for i, tm := range []*timing{a, b} {
+		times := slices.Clone(tm.times)
+		if err := combine(ctx, tm.c, avg, times); err != nil {
+			return 0, err
+		}
+		slices.Sort(times)
+		q[i] = quantile(times, 0.75-0.5*float64(i)) // a's Q3, b's Q1
+	}
+	if q[0] <= 0 {
+		return math.Inf(1), nil
+	}
+	return q[1] / q[0], nil
 }
 
 // finish combines the ranks' times (and traffic) into the Timing.

@@ -60,6 +60,18 @@ type Spec struct {
 	// be stable, and repeating it would dominate the run). If zero, defaults
 	// to 3.
 	Repeats int
+	// Settle, if positive, makes RunCompare time a size of its first two
+	// contenders again when their comparison is not settled: when the
+	// first's speedup over the second (the second's time ÷ the first's)
+	// may be below Settle — the low end of its range (Pair.Range: the
+	// second's first quartile ÷ the first's third) is — every contender
+	// gets Repeats more alternating repeats of that size and form, once,
+	// and its row reports all of them. A few repeats of a small call on
+	// shared cores spread too widely to tell a 5% loss from noise; the
+	// sizes that might lose so get the repeats that decide it, and the
+	// others none. Sizes timed once are not timed again. Zero: no second
+	// look.
+	Settle float64
 	// InPlace also measures each operation's in-place form, nccl-tests'
 	// second group of columns (Row.InPlace): AllReduce and Reduce with
 	// send == recv, AllGather with send = block rank of recv, ReduceScatter
@@ -161,6 +173,8 @@ func (spec Spec) withDefaults(size int) (Spec, error) {
 		return bad("invalid dtype %v", s.DType)
 	case s.Root < 0 || s.Root >= size:
 		return bad("Root %d is outside [0, %d)", s.Root, size)
+	case !(s.Settle >= 0):
+		return bad("Settle %v must be a speedup ≥ 0 (0: no second look)", s.Settle)
 	case s.Warmup < 0 || s.Iters < 0 || s.Repeats < 0 || s.Budget < 0:
 		return bad("Warmup %d, Iters %d, Repeats %d and Budget %v must not be negative", s.Warmup, s.Iters, s.Repeats, s.Budget)
 	}
