@@ -174,16 +174,18 @@ func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g 
 		if look > 0 || s.Settle <= 0 || len(ts) < 2 || ts[0].repeats < 2 || ts[1].repeats < 2 {
 			break
 		}
-		low, err := speedupLow(ctx, ts[0], ts[1], s.Average)
-		if err != nil {
-			return 0, err
+		var q [2]float64 // the first's third quartile, the second's first
+		for i := range q {
+			var err error
+			if q[i], err = ts[i].combinedQuantile(s.Average, 0.75-0.5*float64(i)); err != nil {
+				return i, err
+			}
 		}
-		if low >= s.Settle {
+		if q[0] <= 0 || q[1]/q[0] >= s.Settle { // the low end of the speedup's range (Pair.Range)
 			break
 		}
-		for _, tm := range ts {
-			tm.repeats += s.Repeats
-		}
+		ts[0].repeats += s.Repeats
+		ts[1].repeats += s.Repeats
 	}
 	for i, tm := range ts {
 		if err := tm.finish(); err != nil {
@@ -402,24 +404,16 @@ func (m *timing) repeat() error {
 	return nil
 }
 
-// speedupLow is the low end of a's speedup over b so far, as Pair.Range
-// computes it from the rows finish would write: b's first quartile ÷ a's
-// third, of the repeats' times combined over the ranks (the same on every
-// rank, so every rank decides alike).
-func speedupLow(ctx context.Context, a, b *timing, avg Average) (float64, error) {
-	var q [2]float64
-	for i, tm := range []*timing{a, b} {
-		times := slices.Clone(tm.times)
-		if err := combine(ctx, tm.c, avg, times); err != nil {
-			return 0, err
-		}
-		slices.Sort(times)
-		q[i] = quantile(times, 0.75-0.5*float64(i)) // a's Q3, b's Q1
+// combinedQuantile is the q quantile of the repeats so far, their times
+// combined over the ranks as finish will combine them: the same on every
+// rank, so that every rank decides alike on it.
+func (m *timing) combinedQuantile(avg Average, q float64) (float64, error) {
+	times := slices.Clone(m.times)
+	if err := combine(m.ctx, m.c, avg, times); err != nil {
+		return 0, err
 	}
-	if q[0] <= 0 {
-		return math.Inf(1), nil
-	}
-	return q[1] / q[0], nil
+	slices.Sort(times)
+	return quantile(times, q), nil
 }
 
 // finish combines the ranks' times (and traffic) into the Timing.

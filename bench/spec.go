@@ -64,9 +64,9 @@ type Spec struct {
 	// contenders again when their comparison is not settled: when the
 	// first's speedup over the second (the second's time ÷ the first's)
 	// may be below Settle — the low end of its range (Pair.Range: the
-	// second's first quartile ÷ the first's third) is — every contender
-	// gets Repeats more alternating repeats of that size and form, once,
-	// and its row reports all of them. A few repeats of a small call on
+	// second's first quartile ÷ the first's third) is — the two
+	// get Repeats more alternating repeats of that size and form, once,
+	// and their rows report all of them. A few repeats of a small call on
 	// shared cores spread too widely to tell a 5% loss from noise; the
 	// sizes that might lose so get the repeats that decide it, and the
 	// others none. Sizes timed once are not timed again. Zero: no second

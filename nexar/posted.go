@@ -64,7 +64,17 @@ func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.W
 		c.watching = true
 		go c.watchPosted()
 	}
+	gone := call.Peer != c.rank && c.goneLocked(call.Peer)
 	c.mu.Unlock()
+	// A peer that died or closed its side before the Recv was posted sends
+	// the watcher no news: the Recv ends now, as a waiting one would.
+	if peer := call.Peer; peer != c.rank {
+		if _, dead := c.w.peerState(c.members[peer]); dead != nil {
+			c.unpost(p, &peerFault{peer: peer, err: c.ownPeerError(dead)})
+		} else if gone {
+			c.unpost(p, &comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed})
+		}
+	}
 	if ctx.Done() != nil {
 		// Watched once it is posted: an end of ctx from now on finds it.
 		stop := context.AfterFunc(ctx, func() { c.unpost(p, context.Cause(ctx)) })

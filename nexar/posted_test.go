@@ -232,6 +232,12 @@ func TestPostedRecvEnds(t *testing.T) {
 		if err == nil || !errors.Is(err, errCommClosed) {
 			t.Fatalf("got %v, want rank 0's close", err)
 		}
+		// Posted after the close: it has ended when Start returns, not at
+		// the watcher's next look (a second, or Timeout).
+		done, err := kids[1].Start(context.Background(), comm.Call{Kind: comm.KindRecv, Recv: comm.Host(buf), Peer: 0}).Test()
+		if !done || !errors.Is(err, errCommClosed) {
+			t.Fatalf("a Recv posted after the close: done %v, %v; want ended with rank 0's close", done, err)
+		}
 		kids[1].Close()
 	})
 }

@@ -300,13 +300,21 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 		}
 		if r := m.recv; r.ctx.Err() != nil {
 			// The rest of the message keeps arriving, into memory of its
-			// own: it is still there for a later Recv.
+			// own, for the next Recv of its sender and tag: one already
+			// waiting (older than any Recv to come, it must not be
+			// overtaken), else a later one.
 			data := make([]byte, m.size)
 			copy(data, r.buf[:m.got])
 			m.data, m.recv, r.msg = data, nil, nil
 			k := p2pKey{src, m.tag}
-			e.unexpected[k] = append([]*message{m}, e.unexpected[k]...)
 			e.finishRecv(r, ctxErr(r.ctx))
+			if rs := e.recvs[k]; len(rs) > 0 {
+				next := rs[0]
+				e.popRecv(k)
+				e.matchLocked(next, m)
+			} else {
+				e.unexpected[k] = append([]*message{m}, e.unexpected[k]...)
+			}
 			continue
 		}
 		if err := peerErr(src); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -107,5 +108,42 @@ func TestRecvNow(t *testing.T) {
 	two := make([]int64, 2)
 	if err := cs[1].Recv(ctx, comm.Host(two), 0, 6); err != nil || !slices.Equal(two, []int64{4, 5}) {
 		t.Fatalf("after the refused one: %v, %v; want [4 5]", two, err)
+	}
+}
+
+// A Recv whose context ends while its message is arriving hands the
+// message on to the next Recv of the same sender and tag already waiting,
+// not to a later one: messages keep their order.
+func TestExpiredRecvHandsItsMessageOn(t *testing.T) {
+	cs := localWorld(t, 2, Config{})
+	e := cs[1].p2p
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	recv := func(ctx context.Context) *recvOp {
+		return &recvOp{ctx: ctx, stop: func() {}, work: comm.NewWork(), peer: 0, tag: 7, dtype: comm.U8, count: 8, buf: make([]byte, 8)}
+	}
+	first, second := recv(ended), recv(context.Background())
+	m := &message{src: 0, tag: 7, dtype: comm.U8, count: 8, size: 8, data: first.buf, got: 3, recv: first}
+	first.msg = m
+	copy(first.buf, []byte{1, 2, 3})
+	k := p2pKey{0, 7}
+	e.mu.Lock()
+	e.inbound[0] = m
+	e.recvs[k] = []*recvOp{second}
+	e.nrecv += 2
+	err := e.expireLocked(time.Now())
+	owner, waiting, kept := m.recv, len(e.recvs[k]), len(e.unexpected[k])
+	e.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, ferr := first.work.Test(); !done || ferr == nil {
+		t.Errorf("the Recv whose context ended: done %v, err %v; want it failed", done, ferr)
+	}
+	if owner != second || waiting != 0 || kept != 0 {
+		t.Fatalf("the arriving message went to %p (the waiting Recv is %p), %d Recvs still wait, %d messages kept unclaimed; want it given to the waiting Recv", owner, second, waiting, kept)
+	}
+	if !slices.Equal(second.buf[:3], []byte{1, 2, 3}) {
+		t.Errorf("the waiting Recv holds %v of the message so far, want [1 2 3]", second.buf[:3])
 	}
 }
