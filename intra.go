@@ -76,6 +76,9 @@ func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l clus
 	if c.Inter == (schedule.CostModel{}) {
 		c.Inter = inter
 	}
+	if c.Wake == 0 {
+		c.Wake = schedule.DefaultWake
+	}
 	if c.RanksPerCore == 0 {
 		procs := l.HostProcs
 		if procs == 0 {

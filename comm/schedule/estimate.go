@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"time"
 )
 
 // Collective names a collective whose time the model estimates.
@@ -147,7 +148,22 @@ type Hierarchy struct {
 	// leads route keeps g−1 of every g ranks idle between nodes, the 2D
 	// route does not. Zero or below 1: a core per rank.
 	RanksPerCore float64
+	// Wake is what each step of a phase costs on top of its latency where
+	// that phase's ranks outnumber the cores (its share of RanksPerCore
+	// above 1): a rank that waits for a step sleeps, and waking it means a
+	// futex or network wake-up and a turn on a busy core. Shared's scaling
+	// of the latency does not cover it: on 2 cores with 4 processes a
+	// message between two processes of a node took 88–172 µs through
+	// shared memory (4 µs with a core each), and the measured switch of
+	// the hierarchy's Broadcast was 3 to 4 times what the model without
+	// it predicted. Zero: none (hiercomm.Init sets DefaultWake).
+	Wake time.Duration
 }
+
+// DefaultWake is the Wake hiercomm.Init gives a hierarchy's model: a
+// process's wake-up on a crowded host, as measured on a 2-core VM with 4
+// ranks (docs/hierarchy.md, "Choosing a route").
+const DefaultWake = 100 * time.Microsecond
 
 // Validate says what is wrong with h: a part model's error, or a negative
 // RanksPerCore.
@@ -161,6 +177,9 @@ func (h Hierarchy) Validate() error {
 	if !(h.RanksPerCore >= 0) {
 		return fmt.Errorf("RanksPerCore %g is negative", h.RanksPerCore)
 	}
+	if h.Wake < 0 {
+		return fmt.Errorf("Wake %v is negative", h.Wake)
+	}
 	return nil
 }
 
@@ -169,9 +188,9 @@ func (h Hierarchy) Validate() error {
 // 2D route; n is their per-rank input (ReduceScatter) or output
 // (AllGather) over the whole world.
 func (h Hierarchy) Estimate(c Collective, r Route, n, g, m int) float64 {
-	all := h.Intra.Shared(h.RanksPerCore) // the node steps: every rank busy
-	busy := h.Inter.Shared(h.RanksPerCore)
-	lead := h.Inter.Shared(h.RanksPerCore / float64(max(1, g)))
+	all := h.crowded(h.Intra, h.RanksPerCore) // the node steps: every rank busy
+	busy := h.crowded(h.Inter, h.RanksPerCore)
+	lead := h.crowded(h.Inter, h.RanksPerCore/float64(max(1, g)))
 	piece := n / max(1, g)
 	switch {
 	case r == Leads && c == AllReduceOp:
@@ -192,6 +211,16 @@ func (h Hierarchy) Estimate(c Collective, r Route, n, g, m int) float64 {
 		return busy.Estimate(AllGatherOp, piece, m) + all.Estimate(AllGatherOp, n, g)
 	}
 	panic(fmt.Sprintf("schedule: no %v route for %v", r, c))
+}
+
+// crowded is m for a phase whose ranks share each core f ways: Shared,
+// and a wake-up per step where f exceeds 1.
+func (h Hierarchy) crowded(m CostModel, f float64) CostModel {
+	m = m.Shared(f)
+	if f > 1 {
+		m.Latency += h.Wake
+	}
+	return m
 }
 
 // Route picks the route of collective c (AllReduce, Broadcast or Reduce)

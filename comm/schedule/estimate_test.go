@@ -137,10 +137,39 @@ func TestHierarchyRoute(t *testing.T) {
 	}
 }
 
+// TestHierarchyWake: on crowded cores each step of a phase whose ranks
+// outnumber the cores costs Wake more. The 2D Broadcast has one node step
+// more than the leads route, and its rail step is crowded where the
+// leads' is not, so Wake moves its switch up by 2·Wake of the rails'
+// half-message time; with a core per rank, Wake costs nothing.
+func TestHierarchyWake(t *testing.T) {
+	crowded := Hierarchy{Intra: unit, Inter: unit, RanksPerCore: 2}
+	woken := crowded
+	woken.Wake = time.Microsecond
+	for n := range 20000 {
+		l, d := crowded.Estimate(BroadcastOp, Leads, n, 2, 2), crowded.Estimate(BroadcastOp, TwoD, n, 2, 2)
+		wl, wd := woken.Estimate(BroadcastOp, Leads, n, 2, 2), woken.Estimate(BroadcastOp, TwoD, n, 2, 2)
+		if math.Abs((wl-l)-1e-6) > 1e-12 || math.Abs((wd-d)-3e-6) > 1e-12 {
+			t.Fatalf("Broadcast of %d bytes: Wake of 1 µs added %.3f µs to leads and %.3f µs to 2d, want 1 and 3", n, (wl-l)*1e6, (wd-d)*1e6)
+		}
+	}
+	// Half the message over a rail at 1 byte per ns: 2 µs more is 4000 bytes.
+	if a, b := crowded.Switch(BroadcastOp, 2, 2), woken.Switch(BroadcastOp, 2, 2); b-a < 3990 || b-a > 4010 {
+		t.Errorf("Broadcast's switch: %d without Wake, %d with 1 µs; want 4000 bytes apart", a, b)
+	}
+	free, freeWoken := Hierarchy{Intra: unit, Inter: unit}, Hierarchy{Intra: unit, Inter: unit, Wake: time.Hour}
+	for _, c := range []Collective{AllReduceOp, BroadcastOp, ReduceOp} {
+		if a, b := free.Switch(c, 2, 2), freeWoken.Switch(c, 2, 2); a != b {
+			t.Errorf("%v with a core per rank: switch %d without Wake, %d with an hour's", c, a, b)
+		}
+	}
+}
+
 func TestHierarchyValidate(t *testing.T) {
 	for _, h := range []Hierarchy{
 		{RanksPerCore: -1},
 		{RanksPerCore: math.NaN()},
+		{Wake: -time.Microsecond},
 		{Intra: CostModel{Latency: -time.Second}},
 		{Inter: CostModel{CPUBytesPerSec: -1}},
 	} {
