@@ -166,7 +166,7 @@ type Hierarchy struct {
 const DefaultWake = 100 * time.Microsecond
 
 // Validate says what is wrong with h: a part model's error, or a negative
-// RanksPerCore.
+// RanksPerCore or Wake.
 func (h Hierarchy) Validate() error {
 	if err := h.Intra.Validate(); err != nil {
 		return fmt.Errorf("intra-node %w", err)
