@@ -178,7 +178,7 @@ func (h Hierarchy) Validate() error {
 		return fmt.Errorf("RanksPerCore %g is negative", h.RanksPerCore)
 	}
 	if h.Wake < 0 {
-		return fmt.Errorf("Wake %v is negative", h.Wake)
+		return fmt.Errorf("a negative Wake (%v)", h.Wake)
 	}
 	return nil
 }
