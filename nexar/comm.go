@@ -576,6 +576,18 @@ func (c *Comm) goneLocked(src int) bool {
 // errCommClosed is why a wait for a rank that closed its side ended.
 var errCommClosed = errors.New("it closed its communicator")
 
+// deadPeerError is why a wait for peer ended when the world found it dead
+// (dead, as the world's peerState gives it).
+func (c *Comm) deadPeerError(peer int, dead error) error {
+	return &peerFault{peer: peer, err: c.ownPeerError(dead)}
+}
+
+// closedPeerError is why a wait for peer ended when it closed its side
+// and everything it sent has arrived (goneLocked).
+func (c *Comm) closedPeerError(peer int) error {
+	return &comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed}
+}
+
 // announceClose tells every live peer that this rank closed its side and
 // how many frames it sent them, so a peer waiting for more gives up once
 // those have arrived (a child's peers would otherwise wait for their

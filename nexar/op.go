@@ -310,10 +310,10 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	for {
 		died, dead := c.w.peerState(c.members[peer])
 		if dead != nil && peer != c.rank {
-			return abandon(&peerFault{peer: peer, err: c.ownPeerError(dead)})
+			return abandon(c.deadPeerError(peer, dead))
 		}
 		if gone && peer != c.rank {
-			return abandon(&comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed})
+			return abandon(c.closedPeerError(peer))
 		}
 		select {
 		case f := <-ch:

@@ -70,9 +70,9 @@ func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.W
 	// the watcher no news: the Recv ends now, as a waiting one would.
 	if peer := call.Peer; peer != c.rank {
 		if _, dead := c.w.peerState(c.members[peer]); dead != nil {
-			c.unpost(p, &peerFault{peer: peer, err: c.ownPeerError(dead)})
+			c.unpost(p, c.deadPeerError(peer, dead))
 		} else if gone {
-			c.unpost(p, &comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed})
+			c.unpost(p, c.closedPeerError(peer))
 		}
 	}
 	if ctx.Done() != nil {
@@ -169,9 +169,9 @@ func (c *Comm) watchPosted() {
 			var err error
 			switch {
 			case dead[peer] != nil:
-				err = &peerFault{peer: peer, err: c.ownPeerError(dead[peer])}
+				err = c.deadPeerError(peer, dead[peer])
 			case peer != c.rank && c.goneLocked(peer):
-				err = &comm.PeerError{Peer: peer, Addr: c.worldRankNote(peer), Err: errCommClosed}
+				err = c.closedPeerError(peer)
 			case !now.Before(p.deadline):
 				err = context.DeadlineExceeded
 			default:

@@ -2,13 +2,12 @@ package shm
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/commtest"
 )
 
 // BenchmarkSmallExchange times an 8-byte exchange between the two ranks
@@ -27,14 +26,8 @@ func BenchmarkSmallExchange(b *testing.B) {
 	var wg sync.WaitGroup
 	for r, c := range cs {
 		wg.Go(func() {
-			out, in := make([]byte, 8), make([]byte, 8)
-			for range b.N {
-				s := c.Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host(out), Peer: 1 - r})
-				rw := c.Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(in), Peer: 1 - r})
-				if err := errors.Join(s.Wait(), rw.Wait()); err != nil {
-					b.Error(err)
-					return
-				}
+			if err := commtest.Exchange(ctx, c, 1-r, b.N, make([]byte, 8), make([]byte, 8)); err != nil {
+				b.Error(err)
 			}
 		})
 	}

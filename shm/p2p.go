@@ -120,22 +120,23 @@ func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
 	if e.failed != nil {
 		return comm.Failed(e.opError(call, e.failed))
 	}
-	if call.Kind == comm.KindSend && call.Peer != c.rank && len(e.sends[call.Peer]) == 0 {
+	// A Send with nothing queued before it, or a Recv, may be done on
+	// this goroutine at once.
+	if call.Peer != c.rank && (call.Kind == comm.KindRecv || len(e.sends[call.Peer]) == 0) {
 		if err := ctx.Err(); err != nil {
 			return comm.Failed(e.opError(call, err))
 		}
-		if e.sendNowLocked(call) {
-			return comm.Succeeded()
+		var done bool
+		var err error
+		if call.Kind == comm.KindSend {
+			done = e.sendNowLocked(call)
+		} else {
+			done, err = e.recvNowLocked(call)
 		}
-	}
-	if call.Kind == comm.KindRecv && call.Peer != c.rank {
-		if err := ctx.Err(); err != nil {
+		switch {
+		case done && err != nil:
 			return comm.Failed(e.opError(call, err))
-		}
-		if done, err := e.recvNowLocked(call); done {
-			if err != nil {
-				return comm.Failed(e.opError(call, err))
-			}
+		case done:
 			return comm.Succeeded()
 		}
 	}
@@ -176,10 +177,10 @@ func (e *p2pEngine) sendNowLocked(call comm.Call) bool {
 	}
 	r, b := e.out[call.Peer], call.Send
 	n := b.ByteLen()
-	if room := r.room(); room < 0 || n > min(room, len(r.buf)/2) {
+	if room := r.room(); room < 0 || n > min(room, r.maxPayload()) {
 		return false
 	}
-	r.put(frame{kind: frameBegin, tag: int64(call.Tag), count: int64(b.Len()), dtype: uint8(b.DType())}, b.Bytes())
+	r.put(beginFrame(call.Tag, b.DType(), b.Len()), b.Bytes())
 	chime(e.c.words[call.Peer].p2pBell, e.c.words[call.Peer].p2pSleepers)
 	return true
 }
@@ -195,20 +196,12 @@ func (e *p2pEngine) recvNowLocked(call comm.Call) (bool, error) {
 	if e.c.killed.Load() {
 		return false, nil
 	}
-	if e.drainLocked(call.Peer) {
-		chime(e.c.words[call.Peer].p2pBell, e.c.words[call.Peer].p2pSleepers) // room in its ring
-	}
+	e.drainLocked(call.Peer)
 	k := p2pKey{call.Peer, call.Tag}
-	ms := e.unexpected[k]
-	if len(ms) == 0 || !ms[0].done() {
+	if ms := e.unexpected[k]; len(ms) == 0 || !ms[0].done() {
 		return false, nil
 	}
-	m := ms[0]
-	if len(ms) == 1 {
-		delete(e.unexpected, k)
-	} else {
-		e.unexpected[k] = ms[1:]
-	}
+	m := e.popUnexpectedLocked(k)
 	b := call.Recv
 	if r := (&recvOp{peer: call.Peer, dtype: b.DType(), count: b.Len()}); !fits(r, m) {
 		return true, mismatch(r, m)
@@ -301,18 +294,27 @@ func (e *p2pEngine) matchLocked(r *recvOp, m *message) {
 // matchUnexpectedLocked gives r the oldest unexpected message of its
 // sender and tag, if there is one.
 func (e *p2pEngine) matchUnexpectedLocked(r *recvOp) bool {
-	k := p2pKey{r.peer, r.tag}
-	ms := e.unexpected[k]
-	if len(ms) == 0 {
+	m := e.popUnexpectedLocked(p2pKey{r.peer, r.tag})
+	if m == nil {
 		return false
-	}
-	m := ms[0]
-	e.unexpected[k] = ms[1:]
-	if len(e.unexpected[k]) == 0 {
-		delete(e.unexpected, k)
 	}
 	e.matchLocked(r, m)
 	return true
+}
+
+// popUnexpectedLocked removes and returns the oldest unexpected message of
+// k, or nil.
+func (e *p2pEngine) popUnexpectedLocked(k p2pKey) *message {
+	ms := e.unexpected[k]
+	if len(ms) == 0 {
+		return nil
+	}
+	if len(ms) == 1 {
+		delete(e.unexpected, k)
+	} else {
+		e.unexpected[k] = ms[1:]
+	}
+	return ms[0]
 }
 
 func (e *p2pEngine) finishRecv(r *recvOp, err error) {

@@ -72,7 +72,6 @@ func (e *p2pEngine) roundLocked() bool {
 	for q := range e.c.size {
 		if q != e.c.rank && e.drainLocked(q) {
 			moved = true
-			chime(e.c.words[q].p2pBell, e.c.words[q].p2pSleepers)
 		}
 	}
 	for q, queue := range e.sends {
@@ -84,13 +83,17 @@ func (e *p2pEngine) roundLocked() bool {
 	return moved
 }
 
-// drainLocked consumes every frame in the ring from src.
+// drainLocked consumes every frame in the ring from src and, when it
+// consumed any, rings src's bell: there is room in its ring again.
 func (e *p2pEngine) drainLocked(src int) bool {
 	r := e.in[src]
 	moved := false
 	for {
 		f, p1, p2, ok := r.next()
 		if !ok {
+			if moved {
+				chime(e.c.words[src].p2pBell, e.c.words[src].p2pSleepers)
+			}
 			return moved
 		}
 		moved = true
@@ -197,7 +200,6 @@ func (e *p2pEngine) cancelInboundLocked(src int) {
 // fillLocked writes as much of the pending Sends to dst as the ring takes.
 func (e *p2pEngine) fillLocked(dst int) bool {
 	r := e.out[dst]
-	maxPayload := len(r.buf) / 2
 	moved := false
 	for len(e.sends[dst]) > 0 {
 		s := e.sends[dst][0]
@@ -212,13 +214,13 @@ func (e *p2pEngine) fillLocked(dst int) bool {
 			continue
 		}
 		left := s.size - s.off
-		n := min(left, maxPayload, room)
+		n := min(left, r.maxPayload(), room)
 		if room < 0 || n < min(left, minFrame) || s.begun && n == 0 {
 			return moved
 		}
 		f := frame{kind: frameData}
 		if !s.begun {
-			f = frame{kind: frameBegin, tag: int64(s.tag), count: int64(s.count), dtype: uint8(s.dtype)}
+			f = beginFrame(s.tag, s.dtype, s.count)
 			s.begun = true
 		}
 		r.put(f, s.data[s.off:s.off+n])

@@ -3,6 +3,8 @@ package shm
 import (
 	"encoding/binary"
 	"sync/atomic"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // A ring carries the frames of Send/Recv messages from one rank to
@@ -60,6 +62,15 @@ func padded(n int) int { return (n + frameAlign - 1) &^ (frameAlign - 1) }
 func (r ring) room() int {
 	free := len(r.buf) - int(atomic.LoadUint64(r.tail)-atomic.LoadUint64(r.head))
 	return (free - frameHdr) &^ (frameAlign - 1)
+}
+
+// maxPayload is the most a frame carries, so that a message larger than
+// the ring goes in pieces while the receiver drains the others.
+func (r ring) maxPayload() int { return len(r.buf) / 2 }
+
+// beginFrame is the header of the first frame of a message.
+func beginFrame(tag int, dt comm.DType, count int) frame {
+	return frame{kind: frameBegin, tag: int64(tag), count: int64(count), dtype: uint8(dt)}
 }
 
 // put writes one frame and publishes it; the caller has checked room.

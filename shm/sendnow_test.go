@@ -10,6 +10,13 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
+// engineRuns reports whether c's point-to-point engine goroutine runs.
+func engineRuns(c *Comm) bool {
+	c.p2p.mu.Lock()
+	defer c.p2p.mu.Unlock()
+	return c.p2p.running
+}
+
 // A small Send with nothing queued before it is written into the ring on
 // the caller's goroutine: its Work is done at once, no engine runs for it.
 // A Send behind a queued one waits its turn, so messages keep their order.
@@ -21,10 +28,7 @@ func TestSendNow(t *testing.T) {
 	if done, err := w.Test(); !done || err != nil {
 		t.Fatalf("a 12-byte Send: done %v, err %v; want done at once", done, err)
 	}
-	cs[0].p2p.mu.Lock()
-	running := cs[0].p2p.running
-	cs[0].p2p.mu.Unlock()
-	if running {
+	if engineRuns(cs[0]) {
 		t.Error("the engine runs for a Send written at once")
 	}
 	got := make([]int32, 3)
@@ -87,10 +91,7 @@ func TestRecvNow(t *testing.T) {
 			t.Fatalf("message %d: got %v", i, got)
 		}
 	}
-	cs[1].p2p.mu.Lock()
-	running := cs[1].p2p.running
-	cs[1].p2p.mu.Unlock()
-	if running {
+	if engineRuns(cs[1]) {
 		t.Error("the engine runs for Recvs of messages that were here")
 	}
 

@@ -177,3 +177,18 @@ func runRankSuite(t *testing.T, comms []comm.Communicator, opt Options, suite fu
 	}
 	runWorld(t, comms, func(ctx context.Context, c comm.Communicator) error { return suite(ctx, c, opt) })
 }
+
+// Exchange swaps out for in with peer n times, as the bench's sendrecv
+// does: each time it Starts a Send of out and a Recv into in (tag 0), and
+// waits for both. The peer calls it too, with this rank as its peer. The
+// latency benchmarks of the transports time it.
+func Exchange(ctx context.Context, c comm.Communicator, peer, n int, out, in []byte) error {
+	for range n {
+		s := c.Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host(out), Peer: peer})
+		r := c.Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(in), Peer: peer})
+		if err := errors.Join(s.Wait(), r.Wait()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
