@@ -81,6 +81,12 @@ func TestRunCompareRefuses(t *testing.T) {
 			t.Errorf("%s: RunCompare accepted %d contenders", name, len(cts))
 		}
 	}
+	// A Spec.Sync of other ranks is refused before anything runs.
+	spec := quick("allreduce")
+	spec.Sync = cs[0]
+	if _, err := RunCompare(ctx, []Contender{{"a", other[0]}}, spec); err == nil || !strings.Contains(err.Error(), "Spec.Sync is rank 0 of 1") {
+		t.Errorf("RunCompare with a Sync of 1 rank beside 2: %v, want an error naming Spec.Sync", err)
+	}
 }
 
 func TestLinkQueues(t *testing.T) {
@@ -281,6 +287,29 @@ func TestRunCompareAlternatesRepeats(t *testing.T) {
 	}
 	if len(res.Rows) != 4 || res.Rows[0].Comm != "a" || res.Rows[1].Comm != "b" || res.Rows[0].InPlace == nil || res.Rows[1].InPlace == nil {
 		t.Errorf("rows %+v: want a, b at each size, each with its in-place form", res.Rows)
+	}
+}
+
+// TestRunCompareSync: with Spec.Sync, every contender's timed repeats
+// start at Sync's Barrier, not at their own (TestRunCompareRefuses: a Sync
+// that holds other ranks is refused).
+func TestRunCompareSync(t *testing.T) {
+	spec := Spec{Ops: []string{"allreduce"}, MinBytes: 8, MaxBytes: 8, Warmup: 1, Iters: 2, Repeats: 3}
+	var log []string
+	var mu sync.Mutex
+	eachRank(t, 2, func(ctx context.Context, r int, c comm.Communicator) (Result, error) {
+		a := &logged{Communicator: c, name: "a", mu: &mu}
+		b := &logged{Communicator: c, name: "b", mu: &mu}
+		s := &logged{Communicator: c, name: "sync", mu: &mu}
+		if r == 0 {
+			a.log, b.log, s.log = &log, &log, &log
+		}
+		sp := spec
+		sp.Sync = s
+		return RunCompare(ctx, []Contender{{"a", a}, {"b", b}}, sp)
+	})
+	if got, want := strings.Join(log, ","), strings.TrimSuffix(strings.Repeat("sync,", 2*3), ","); got != want {
+		t.Errorf("the Barriers before the timed repeats came as %s, want %s", got, want)
 	}
 }
 

@@ -69,6 +69,10 @@ func RunCompare(ctx context.Context, contenders []Contender, spec Spec) (Result,
 		}
 		res.Comms = append(res.Comms, ct.Name)
 	}
+	if s := spec.Sync; s != nil && (s.Size() != p || s.Rank() != rank) {
+		return res, fmt.Errorf("bench.RunCompare: Spec.Sync is rank %d of %d, %q rank %d of %d: it must hold the contenders' ranks",
+			s.Rank(), s.Size(), contenders[0].Name, rank, p)
+	}
 	s, err := spec.withDefaults(p)
 	if err != nil {
 		return res, err
@@ -153,7 +157,10 @@ func newRow(s Spec, d opDef, bytes int64) Row {
 func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g gen, bytes int64, into func(i int) *Timing) (int, error) {
 	ts := make([]*timing, len(contenders))
 	for i, ct := range contenders {
-		ts[i] = &timing{ctx: ctx, c: ct.Comm, s: s, cl: cl, bytes: bytes, t: into(i)}
+		ts[i] = &timing{ctx: ctx, c: ct.Comm, sync: ct.Comm, s: s, cl: cl, bytes: bytes, t: into(i)}
+		if s.Sync != nil {
+			ts[i].sync = s.Sync
+		}
 		if err := ts[i].prepare(g); err != nil {
 			return i, err
 		}
@@ -202,6 +209,7 @@ func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g 
 type timing struct {
 	ctx   context.Context
 	c     comm.Communicator
+	sync  comm.Communicator // whose Barrier starts each repeat (Spec.Sync)
 	s     Spec
 	cl    call
 	bytes int64
@@ -355,7 +363,8 @@ func (m *timing) prepare(g gen) error {
 // done reports whether every repeat is timed (the same on every rank).
 func (m *timing) done() bool { return len(m.times) >= m.repeats }
 
-// repeat times one repeat: a Barrier, then the iterations back to back.
+// repeat times one repeat: a Barrier (of Spec.Sync, or the contender's
+// own), then the iterations back to back.
 //
 // The first repeat of a chosen iteration count also checks it. A few
 // warmup iterations of a small pipelined call can each catch a stall
@@ -366,7 +375,7 @@ func (m *timing) done() bool { return len(m.times) >= m.repeats }
 // count is chosen again from that repeat (thousands of iterations, not a
 // few) and the repeat is not kept.
 func (m *timing) repeat() error {
-	if err := m.c.Barrier(m.ctx); err != nil {
+	if err := m.sync.Barrier(m.ctx); err != nil {
 		return err
 	}
 	n0, err := m.readNet()

@@ -118,6 +118,9 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		whatFlat += " (the hierarchy's own flat world)"
 	}
 	whatHier := describe(w.Communicator, network)
+	if os.Getenv(cluster.EnvNodeP2P) == "world" {
+		whatHier += "; Send and Recv between node-mates over " + network + " too (HIERCOMM_NODE_P2P=world)"
+	}
 	switch o.limiter {
 	case limitTBF:
 		spec.Traffic = nicCounter(fmt.Sprintf("nic%d", topo.LocalRank(rank)))
@@ -211,6 +214,17 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		// The sizes where the hierarchy might lose to flat get the repeats
 		// that tell a loss from noise (bench.Spec.Settle).
 		spec.Settle = bench.HierNeverLoses
+	}
+	if len(cts) >= 2 {
+		// Every contender's repeats start at the flat world's Barrier, so
+		// that none is timed from a Barrier that releases its ranks
+		// differently (bench.Spec.Sync).
+		spec.Sync = world
+		for i := range infos {
+			if infos[i].Name == commFlat {
+				infos[i].What += "; its Barrier starts every timed repeat of each communicator"
+			}
+		}
 	}
 	full, err := spec.Filled(info.Measured)
 	if err != nil {
