@@ -27,8 +27,12 @@ func conformance() error {
 		return err
 	}
 	defer w.Close()
-	if _, ok := w.Communicator.(*hierarchy.Comm); !ok {
+	h, ok := w.Communicator.(*hierarchy.Comm)
+	if !ok {
 		return fmt.Errorf("rank %d runs on %T, want the hierarchy", w.Rank(), w.Communicator)
+	}
+	if via := os.Getenv(cluster.EnvNodeP2P) == "world"; strings.Contains(h.String(), "via the world part") != via {
+		return fmt.Errorf("rank %d: %s, with %s=%q", w.Rank(), h, cluster.EnvNodeP2P, os.Getenv(cluster.EnvNodeP2P))
 	}
 	opt := commtest.Options{Timeout: time.Minute, Counts: []int{0, 1, 7, 4099}}
 	if os.Getenv("HIERCOMM_TEST_FULL") == "1" {
@@ -57,7 +61,8 @@ func conformance() error {
 // TestConformanceMultiProcessHierarchy runs every suite on the
 // hierarchical communicator of real processes on emulated nodes: 2×2 with
 // shared memory within nodes, 2+3 (heterogeneous), 2×2 cyclic placement,
-// and 2×2 with nexar within nodes.
+// 2×2 with nexar within nodes, and 2×2 with node-mates' Send and Recv
+// through the world part (HIERCOMM_NODE_P2P=world).
 func TestConformanceMultiProcessHierarchy(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -69,6 +74,7 @@ func TestConformanceMultiProcessHierarchy(t *testing.T) {
 		{"2+3 shm", []int{2, 3}, "block", nil},
 		{"2x2 cyclic shm", []int{2, 2}, "cyclic", nil},
 		{"2x2 nexar", []int{2, 2}, "block", []string{cluster.EnvIntra + "=nexar"}},
+		{"2x2 shm, node-mates' Send and Recv via the world", []int{2, 2}, "block", []string{cluster.EnvNodeP2P + "=world"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

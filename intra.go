@@ -51,6 +51,12 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	}
 	cfg := opt.Hierarchy
 	cfg.Cost = hierarchyCost(cfg.Cost, intraCost, opt.Nexar.Cost, l, topo, rank)
+	if l.NodeP2P == "world" {
+		cfg.NodeP2PViaWorld = true
+	}
+	if cfg.NodeP2PViaWorld && intra != nil {
+		via += "; Send and Recv within nodes over " + l.Network
+	}
 	if intra != nil && cfg.NewIntra == nil {
 		cfg.NewIntra = shrunkIntra(l, opt) // shrink.go
 	}

@@ -34,6 +34,7 @@ const (
 	EnvLauncherSockets = "HIERCOMM_LAUNCHER_SOCKETS"
 	EnvHostProcs       = "HIERCOMM_HOST_PROCS"
 	EnvConnsPerPeer    = "HIERCOMM_CONNS_PER_PEER"
+	EnvNodeP2P         = "HIERCOMM_NODE_P2P"
 
 	// NCCL's interface choice, read when HIERCOMM_SOCKET_IFNAME is unset.
 	EnvNCCLSocketIfname = "NCCL_SOCKET_IFNAME"
@@ -68,7 +69,7 @@ var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
 	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvIntra, EnvK8sService,
 	EnvNCCLLibrary, EnvCUDALibrary,
-	EnvLauncherSockets, EnvHostProcs, EnvConnsPerPeer, EnvNCCLSocketIfname,
+	EnvLauncherSockets, EnvHostProcs, EnvConnsPerPeer, EnvNodeP2P, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
 	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmNodeID,
@@ -261,6 +262,12 @@ func (e env) own(l *Launch) error {
 		l.Intra = v
 	default:
 		return e.errorf(EnvIntra, "%s=%s: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", EnvIntra, v)
+	}
+	switch v := e.get(EnvNodeP2P); v {
+	case "", "intra", "world":
+		l.NodeP2P = v
+	default:
+		return e.errorf(EnvNodeP2P, "%s=%s: use intra (the default: Send and Recv between ranks of one node through the node's communicator) or world (through the network transport)", EnvNodeP2P, v)
 	}
 	if s := e.get(EnvJoinTimeout); s != "" {
 		d, err := time.ParseDuration(s)

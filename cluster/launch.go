@@ -86,6 +86,12 @@ type Launch struct {
 	// and the process sees a GPU, else shared memory when a node has
 	// several ranks). Resolve refuses anything else.
 	Intra string
+	// NodeP2P chooses how Send and Recv between two ranks of one node of
+	// a hierarchical world go: "intra" or "" (through Intra's
+	// communicator) or "world" (through the network transport, as
+	// between nodes: hierarchy.Config.NodeP2PViaWorld; HIERCOMM_NODE_P2P).
+	// Every rank of the job must use the same.
+	NodeP2P string
 	// HostProcs is how many processes of jobs started together share this
 	// host's cores (the local launchers set HIERCOMM_HOST_PROCS: every
 	// rank of an emulated cluster runs on one host). If zero, a rank
@@ -334,6 +340,11 @@ func (l Launch) Resolve() (Launch, error) {
 	case "auto", "shm", "nexar", "nccl":
 	default:
 		return bad("Intra %q: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", l.Intra)
+	}
+	switch l.NodeP2P {
+	case "", "intra", "world":
+	default:
+		return bad("NodeP2P %q: use intra (the default: through the node's communicator) or world (through the network transport)", l.NodeP2P)
 	}
 	if l.ConnsPerPeer < 0 || l.ConnsPerPeer > MaxConnsPerPeer {
 		return bad("ConnsPerPeer %d: use 1 to %d (0: the transport's default, 1)", l.ConnsPerPeer, MaxConnsPerPeer)

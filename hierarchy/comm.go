@@ -88,6 +88,15 @@ type Config struct {
 	// Logger receives the communicator's logs. If nil, defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// NodeP2PViaWorld sends Send and Recv between two ranks of one node
+	// through World instead of Intra: the network transport's loopback
+	// instead of shared memory, as NCCL_SHM_DISABLE does for NCCL's. Every
+	// rank must set the same (Build checks). Where more processes than
+	// cores share a host, a small message between two of them costs less
+	// this way and a large one more (docs/hierarchy.md, "Send and Recv
+	// between node-mates"). One pair of ranks always uses one part, so
+	// messages with one tag keep their order either way.
+	NodeP2PViaWorld bool
 	// FlightRecorder, if positive, makes the communicator (and its Split
 	// children) keep its last FlightRecorder collectives as the user
 	// called them (comm.FlightRecorder, with the part and phase each was
@@ -372,13 +381,14 @@ func Build(ctx context.Context, world comm.Communicator, t *topology.Topology, i
 
 // agree makes every rank's choice of routes the same: the ranks exchange
 // what the choice is computed from; they must have been given the same
-// Cost (but for RanksPerCore), SmallBytes and ChunkBytes, and they take
+// Cost (but for RanksPerCore), SmallBytes, ChunkBytes and NodeP2PViaWorld
+// (a node-mate's Send must go where its Recv waits), and they take
 // the largest RanksPerCore (the most crowded host sets the pace), which
 // each rank computes from its own host.
 func agree(ctx context.Context, world comm.Communicator, cfg *Config) error {
 	mine := cfg.Cost
 	mine.RanksPerCore = 0
-	key := fmt.Sprintf("%+v small %d chunk %d", mine, cfg.SmallBytes, cfg.ChunkBytes)
+	key := fmt.Sprintf("%+v small %d chunk %d node-p2p-via-world %t", mine, cfg.SmallBytes, cfg.ChunkBytes, cfg.NodeP2PViaWorld)
 	sum := sha256.Sum256([]byte(key))
 	send := []uint64{binary.LittleEndian.Uint64(sum[:]), math.Float64bits(cfg.Cost.RanksPerCore)}
 	all := make([]uint64, 2*world.Size())
@@ -387,7 +397,7 @@ func agree(ctx context.Context, world comm.Communicator, cfg *Config) error {
 	}
 	for r := range world.Size() {
 		if all[2*r] != send[0] {
-			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes or ChunkBytes (this rank's: %s): every rank must pick the same routes", world.Rank(), r, key)
+			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes, ChunkBytes or NodeP2PViaWorld (this rank's: %s): every rank must pick the same routes", world.Rank(), r, key)
 		}
 		cfg.Cost.RanksPerCore = max(cfg.Cost.RanksPerCore, math.Float64frombits(all[2*r+1]))
 	}
@@ -417,6 +427,9 @@ func (h *Comm) String() string {
 		mode = "flat"
 	case !h.homogeneous:
 		mode = "lead-based (heterogeneous nodes)"
+	}
+	if h.cfg.NodeP2PViaWorld && !h.flat {
+		mode += "; node-mates' Send and Recv via the world part"
 	}
 	return fmt.Sprintf("%s rank %d of %d (node %d, local rank %d; %s)", h.cfg.Name, h.rank, h.size, h.node, h.local, mode)
 }
@@ -575,7 +588,8 @@ func (h *Comm) Close() error {
 }
 
 // startP2P sends or receives directly: through the intra part to a rank of
-// this node, through the world to another node's. One pair of ranks always
+// this node (unless Config.NodeP2PViaWorld), through the world to another
+// node's. One pair of ranks always
 // uses the same part, so messages with one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	part, pc, intra, err := h.routeP2P(call)
@@ -636,7 +650,7 @@ func (h *Comm) routeP2P(call comm.Call) (part comm.Communicator, pc comm.Call, i
 	case aborted != nil:
 		return nil, call, false, h.opError(call.Kind, 0, call.Peer, &comm.AbortedError{Cause: aborted})
 	}
-	if h.topo.NodeOf(call.Peer) != h.node {
+	if h.topo.NodeOf(call.Peer) != h.node || h.cfg.NodeP2PViaWorld {
 		return h.world, call, false, nil
 	}
 	call.Peer = h.topo.LocalRank(call.Peer)

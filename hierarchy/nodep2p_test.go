@@ -1,0 +1,100 @@
+package hierarchy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// TestNodeP2PViaWorld: with Config.NodeP2PViaWorld, a Send and Recv
+// between the two ranks of node 0 go through the world part (its Start
+// sees them, with the ranks' own numbers), and without it through the
+// intra part (the world part sees none). Between nodes the world part
+// carries them either way. Messages with one tag arrive in order.
+func TestNodeP2PViaWorld(t *testing.T) {
+	const N, G, n = 2, 2, 3
+	for _, via := range []bool{false, true} {
+		t.Run(fmt.Sprintf("via=%t", via), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			hs, worlds, _ := countedHierarchy(ctx, t, N, G, Config{NodeP2PViaWorld: via})
+			if got := hs[0].String(); strings.Contains(got, "via the world part") != via {
+				t.Errorf("String() = %q: NodeP2PViaWorld %t should show", got, via)
+			}
+			// Rank 0 sends 2 messages to its node-mate 1, and 1 to rank 2
+			// on the other node; 1 and 2 receive them.
+			errs := make([]error, N*G)
+			got := make([][]int32, N*G)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for k := range 2 {
+					if errs[0] = hs[0].Send(ctx, comm.Host([]int32{int32(10 * k), 1, 2}), 1, 7); errs[0] != nil {
+						return
+					}
+				}
+				errs[0] = hs[0].Send(ctx, comm.Host([]int32{5, 6, 7}), 2, 7)
+			})
+			for _, r := range []int{1, 2} {
+				wg.Go(func() {
+					msgs := 1
+					if r == 1 {
+						msgs = 2
+					}
+					for range msgs {
+						b := make([]int32, n)
+						if errs[r] = hs[r].Recv(ctx, comm.Host(b), 0, 7); errs[r] != nil {
+							return
+						}
+						got[r] = append(got[r], b...)
+					}
+				})
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			if want := []int32{0, 1, 2, 10, 1, 2}; !slices.Equal(got[1], want) {
+				t.Errorf("rank 1 received %v, want %v (in send order)", got[1], want)
+			}
+			if want := []int32{5, 6, 7}; !slices.Equal(got[2], want) {
+				t.Errorf("rank 2 received %v, want %v", got[2], want)
+			}
+			worlds[0].mu.Lock()
+			sent, sends := worlds[0].kinds[comm.KindSend], worlds[0].ops[comm.KindSend]
+			worlds[0].mu.Unlock()
+			worlds[1].mu.Lock()
+			recvs := worlds[1].ops[comm.KindRecv]
+			worlds[1].mu.Unlock()
+			wantSends, wantRecvs := 1, 0 // only the message to the other node
+			if via {
+				wantSends, wantRecvs = 3, 2
+			}
+			if sends != wantSends || sent != 4*n*wantSends || recvs != wantRecvs {
+				t.Errorf("the world part carried %d Sends (%d bytes) from rank 0 and %d Recvs on rank 1, want %d, %d and %d",
+					sends, sent, recvs, wantSends, 4*n*wantSends, wantRecvs)
+			}
+		})
+	}
+}
+
+// TestBuildAgreesOnNodeP2P: ranks given different NodeP2PViaWorld would
+// send where their node-mates do not receive; Build fails on every rank
+// with an error that names the field.
+func TestBuildAgreesOnNodeP2P(t *testing.T) {
+	var cfgs [4]Config
+	cfgs[1].NodeP2PViaWorld = true
+	_, errs := built2x2(t, cfgs)
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "NodeP2PViaWorld") {
+			t.Errorf("rank %d: Build = %v, want an error that names NodeP2PViaWorld", r, err)
+		}
+	}
+}
