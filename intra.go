@@ -51,9 +51,7 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	}
 	cfg := opt.Hierarchy
 	cfg.Cost = hierarchyCost(cfg.Cost, intraCost, opt.Nexar.Cost, l, topo, rank)
-	if l.NodeP2P == "world" {
-		cfg.NodeP2PViaWorld = true
-	}
+	cfg.NodeP2PViaWorld = nodeP2PViaWorld(cfg.NodeP2PViaWorld, l)
 	if cfg.NodeP2PViaWorld && intra != nil {
 		via += "; Send and Recv within nodes over " + l.Network
 	}
@@ -68,6 +66,19 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	return h, via, nil
+}
+
+// nodeP2PViaWorld is hierarchy.Config.NodeP2PViaWorld as the launch sets
+// it (HIERCOMM_NODE_P2P): "world" sets it, "intra" clears it, unset leaves
+// the Options' value (set).
+func nodeP2PViaWorld(set bool, l cluster.Launch) bool {
+	switch l.NodeP2P {
+	case "world":
+		return true
+	case "intra":
+		return false
+	}
+	return set
 }
 
 // hierarchyCost is the hierarchy's cost model: the user's (c), each part

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -81,10 +82,13 @@ func TestRunCompareRefuses(t *testing.T) {
 			t.Errorf("%s: RunCompare accepted %d contenders", name, len(cts))
 		}
 	}
-	// A Spec.Sync of other ranks is refused before anything runs.
+	// A Spec.Sync of other ranks is refused before anything runs (a
+	// deadline instead of a hang if it ran first).
 	spec := quick("allreduce")
 	spec.Sync = cs[0]
-	if _, err := RunCompare(ctx, []Contender{{"a", other[0]}}, spec); err == nil || !strings.Contains(err.Error(), "Spec.Sync is rank 0 of 1") {
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := RunCompare(tctx, []Contender{{"a", other[0]}}, spec); err == nil || !strings.Contains(err.Error(), "Spec.Sync is rank 0 of 1") {
 		t.Errorf("RunCompare with a Sync of 1 rank beside 2: %v, want an error naming Spec.Sync", err)
 	}
 }
@@ -294,7 +298,15 @@ func TestRunCompareAlternatesRepeats(t *testing.T) {
 // start at Sync's Barrier, not at their own (TestRunCompareRefuses: a Sync
 // that holds other ranks is refused).
 func TestRunCompareSync(t *testing.T) {
-	spec := Spec{Ops: []string{"allreduce"}, MinBytes: 8, MaxBytes: 8, Warmup: 1, Iters: 2, Repeats: 3}
+	for _, check := range []bool{false, true} {
+		t.Run(fmt.Sprintf("check=%t", check), func(t *testing.T) { testRunCompareSync(t, check) })
+	}
+}
+
+// testRunCompareSync: with the check, each contender's check run is one
+// more, started at Sync's Barrier too.
+func testRunCompareSync(t *testing.T, check bool) {
+	spec := Spec{Ops: []string{"allreduce"}, MinBytes: 8, MaxBytes: 8, Warmup: 1, Iters: 2, Repeats: 3, Check: check}
 	var log []string
 	var mu sync.Mutex
 	eachRank(t, 2, func(ctx context.Context, r int, c comm.Communicator) (Result, error) {
@@ -308,7 +320,11 @@ func TestRunCompareSync(t *testing.T) {
 		sp.Sync = s
 		return RunCompare(ctx, []Contender{{"a", a}, {"b", b}}, sp)
 	})
-	if got, want := strings.Join(log, ","), strings.TrimSuffix(strings.Repeat("sync,", 2*3), ","); got != want {
+	n := 2 * 3 // 2 contenders × 3 repeats
+	if check {
+		n += 2
+	}
+	if got, want := strings.Join(log, ","), strings.TrimSuffix(strings.Repeat("sync,", n), ","); got != want {
 		t.Errorf("the Barriers before the timed repeats came as %s, want %s", got, want)
 	}
 }

@@ -265,8 +265,9 @@ func (m *timing) prepare(g gen) error {
 	checkLast := false // the last untimed run was the check's, after a Barrier
 	if s.Check {
 		// The check's own run is the first warmup iteration. The Barrier
-		// lets it stand as the timing of a size too long to repeat.
-		if err := c.Barrier(ctx); err != nil {
+		// (Spec.Sync's, as before a repeat) lets it stand as the timing of
+		// a size too long to repeat.
+		if err := m.sync.Barrier(ctx); err != nil {
 			return err
 		}
 		wrong, err := m.cl.check(g, rank, p, timed)

@@ -73,9 +73,9 @@ type Spec struct {
 	// look.
 	Settle float64
 	// Sync, if set, is the communicator whose Barrier starts every timed
-	// repeat of every contender in RunCompare (it must hold the same ranks
-	// as they do); if nil, each contender's own Barrier starts its
-	// repeats. A rank's time of a repeat runs from the moment it leaves
+	// repeat of every contender in RunCompare, and the check's run that
+	// stands as the timing of a size too long to repeat (it must hold the
+	// same ranks as they do); if nil, each contender's own Barrier does. A rank's time of a repeat runs from the moment it leaves
 	// that Barrier, so how a Barrier lets the ranks go is part of what the
 	// repeat measures: over the same point-to-point path, the
 	// hierarchy's small sendrecv read about 5% slower after its own

@@ -191,6 +191,7 @@ func launchCases(t *testing.T) []launchCase {
 		{"HIERCOMM_DEVICE=0", map[string]string{"HIERCOMM_DEVICE": "0"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: 0}},
 		{"HIERCOMM_CONNS_PER_PEER", map[string]string{"HIERCOMM_CONNS_PER_PEER": "4"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, ConnsPerPeer: 4}},
 		{"HIERCOMM_NODE_P2P", map[string]string{"HIERCOMM_NODE_P2P": "world"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NodeP2P: "world"}},
+		{"HIERCOMM_NODE_P2P=intra", map[string]string{"HIERCOMM_NODE_P2P": "intra"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NodeP2P: "intra"}},
 		{"GPU libraries", map[string]string{"HIERCOMM_NCCL_LIBRARY": "/opt/nccl/lib/libnccl.so.2", "HIERCOMM_CUDA_LIBRARY": " /usr/lib/libcuda.so.1 "},
 			Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NCCLLibrary: "/opt/nccl/lib/libnccl.so.2", CUDALibrary: "/usr/lib/libcuda.so.1"}},
 		{"NCCL_SOCKET_IFNAME when ours is unset", map[string]string{"NCCL_SOCKET_IFNAME": "ib,eth"},

@@ -92,10 +92,13 @@ type Config struct {
 	// through World instead of Intra: the network transport's loopback
 	// instead of shared memory, as NCCL_SHM_DISABLE does for NCCL's. Every
 	// rank must set the same (Build checks). Where more processes than
-	// cores share a host, a small message between two of them costs less
-	// this way and a large one more (docs/hierarchy.md, "Send and Recv
-	// between node-mates"). One pair of ranks always uses one part, so
-	// messages with one tag keep their order either way.
+	// cores share a host, a small message between two of them measured
+	// faster this way; a large one faster over TCP and slower over QUIC
+	// (docs/hierarchy.md, "Send and Recv between node-mates"). One pair of
+	// ranks always uses one part, so messages with one tag keep their
+	// order either way. A communicator that is not a hierarchy (one a
+	// Split or Shrink leaves on one node is the intra part's own) has no
+	// such choice.
 	NodeP2PViaWorld bool
 	// FlightRecorder, if positive, makes the communicator (and its Split
 	// children) keep its last FlightRecorder collectives as the user
@@ -428,7 +431,7 @@ func (h *Comm) String() string {
 	case !h.homogeneous:
 		mode = "lead-based (heterogeneous nodes)"
 	}
-	if h.cfg.NodeP2PViaWorld && !h.flat {
+	if h.cfg.NodeP2PViaWorld && (h.g > 1 || !h.homogeneous) { // some node has node-mates
 		mode += "; node-mates' Send and Recv via the world part"
 	}
 	return fmt.Sprintf("%s rank %d of %d (node %d, local rank %d; %s)", h.cfg.Name, h.rank, h.size, h.node, h.local, mode)

@@ -70,12 +70,16 @@ type counting struct {
 	mu    sync.Mutex
 	kinds map[comm.Kind]int // send bytes by kind
 	ops   map[comm.Kind]int // operations by kind
+	peers []int             // the Peer of each Send and Recv, in order
 }
 
 func (c *counting) Start(ctx context.Context, call comm.Call) *comm.Work {
 	c.mu.Lock()
 	c.kinds[call.Kind] += call.Send.ByteLen()
 	c.ops[call.Kind]++
+	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
+		c.peers = append(c.peers, call.Peer)
+	}
 	c.mu.Unlock()
 	return c.Communicator.Start(ctx, call)
 }

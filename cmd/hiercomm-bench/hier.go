@@ -108,7 +108,8 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	// It shares them with h (which owns and closes them) and is used only
 	// while h is not, so it is never closed.
 	variant := func(small int) (comm.Communicator, error) {
-		return hierarchy.New(hierarchy.Config{Topology: topo, Rank: rank, World: world, Intra: intra, Rail: rail, SmallBytes: small, Name: "hierarchy(bench)"})
+		return hierarchy.New(hierarchy.Config{Topology: topo, Rank: rank, World: world, Intra: intra, Rail: rail, SmallBytes: small, Name: "hierarchy(bench)",
+			NodeP2PViaWorld: os.Getenv(cluster.EnvNodeP2P) == "world"}) // as Init's, from the only place the bench sets it
 	}
 	info := runInfo{Launcher: launcherName(o), Ranks: w.Size(), Nodes: topo.NumNodes(), Network: network, Split: o.split,
 		Topology: topo, Started: time.Now(), Links: os.Getenv(envLinks), Copy: parseCopy(os.Getenv(envCopy))}
@@ -118,7 +119,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		whatFlat += " (the hierarchy's own flat world)"
 	}
 	whatHier := describe(w.Communicator, network)
-	if os.Getenv(cluster.EnvNodeP2P) == "world" {
+	if isLayered && os.Getenv(cluster.EnvNodeP2P) == "world" {
 		whatHier += "; Send and Recv between node-mates over " + network + " too (HIERCOMM_NODE_P2P=world)"
 	}
 	switch o.limiter {
