@@ -78,11 +78,9 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 		staged.Close() // one node: NCCL carries everything
 		return intra, "nccl", nil
 	}
-	cfg := opt.Hierarchy
 	// NCCL inside the node has no model of its own yet: the intra part
 	// takes the defaults unless the user gave one.
-	cfg.Cost = hierarchyCost(cfg.Cost, schedule.CostModel{}, opt.Nexar.Cost, l, topo, rank)
-	cfg.NodeP2PViaWorld = nodeP2PViaWorld(cfg.NodeP2PViaWorld, l)
+	cfg := hierarchyConfig(opt, schedule.CostModel{}, l, topo, rank)
 	if cfg.Stager == nil && cfg.NewStager == nil {
 		cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
 	}

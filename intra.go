@@ -49,9 +49,7 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	if intra != nil {
 		intraCost = opt.Shm.Cost.Or(shm.DefaultCost)
 	}
-	cfg := opt.Hierarchy
-	cfg.Cost = hierarchyCost(cfg.Cost, intraCost, opt.Nexar.Cost, l, topo, rank)
-	cfg.NodeP2PViaWorld = nodeP2PViaWorld(cfg.NodeP2PViaWorld, l)
+	cfg := hierarchyConfig(opt, intraCost, l, topo, rank)
 	if cfg.NodeP2PViaWorld && intra != nil {
 		via += "; Send and Recv within nodes over " + l.Network
 	}
@@ -66,6 +64,17 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
 	}
 	return h, via, nil
+}
+
+// hierarchyConfig is the Options' hierarchy.Config as the launch completes
+// it, for the host and the GPU tiers alike: its cost model
+// (hierarchyCost, with intra the node part's model) and the node-mates'
+// route (nodeP2PViaWorld).
+func hierarchyConfig(opt Options, intra schedule.CostModel, l cluster.Launch, topo *topology.Topology, rank int) hierarchy.Config {
+	cfg := opt.Hierarchy
+	cfg.Cost = hierarchyCost(cfg.Cost, intra, opt.Nexar.Cost, l, topo, rank)
+	cfg.NodeP2PViaWorld = nodeP2PViaWorld(cfg.NodeP2PViaWorld, l)
+	return cfg
 }
 
 // nodeP2PViaWorld is hierarchy.Config.NodeP2PViaWorld as the launch sets

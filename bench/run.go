@@ -157,10 +157,11 @@ func newRow(s Spec, d opDef, bytes int64) Row {
 func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g gen, bytes int64, into func(i int) *Timing) (int, error) {
 	ts := make([]*timing, len(contenders))
 	for i, ct := range contenders {
-		ts[i] = &timing{ctx: ctx, c: ct.Comm, sync: ct.Comm, s: s, cl: cl, bytes: bytes, t: into(i)}
-		if s.Sync != nil {
-			ts[i].sync = s.Sync
+		sync := s.Sync
+		if sync == nil {
+			sync = ct.Comm
 		}
+		ts[i] = &timing{ctx: ctx, c: ct.Comm, sync: sync, s: s, cl: cl, bytes: bytes, t: into(i)}
 		if err := ts[i].prepare(g); err != nil {
 			return i, err
 		}

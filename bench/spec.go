@@ -75,12 +75,13 @@ type Spec struct {
 	// Sync, if set, is the communicator whose Barrier starts every timed
 	// repeat of every contender in RunCompare, and the check's run that
 	// stands as the timing of a size too long to repeat (it must hold the
-	// same ranks as they do); if nil, each contender's own Barrier does. A rank's time of a repeat runs from the moment it leaves
-	// that Barrier, so how a Barrier lets the ranks go is part of what the
-	// repeat measures: over the same point-to-point path, the
-	// hierarchy's small sendrecv read about 5% slower after its own
-	// Barrier than after the flat world's (docs/benchmarks.md). A common
-	// Barrier measures every contender from the same start.
+	// same ranks as they do); if nil, each contender's own Barrier does.
+	// A rank's time of a repeat runs from the moment it leaves that
+	// Barrier, so how a Barrier lets the ranks go is part of what the
+	// repeat measures: over the same point-to-point path, the hierarchy's
+	// small sendrecv read about 5% slower after its own Barrier than after
+	// the flat world's (docs/benchmarks.md). A common Barrier measures
+	// every contender from the same start.
 	Sync comm.Communicator `json:"-"`
 	// InPlace also measures each operation's in-place form, nccl-tests'
 	// second group of columns (Row.InPlace): AllReduce and Reduce with

@@ -592,8 +592,8 @@ func (h *Comm) Close() error {
 
 // startP2P sends or receives directly: through the intra part to a rank of
 // this node (unless Config.NodeP2PViaWorld), through the world to another
-// node's. One pair of ranks always
-// uses the same part, so messages with one tag keep their order.
+// node's. One pair of ranks always uses the same part, so messages with
+// one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	part, pc, intra, err := h.routeP2P(call)
 	if err != nil {

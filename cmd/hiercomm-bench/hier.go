@@ -104,12 +104,14 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		intra, rail = h.Parts()
 		hier = h
 	}
+	// The node-mates' route the bench's Init took (it sets no Options).
+	viaWorld := isLayered && os.Getenv(cluster.EnvNodeP2P) == "world"
 	// variant is a hierarchy over the same parts with another SmallBytes.
 	// It shares them with h (which owns and closes them) and is used only
 	// while h is not, so it is never closed.
 	variant := func(small int) (comm.Communicator, error) {
 		return hierarchy.New(hierarchy.Config{Topology: topo, Rank: rank, World: world, Intra: intra, Rail: rail, SmallBytes: small, Name: "hierarchy(bench)",
-			NodeP2PViaWorld: os.Getenv(cluster.EnvNodeP2P) == "world"}) // as Init's, from the only place the bench sets it
+			NodeP2PViaWorld: viaWorld})
 	}
 	info := runInfo{Launcher: launcherName(o), Ranks: w.Size(), Nodes: topo.NumNodes(), Network: network, Split: o.split,
 		Topology: topo, Started: time.Now(), Links: os.Getenv(envLinks), Copy: parseCopy(os.Getenv(envCopy))}
@@ -119,7 +121,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		whatFlat += " (the hierarchy's own flat world)"
 	}
 	whatHier := describe(w.Communicator, network)
-	if isLayered && os.Getenv(cluster.EnvNodeP2P) == "world" {
+	if viaWorld {
 		whatHier += "; Send and Recv between node-mates over " + network + " too (HIERCOMM_NODE_P2P=world)"
 	}
 	switch o.limiter {
