@@ -275,7 +275,10 @@ func agree(ctx context.Context, control comm.Communicator) error {
 
 // watcher is a receive from this rank itself on the control's watchTag,
 // which no one sends: it ends only when the control fails (a peer died or
-// aborted) or closes.
+// aborted) or closes. The control bounds each Recv by a timeout of its own
+// (nexar's and shm's Options.Timeout, 10 minutes by default), which says
+// nothing about the peers: a Recv that ends by it alone is posted again,
+// so a communicator outlives that timeout.
 type watcher struct {
 	done chan struct{}
 	err  error // set before done is closed
@@ -285,13 +288,33 @@ func watchControl(control comm.Communicator) *watcher {
 	w := &watcher{done: make(chan struct{})}
 	go func() {
 		var b [1]byte
-		w.err = control.Recv(context.Background(), comm.Host(b[:]), control.Rank(), watchTag)
-		if w.err == nil {
-			w.err = errors.New("unexpected message on the control's reserved tag")
+		for {
+			w.err = control.Recv(context.Background(), comm.Host(b[:]), control.Rank(), watchTag)
+			if w.err == nil {
+				w.err = errors.New("unexpected message on the control's reserved tag")
+			}
+			if !recvTimedOut(w.err) {
+				break
+			}
 		}
 		close(w.done)
 	}()
 	return w
+}
+
+// recvTimedOut reports whether err ended a Recv by the Recv's own timeout
+// only (no abort, failure, close or mismatch of the communicator behind
+// it).
+func recvTimedOut(err error) bool {
+	if !errors.Is(err, comm.ErrTimeout) {
+		return false
+	}
+	for _, e := range []error{comm.ErrAborted, comm.ErrPeerFailed, comm.ErrClosed, comm.ErrMismatch, comm.ErrCanceled} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
 }
 
 // start makes the Comm of an initialized NCCL communicator and starts its

@@ -26,12 +26,19 @@ func fakeWorld(t testing.TB, n int) ([]comm.Communicator, *nccl.Device) {
 // fakeWorldWith is fakeWorld with cfg (its Device is set here).
 func fakeWorldWith(t testing.TB, n int, cfg nccl.Config) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
-	lib := nccl.NewFake(nccl.FakeOptions{})
-	dev, err := lib.Device(0)
+	controls, err := nexar.NewMemoryWorld(n, nexar.Options{ProbeAfter: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	controls, err := nexar.NewMemoryWorld(n, nexar.Options{ProbeAfter: 100 * time.Millisecond})
+	return fakeWorldOver(t, asComms(controls), cfg)
+}
+
+// fakeWorldOver is fakeWorldWith over the given controls, one per rank.
+func fakeWorldOver(t testing.TB, controls []comm.Communicator, cfg nccl.Config) ([]comm.Communicator, *nccl.Device) {
+	t.Helper()
+	n := len(controls)
+	lib := nccl.NewFake(nccl.FakeOptions{})
+	dev, err := lib.Device(0)
 	if err != nil {
 		t.Fatal(err)
 	}
