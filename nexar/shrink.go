@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -269,7 +270,7 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 		c.sendShrink(live, attempt, round, shrinkMsg{kind: shrinkRound, failed: ranksOf(known)})
 		union := slices.Clone(known)
 		var from []int
-		for _, p := range live {
+		for i, p := range live {
 			m, gone, err := c.awaitShrink(ctx, attempt, round, p)
 			switch {
 			case err != nil && (errors.Is(err, ErrExpelled) || errors.Is(err, ErrStalled)):
@@ -277,7 +278,12 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 				// abandon from it would fail their agreement.
 				return nil, err
 			case err != nil:
-				// The deadline: everyone waiting on this rank learns why.
+				// The deadline: everyone waiting on this rank learns why,
+				// and the error names every peer not heard from in this
+				// round, not only the one it waited on.
+				if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, comm.ErrClosed) {
+					err = c.notJoined(ctxErr, append([]int{p}, c.shrinkSilent(attempt, round, live[i+1:])...), round)
+				}
 				return nil, c.abandonShrink(c.livePeers(union), attempt, round+1, err)
 			case gone != nil:
 				union[p] = true
@@ -436,10 +442,40 @@ func (c *Comm) awaitShrink(ctx context.Context, attempt uint64, round uint32, p 
 		case <-c.done:
 			return m, nil, comm.ErrClosed
 		case <-ctx.Done():
-			return m, nil, &peerFault{peer: p, err: fmt.Errorf("%w: rank %d%s had not joined the agreement on the failed ranks (round %d): every surviving rank must call Shrink",
-				comm.ContextError(ctx.Err()), p, c.rankNote(p), round)}
+			return m, nil, c.notJoined(ctx.Err(), []int{p}, round)
 		}
 	}
+}
+
+// shrinkSilent lists the peers of peers whose message of the round has
+// not arrived.
+func (c *Comm) shrinkSilent(attempt uint64, round uint32, peers []int) []int {
+	b := &c.shrink
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var silent []int
+	for _, p := range peers {
+		if _, ok := b.got[shrinkKey{attempt: attempt, round: round, src: p}]; !ok {
+			silent = append(silent, p)
+		}
+	}
+	return silent
+}
+
+// notJoined is the error of an agreement that ctxErr ended while the
+// peers silent (the first is the one the error blames) had not sent
+// their message of the round.
+func (c *Comm) notJoined(ctxErr error, silent []int, round uint32) error {
+	names := make([]string, len(silent))
+	for i, p := range silent {
+		names[i] = fmt.Sprintf("rank %d%s", p, c.rankNote(p))
+	}
+	who := names[0]
+	if n := len(names); n > 1 {
+		who = strings.Join(names[:n-1], ", ") + " and " + names[n-1]
+	}
+	return &peerFault{peer: silent[0], err: fmt.Errorf("%w: %s had not joined the agreement on the failed ranks (round %d): every surviving rank must call Shrink",
+		comm.ContextError(ctxErr), who, round)}
 }
 
 // rankNote is " (world rank w)" for a Split child's rank p, else "".

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,7 +175,7 @@ func TestShrinkFailsInBoundedTimeWithoutEveryone(t *testing.T) {
 		if !errors.Is(err, comm.ErrTimeout) && !errors.Is(err, comm.ErrPeerAbandoned) {
 			return fmt.Errorf("want a timeout, got %v", err)
 		}
-		if comm.PeerOf(err) != 2 && r == 0 {
+		if r == 0 && !strings.Contains(err.Error(), "rank 2 had not joined") {
 			return fmt.Errorf("the error does not name rank 2: %v", err)
 		}
 		return nil
@@ -183,6 +184,22 @@ func TestShrinkFailsInBoundedTimeWithoutEveryone(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// TestShrinkNamesEveryRankNotHeardFrom: rank 0 calls Shrink alone; its
+// deadline error names both ranks that never joined, and blames the first.
+func TestShrinkNamesEveryRankNotHeardFrom(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	s, err := cs[0].Shrink(ctx)
+	if err == nil {
+		s.Close()
+		t.Fatal("Shrink succeeded on rank 0 alone")
+	}
+	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "rank 1 and rank 2 had not joined the agreement") || comm.PeerOf(err) != 1 {
+		t.Errorf("Shrink of rank 0 alone: %v (peer %d); want a timeout that names rank 1 and rank 2, blaming rank 1", err, comm.PeerOf(err))
 	}
 }
 
