@@ -603,7 +603,15 @@ func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
 	if !intra {
 		return w
 	}
-	mapErr := func(err error) error { return h.intraP2PError(call, err) }
+	return h.intraWork(w, call.Kind, call.Peer)
+}
+
+// intraWork is the Work of a Send or Recv to peer that the intra-node
+// part carries as w: w's, with the hierarchy's error. (A function of its
+// own, taking no Call, so that the world's route moves nothing to the
+// heap: the Call captured here did, a few hundred bytes a message.)
+func (h *Comm) intraWork(w *comm.Work, kind comm.Kind, peer int) *comm.Work {
+	mapErr := func(err error) error { return h.intraP2PError(kind, peer, err) }
 	if done, _ := w.Test(); done {
 		return w.Map(mapErr) // a Send that shared memory wrote at once
 	}
@@ -633,7 +641,7 @@ func (h *Comm) runP2P(ctx context.Context, call comm.Call) error {
 	if !intra {
 		return err
 	}
-	return h.intraP2PError(call, err)
+	return h.intraP2PError(call.Kind, call.Peer, err)
 }
 
 // routeP2P checks a Send or Recv and returns the part that reaches its
@@ -662,9 +670,9 @@ func (h *Comm) routeP2P(call comm.Call) (part comm.Communicator, pc comm.Call, i
 
 // intraP2PError is the error of a Send or Recv that the intra-node part
 // carried and ended with err, in the hierarchy's ranks.
-func (h *Comm) intraP2PError(call comm.Call, err error) error {
+func (h *Comm) intraP2PError(kind comm.Kind, peer int, err error) error {
 	if err == nil {
 		return nil
 	}
-	return h.opError(call.Kind, 0, call.Peer, fmt.Errorf("via the intra-node part (local rank %d): %w", h.topo.LocalRank(call.Peer), err))
+	return h.opError(kind, 0, peer, fmt.Errorf("via the intra-node part (local rank %d): %w", h.topo.LocalRank(peer), err))
 }

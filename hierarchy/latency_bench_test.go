@@ -17,11 +17,24 @@ import (
 // ranks spin for each other on the process's few CPUs, which an
 // in-process run exaggerates. (The bench command measures it over real
 // sockets and processes.)
+//
+// The "leads" runs take the lead-based path, as a hierarchy with a cost
+// model (hiercomm.Init's) does at this size; the others the 2D path, as a
+// zero Config does.
 func BenchmarkSmallAllReduce(b *testing.B) {
 	for _, intra := range []string{"shm", "nexar"} {
-		cs := build(b, layout{name: "2x2", perNode: []int{2, 2}}, intra, hierarchy.Config{})
-		for _, mode := range []string{"hier", "flat"} {
-			b.Run(intra+"/"+mode, func(b *testing.B) { benchSmall(b, cs, mode == "flat") })
+		for _, path := range []string{"2d", "leads"} {
+			var cfg hierarchy.Config
+			if path == "leads" {
+				cfg.SmallBytes = 1 << 10
+			}
+			cs := build(b, layout{name: "2x2", perNode: []int{2, 2}}, intra, cfg)
+			for _, mode := range []string{"hier", "flat"} {
+				if mode == "flat" && path == "leads" {
+					continue // the same world part as 2d's
+				}
+				b.Run(intra+"/"+path+"/"+mode, func(b *testing.B) { benchSmall(b, cs, mode == "flat") })
+			}
 		}
 	}
 }
@@ -66,4 +79,29 @@ func benchCalls(b *testing.B, cs []comm.Communicator, flat bool, call func(comm.
 		})
 	}
 	wg.Wait()
+}
+
+// BenchmarkSmallSendRecv is BenchmarkSmallAllReduce for a ring of 4-byte
+// messages (each rank sends to the next and receives from the one
+// before, both started at once, as the bench's sendrecv), with
+// node-mates' messages through shared memory ("intra") or the world part
+// ("world", Config.NodeP2PViaWorld). Run with -benchmem: on the world's
+// route the hierarchy allocates what its world part does.
+func BenchmarkSmallSendRecv(b *testing.B) {
+	for _, route := range []string{"intra", "world"} {
+		cs := build(b, layout{name: "2x2", perNode: []int{2, 2}}, "shm", hierarchy.Config{NodeP2PViaWorld: route == "world"})
+		for _, mode := range []string{"hier", "flat"} {
+			b.Run(route+"/"+mode, func(b *testing.B) {
+				P := len(cs)
+				benchCalls(b, cs, mode == "flat", func(c comm.Communicator, v []float32) error {
+					r, ctx := c.Rank(), context.Background()
+					s := c.Start(ctx, comm.Call{Kind: comm.KindSend, Send: comm.Host(v[:1]), Peer: (r + 1) % P, Tag: 5})
+					if err := c.Start(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(v[1:]), Peer: (r + P - 1) % P, Tag: 5}).Wait(); err != nil {
+						return err
+					}
+					return s.Wait()
+				})
+			})
+		}
+	}
 }

@@ -40,6 +40,7 @@ type Comm struct {
 	p2pYield time.Duration
 
 	exec *comm.Exec[*op]      // numbers and runs the collectives
+	ops  sync.Pool            // *op of a blocking call (Run), reused once it returned
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
 	mu      sync.Mutex // guards the fields below

@@ -40,6 +40,7 @@ func (c *Comm) newExec() *comm.Exec[*op] {
 	}
 	return comm.NewExec(comm.ExecConfig[*op]{
 		Recorder: c.rec,
+		Recycle:  true, // Run and Refuse keep nothing of the task once they return
 		Run: func(t *comm.Task[*op]) error {
 			t.X.seq = t.Seq
 			c.x.seq = t.Seq
@@ -70,8 +71,18 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	}
 	c.mark(hoptrace.ShmCall, 0)
 	defer c.mark(hoptrace.ShmReturn, 0)
-	o := c.newOp(ctx, call)
-	return c.exec.Do(ctx, call, o.verr, o)
+	o, _ := c.ops.Get().(*op)
+	if o == nil {
+		o = new(op)
+	}
+	*o = op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
+	err := c.exec.Do(ctx, call, o.verr, o)
+	// Do has returned: the task, and with it o, is done with (errors copy
+	// what they name), so o serves a later blocking call instead of being
+	// allocated for each (a few hundred bytes of a small collective).
+	*o = op{}
+	c.ops.Put(o)
+	return err
 }
 
 // mark records hop h of this rank at step g if a trace is running
