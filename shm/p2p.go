@@ -26,8 +26,7 @@ import (
 type p2pKey struct{ peer, tag int }
 
 type sendOp struct {
-	ctx    context.Context
-	stop   context.CancelFunc
+	b      bound // the caller's context and Config.Timeout
 	work   *comm.Work
 	peer   int
 	tag    int
@@ -41,8 +40,7 @@ type sendOp struct {
 }
 
 type recvOp struct {
-	ctx   context.Context
-	stop  context.CancelFunc
+	b     bound // the caller's context and Config.Timeout
 	work  *comm.Work
 	peer  int
 	tag   int
@@ -148,13 +146,11 @@ func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
 			w.Complete(nil)
 			return w
 		}
-		ctx, stop := context.WithTimeout(ctx, c.cfg.Timeout)
-		e.sends[call.Peer] = append(e.sends[call.Peer], &sendOp{ctx: ctx, stop: stop, work: w, peer: call.Peer, tag: call.Tag,
+		e.sends[call.Peer] = append(e.sends[call.Peer], &sendOp{b: c.boundFor(ctx), work: w, peer: call.Peer, tag: call.Tag,
 			dtype: b.DType(), count: b.Len(), data: b.Bytes(), size: b.ByteLen()})
 	} else {
 		b := call.Recv
-		ctx, stop := context.WithTimeout(ctx, c.cfg.Timeout)
-		r := &recvOp{ctx: ctx, stop: stop, work: w, peer: call.Peer, tag: call.Tag, dtype: b.DType(), count: b.Len(), buf: b.Bytes()}
+		r := &recvOp{b: c.boundFor(ctx), work: w, peer: call.Peer, tag: call.Tag, dtype: b.DType(), count: b.Len(), buf: b.Bytes()}
 		e.nrecv++
 		if !e.matchUnexpectedLocked(r) {
 			k := p2pKey{r.peer, r.tag}
@@ -319,7 +315,6 @@ func (e *p2pEngine) popUnexpectedLocked(k p2pKey) *message {
 
 func (e *p2pEngine) finishRecv(r *recvOp, err error) {
 	e.nrecv--
-	r.stop()
 	if err != nil {
 		err = e.opError(comm.Call{Kind: comm.KindRecv, Peer: r.peer}, err)
 	}
@@ -327,7 +322,6 @@ func (e *p2pEngine) finishRecv(r *recvOp, err error) {
 }
 
 func (e *p2pEngine) finishSend(s *sendOp, err error) {
-	s.stop()
 	if err != nil {
 		err = e.opError(comm.Call{Kind: comm.KindSend, Peer: s.peer}, err)
 	}

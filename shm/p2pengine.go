@@ -255,8 +255,8 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 	for q, queue := range e.sends {
 		kept := queue[:0]
 		for _, s := range queue {
-			if err := s.ctx.Err(); err != nil && !s.cancel {
-				e.finishSend(s, ctxErr(s.ctx))
+			if err := s.b.err(now); err != nil && !s.cancel {
+				e.finishSend(s, err)
 				if !s.begun {
 					continue // never seen by the receiver
 				}
@@ -274,8 +274,8 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 	for k, rs := range e.recvs {
 		kept := rs[:0]
 		for _, r := range rs {
-			if r.ctx.Err() != nil {
-				e.finishRecv(r, ctxErr(r.ctx))
+			if err := r.b.err(now); err != nil {
+				e.finishRecv(r, err)
 				continue
 			}
 			kept = append(kept, r)
@@ -293,14 +293,16 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 		if m == nil {
 			continue
 		}
-		if r := m.refused; r != nil && r.ctx.Err() != nil {
-			m.refused = nil
-			e.finishRecv(r, ctxErr(r.ctx))
+		if r := m.refused; r != nil {
+			if err := r.b.err(now); err != nil {
+				m.refused = nil
+				e.finishRecv(r, err)
+			}
 		}
 		if m.recv == nil {
 			continue
 		}
-		if r := m.recv; r.ctx.Err() != nil {
+		if r := m.recv; r.b.err(now) != nil {
 			// The rest of the message keeps arriving, into memory of its
 			// own, for the next Recv of its sender and tag: one already
 			// waiting (older than any Recv to come, it must not be
@@ -309,7 +311,7 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 			copy(data, r.buf[:m.got])
 			m.data, m.recv, r.msg = data, nil, nil
 			k := p2pKey{src, m.tag}
-			e.finishRecv(r, ctxErr(r.ctx))
+			e.finishRecv(r, r.b.err(now))
 			if rs := e.recvs[k]; len(rs) > 0 {
 				next := rs[0]
 				e.popRecv(k)

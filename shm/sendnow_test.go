@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,7 +122,7 @@ func TestExpiredRecvHandsItsMessageOn(t *testing.T) {
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	recv := func(ctx context.Context) *recvOp {
-		return &recvOp{ctx: ctx, stop: func() {}, work: comm.NewWork(), peer: 0, tag: 7, dtype: comm.U8, count: 8, buf: make([]byte, 8)}
+		return &recvOp{b: cs[1].boundFor(ctx), work: comm.NewWork(), peer: 0, tag: 7, dtype: comm.U8, count: 8, buf: make([]byte, 8)}
 	}
 	first, second := recv(ended), recv(context.Background())
 	m := &message{src: 0, tag: 7, dtype: comm.U8, count: 8, size: 8, data: first.buf, got: 3, recv: first}
@@ -146,5 +147,40 @@ func TestExpiredRecvHandsItsMessageOn(t *testing.T) {
 	}
 	if !slices.Equal(second.buf[:3], []byte{1, 2, 3}) {
 		t.Errorf("the waiting Recv holds %v of the message so far, want [1 2 3]", second.buf[:3])
+	}
+}
+
+// TestP2PBounds: a Recv that nothing answers ends by the caller's deadline
+// or, without one, by Config.Timeout, each with comm.ErrTimeout; the
+// communicator goes on (a later message gets through). The engine keeps
+// both as plain deadlines, not a context and timer per message.
+func TestP2PBounds(t *testing.T) {
+	cs := localWorld(t, 2, Config{Timeout: 300 * time.Millisecond})
+	buf := make([]int64, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"the caller's deadline", ctx, "deadline exceeded"},
+		{"Config.Timeout", context.Background(), "Config.Timeout (300ms)"},
+	} {
+		start := time.Now()
+		err := cs[1].Recv(tc.ctx, comm.Host(buf), 0, 3)
+		if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Recv = %v; want comm.ErrTimeout saying %q", tc.name, err, tc.want)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("%s: the Recv took %v to end", tc.name, took)
+		}
+	}
+	send := cs[0].Start(context.Background(), comm.Call{Kind: comm.KindSend, Send: comm.Host([]int64{8, 9}), Peer: 1, Tag: 4})
+	if err := cs[1].Recv(context.Background(), comm.Host(buf), 0, 4); err != nil || !slices.Equal(buf, []int64{8, 9}) {
+		t.Fatalf("after the timed-out Recvs: %v, %v; want [8 9]", buf, err)
+	}
+	if err := send.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }
