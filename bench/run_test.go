@@ -211,6 +211,36 @@ func TestRunAdaptiveIters(t *testing.T) {
 	}
 }
 
+// coldFirst is a communicator whose first AllReduce of cold bytes takes
+// 100 ms longer, as a first call that makes a connection can.
+type coldFirst struct {
+	comm.Communicator
+	bytes int
+	done  bool
+}
+
+func (c *coldFirst) AllReduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
+	if !c.done && send.ByteLen() == c.bytes {
+		c.done = true
+		time.Sleep(100 * time.Millisecond)
+	}
+	return c.Communicator.AllReduce(ctx, send, recv, op)
+}
+
+// TestRunConfirmsALongFirstRun: a size whose first run outlasts every
+// repeat's budget together, and whose next runs do not, is timed as a
+// short one (many iterations, every repeat), not once.
+func TestRunConfirmsALongFirstRun(t *testing.T) {
+	spec := Spec{Ops: []string{"allreduce"}, MinBytes: 64, MaxBytes: 64, Budget: 10 * time.Millisecond, Repeats: 3}
+	for _, check := range []bool{false, true} {
+		spec.Check = check
+		row := runWorld(t, 2, spec, func(c comm.Communicator) comm.Communicator { return &coldFirst{Communicator: c, bytes: 64} })[0].Rows[0]
+		if row.Repeats != 3 || row.Iters < 2 || row.TimeUS > 10000 {
+			t.Errorf("check %v: a cold first run of 100 ms: %d iterations × %d repeats, %v µs each; want it timed as the short call it is", check, row.Iters, row.Repeats, row.TimeUS)
+		}
+	}
+}
+
 func TestRunRefusesBadSpec(t *testing.T) {
 	cs, err := nexar.NewMemoryWorld(1, nexar.Options{})
 	if err != nil {
