@@ -80,7 +80,7 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 	}
 	// NCCL inside the node has no model of its own yet: the intra part
 	// takes the defaults unless the user gave one.
-	cfg := hierarchyConfig(opt, schedule.CostModel{}, l, topo, rank)
+	cfg := hierarchyConfig(opt, schedule.CostModel{}, l, topo, rank, false)
 	if cfg.Stager == nil && cfg.NewStager == nil {
 		cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(dev) }
 	}

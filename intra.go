@@ -49,10 +49,7 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 	if intra != nil {
 		intraCost = opt.Shm.Cost.Or(shm.DefaultCost)
 	}
-	cfg := hierarchyConfig(opt, intraCost, l, topo, rank)
-	if cfg.NodeP2PViaWorld && intra != nil {
-		via += "; Send and Recv within nodes over " + l.Network
-	}
+	cfg := hierarchyConfig(opt, intraCost, l, topo, rank, true)
 	if intra != nil && cfg.NewIntra == nil {
 		cfg.NewIntra = shrunkIntra(l, opt) // shrink.go
 	}
@@ -63,31 +60,46 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		}
 		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
 	}
+	if h.NodeP2PViaWorld() && intra != nil {
+		via += "; Send and Recv within nodes over " + l.Network
+		if !cfg.NodeP2PViaWorld {
+			via += " (more processes than cores)"
+		}
+	}
 	return h, via, nil
 }
 
 // hierarchyConfig is the Options' hierarchy.Config as the launch completes
-// it, for the host and the GPU tiers alike: its cost model
+// it, for the host tier (host) and the GPU tier alike: its cost model
 // (hierarchyCost, with intra the node part's model) and the node-mates'
-// route (nodeP2PViaWorld).
-func hierarchyConfig(opt Options, intra schedule.CostModel, l cluster.Launch, topo *topology.Topology, rank int) hierarchy.Config {
+// route (nodeP2PRoute).
+func hierarchyConfig(opt Options, intra schedule.CostModel, l cluster.Launch, topo *topology.Topology, rank int, host bool) hierarchy.Config {
 	cfg := opt.Hierarchy
 	cfg.Cost = hierarchyCost(cfg.Cost, intra, opt.Nexar.Cost, l, topo, rank)
-	cfg.NodeP2PViaWorld = nodeP2PViaWorld(cfg.NodeP2PViaWorld, l)
+	nodeP2PRoute(&cfg, l, host)
 	return cfg
 }
 
-// nodeP2PViaWorld is hierarchy.Config.NodeP2PViaWorld as the launch sets
-// it (HIERCOMM_NODE_P2P): "world" sets it, "intra" clears it, unset leaves
-// the Options' value (set).
-func nodeP2PViaWorld(set bool, l cluster.Launch) bool {
+// nodeP2PRoute sets cfg's route for Send and Recv between node-mates as
+// the launch says (HIERCOMM_NODE_P2P): "world" and "intra" choose it,
+// "auto" leaves it to the hosts' crowding
+// (hierarchy.Config.NodeP2PViaWorldWhenCrowded), and unset leaves the
+// Options' choice, which on the host tier is auto unless they chose the
+// world. (On the GPU tier unset means NCCL's own route: the world's
+// would stage every message through host memory.)
+func nodeP2PRoute(cfg *hierarchy.Config, l cluster.Launch, host bool) {
 	switch l.NodeP2P {
 	case "world":
-		return true
+		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = true, false
 	case "intra":
-		return false
+		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = false, false
+	case "auto":
+		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = false, true
+	default:
+		if host && !cfg.NodeP2PViaWorld {
+			cfg.NodeP2PViaWorldWhenCrowded = true
+		}
 	}
-	return set
 }
 
 // hierarchyCost is the hierarchy's cost model: the user's (c), each part

@@ -264,10 +264,10 @@ func (e env) own(l *Launch) error {
 		return e.errorf(EnvIntra, "%s=%s: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", EnvIntra, v)
 	}
 	switch v := e.get(EnvNodeP2P); v {
-	case "", "intra", "world":
+	case "", "auto", "intra", "world":
 		l.NodeP2P = v
 	default:
-		return e.errorf(EnvNodeP2P, "%s=%s: use intra (the default: Send and Recv between ranks of one node through the node's communicator) or world (through the network transport)", EnvNodeP2P, v)
+		return e.errorf(EnvNodeP2P, "%s=%s: use auto (the default on hosts: Send and Recv between ranks of one node through the network transport where more processes than cores share a host, else through the node's communicator), intra (through the node's communicator) or world (through the network transport)", EnvNodeP2P, v)
 	}
 	if s := e.get(EnvJoinTimeout); s != "" {
 		d, err := time.ParseDuration(s)

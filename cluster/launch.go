@@ -87,10 +87,14 @@ type Launch struct {
 	// several ranks). Resolve refuses anything else.
 	Intra string
 	// NodeP2P chooses how Send and Recv between two ranks of one node of
-	// a hierarchical world go: "intra" or "" (through Intra's
-	// communicator) or "world" (through the network transport, as
-	// between nodes: hierarchy.Config.NodeP2PViaWorld; HIERCOMM_NODE_P2P).
-	// Every rank of the job must use the same.
+	// a hierarchical world go: "intra" (through Intra's communicator),
+	// "world" (through the network transport, as between nodes:
+	// hierarchy.Config.NodeP2PViaWorld) or "auto" (the world's where more
+	// processes than cores share a host, else the intra part's:
+	// hierarchy.Config.NodeP2PViaWorldWhenCrowded); "" is auto on the host
+	// tier and intra on the GPU tier (NCCL's route; the world's would
+	// stage every message through host memory). HIERCOMM_NODE_P2P. Every
+	// rank of the job must use the same.
 	NodeP2P string
 	// HostProcs is how many processes of jobs started together share this
 	// host's cores (the local launchers set HIERCOMM_HOST_PROCS: every
@@ -342,9 +346,9 @@ func (l Launch) Resolve() (Launch, error) {
 		return bad("Intra %q: use auto (the default: NCCL where the process sees a GPU, else shared memory between the ranks of a node), nccl, shm or nexar", l.Intra)
 	}
 	switch l.NodeP2P {
-	case "", "intra", "world":
+	case "", "auto", "intra", "world":
 	default:
-		return bad("NodeP2P %q: use intra (the default: through the node's communicator) or world (through the network transport)", l.NodeP2P)
+		return bad("NodeP2P %q: use auto (the default on hosts: through the network transport where more processes than cores share a host, else through the node's communicator), intra (through the node's communicator) or world (through the network transport)", l.NodeP2P)
 	}
 	if l.ConnsPerPeer < 0 || l.ConnsPerPeer > MaxConnsPerPeer {
 		return bad("ConnsPerPeer %d: use 1 to %d (0: the transport's default, 1)", l.ConnsPerPeer, MaxConnsPerPeer)

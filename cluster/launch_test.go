@@ -192,6 +192,7 @@ func launchCases(t *testing.T) []launchCase {
 		{"HIERCOMM_CONNS_PER_PEER", map[string]string{"HIERCOMM_CONNS_PER_PEER": "4"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, ConnsPerPeer: 4}},
 		{"HIERCOMM_NODE_P2P", map[string]string{"HIERCOMM_NODE_P2P": "world"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NodeP2P: "world"}},
 		{"HIERCOMM_NODE_P2P=intra", map[string]string{"HIERCOMM_NODE_P2P": "intra"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NodeP2P: "intra"}},
+		{"HIERCOMM_NODE_P2P=auto", map[string]string{"HIERCOMM_NODE_P2P": "auto"}, Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NodeP2P: "auto"}},
 		{"GPU libraries", map[string]string{"HIERCOMM_NCCL_LIBRARY": "/opt/nccl/lib/libnccl.so.2", "HIERCOMM_CUDA_LIBRARY": " /usr/lib/libcuda.so.1 "},
 			Launch{Style: "single", WorldSize: 1, Host: "testhost", Device: -1, NCCLLibrary: "/opt/nccl/lib/libnccl.so.2", CUDALibrary: "/usr/lib/libcuda.so.1"}},
 		{"NCCL_SOCKET_IFNAME when ours is unset", map[string]string{"NCCL_SOCKET_IFNAME": "ib,eth"},
@@ -328,7 +329,7 @@ func TestLoadLaunchErrors(t *testing.T) {
 
 		{"HIERCOMM_PORT zero", with(torch, "HIERCOMM_PORT", "0"), "HIERCOMM_PORT", "HIERCOMM_PORT=0 is not a port"},
 		{"HIERCOMM_INTRA unknown", with(torch, "HIERCOMM_INTRA", "gpu"), "HIERCOMM_INTRA", "HIERCOMM_INTRA=gpu: use auto"},
-		{"HIERCOMM_NODE_P2P unknown", with(torch, "HIERCOMM_NODE_P2P", "shm"), "HIERCOMM_NODE_P2P", "HIERCOMM_NODE_P2P=shm: use intra"},
+		{"HIERCOMM_NODE_P2P unknown", with(torch, "HIERCOMM_NODE_P2P", "shm"), "HIERCOMM_NODE_P2P", "HIERCOMM_NODE_P2P=shm: use auto"},
 		{"HIERCOMM_PORT text", map[string]string{"HIERCOMM_PORT": "http"}, "HIERCOMM_PORT", "HIERCOMM_PORT=http is not a port"},
 		{"HIERCOMM_JOB_ID bad characters", map[string]string{"HIERCOMM_JOB_ID": "my job"}, "HIERCOMM_JOB_ID", "HIERCOMM_JOB_ID=my job: use 1 to 128"},
 		{"HIERCOMM_JOB_ID too long", map[string]string{"HIERCOMM_JOB_ID": strings.Repeat("a", 129)}, "HIERCOMM_JOB_ID", "HIERCOMM_JOB_ID=aaaa"},
@@ -473,7 +474,7 @@ func TestLaunchResolveErrors(t *testing.T) {
 		{"network", func(l *Launch) { l.Network = "udp" }, []string{`Network "udp"`}},
 		{"join timeout", func(l *Launch) { l.JoinTimeout = -time.Second }, []string{"JoinTimeout -1s"}},
 		{"conns per peer", func(l *Launch) { l.ConnsPerPeer = 65 }, []string{"ConnsPerPeer 65", "1 to 64"}},
-		{"node p2p", func(l *Launch) { l.NodeP2P = "shm" }, []string{`NodeP2P "shm"`, "intra", "world"}},
+		{"node p2p", func(l *Launch) { l.NodeP2P = "shm" }, []string{`NodeP2P "shm"`, "auto", "intra", "world"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -100,6 +100,17 @@ type Config struct {
 	// Split or Shrink leaves on one node is the intra part's own) has no
 	// such choice.
 	NodeP2PViaWorld bool
+	// NodeP2PViaWorldWhenCrowded sets NodeP2PViaWorld where more processes
+	// than cores share a host: where Cost.RanksPerCore, which Build makes
+	// the most crowded host's on every rank, exceeds 1. There a message
+	// between two node-mates through shared memory waits for the engine
+	// goroutines of both processes to be scheduled, and over loopback it
+	// measured as fast as flat's at every size on 4 processes on 2 cores
+	// (docs/hierarchy.md); with a core each, shared memory's 4 µs hop is
+	// the faster. hiercomm.Init sets it on the host tier unless
+	// HIERCOMM_NODE_P2P says otherwise. Every rank must set the same
+	// (Build checks).
+	NodeP2PViaWorldWhenCrowded bool
 	// FlightRecorder, if positive, makes the communicator (and its Split
 	// children) keep its last FlightRecorder collectives as the user
 	// called them (comm.FlightRecorder, with the part and phase each was
@@ -210,6 +221,9 @@ func New(cfg Config) (*Comm, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.NodeP2PViaWorldWhenCrowded && cfg.Cost.RanksPerCore > 1 {
+		cfg.NodeP2PViaWorld = true
 	}
 	r := cfg.Rank
 	node, local := t.NodeOf(r), t.LocalRank(r)
@@ -384,14 +398,15 @@ func Build(ctx context.Context, world comm.Communicator, t *topology.Topology, i
 
 // agree makes every rank's choice of routes the same: the ranks exchange
 // what the choice is computed from; they must have been given the same
-// Cost (but for RanksPerCore), SmallBytes, ChunkBytes and NodeP2PViaWorld
-// (a node-mate's Send must go where its Recv waits), and they take
+// Cost (but for RanksPerCore), SmallBytes, ChunkBytes, NodeP2PViaWorld and
+// NodeP2PViaWorldWhenCrowded (a node-mate's Send must go where its Recv
+// waits), and they take
 // the largest RanksPerCore (the most crowded host sets the pace), which
 // each rank computes from its own host.
 func agree(ctx context.Context, world comm.Communicator, cfg *Config) error {
 	mine := cfg.Cost
 	mine.RanksPerCore = 0
-	key := fmt.Sprintf("%+v small %d chunk %d node-p2p-via-world %t", mine, cfg.SmallBytes, cfg.ChunkBytes, cfg.NodeP2PViaWorld)
+	key := fmt.Sprintf("%+v small %d chunk %d node-p2p-via-world %t when crowded %t", mine, cfg.SmallBytes, cfg.ChunkBytes, cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded)
 	sum := sha256.Sum256([]byte(key))
 	send := []uint64{binary.LittleEndian.Uint64(sum[:]), math.Float64bits(cfg.Cost.RanksPerCore)}
 	all := make([]uint64, 2*world.Size())
@@ -400,7 +415,7 @@ func agree(ctx context.Context, world comm.Communicator, cfg *Config) error {
 	}
 	for r := range world.Size() {
 		if all[2*r] != send[0] {
-			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes, ChunkBytes or NodeP2PViaWorld (this rank's: %s): every rank must pick the same routes", world.Rank(), r, key)
+			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes, ChunkBytes, NodeP2PViaWorld or NodeP2PViaWorldWhenCrowded (this rank's: %s): every rank must pick the same routes", world.Rank(), r, key)
 		}
 		cfg.Cost.RanksPerCore = max(cfg.Cost.RanksPerCore, math.Float64frombits(all[2*r+1]))
 	}
@@ -419,6 +434,11 @@ func (h *Comm) Topology() *topology.Topology { return h.topo }
 // Flat is the world part: every rank, no hierarchy. Benchmarks compare the
 // two on the same processes; the hierarchy keeps owning it.
 func (h *Comm) Flat() comm.Communicator { return h.world }
+
+// NodeP2PViaWorld reports whether Send and Recv between node-mates go
+// through the world part (Config.NodeP2PViaWorld, or
+// NodeP2PViaWorldWhenCrowded on a crowded host).
+func (h *Comm) NodeP2PViaWorld() bool { return h.cfg.NodeP2PViaWorld }
 
 // Parts are the intra-node part and this rank's rail.
 func (h *Comm) Parts() (intra, rail comm.Communicator) { return h.intra, h.rail }

@@ -2,7 +2,6 @@ package hierarchy
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
 // TestNodeP2PViaWorld: with Config.NodeP2PViaWorld, a Send and Recv
@@ -17,13 +17,28 @@ import (
 // sees them, with the ranks' own numbers), and without it through the
 // intra part (the world part sees none). Between nodes the world part
 // carries them either way. Messages with one tag arrive in order.
+// NodeP2PViaWorldWhenCrowded takes the world's route where
+// Cost.RanksPerCore exceeds 1, and only there.
 func TestNodeP2PViaWorld(t *testing.T) {
 	const N, G, n = 2, 2, 3
-	for _, via := range []bool{false, true} {
-		t.Run(fmt.Sprintf("via=%t", via), func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		via  bool
+	}{
+		{"intra", Config{}, false},
+		{"world", Config{NodeP2PViaWorld: true}, true},
+		{"crowded", Config{NodeP2PViaWorldWhenCrowded: true, Cost: schedule.Hierarchy{RanksPerCore: 2}}, true},
+		{"a core each", Config{NodeP2PViaWorldWhenCrowded: true, Cost: schedule.Hierarchy{RanksPerCore: 1}}, false},
+	} {
+		via := tc.via
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			hs, worlds, _ := countedHierarchy(ctx, t, N, G, Config{NodeP2PViaWorld: via})
+			hs, worlds, _ := countedHierarchy(ctx, t, N, G, tc.cfg)
+			if hs[0].NodeP2PViaWorld() != via {
+				t.Errorf("NodeP2PViaWorld() = %t, want %t", hs[0].NodeP2PViaWorld(), via)
+			}
 			if got := hs[0].String(); strings.Contains(got, "via the world part") != via {
 				t.Errorf("String() = %q: NodeP2PViaWorld %t should show", got, via)
 			}
@@ -95,6 +110,29 @@ func TestBuildAgreesOnNodeP2P(t *testing.T) {
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "NodeP2PViaWorld") {
 			t.Errorf("rank %d: Build = %v, want an error that names NodeP2PViaWorld", r, err)
+		}
+	}
+	cfgs = [4]Config{}
+	cfgs[2].NodeP2PViaWorldWhenCrowded = true
+	_, errs = built2x2(t, cfgs)
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "NodeP2PViaWorldWhenCrowded") {
+			t.Errorf("rank %d: Build = %v, want an error that names NodeP2PViaWorldWhenCrowded", r, err)
+		}
+	}
+	// The same rule on every rank, each host's own crowding: the most
+	// crowded host's decides for all, so every rank takes one route.
+	for r := range cfgs {
+		cfgs[r] = Config{NodeP2PViaWorldWhenCrowded: true, Cost: schedule.Hierarchy{RanksPerCore: 1}}
+	}
+	cfgs[3].Cost.RanksPerCore = 1.5
+	hs, errs := built2x2(t, cfgs)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Build: %v", r, err)
+		}
+		if !hs[r].NodeP2PViaWorld() {
+			t.Errorf("rank %d: its node-mates' Send and Recv via the intra part, though rank 3's host is crowded; want every rank via the world", r)
 		}
 	}
 }

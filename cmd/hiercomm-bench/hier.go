@@ -47,6 +47,7 @@ type layered interface {
 	Topology() *topology.Topology
 	Flat() comm.Communicator
 	Parts() (intra, rail comm.Communicator)
+	NodeP2PViaWorld() bool
 }
 
 // The hierarchy must stay layered, or the bench would measure it alone.
@@ -104,8 +105,9 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 		intra, rail = h.Parts()
 		hier = h
 	}
-	// The node-mates' route the bench's Init took (it sets no Options).
-	viaWorld := isLayered && os.Getenv(cluster.EnvNodeP2P) == "world"
+	// The node-mates' route the bench's Init took (HIERCOMM_NODE_P2P, or
+	// the crowded hosts' rule).
+	viaWorld := isLayered && h.NodeP2PViaWorld()
 	// variant is a hierarchy over the same parts with another SmallBytes.
 	// It shares them with h (which owns and closes them) and is used only
 	// while h is not, so it is never closed.
@@ -122,7 +124,11 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	}
 	whatHier := describe(w.Communicator, network)
 	if viaWorld {
-		whatHier += "; Send and Recv between node-mates over " + network + " too (HIERCOMM_NODE_P2P=world)"
+		why := "more processes than cores share a host; HIERCOMM_NODE_P2P=intra keeps them in the node"
+		if os.Getenv(cluster.EnvNodeP2P) == "world" {
+			why = "HIERCOMM_NODE_P2P=world"
+		}
+		whatHier += "; Send and Recv between node-mates over " + network + " too (" + why + ")"
 	}
 	switch o.limiter {
 	case limitTBF:
