@@ -109,7 +109,9 @@ type Config struct {
 	// (docs/hierarchy.md); with a core each, shared memory's 4 µs hop is
 	// the faster. hiercomm.Init sets it on the host tier unless
 	// HIERCOMM_NODE_P2P says otherwise. Every rank must set the same
-	// (Build checks).
+	// (Build checks). New, called directly, agrees nothing: its callers
+	// must give every rank the same Cost, RanksPerCore included, or
+	// node-mates would send where their peers do not receive.
 	NodeP2PViaWorldWhenCrowded bool
 	// FlightRecorder, if positive, makes the communicator (and its Split
 	// children) keep its last FlightRecorder collectives as the user

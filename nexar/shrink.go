@@ -281,7 +281,7 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 				// The deadline: everyone waiting on this rank learns why,
 				// and the error names every peer not heard from in this
 				// round, not only the one it waited on.
-				if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, comm.ErrClosed) {
+				if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, comm.ErrTimeout) || errors.Is(err, comm.ErrCanceled)) {
 					err = c.notJoined(ctxErr, append([]int{p}, c.shrinkSilent(attempt, round, live[i+1:])...), round)
 				}
 				return nil, c.abandonShrink(c.livePeers(union), attempt, round+1, err)
