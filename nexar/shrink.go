@@ -448,18 +448,19 @@ func (c *Comm) awaitShrink(ctx context.Context, attempt uint64, round uint32, p 
 }
 
 // shrinkSilent lists the peers of peers whose message of the round has
-// not arrived.
+// not arrived and that are not known gone (which the agreement counts as
+// failed, not as late).
 func (c *Comm) shrinkSilent(attempt uint64, round uint32, peers []int) []int {
 	b := &c.shrink
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var silent []int
+	b.mu.Lock()
 	for _, p := range peers {
 		if _, ok := b.got[shrinkKey{attempt: attempt, round: round, src: p}]; !ok {
 			silent = append(silent, p)
 		}
 	}
-	return silent
+	b.mu.Unlock()
+	return slices.DeleteFunc(silent, func(p int) bool { return c.peerGone(p) != nil })
 }
 
 // notJoined is the error of an agreement that ctxErr ended while the

@@ -203,6 +203,28 @@ func TestShrinkNamesEveryRankNotHeardFrom(t *testing.T) {
 	}
 }
 
+// TestShrinkDeadlineLeavesOutTheDead: rank 2 dies while rank 0 waits,
+// alone, for rank 1 in the agreement; the deadline's error names rank 1,
+// not rank 2, whose death the agreement counts as a failure, not a
+// lateness.
+func TestShrinkDeadlineLeavesOutTheDead(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		cs[2].w.tr.(*memoryTransport).Kill()
+	}()
+	s, err := cs[0].Shrink(ctx)
+	if err == nil {
+		s.Close()
+		t.Fatal("Shrink succeeded on rank 0 alone")
+	}
+	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), ": rank 1 had not joined") || comm.PeerOf(err) != 1 {
+		t.Errorf("Shrink of rank 0 alone, rank 2 dead: %v (peer %d); want a timeout that names rank 1 alone", err, comm.PeerOf(err))
+	}
+}
+
 // Shrink of a Split child: the child's ranks are renumbered, not the
 // world's; the world's transport is shared.
 func TestShrinkOfASplitChild(t *testing.T) {
