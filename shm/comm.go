@@ -39,8 +39,7 @@ type Comm struct {
 	// (waitPolicy).
 	p2pYield time.Duration
 
-	exec *comm.Exec[*op]      // numbers and runs the collectives
-	ops  sync.Pool            // *op of a blocking call (Run), reused once it returned
+	exec *comm.Exec[op]       // numbers and runs the collectives
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
 	mu      sync.Mutex // guards the fields below

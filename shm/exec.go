@@ -9,7 +9,8 @@ import (
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
-// op is one collective from Start to the completion of its Work.
+// op is one collective from Start to the completion of its Work. It rides
+// in the executor's task (comm.Task.X), which a blocking call recycles.
 type op struct {
 	ctx   context.Context
 	call  comm.Call
@@ -34,21 +35,23 @@ type execState struct {
 // nothing else is queued (no hand-off, for latency), else on a goroutine
 // that drains the queue. The running task owns c.x (handed over under the
 // executor's lock).
-func (c *Comm) newExec() *comm.Exec[*op] {
+func (c *Comm) newExec() *comm.Exec[op] {
 	if c.cfg.FlightRecorder > 0 {
 		c.rec = comm.NewFlightRecorder(c.cfg.FlightRecorder, c.name, c.rank, c.cfg.Logger)
 	}
-	return comm.NewExec(comm.ExecConfig[*op]{
+	return comm.NewExec(comm.ExecConfig[op]{
 		Recorder: c.rec,
-		Recycle:  true, // Run and Refuse keep nothing of the task once they return
-		Run: func(t *comm.Task[*op]) error {
+		// Run and Refuse keep nothing of the task once they return: the
+		// task of a blocking call, its op inside it, serves the next.
+		Recycle: true,
+		Run: func(t *comm.Task[op]) error {
 			t.X.seq = t.Seq
 			c.x.seq = t.Seq
-			return c.execute(t.X)
+			return c.execute(&t.X)
 		},
-		Refuse: func(t *comm.Task[*op], err error) error {
+		Refuse: func(t *comm.Task[op], err error) error {
 			t.X.seq = t.Seq
-			return c.opError(t.X, err)
+			return c.opError(&t.X, err)
 		},
 	})
 }
@@ -71,18 +74,8 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	}
 	c.mark(hoptrace.ShmCall, 0)
 	defer c.mark(hoptrace.ShmReturn, 0)
-	o, _ := c.ops.Get().(*op)
-	if o == nil {
-		o = new(op)
-	}
-	*o = op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
-	err := c.exec.Do(ctx, call, o.verr, o)
-	// Do has returned: the task, and with it o, is done with (errors copy
-	// what they name), so o serves a later blocking call instead of being
-	// allocated for each (a few hundred bytes of a small collective).
-	*o = op{}
-	c.ops.Put(o)
-	return err
+	o := c.newOp(ctx, call)
+	return c.exec.Do(ctx, call, o.verr, o)
 }
 
 // mark records hop h of this rank at step g if a trace is running
@@ -97,8 +90,8 @@ func (c *Comm) mark(h hoptrace.Hop, g uint64) {
 }
 
 // newOp checks call on its own; a bad call is refused when it runs.
-func (c *Comm) newOp(ctx context.Context, call comm.Call) *op {
-	return &op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
+func (c *Comm) newOp(ctx context.Context, call comm.Call) op {
+	return op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
 }
 
 // execute runs o on this rank and returns its error for the caller.

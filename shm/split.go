@@ -26,7 +26,7 @@ type splitOp struct {
 // the child has its own segment, sequence and steps, and is closed on its
 // own.
 func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
-	o := &op{ctx: ctx, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2},
+	o := op{ctx: ctx, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2},
 		split: &splitOp{color: color, key: key}}
 	if color < 0 && color != comm.NoColor {
 		o.verr = &comm.ArgError{Kind: comm.KindSplit, Arg: "color",
