@@ -158,6 +158,9 @@ func (w *fakeWorld) completeColl(m *fakeCollMeet, seq uint64) {
 			ins[r] = p.send
 		}
 		acc := reduceAs(is.dt, is.op, ins)
+		if n == 1 && is.op == ncclAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
+			acc = acc[:oneRankAvgCovers(len(acc)/fakeTypeSize(is.dt), fakeTypeSize(is.dt))*fakeTypeSize(is.dt)]
+		}
 		switch is.kind {
 		case fakeAllReduce:
 			for _, p := range m.parts {

@@ -247,3 +247,21 @@ func lePut(b []byte, size int, v uint64) {
 		le.PutUint64(b, v)
 	}
 }
+
+// oneRankAvgCovers is how many of nElts elements (of size eltSize) NCCL
+// before 2.29.7 writes in a float Avg on a communicator of one rank
+// (NVIDIA/nccl issue 1950, fixed in v2.29.7-1): such a call runs the
+// oneRankReduce kernel (src/device/onerank.cu, ncclLaunchOneRank) on
+// min(32, ⌈bytes/16 KiB⌉) blocks, each of ⌊nElts/blocks⌋ elements rounded
+// up to a 16-byte pack, so the last nElts mod blocks elements may be left
+// as they were. On a GPU (NCCL 2.28.3, H100) an f64 AllReduce of 1000003
+// elements left exactly the last 3 unwritten, as this computes.
+func oneRankAvgCovers(nElts, eltSize int) int {
+	if nElts == 0 {
+		return 0
+	}
+	blocks := min(32, (nElts*eltSize+16<<10-1)/(16<<10))
+	perPack := 16 / eltSize
+	per := (nElts/blocks + perPack - 1) / perPack * perPack
+	return min(blocks*per, nElts)
+}

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"runtime"
@@ -1006,5 +1007,42 @@ func TestFakeFinalizeDestroy(t *testing.T) {
 	var s ncclResult
 	if r := l.nccl.CommGetAsyncError(ranks[0].comm, &s); r != ncclInvalidArgument {
 		t.Errorf("a destroyed comm: %d, want ncclInvalidArgument", r)
+	}
+}
+
+// TestFakeOneRankAvg: before NCCL 2.29.7 a float Avg on one rank leaves
+// the tail that oneRankAvgCovers says unwritten (NVIDIA/nccl issue 1950,
+// seen on an H100 with 2.28.3: the last 3 of 1000003 f64); from 2.29.7
+// it writes every element, and Sum on one rank always did.
+func TestFakeOneRankAvg(t *testing.T) {
+	for _, c := range []struct{ n, size, covers int }{
+		{1000003, 8, 1000000}, {1000003, 4, 1000003}, {100, 8, 100}, {16<<10*32/8 + 31, 8, 16 << 10 * 32 / 8}, {0, 4, 0},
+	} {
+		if got := oneRankAvgCovers(c.n, c.size); got != c.covers {
+			t.Errorf("oneRankAvgCovers(%d, %d) = %d, want %d", c.n, c.size, got, c.covers)
+		}
+	}
+	const n = 1000003
+	in := make([]byte, 8*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint64(in[8*i:], math.Float64bits(float64(i)+0.5))
+	}
+	for _, c := range []struct {
+		version int
+		op      ncclRedOp
+		written int
+	}{{22803, ncclAvg, 1000000}, {22803, ncclSum, n}, {22907, ncclAvg, n}} {
+		l := NewFake(FakeOptions{Version: c.version})
+		rk := ftComms(t, l, 1, true)[0]
+		src := ftUpload(t, l, in)
+		dst := ftUpload(t, l, make([]byte, len(in)))
+		if r := l.nccl.AllReduce(src, dst, n, ncclFloat64, c.op, rk.comm, rk.stream); r != ncclSuccess {
+			t.Fatalf("NCCL %d %s: AllReduce: %v", c.version, fakeOpName(c.op), r)
+		}
+		ftSync(t, l, rk.stream)
+		got := ftDownload(t, l, dst, len(in))
+		if !bytes.Equal(got[:8*c.written], in[:8*c.written]) || !bytes.Equal(got[8*c.written:], make([]byte, 8*(n-c.written))) {
+			t.Errorf("NCCL %d %s on one rank: want the first %d of %d elements written, the rest untouched", c.version, fakeOpName(c.op), c.written, n)
+		}
 	}
 }

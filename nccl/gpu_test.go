@@ -23,6 +23,26 @@ import (
 // the suite's sequential reference, with every buffer in device memory.
 func TestGPUConformanceWorld1(t *testing.T) {
 	dev := nccl.GPUTestDevice(t)
+	c := world1(t, dev)
+	t.Logf("running on %v", c)
+	comms := []comm.Communicator{c}
+	o := commtest.Options{Timeout: 2 * time.Minute, Memory: dev}
+	commtest.Run(t, comms, o)
+	// The other suites are about behaviour, not arithmetic: counts up to
+	// a multi-chunk one keep them short.
+	o.Counts = []int{0, 1, 7, 4099, 65537}
+	t.Run("P2P", func(t *testing.T) { commtest.RunP2P(t, comms, o) })
+	t.Run("NonBlocking", func(t *testing.T) { commtest.RunNonBlocking(t, comms, o) })
+	t.Run("Split", func(t *testing.T) { commtest.RunSplit(t, comms, o) })
+	t.Run("BadInput", func(t *testing.T) { commtest.RunBadInput(t, comms, o) })
+	// No RunFused: comm.AllReduceFused packs Go memory, which a Comm
+	// refuses (it takes device buffers only).
+}
+
+// world1 is an nccl.Comm of one rank on dev over an in-memory nexar world
+// of one as its control, closed when the test ends.
+func world1(t *testing.T, dev *nccl.Device) *nccl.Comm {
+	t.Helper()
 	controls, err := nexar.NewMemoryWorld(1, nexar.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -39,17 +59,5 @@ func TestGPUConformanceWorld1(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	t.Logf("running on %v", c)
-	comms := []comm.Communicator{c}
-	o := commtest.Options{Timeout: 2 * time.Minute, Memory: dev}
-	commtest.Run(t, comms, o)
-	// The other suites are about behaviour, not arithmetic: counts up to
-	// a multi-chunk one keep them short.
-	o.Counts = []int{0, 1, 7, 4099, 65537}
-	t.Run("P2P", func(t *testing.T) { commtest.RunP2P(t, comms, o) })
-	t.Run("NonBlocking", func(t *testing.T) { commtest.RunNonBlocking(t, comms, o) })
-	t.Run("Split", func(t *testing.T) { commtest.RunSplit(t, comms, o) })
-	t.Run("BadInput", func(t *testing.T) { commtest.RunBadInput(t, comms, o) })
-	// No RunFused: comm.AllReduceFused packs Go memory, which a Comm
-	// refuses (it takes device buffers only).
+	return c
 }
