@@ -290,6 +290,45 @@ func (d *Device) toHost(dst pinnedBuf, src comm.Buffer) error {
 	})
 }
 
+// toHostBlocks copies elements [off, off+k) of each of the blocks blocks
+// of cnt elements of src into page-locked dst, one after another, and
+// waits for them: one piece of a ReduceScatter's send.
+func (d *Device) toHostBlocks(dst pinnedBuf, src comm.Buffer, off, k, cnt, blocks int) error {
+	es := src.DType().Size()
+	return d.copyBlocks(blocks, "cuMemcpyDtoHAsync", func(j int) cuResult {
+		return d.lib.drv.MemcpyDtoHAsync(unsafe.Add(dst.p, j*k*es), src.Ptr()+uintptr((j*cnt+off)*es), uintptr(k*es), d.copyStream)
+	})
+}
+
+// toDeviceBlocks is toHostBlocks the other way: page-locked src, one part
+// after another, into elements [off, off+k) of each block of dst (one
+// piece of an AllGather's result).
+func (d *Device) toDeviceBlocks(dst comm.Buffer, src pinnedBuf, off, k, cnt, blocks int) error {
+	es := dst.DType().Size()
+	return d.copyBlocks(blocks, "cuMemcpyHtoDAsync", func(j int) cuResult {
+		return d.lib.drv.MemcpyHtoDAsync(dst.Ptr()+uintptr((j*cnt+off)*es), unsafe.Add(src.p, j*k*es), uintptr(k*es), d.copyStream)
+	})
+}
+
+// copyBlocks queues copy(j) for each block on the copy stream, on the
+// device thread, and waits for them all.
+func (d *Device) copyBlocks(blocks int, name string, copy func(j int) cuResult) error {
+	return d.do(func() error {
+		for j := range blocks {
+			if r := copy(j); r != cudaSuccess {
+				// Copies already queued finish before the next use of the
+				// stream; wait for them, so no copy outlives its buffers.
+				d.lib.drv.StreamSynchronize(d.copyStream)
+				return d.lib.cuError(name, r)
+			}
+		}
+		if r := d.lib.drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
+			return d.lib.cuError("cuStreamSynchronize ("+name+")", r)
+		}
+		return nil
+	})
+}
+
 // toHostAfter is toHost once the work queued on another stream before
 // event ev is done (the copy stream waits for ev first).
 func (d *Device) toHostAfter(dst pinnedBuf, src comm.Buffer, ev cuEvent) error {

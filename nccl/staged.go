@@ -19,9 +19,9 @@ import (
 // copies of call k+1 (device → host) and of call k-1 (host → device) run:
 // a caller that cuts a large message into chunks (the hierarchy's
 // pipelines do) keeps copies and network busy together, double-buffered
-// at least. A large AllReduce, Broadcast or Reduce is cut into pieces of
-// StageChunkBytes for the same reason (a flat world of single-GPU nodes);
-// other calls are staged whole.
+// at least. A large AllReduce, Broadcast, Reduce, ReduceScatter or
+// AllGather is cut into pieces of StageChunkBytes for the same reason (a
+// flat world of single-GPU nodes); other calls are staged whole.
 //
 // It is how the hierarchy's rails and its flat world carry device data,
 // and how a flat world of one GPU per node does (see docs/gpu.md).
@@ -45,6 +45,11 @@ type staging struct {
 	// first error (first).
 	done  func(error)
 	first *error
+
+	// blocks, for a piece of a ReduceScatter or an AllGather: elements
+	// [blocks[0], blocks[0]+blocks[1]) of every rank's block, call being
+	// the whole call (blockwise).
+	blocks [2]int
 
 	host      comm.Call // the call as the host communicator runs it
 	sub       *comm.Work
@@ -105,7 +110,11 @@ func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
 		}
 		ts := make([]*staging, 0, len(pieces))
 		for _, p := range pieces {
-			ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1])})
+			if blockwise(call.Kind) {
+				ts = append(ts, &staging{ctx: ctx, call: call, blocks: p})
+			} else {
+				ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1])})
+			}
 		}
 		return ts
 	}
@@ -113,8 +122,10 @@ func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
 }
 
 // StageChunkBytes is the default piece size of a large AllReduce,
-// Broadcast or Reduce of device memory: pieces are staged one after
-// another, so the copies of one overlap the network of the next.
+// Broadcast, Reduce, ReduceScatter or AllGather of device memory: pieces
+// are staged one after another, so the copies of one overlap the network
+// of the next. A ReduceScatter's or AllGather's piece is the same part of
+// every rank's block, and its size counts one block.
 const StageChunkBytes = 4 << 20
 
 // SetPieceBytes sets the piece size (StageChunkBytes if n ≤ 0; every rank
@@ -134,15 +145,24 @@ func (s *Staged) SetPieceBytes(n int) {
 // piece's count, so the host communicator still reports the mismatch,
 // and no rank runs a piece its peers skip.
 func (s *Staged) pieces(call comm.Call) [][2]int {
+	n, es := call.Send.Len(), call.Send.DType().Size()
 	switch call.Kind {
 	case comm.KindAllReduce, comm.KindBroadcast, comm.KindReduce:
+		if !device(call.Send) && !device(call.Recv) {
+			return nil
+		}
+	case comm.KindReduceScatter: // pieces of the blocks: the side with them on the device
+		if !device(call.Send) {
+			return nil
+		}
+		n = call.Recv.Len()
+	case comm.KindAllGather:
+		if !device(call.Recv) {
+			return nil
+		}
 	default:
 		return nil
 	}
-	if !device(call.Send) && !device(call.Recv) {
-		return nil
-	}
-	n, es := call.Send.Len(), call.Send.DType().Size()
 	per := s.pieceBytes / max(1, es)
 	if n <= 2*per {
 		return nil
@@ -173,6 +193,10 @@ func sliceCall(c comm.Call, off, n int) comm.Call {
 	return c
 }
 
+// blockwise reports whether a piece of a call of kind k is a part of
+// every rank's block (not a slice of its buffers).
+func blockwise(k comm.Kind) bool { return k == comm.KindReduceScatter || k == comm.KindAllGather }
+
 // device reports whether b is device memory with elements.
 func device(b comm.Buffer) bool { return !b.IsZero() && !b.OnHost() }
 
@@ -198,6 +222,10 @@ func (s *Staged) prepare(t *staging) {
 	c := t.call
 	if t.verr != nil {
 		t.host = c.WithoutBuffers()
+		return
+	}
+	if t.blocks[1] > 0 {
+		s.prepareBlocks(t)
 		return
 	}
 	useSend, useRecv := c.Uses(s.Rank())
@@ -254,6 +282,75 @@ func (s *Staged) prepare(t *staging) {
 	t.host = h
 }
 
+// prepareBlocks builds t.host for a piece of a ReduceScatter (whose
+// send is device memory) or an AllGather (whose recv is): the piece's part
+// of each block is gathered into one page-locked buffer, or scattered back
+// from one. The in-place forms are safe to cut so: a piece writes only its
+// own part of each block, which no other piece reads.
+func (s *Staged) prepareBlocks(t *staging) {
+	c, off, k := t.call, t.blocks[0], t.blocks[1]
+	p := s.Size()
+	dt := c.Send.DType()
+	pin := func(n int) (comm.Buffer, pinnedBuf, error) {
+		b, err := s.dev.allocHost(n * dt.Size())
+		if err != nil {
+			return comm.Buffer{}, b, err
+		}
+		t.pins = append(t.pins, b)
+		hb, err := comm.HostBytes(dt, b.bytes)
+		return hb, b, err
+	}
+	h := c
+	var in pinnedBuf
+	var err error
+	switch c.Kind {
+	case comm.KindReduceScatter:
+		if h.Send, in, err = pin(p * k); err == nil {
+			err = s.dev.toHostBlocks(in, c.Send, off, k, c.Recv.Len(), p)
+		}
+		switch {
+		case err != nil:
+		case device(c.Recv):
+			h.Recv, t.recvPin, err = pin(k)
+			t.copyBack = true
+		default:
+			h.Recv = c.Recv.Slice(off, k)
+		}
+	case comm.KindAllGather:
+		h.Send = c.Send.Slice(off, k)
+		if device(c.Send) {
+			if h.Send, in, err = pin(k); err == nil {
+				err = s.dev.toHost(in, c.Send.Slice(off, k))
+			}
+		}
+		if err == nil {
+			h.Recv, t.recvPin, err = pin(p * k)
+			t.copyBack = true
+		}
+	}
+	if err != nil {
+		t.localFail = err
+		t.copyBack = false
+		t.host = c.WithoutBuffers()
+		return
+	}
+	t.host = h
+}
+
+// writeBack copies t's result from page-locked memory to the device.
+func (s *Staged) writeBack(t *staging) error {
+	c := t.call
+	off, k := t.blocks[0], t.blocks[1]
+	switch {
+	case k == 0:
+		return s.dev.toDevice(c.Recv, t.recvPin)
+	case c.Kind == comm.KindReduceScatter:
+		return s.dev.toDevice(c.Recv.Slice(off, k), t.recvPin)
+	default: // AllGather
+		return s.dev.toDeviceBlocks(c.Recv, t.recvPin, off, k, c.Send.Len(), s.Size())
+	}
+}
+
 // stageOut waits for each call and copies its result to the device, in
 // order.
 func (s *Staged) stageOut() {
@@ -266,7 +363,7 @@ func (s *Staged) stageOut() {
 		case t.localFail != nil:
 			err = &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.call.Kind, Err: fmt.Errorf("staging through host memory: %w", t.localFail)}
 		case err == nil && t.copyBack:
-			if cerr := s.dev.toDevice(t.call.Recv, t.recvPin); cerr != nil {
+			if cerr := s.writeBack(t); cerr != nil {
 				err = &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.call.Kind, Err: fmt.Errorf("copying the result to the device: %w", cerr)}
 			}
 		}
