@@ -402,7 +402,8 @@ func (c *delayed) AllReduce(ctx context.Context, send, recv comm.Buffer, op comm
 // TestRunCompareSettles: with Spec.Settle, a size where the first
 // contender may be slower than Settle times the second is timed Repeats
 // more times, alternating, and its row counts every repeat; a size where
-// it is clearly fast enough is not. Sizes timed once are left alone.
+// it is clearly fast enough is not. A size timed once (too long to
+// repeat) where the first is slower is run twice more on each.
 func TestRunCompareSettles(t *testing.T) {
 	run := func(spec Spec, slowA, slowB time.Duration) (Result, string) {
 		var log []string
@@ -432,6 +433,19 @@ func TestRunCompareSettles(t *testing.T) {
 	res, log = run(spec, 0, 2*time.Millisecond)
 	if want := "a,b,a,b,a,b"; log != want || res.Rows[0].Repeats != 3 {
 		t.Errorf("a faster: Barriers %s with %d repeats, want %s with 3", log, res.Rows[0].Repeats, want)
+	}
+	// Timed once: one call outlasts Repeats × Budget.
+	long := Spec{Ops: []string{"allreduce"}, MinBytes: 8, MaxBytes: 8, Warmup: 2, Budget: time.Millisecond, Repeats: 3, Settle: 0.95}
+	for _, c := range []struct {
+		slowA, slowB time.Duration
+		repeats      int
+	}{{40 * time.Millisecond, 10 * time.Millisecond, 3}, {10 * time.Millisecond, 40 * time.Millisecond, 1}} {
+		res, _ = run(long, c.slowA, c.slowB)
+		for _, row := range res.Rows {
+			if row.Iters != 1 || row.Repeats != c.repeats {
+				t.Errorf("timed once, a %v, b %v: %s's row has %d iterations × %d repeats, want 1 × %d", c.slowA, c.slowB, row.Comm, row.Iters, row.Repeats, c.repeats)
+			}
+		}
 	}
 	// No Settle, no second look.
 	spec.Settle = 0

@@ -179,7 +179,7 @@ func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g 
 				}
 			}
 		}
-		if look > 0 || s.Settle <= 0 || len(ts) < 2 || ts[0].repeats < 2 || ts[1].repeats < 2 {
+		if look > 0 || s.Settle <= 0 || len(ts) < 2 {
 			break
 		}
 		var q [2]float64 // the first's third quartile, the second's first
@@ -192,8 +192,15 @@ func measureAll(ctx context.Context, contenders []Contender, s Spec, cl call, g 
 		if q[0] <= 0 || q[1]/q[0] >= s.Settle { // the low end of the speedup's range (Pair.Range)
 			break
 		}
-		ts[0].repeats += s.Repeats
-		ts[1].repeats += s.Repeats
+		for _, tm := range ts[:2] {
+			if tm.once {
+				// One run of each cannot tell a loss from a slow moment:
+				// two more of each, alternating, and the median of three.
+				tm.repeats += onceMore
+			} else {
+				tm.repeats += s.Repeats
+			}
+		}
 	}
 	for i, tm := range ts {
 		if err := tm.finish(); err != nil {
@@ -223,7 +230,14 @@ type timing struct {
 	// recheck: the first timed repeat also checks the iteration count,
 	// which came from a few warmup iterations (see repeat).
 	recheck bool
+	// once: the size is too long to repeat, and was timed once (unless a
+	// second look times it onceMore times more).
+	once bool
 }
+
+// onceMore is how many more runs a second look (Spec.Settle) gives a
+// size timed once, on each of the two contenders.
+const onceMore = 2
 
 func (m *timing) run() error { return m.cl.run(m.ctx, m.c) }
 
@@ -375,7 +389,7 @@ func (m *timing) prepare(g gen) error {
 		// long enough to time once, and repeating it would dominate the
 		// run. The check's run, started together after a Barrier, is
 		// that one time.
-		m.repeats, m.recheck = 1, false
+		m.repeats, m.recheck, m.once = 1, false, true
 		if checkLast {
 			m.times, m.netSent, m.netIters = []float64{last.Seconds()}, lastNet, 1
 		}

@@ -117,8 +117,8 @@ func (t *TableWriter) header(b *strings.Builder, op string) {
 	if len(t.comms) > 1 {
 		fmt.Fprintf(b, "# communicators measured in turn at each size, on the same processes: %s (last column)\n", strings.Join(t.comms, ", "))
 		if s.Settle > 0 {
-			fmt.Fprintf(b, "# a size and form where %s's speedup over %s may be below %.2fx (its range reaches below) is timed %d more times, alternating; its row is the median of all its repeats\n",
-				t.comms[0], t.comms[1], s.Settle, s.Repeats)
+			fmt.Fprintf(b, "# a size and form where %s's speedup over %s may be below %.2fx (its range reaches below) is timed %d more times, alternating (a size timed once: %d more); its row is the median of all its repeats\n",
+				t.comms[0], t.comms[1], s.Settle, s.Repeats, onceMore)
 		}
 	}
 	b.WriteString("#\n")
