@@ -69,10 +69,10 @@ type Spec struct {
 	// and their rows report all of them. A few repeats of a small call on
 	// shared cores spread too widely to tell a 5% loss from noise; the
 	// sizes that might lose so get the repeats that decide it, and the
-	// others none. A size timed once (too long to repeat) whose one
-	// speedup is below Settle gets two more runs of each contender,
-	// alternating: one run of a 64 MiB call on shared cores is as much a
-	// moment as a few repeats of a small one. Zero: no second look.
+	// others none. A contender that timed the size once (too long to
+	// repeat) gets two more runs instead of Repeats: one run of a 64 MiB
+	// call on shared cores is as much a moment as a few repeats of a
+	// small one. Zero: no second look.
 	Settle float64
 	// Sync, if set, is the communicator whose Barrier starts every timed
 	// repeat of every contender in RunCompare, and the check's run that

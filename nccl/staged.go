@@ -46,10 +46,11 @@ type staging struct {
 	done  func(error)
 	first *error
 
-	// blocks, for a piece of a ReduceScatter or an AllGather: elements
-	// [blocks[0], blocks[0]+blocks[1]) of every rank's block, call being
-	// the whole call (blockwise).
-	blocks [2]int
+	// blocks, for a piece of a ReduceScatter or an AllGather (blockwise):
+	// elements [blocks[0], blocks[0]+blocks[1]) of every rank's block,
+	// call being the whole call.
+	blocks    [2]int
+	blockwise bool
 
 	host      comm.Call // the call as the host communicator runs it
 	sub       *comm.Work
@@ -105,13 +106,21 @@ func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
 		verr = s.dev.checkCall(call, "the staging", true)
 	}
 	if pieces := s.pieces(call); verr == nil && len(pieces) > 1 {
+		if call.Outer == (comm.Outer{}) {
+			// Every piece carries the whole call's signature, which the
+			// host communicator compares with its peers': ranks that
+			// disagree on the count get a mismatch at the first piece,
+			// even a rank whose smaller call is not cut and whose count
+			// happens to be a peer's first piece's.
+			call.Outer = call.Signature().AsOuter()
+		}
 		if call.Kind == comm.KindReduce && call.Root != s.Rank() {
 			call.Recv = comm.Buffer{} // ignored here, and of any length
 		}
 		ts := make([]*staging, 0, len(pieces))
 		for _, p := range pieces {
 			if blockwise(call.Kind) {
-				ts = append(ts, &staging{ctx: ctx, call: call, blocks: p})
+				ts = append(ts, &staging{ctx: ctx, call: call, blocks: p, blockwise: true})
 			} else {
 				ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1])})
 			}
@@ -137,13 +146,14 @@ func (s *Staged) SetPieceBytes(n int) {
 	s.pieceBytes = n
 }
 
-// pieces cuts an elementwise call of device memory larger than two
-// pieces' bytes into pieces, as [offset, count] pairs; otherwise it
-// returns nil (one call). Piece 0 holds as many elements as there are
-// pieces, and the rest are split evenly: ranks that disagree on the count
-// disagree on the number of pieces (piece 0's count) or on some later
-// piece's count, so the host communicator still reports the mismatch,
-// and no rank runs a piece its peers skip.
+// pieces cuts a call of device memory larger than two pieces' bytes (of
+// one block, for a ReduceScatter or an AllGather) into pieces, as
+// [offset, count] pairs of elements; otherwise it returns nil (one call).
+// Piece 0 holds as many elements as there are pieces, and the rest are
+// split evenly (at least one element each). Whether a call is cut depends
+// on where this rank's buffers are: every rank must pass the same kind of
+// memory, as they must pass the same count (stagings makes a
+// disagreement a mismatch at the first piece).
 func (s *Staged) pieces(call comm.Call) [][2]int {
 	n, es := call.Send.Len(), call.Send.DType().Size()
 	switch call.Kind {
@@ -163,7 +173,7 @@ func (s *Staged) pieces(call comm.Call) [][2]int {
 	default:
 		return nil
 	}
-	per := s.pieceBytes / max(1, es)
+	per := max(2, s.pieceBytes/max(1, es)) // so that every piece has an element
 	if n <= 2*per {
 		return nil
 	}
@@ -224,7 +234,7 @@ func (s *Staged) prepare(t *staging) {
 		t.host = c.WithoutBuffers()
 		return
 	}
-	if t.blocks[1] > 0 {
+	if t.blockwise {
 		s.prepareBlocks(t)
 		return
 	}
@@ -342,7 +352,7 @@ func (s *Staged) writeBack(t *staging) error {
 	c := t.call
 	off, k := t.blocks[0], t.blocks[1]
 	switch {
-	case k == 0:
+	case !t.blockwise:
 		return s.dev.toDevice(c.Recv, t.recvPin)
 	case c.Kind == comm.KindReduceScatter:
 		return s.dev.toDevice(c.Recv.Slice(off, k), t.recvPin)

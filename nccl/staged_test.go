@@ -63,48 +63,63 @@ func TestConformanceStaged(t *testing.T) {
 	}
 }
 
-// TestStagedPiecesMismatch: ranks whose counts are different multiples of
-// the piece size all get a mismatch, not a hang or a wrong result: the
-// first piece's count is the number of pieces.
+// TestStagedTinyPieces: a piece size under two elements still gives every
+// piece an element (ReduceScatter's and AllGather's in-place forms read
+// their own block, which a piece of no elements once ran whole after
+// earlier pieces had written it).
+func TestStagedTinyPieces(t *testing.T) {
+	comms, dev := stagedWorld(t, 3, 1)
+	commtest.Run(t, comms, commtest.Options{Timeout: time.Minute, Memory: dev, Counts: []int{5, 33},
+		Kinds:  []comm.Kind{comm.KindAllReduce, comm.KindReduceScatter, comm.KindAllGather},
+		DTypes: []comm.DType{comm.I32}, Ops: []comm.ReduceOp{comm.Sum}})
+}
+
+// TestStagedPiecesMismatch: ranks whose counts differ all get a mismatch,
+// not a hang or a wrong result, for each kind that is cut into pieces
+// (each on a world of its own: a mismatch aborts the world). The counts:
+// different multiples of the piece size; and a count too small to cut
+// that equals the number of a peer's pieces, whose first piece's count
+// it would match but for the whole call's signature every piece carries.
 func TestStagedPiecesMismatch(t *testing.T) {
 	const piece = 64 << 10
-	comms, dev := stagedWorld(t, 3, piece)
 	for _, kind := range []comm.Kind{comm.KindAllReduce, comm.KindReduceScatter, comm.KindAllGather} {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		errs := make([]error, 3)
-		var wg sync.WaitGroup
-		for r, c := range comms {
-			n := 3 * piece // of each block for ReduceScatter and AllGather
-			if r == 1 {
-				n = 4 * piece
-			}
-			small, err := dev.Alloc(comm.U8, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dev.Free(small)
-			all, err := dev.Alloc(comm.U8, 3*n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dev.Free(all)
-			wg.Go(func() {
-				switch kind {
-				case comm.KindAllReduce:
-					errs[r] = c.AllReduce(ctx, small, small, comm.Max)
-				case comm.KindReduceScatter:
-					errs[r] = c.ReduceScatter(ctx, all, small, comm.Max)
-				default:
-					errs[r] = c.AllGather(ctx, small, all)
+		for _, counts := range [][3]int{{3 * piece, 4 * piece, 3 * piece}, {4, 3*piece + 1, 3*piece + 1}} {
+			t.Run(fmt.Sprintf("%v/%d", kind, counts), func(t *testing.T) {
+				comms, dev := stagedWorld(t, 3, piece)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				errs := make([]error, 3)
+				var wg sync.WaitGroup
+				for r, c := range comms {
+					n := counts[r] // of each block for ReduceScatter and AllGather
+					small, err := dev.Alloc(comm.U8, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer dev.Free(small)
+					all, err := dev.Alloc(comm.U8, 3*n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer dev.Free(all)
+					wg.Go(func() {
+						switch kind {
+						case comm.KindAllReduce:
+							errs[r] = c.AllReduce(ctx, small, small, comm.Max)
+						case comm.KindReduceScatter:
+							errs[r] = c.ReduceScatter(ctx, all, small, comm.Max)
+						default:
+							errs[r] = c.AllGather(ctx, small, all)
+						}
+					})
+				}
+				wg.Wait()
+				for r, err := range errs {
+					if !errors.Is(err, comm.ErrMismatch) {
+						t.Errorf("rank %d (count %d): %v, want comm.ErrMismatch", r, counts[r], err)
+					}
 				}
 			})
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if !errors.Is(err, comm.ErrMismatch) {
-				t.Errorf("%v: rank %d: %v, want comm.ErrMismatch", kind, r, err)
-			}
 		}
 	}
 }
