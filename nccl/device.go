@@ -275,55 +275,48 @@ func (d *Device) freeHost(b pinnedBuf) {
 // toHost copies the device buffer src into page-locked dst through the
 // copy stream and waits for it.
 func (d *Device) toHost(dst pinnedBuf, src comm.Buffer) error {
-	if src.ByteLen() == 0 {
-		return nil
-	}
-	return d.do(func() error {
-		drv := d.lib.drv
-		if r := drv.MemcpyDtoHAsync(dst.p, src.Ptr(), uintptr(src.ByteLen()), d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuMemcpyDtoHAsync", r)
-		}
-		if r := drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuStreamSynchronize (device to host copy)", r)
-		}
-		return nil
-	})
+	return d.toHostBlocks(dst, src, 0, src.Len(), src.Len(), 1)
 }
 
 // toHostBlocks copies elements [off, off+k) of each of the blocks blocks
 // of cnt elements of src into page-locked dst, one after another, and
-// waits for them: one piece of a ReduceScatter's send.
+// waits for them (one block of all of src: toHost; a piece of a
+// ReduceScatter's send: one part of every rank's block).
 func (d *Device) toHostBlocks(dst pinnedBuf, src comm.Buffer, off, k, cnt, blocks int) error {
 	es := src.DType().Size()
-	return d.copyBlocks(blocks, "cuMemcpyDtoHAsync", func(j int) cuResult {
+	return d.copyBlocks(blocks, k*es, "cuMemcpyDtoHAsync", "device to host copy", func(j int) cuResult {
 		return d.lib.drv.MemcpyDtoHAsync(unsafe.Add(dst.p, j*k*es), src.Ptr()+uintptr((j*cnt+off)*es), uintptr(k*es), d.copyStream)
 	})
 }
 
 // toDeviceBlocks is toHostBlocks the other way: page-locked src, one part
 // after another, into elements [off, off+k) of each block of dst (one
-// piece of an AllGather's result).
+// block of all of dst: toDevice; a piece of an AllGather's result).
 func (d *Device) toDeviceBlocks(dst comm.Buffer, src pinnedBuf, off, k, cnt, blocks int) error {
 	es := dst.DType().Size()
-	return d.copyBlocks(blocks, "cuMemcpyHtoDAsync", func(j int) cuResult {
+	return d.copyBlocks(blocks, k*es, "cuMemcpyHtoDAsync", "host to device copy", func(j int) cuResult {
 		return d.lib.drv.MemcpyHtoDAsync(dst.Ptr()+uintptr((j*cnt+off)*es), unsafe.Add(src.p, j*k*es), uintptr(k*es), d.copyStream)
 	})
 }
 
-// copyBlocks queues copy(j) for each block on the copy stream, on the
-// device thread, and waits for them all.
-func (d *Device) copyBlocks(blocks int, name string, copy func(j int) cuResult) error {
+// copyBlocks queues copy(j) for each of blocks copies of bytes bytes on
+// the copy stream, on the device thread, and waits for them all (none for
+// no bytes). call and what name the copy and the wait in errors.
+func (d *Device) copyBlocks(blocks, bytes int, call, what string, copy func(j int) cuResult) error {
+	if blocks == 0 || bytes == 0 {
+		return nil
+	}
 	return d.do(func() error {
 		for j := range blocks {
 			if r := copy(j); r != cudaSuccess {
 				// Copies already queued finish before the next use of the
 				// stream; wait for them, so no copy outlives its buffers.
 				d.lib.drv.StreamSynchronize(d.copyStream)
-				return d.lib.cuError(name, r)
+				return d.lib.cuError(call, r)
 			}
 		}
 		if r := d.lib.drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuStreamSynchronize ("+name+")", r)
+			return d.lib.cuError("cuStreamSynchronize ("+what+")", r)
 		}
 		return nil
 	})
@@ -346,19 +339,7 @@ func (d *Device) toHostAfter(dst pinnedBuf, src comm.Buffer, ev cuEvent) error {
 // toDevice copies page-locked src into the device buffer dst through the
 // copy stream and waits for it.
 func (d *Device) toDevice(dst comm.Buffer, src pinnedBuf) error {
-	if dst.ByteLen() == 0 {
-		return nil
-	}
-	return d.do(func() error {
-		drv := d.lib.drv
-		if r := drv.MemcpyHtoDAsync(dst.Ptr(), src.p, uintptr(dst.ByteLen()), d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuMemcpyHtoDAsync", r)
-		}
-		if r := drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuStreamSynchronize (host to device copy)", r)
-		}
-		return nil
-	})
+	return d.toDeviceBlocks(dst, src, 0, dst.Len(), dst.Len(), 1)
 }
 
 // copyDevice copies src to dst, both in this device's memory, and waits.
@@ -366,18 +347,8 @@ func (d *Device) copyDevice(dst, src comm.Buffer) error {
 	if dst.ByteLen() != src.ByteLen() {
 		return fmt.Errorf("nccl: copy of %v into %v", src, dst)
 	}
-	if dst.ByteLen() == 0 {
-		return nil
-	}
-	return d.do(func() error {
-		drv := d.lib.drv
-		if r := drv.MemcpyDtoDAsync(dst.Ptr(), src.Ptr(), uintptr(dst.ByteLen()), d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuMemcpyDtoDAsync", r)
-		}
-		if r := drv.StreamSynchronize(d.copyStream); r != cudaSuccess {
-			return d.lib.cuError("cuStreamSynchronize (device copy)", r)
-		}
-		return nil
+	return d.copyBlocks(1, dst.ByteLen(), "cuMemcpyDtoDAsync", "device copy", func(int) cuResult {
+		return d.lib.drv.MemcpyDtoDAsync(dst.Ptr(), src.Ptr(), uintptr(dst.ByteLen()), d.copyStream)
 	})
 }
 

@@ -158,8 +158,8 @@ func (w *fakeWorld) completeColl(m *fakeCollMeet, seq uint64) {
 			ins[r] = p.send
 		}
 		acc := reduceAs(is.dt, is.op, ins)
-		if n == 1 && is.op == ncclAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
-			acc = acc[:oneRankAvgCovers(len(acc)/fakeTypeSize(is.dt), fakeTypeSize(is.dt))*fakeTypeSize(is.dt)]
+		if es := fakeTypeSize(is.dt); n == 1 && is.op == ncclAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
+			acc = acc[:oneRankAvgCovers(len(acc)/es, es)*es]
 		}
 		switch is.kind {
 		case fakeAllReduce:

@@ -39,15 +39,16 @@ func (c *Comm) launch(t *task) error {
 	if call.Kind == comm.KindAllToAll {
 		n = uintptr(call.Send.Len() / c.size)
 	}
-	if call.Kind.Reduces() && call.Op == comm.Avg && c.size == 1 {
+	switch {
+	case !call.Kind.Reduces() || call.Op != comm.Avg:
+	case c.size == 1:
 		// The mean of one rank's data is that data, and NCCL's Sum on one
 		// rank is a plain copy. NCCL's Avg there runs a kernel of its own
 		// that, before 2.29.7, can leave the last elements unwritten
 		// (NVIDIA/nccl issue 1950; seen on a GPU with NCCL 2.28.3, and
 		// reproduced by the fake, oneRankAvgCovers).
 		op = ncclSum
-	}
-	if call.Kind.Reduces() && call.Op == comm.Avg && bits.OnesCount(uint(c.size)) != 1 {
+	case bits.OnesCount(uint(c.size)) != 1:
 		// NCCL's Avg on floats multiplies each input by 1/size before
 		// summing (PreMulSum), which rounds differently from the sum
 		// divided once; for a power-of-two size both are exact scalings

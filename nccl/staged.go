@@ -46,11 +46,11 @@ type staging struct {
 	done  func(error)
 	first *error
 
-	// blocks, for a piece of a ReduceScatter or an AllGather (blockwise):
+	// blocks, for a piece of a ReduceScatter or an AllGather:
 	// elements [blocks[0], blocks[0]+blocks[1]) of every rank's block,
-	// call being the whole call.
-	blocks    [2]int
-	blockwise bool
+	// call being the whole call; zero for any other staging (a piece has
+	// an element at least: pieces).
+	blocks [2]int
 
 	host      comm.Call // the call as the host communicator runs it
 	sub       *comm.Work
@@ -119,8 +119,8 @@ func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
 		}
 		ts := make([]*staging, 0, len(pieces))
 		for _, p := range pieces {
-			if blockwise(call.Kind) {
-				ts = append(ts, &staging{ctx: ctx, call: call, blocks: p, blockwise: true})
+			if call.Kind == comm.KindReduceScatter || call.Kind == comm.KindAllGather { // a part of every block
+				ts = append(ts, &staging{ctx: ctx, call: call, blocks: p})
 			} else {
 				ts = append(ts, &staging{ctx: ctx, call: sliceCall(call, p[0], p[1])})
 			}
@@ -203,9 +203,21 @@ func sliceCall(c comm.Call, off, n int) comm.Call {
 	return c
 }
 
-// blockwise reports whether a piece of a call of kind k is a part of
-// every rank's block (not a slice of its buffers).
-func blockwise(k comm.Kind) bool { return k == comm.KindReduceScatter || k == comm.KindAllGather }
+// blockPiece reports whether t is a piece of a ReduceScatter or an
+// AllGather (blocks is set).
+func (t *staging) blockPiece() bool { return t.blocks[1] > 0 }
+
+// pin takes n elements of dt of page-locked memory for t (freed when t
+// is done) and returns them as a host buffer too.
+func (t *staging) pin(dev *Device, dt comm.DType, n int) (comm.Buffer, pinnedBuf, error) {
+	p, err := dev.allocHost(n * dt.Size())
+	if err != nil {
+		return comm.Buffer{}, p, err
+	}
+	t.pins = append(t.pins, p)
+	hb, err := comm.HostBytes(dt, p.bytes)
+	return hb, p, err
+}
 
 // device reports whether b is device memory with elements.
 func device(b comm.Buffer) bool { return !b.IsZero() && !b.OnHost() }
@@ -234,7 +246,7 @@ func (s *Staged) prepare(t *staging) {
 		t.host = c.WithoutBuffers()
 		return
 	}
-	if t.blockwise {
+	if t.blockPiece() {
 		s.prepareBlocks(t)
 		return
 	}
@@ -245,17 +257,10 @@ func (s *Staged) prepare(t *staging) {
 	}
 	h := c
 	pin := func(b comm.Buffer, read bool) (comm.Buffer, pinnedBuf, error) {
-		p, err := s.dev.allocHost(b.ByteLen())
-		if err != nil {
-			return comm.Buffer{}, p, err
+		hb, p, err := t.pin(s.dev, b.DType(), b.Len())
+		if err == nil && read {
+			err = s.dev.toHost(p, b)
 		}
-		t.pins = append(t.pins, p)
-		if read {
-			if err := s.dev.toHost(p, b); err != nil {
-				return comm.Buffer{}, p, err
-			}
-		}
-		hb, err := comm.HostBytes(b.DType(), p.bytes)
 		return hb, p, err
 	}
 	var err error
@@ -301,15 +306,7 @@ func (s *Staged) prepareBlocks(t *staging) {
 	c, off, k := t.call, t.blocks[0], t.blocks[1]
 	p := s.Size()
 	dt := c.Send.DType()
-	pin := func(n int) (comm.Buffer, pinnedBuf, error) {
-		b, err := s.dev.allocHost(n * dt.Size())
-		if err != nil {
-			return comm.Buffer{}, b, err
-		}
-		t.pins = append(t.pins, b)
-		hb, err := comm.HostBytes(dt, b.bytes)
-		return hb, b, err
-	}
+	pin := func(n int) (comm.Buffer, pinnedBuf, error) { return t.pin(s.dev, dt, n) }
 	h := c
 	var in pinnedBuf
 	var err error
@@ -352,7 +349,7 @@ func (s *Staged) writeBack(t *staging) error {
 	c := t.call
 	off, k := t.blocks[0], t.blocks[1]
 	switch {
-	case !t.blockwise:
+	case !t.blockPiece():
 		return s.dev.toDevice(c.Recv, t.recvPin)
 	case c.Kind == comm.KindReduceScatter:
 		return s.dev.toDevice(c.Recv.Slice(off, k), t.recvPin)

@@ -191,13 +191,7 @@ func TestShrinkFailsInBoundedTimeWithoutEveryone(t *testing.T) {
 // deadline error names both ranks that never joined, and blames the first.
 func TestShrinkNamesEveryRankNotHeardFrom(t *testing.T) {
 	cs := memWorld(t, 3, Options{Timeout: time.Minute})
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	s, err := cs[0].Shrink(ctx)
-	if err == nil {
-		s.Close()
-		t.Fatal("Shrink succeeded on rank 0 alone")
-	}
+	err := shrinkAlone(t, cs[0], 300*time.Millisecond)
 	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "rank 1 and rank 2 had not joined the agreement") || comm.PeerOf(err) != 1 {
 		t.Errorf("Shrink of rank 0 alone: %v (peer %d); want a timeout that names rank 1 and rank 2, blaming rank 1", err, comm.PeerOf(err))
 	}
@@ -209,20 +203,28 @@ func TestShrinkNamesEveryRankNotHeardFrom(t *testing.T) {
 // lateness.
 func TestShrinkDeadlineLeavesOutTheDead(t *testing.T) {
 	cs := memWorld(t, 3, Options{Timeout: time.Minute})
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		cs[2].w.tr.(*memoryTransport).Kill()
 	}()
-	s, err := cs[0].Shrink(ctx)
-	if err == nil {
-		s.Close()
-		t.Fatal("Shrink succeeded on rank 0 alone")
-	}
+	err := shrinkAlone(t, cs[0], 500*time.Millisecond)
 	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), ": rank 1 had not joined") || comm.PeerOf(err) != 1 {
 		t.Errorf("Shrink of rank 0 alone, rank 2 dead: %v (peer %d); want a timeout that names rank 1 alone", err, comm.PeerOf(err))
 	}
+}
+
+// shrinkAlone is the error of c's Shrink, called by c alone with a
+// deadline d; it fails the test if the Shrink succeeds.
+func shrinkAlone(t *testing.T, c *Comm, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	s, err := c.Shrink(ctx)
+	if err == nil {
+		s.Close()
+		t.Fatalf("Shrink succeeded on rank %d alone", c.Rank())
+	}
+	return err
 }
 
 // Shrink of a Split child: the child's ranks are renumbered, not the

@@ -302,7 +302,7 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 		if m.recv == nil {
 			continue
 		}
-		if r := m.recv; r.b.err(now) != nil {
+		if r, err := m.recv, m.recv.b.err(now); err != nil {
 			// The rest of the message keeps arriving, into memory of its
 			// own, for the next Recv of its sender and tag: one already
 			// waiting (older than any Recv to come, it must not be
@@ -311,7 +311,7 @@ func (e *p2pEngine) expireLocked(now time.Time) error {
 			copy(data, r.buf[:m.got])
 			m.data, m.recv, r.msg = data, nil, nil
 			k := p2pKey{src, m.tag}
-			e.finishRecv(r, r.b.err(now))
+			e.finishRecv(r, err)
 			if rs := e.recvs[k]; len(rs) > 0 {
 				next := rs[0]
 				e.popRecv(k)
