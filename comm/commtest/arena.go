@@ -83,7 +83,7 @@ func runSteps(ctx context.Context, c comm.Communicator, steps []step, o Options,
 			break
 		}
 	}
-	o.Log("commtest %s: rank %d: %d steps, %d failed", suite, c.Rank(), r.ran, r.failed)
+	o.Log("commtest %s: rank %d: %d steps, %d failed%s", suite, c.Rank(), r.ran, r.failed, r.margin())
 	return r.err()
 }
 

@@ -242,7 +242,7 @@ func BadInputRank(ctx context.Context, c comm.Communicator, opt Options) error {
 			break
 		}
 	}
-	o.Log("commtest BadInput: rank %d: %d checks, %d failed", rank, r.ran, r.failed)
+	o.Log("commtest BadInput: rank %d: %d checks, %d failed%s", rank, r.ran, r.failed, r.margin())
 	return r.err()
 }
 

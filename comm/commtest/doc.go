@@ -71,6 +71,10 @@
 // (half the timeout, between 1 and 10 seconds), the suite reports it as hung
 // and stops instead of hanging itself. Errors list at most a dozen failed
 // cases, each with the first wrong index, the value got and the value wanted.
+// Each suite's summary line (Options.Log) names its slowest case and the
+// share of Options.Timeout it took, so a passing run shows how much room a
+// slower or busier machine (CI, the race detector) has before a case times
+// out.
 //
 // # Memory
 //

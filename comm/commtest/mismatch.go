@@ -96,7 +96,7 @@ func MismatchRank(ctx context.Context, c comm.Communicator, opt Options) error {
 			break
 		}
 	}
-	o.Log("commtest Mismatch: rank %d: %d cases, %d failed", rank, r.ran, r.failed)
+	o.Log("commtest Mismatch: rank %d: %d cases, %d failed%s", rank, r.ran, r.failed, r.margin())
 	return r.err()
 }
 

@@ -24,10 +24,30 @@ type report struct {
 	stopped string
 	cause   error         // the first error a call returned, for errors.Is
 	own     time.Duration // spent building inputs and checking results
+	timeout time.Duration // each case's bound (Options.Timeout)
+	slowest string        // the case that took longest, and
+	slow    time.Duration // how long it took
 }
 
 func newReport(suite string, rank int, o Options) *report {
-	return &report{suite: suite, rank: rank, log: o.Log}
+	return &report{suite: suite, rank: rank, log: o.Log, timeout: o.Timeout}
+}
+
+// timed records that case name took d.
+func (r *report) timed(name string, d time.Duration) {
+	if d > r.slow {
+		r.slowest, r.slow = name, d
+	}
+}
+
+// margin says which case took longest and what share of its timeout that
+// was, so a log shows how close a slow machine came to failing the suite.
+func (r *report) margin() string {
+	if r.slowest == "" {
+		return ""
+	}
+	return fmt.Sprintf("; slowest %s: %v, %.0f%% of Options.Timeout", r.slowest,
+		r.slow.Round(time.Millisecond), 100*r.slow.Seconds()/r.timeout.Seconds())
 }
 
 // fail records that case name went wrong on this rank.
@@ -91,6 +111,8 @@ func grace(o Options) time.Duration { return min(max(o.Timeout/2, time.Second), 
 // never hangs.
 func guard(ctx context.Context, r *report, name string, o Options, body func(r *report) bool) bool {
 	sub := &report{suite: r.suite, rank: r.rank, log: r.log}
+	start := time.Now()
+	defer func() { r.timed(name, time.Since(start)) }()
 	var goOn bool
 	var panicked any
 	done := make(chan struct{})

@@ -53,8 +53,8 @@ func runCases(ctx context.Context, c comm.Communicator, cases []testCase, o Opti
 			break
 		}
 	}
-	o.Log("commtest %s: rank %d: %d cases, %d failed, %v (the suite's own work: %v)",
-		suite, c.Rank(), r.ran, r.failed, time.Since(start).Round(time.Millisecond), r.own.Round(time.Millisecond))
+	o.Log("commtest %s: rank %d: %d cases, %d failed, %v (the suite's own work: %v)%s",
+		suite, c.Rank(), r.ran, r.failed, time.Since(start).Round(time.Millisecond), r.own.Round(time.Millisecond), r.margin())
 	return r.err()
 }
 

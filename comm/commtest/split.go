@@ -101,7 +101,7 @@ func SplitRank(ctx context.Context, c comm.Communicator, opt Options) error {
 	var byParity comm.Communicator
 	done := func() error {
 		closeComm(byParity, "Split/parity")
-		o.Log("commtest Split: rank %d: %d checks failed, %d case lists failed", rank, r.failed, len(errs))
+		o.Log("commtest Split: rank %d: %d checks failed, %d case lists failed%s", rank, r.failed, len(errs), r.margin())
 		all := append([]error{r.err()}, errs...)
 		return errors.Join(all...)
 	}
