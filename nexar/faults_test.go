@@ -193,6 +193,42 @@ func TestTimeoutNamesTheRankThatNeverCame(t *testing.T) {
 	}
 }
 
+// A peer's news of a mismatch can come after this rank's part of the
+// collective succeeded but before the op is retired: finish has sealed it
+// and not yet removed it from c.ops. The news must still abort the
+// communicator, as news of a retired op does, so that the next call reports
+// the mismatch. It was dropped, and the next call waited on the peer until
+// the peer's close made it fail naming the close: the hierarchy's
+// TestSuites/2+3/nexar/mismatch failed so under -race beside busy loops.
+func TestMismatchNewsWhileTheOpRetires(t *testing.T) {
+	cs := memWorld(t, 2, Options{Timeout: 20 * time.Second})
+	c := cs[1]
+	sig := comm.Signature{Kind: comm.KindReduce, DType: comm.F32, Op: comm.Sum, Count: 8}
+	c.mu.Lock()
+	seq := c.started + 1
+	c.started = seq
+	o := c.newOp(context.Background(), seq, sig)
+	c.ops[seq] = o
+	c.mu.Unlock()
+	o.once.Do(func() {}) // finish's seal: this rank's part succeeded
+
+	theirs := sig
+	theirs.DType = comm.F64
+	c.onFail(frame{src: 0, h: Header{Kind: FrameFail, Comm: c.id, Seq: seq, Step: uint32(comm.FailMismatch), Sig: theirs},
+		payload: []byte("rank 0 saw the mismatch")})
+	if err := o.finish(); err != nil {
+		t.Fatalf("the sealed op's outcome changed: %v", err)
+	}
+	if cause := c.AbortCause(); !errors.Is(cause, comm.ErrMismatch) {
+		t.Fatalf("after the news, the communicator's abort cause is %v; want the mismatch", cause)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Barrier(ctx); !errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrTimeout) {
+		t.Fatalf("the next call gave %v; want it to report the mismatch at once", err)
+	}
+}
+
 func TestPeerDeathAbortsAndLaterCallsFailFast(t *testing.T) {
 	cs := memWorld(t, 4, Options{Timeout: 30 * time.Second})
 	errs := onEveryRank(cs, func(r int, c *Comm) error {

@@ -88,11 +88,24 @@ func (o *op) fail(err error, notify bool) {
 			o.c.note(func() { o.notify(err) })
 		}
 	})
-	if first && errors.Is(err, comm.ErrMismatch) {
-		// The ranks no longer agree on what the sequence numbers mean:
-		// nothing later on this communicator can be trusted.
-		o.c.abort(err)
+	if !errors.Is(err, comm.ErrMismatch) {
+		return
 	}
+	// The ranks no longer agree on what the sequence numbers mean: nothing
+	// later on this communicator can be trusted. That holds too when the
+	// news comes after this rank's part succeeded (finish sealed the op,
+	// but has not retired it yet): as for news of a retired op (onFail,
+	// onData), the communicator is aborted so that the next call reports
+	// the mismatch, and the peers are told.
+	if !first {
+		if o.err != nil || o.c.AbortCause() != nil {
+			return // the op failed first and said so, or this is the abort reaching its ops
+		}
+		if notify {
+			o.c.note(func() { o.notify(err) })
+		}
+	}
+	o.c.abort(err)
 }
 
 func (o *op) notify(err error) {
