@@ -97,13 +97,12 @@ func (o *op) fail(err error, notify bool) {
 	// but has not retired it yet): as for news of a retired op (onFail,
 	// onData), the communicator is aborted so that the next call reports
 	// the mismatch, and the peers are told.
-	if !first {
-		if o.err != nil || o.c.AbortCause() != nil {
-			return // the op failed first and said so, or this is the abort reaching its ops
-		}
-		if notify {
-			o.c.note(func() { o.notify(err) })
-		}
+	sealed := !first && o.err == nil && o.c.AbortCause() == nil
+	switch {
+	case !first && !sealed:
+		return // the op failed first and said so, or this is the abort reaching its ops
+	case sealed && notify: // once told no one: the op had succeeded
+		o.c.note(func() { o.notify(err) })
 	}
 	o.c.abort(err)
 }
