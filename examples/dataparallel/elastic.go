@@ -27,13 +27,19 @@ import (
 //     from, the weights and the optimizer's state (a rank that died late
 //     in a step may have let some survivors finish it and not others);
 //  4. each survivor takes its share of every later global batch by its
-//     new rank and the new size, and redoes the step that failed.
+//     new rank and the new size (shard: when the survivors do not divide
+//     the batch, shares that differ by one sample), and redoes the step
+//     that failed.
 //
 // The gradients are averaged with one blocking AllReduce per step (no
-// buckets, no overlap: this mode shows recovery, not speed). With a
-// global batch that the survivors divide too, the run sees the same
-// samples in every step as one process does, so -check-steps compares it
-// with one process across the failure.
+// buckets, no overlap: this mode shows recovery, not speed). Each rank
+// multiplies its share's mean gradient and loss by its share's weight
+// (n·size/B, 1 when the shares are equal) before the average, so the
+// average is the mean over the whole global batch even when the shares
+// differ. Every sample of every global batch is taken by exactly one
+// rank, before the failure and after it, so each step sees the samples
+// one process does, and -check-steps compares the run with one process
+// across the failure whatever the number of survivors.
 type elastic struct{ killRank, killStep int }
 
 func (e *elastic) flags(fs *flag.FlagSet) {
@@ -90,7 +96,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 	)
 	for next < total {
 		failed := func() error {
-			for s := range data.Batches(c.Rank(), c.Size()) {
+			for s := range data.Batches(0, 1) { // the whole global batches; shard cuts this rank's part
 				if s.T < next {
 					continue
 				}
@@ -99,7 +105,8 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 					self.Kill()
 					select {} // SIGKILL ends this
 				}
-				loss, err := step(ctx, c, net, flat, data, s.Idx, x, y)
+				lo, hi := shard(len(s.Idx), c.Rank(), c.Size())
+				loss, err := step(ctx, c, net, flat, data, s.Idx[lo:hi], weight(hi-lo, len(s.Idx), c.Size()), x, y)
 				if err != nil {
 					return fmt.Errorf("step %d: %w", s.T+1, err)
 				}
@@ -146,7 +153,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 			return fmt.Errorf("after Shrink: %w", err)
 		}
 		losses = losses[:min(len(losses), next)]
-		say("%v\nshrunk to %d ranks (%T) in %v; every survivor holds rank 0's weights and optimizer state after step %d: going on from step %d with %d samples per rank", failed, c.Size(), s, time.Since(start).Round(time.Millisecond), next, next+1, cfg.Batch/c.Size())
+		say("%v\nshrunk to %d ranks (%T) in %v; every survivor holds rank 0's weights and optimizer state after step %d: going on from step %d with %s", failed, c.Size(), s, time.Since(start).Round(time.Millisecond), next, next+1, shares(cfg.Batch, c.Size()))
 	}
 	acc, err := trainer.Accuracy(ctx, c, net, flat, data)
 	if err != nil {
@@ -163,9 +170,11 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 	return nil
 }
 
-// step computes the gradient of this rank's samples idx, averages it over
-// the ranks of c in place, and returns the global loss.
-func step(ctx context.Context, c comm.Communicator, net *mlp.Net, flat mlp.Flat, data *trainer.Data, idx []int, x []float32, y []uint8) (float64, error) {
+// step computes the gradient of this rank's samples idx (its share of the
+// global batch), multiplies it by the share's weight w (see weight),
+// averages it over the ranks of c in place, and returns the global loss,
+// averaged the same way.
+func step(ctx context.Context, c comm.Communicator, net *mlp.Net, flat mlp.Flat, data *trainer.Data, idx []int, w float64, x []float32, y []uint8) (float64, error) {
 	n := len(idx)
 	data.Train.Batch(idx, x[:n*net.Inputs()], y[:n])
 	if _, err := net.Forward(flat, x[:n*net.Inputs()], n); err != nil {
@@ -175,10 +184,16 @@ func step(ctx context.Context, c comm.Communicator, net *mlp.Net, flat mlp.Flat,
 	if err != nil {
 		return 0, err
 	}
+	if w != 1 {
+		w32 := float32(w)
+		for i := range flat.G {
+			flat.G[i] *= w32
+		}
+	}
 	if err := c.AllReduce(ctx, comm.Host(flat.G), comm.Host(flat.G), comm.Avg); err != nil {
 		return 0, fmt.Errorf("averaging the gradients: %w", err)
 	}
-	l := []float64{loss}
+	l := []float64{loss * w}
 	if err := c.AllReduce(ctx, comm.Host(l), comm.Host(l), comm.Avg); err != nil {
 		return 0, fmt.Errorf("averaging the loss: %w", err)
 	}
