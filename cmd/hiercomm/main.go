@@ -9,16 +9,19 @@
 //	    When one process fails, the others get --grace (20 s) to report
 //	    and exit by themselves, then SIGTERM, then --kill-after (10 s)
 //	    later SIGKILL; hiercomm prints a line naming the rank that failed
-//	    first and exits with its status. Ctrl-C or SIGTERM is passed on as
-//	    SIGTERM, with --kill-after before SIGKILL (a second one kills at
-//	    once). SIGUSR1 is passed on to every rank: a program that called
-//	    hiercomm.Init writes its communicators' flight recorders to its
-//	    log. PROGRAM may be a Go package directory (./examples/allreduce):
-//	    it is built once first. With --link-rate RATE (root only), the nodes
-//	    are network namespaces joined by links limited to RATE in each
-//	    direction (tc's syntax: 1gbit, 500mbit), one per rank, or one per
-//	    node with --link-per-node; within a node nothing is limited. The
-//	    namespaces are removed when the job ends, fails or is interrupted.
+//	    first and exits with its status: the rank the others blame (each
+//	    rank's World writes, at its first error that blames a rank, a line
+//	    to the file HIERCOMM_STATUS_FILE names), else the first to exit.
+//	    Ctrl-C or SIGTERM is passed on as SIGTERM, with --kill-after
+//	    before SIGKILL (a second one kills at once). SIGUSR1 is passed on
+//	    to every rank: a program that called hiercomm.Init writes its
+//	    communicators' flight recorders to its log. PROGRAM may be a Go
+//	    package directory (./examples/allreduce): it is built once first.
+//	    With --link-rate RATE (root only), the nodes are network
+//	    namespaces joined by links limited to RATE in each direction (tc's
+//	    syntax: 1gbit, 500mbit), one per rank, or one per node with
+//	    --link-per-node; within a node nothing is limited. The namespaces
+//	    are removed when the job ends, fails or is interrupted.
 //	hiercomm topology FILE
 //	    Check a topology dumped as JSON and print it as a table.
 //	hiercomm keygen
@@ -40,6 +43,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/internal/netemu"
 	"github.com/hiercomm/hiercomm/topology"
@@ -64,11 +68,15 @@ a comma list, one count per node), every process started with the variables
 a real launcher sets; node n is 127.0.0.(n+1). Each output line is prefixed
 with its rank. When one process fails, the others get --grace to report and
 exit by themselves, then SIGTERM, then --kill-after later SIGKILL; hiercomm
-exits with the status of the rank that failed first and names it. Ctrl-C or
-SIGTERM is passed on as SIGTERM, --kill-after before SIGKILL; a second one
-kills at once. SIGUSR1 is passed on to every rank (a program that called
-hiercomm.Init writes its flight recorders to its log). PROGRAM may be a Go
-package directory, built first.
+exits with the status of the rank that failed first and names it: the rank
+the others' errors blame (a program that called hiercomm.Init tells the
+launcher, through the file HIERCOMM_STATUS_FILE names, which rank the first
+failed call on its World blamed or found late), or, when none blamed one,
+the first to exit. Ctrl-C or SIGTERM is passed on as SIGTERM, --kill-after
+before SIGKILL; a second one kills at once; the line then names the first
+rank to end with an error. SIGUSR1 is passed on to every rank (a program
+that called hiercomm.Init writes its flight recorders to its log). PROGRAM
+may be a Go package directory, built first.
 
 flags:
 `
@@ -228,6 +236,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hiercomm run: emulated network:", fab.Describe())
 		spec.Fabric = fab
 	}
+	// Each rank that blames another for its error says so in the status
+	// file (hiercomm.EnvStatusFile), so that the summary names the culprit.
+	statusPath, err := statusFile()
+	if err != nil {
+		fmt.Fprintln(stderr, "hiercomm run:", err)
+		return 1
+	}
+	defer os.Remove(statusPath)
+	spec.Env = append(spec.Env, hiercomm.EnvStatusFile+"="+statusPath)
 	job, err := cluster.StartLocal(ctx, spec)
 	if err != nil {
 		fmt.Fprintln(stderr, "hiercomm run:", err)
@@ -264,24 +281,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hiercomm run:", err)
 		return 1
 	}
-	fmt.Fprintln(stderr, "hiercomm run:", summary(ee, job.Errors(), stopped))
-	return ee.ExitCode()
+	errs := job.Errors()
+	if stopped != nil {
+		fmt.Fprintln(stderr, "hiercomm run:", summary(ee, errs, stopped))
+		return ee.ExitCode()
+	}
+	reports, bad := readStatus(statusPath)
+	for _, e := range bad {
+		fmt.Fprintln(stderr, "hiercomm run:", e)
+	}
+	b, ok := findCulprit(reports, len(errs))
+	if !ok {
+		fmt.Fprintln(stderr, "hiercomm run:", summary(ee, errs, nil))
+		return ee.ExitCode()
+	}
+	line, code := culpritSummary(b, ee, errs)
+	fmt.Fprintln(stderr, "hiercomm run:", line)
+	return code
 }
 
-// summary is the one line that ends a failed job: the rank that ended
-// first (after a stop signal: not necessarily a fault), how, and what the
-// others did.
+// summary is the one line that ends a failed job when no rank blamed
+// another (culpritSummary when one did) or after a stop signal: the rank
+// that ended first (after a stop signal: not necessarily a fault), how,
+// and what the others did.
 func summary(first *cluster.LocalExitError, errs []error, stopped os.Signal) string {
-	failed, clean := 0, 0
-	for r, err := range errs {
-		switch {
-		case r == first.Rank:
-		case err == nil:
-			clean++
-		default:
-			failed++
-		}
-	}
+	failed, clean := others(errs, first.Rank)
 	what := "failed first"
 	if stopped != nil {
 		what = fmt.Sprintf("after %s, ended first with an error", signalName(stopped))
