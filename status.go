@@ -40,7 +40,8 @@ type StatusReport struct {
 	Late  bool
 	Ranks []int
 	// How is what happened, in Rank's words: the Blame's How, or the
-	// LateError's text. Newlines are spaces.
+	// LateError's text. The line has each run of white space in it,
+	// newlines included, as one space.
 	How string
 }
 
