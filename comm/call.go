@@ -95,23 +95,33 @@ type Call struct {
 // Outer identifies the user's call on the phases a composed communicator
 // runs for it. Ranks whose phases agree but whose own calls differ (an
 // AllReduce with Avg on one rank and Sum on another: the phases sum
-// either way) still mismatch, in the part that sees it first.
+// either way) still mismatch, in the part that sees it first; so do
+// ranks whose calls are alike but are different collectives of the
+// composed communicator (a Barrier that meets the next Barrier of a rank
+// that ran a Broadcast elsewhere in between), when the Outer was made
+// with the sequence number (OuterAt).
 type Outer struct {
 	Kind  Kind
 	DType DType
 	Op    ReduceOp
 	// Hash is a fingerprint of the user's whole Signature (its Root and
-	// Count too); never 0 in a set Outer.
+	// Count too) and of the sequence number OuterAt was given; never 0 in
+	// a set Outer.
 	Hash uint32
 }
 
-// AsOuter is s as the Outer of the phases of the call it describes.
-func (s Signature) AsOuter() Outer {
+// AsOuter is s as the Outer of the phases of the call it describes, where
+// the call has no sequence number of its own to add (OuterAt(0)).
+func (s Signature) AsOuter() Outer { return s.OuterAt(0) }
+
+// OuterAt is s, the user's collective seq, as the Outer of its phases.
+func (s Signature) OuterAt(seq uint64) Outer {
 	h := fnv.New32a()
-	var b [16]byte
+	var b [24]byte
 	b[0], b[1], b[2] = byte(s.Kind), byte(s.DType), byte(s.Op)
 	binary.LittleEndian.PutUint32(b[4:], uint32(s.Root))
 	binary.LittleEndian.PutUint64(b[8:], uint64(s.Count))
+	binary.LittleEndian.PutUint64(b[16:], seq)
 	h.Write(b[:])
 	o := Outer{Kind: s.Kind, DType: s.DType, Op: s.Op, Hash: h.Sum32()}
 	if o.Hash == 0 {
@@ -120,12 +130,13 @@ func (s Signature) AsOuter() Outer {
 	return o
 }
 
-// Call is what is known of the user's call from o: its kind, dtype and
-// op, with root and count taken from like (the other side's call) when
-// they fit o's Hash; else ok is false and those two are not known.
-func (o Outer) Call(like Signature) (s Signature, ok bool) {
+// Call is what is known of the user's collective seq from o: its kind,
+// dtype and op, with root and count taken from like (the other side's
+// call) when they fit o's Hash at seq; else ok is false and those two are
+// not known (or o is another collective's).
+func (o Outer) Call(like Signature, seq uint64) (s Signature, ok bool) {
 	s = Signature{Kind: o.Kind, DType: o.DType, Op: o.Op, Root: like.Root, Count: like.Count}
-	return s, s.AsOuter() == o
+	return s, s.OuterAt(seq) == o
 }
 
 // Signature is what every rank must agree on for one collective: it is

@@ -124,23 +124,32 @@ type PeerFailer interface {
 
 // ProgressCensus is a Communicator on which a composed communicator is
 // built (a hierarchy's world part, which has every rank) and which can
-// ask every rank, outside any collective, how far its composed
-// communicator has got. When a collective passes its deadline, the
-// composed communicator asks, so that its error names the ranks that had
-// not started the collective (*LateError), however many parts away they
-// stood from the rank that waited.
+// ask every rank, outside any collective, where its composed communicator
+// stands (Progress: its last started collective and the user's calls of
+// the latest ones). A composed communicator asks when a collective has
+// waited longer than it should (Judge finds a mismatch of calls that
+// took different routes, which no part saw) and when one passes its
+// deadline (its error then names the ranks that had not started the
+// collective, *LateError, however many parts away they stood from the
+// rank that waited).
 type ProgressCensus interface {
 	// SetProgress installs what this rank answers: its composed
-	// communicator's last started collective. f must not block. It
-	// installs nothing (ok false) when another composed communicator's is
-	// installed (two built over one world part would answer for each
-	// other); remove uninstalls f.
-	SetProgress(f func() uint64) (remove func(), ok bool)
+	// communicator's Progress. f must not block. It installs nothing (ok
+	// false) when another composed communicator's is installed (two built
+	// over one world part would answer for each other); remove uninstalls
+	// f.
+	SetProgress(f func() Progress) (remove func(), ok bool)
 	// Progress asks every rank, and returns the answers that arrived by
 	// the time every rank had replied or ctx ended; answered[r] is false
 	// for a rank that did not answer (stopped, cut off, or with nothing
 	// installed).
-	Progress(ctx context.Context) (last []uint64, answered []bool)
+	Progress(ctx context.Context) (answers []Progress, answered []bool)
+	// Announce tells every rank this rank's Progress p without being
+	// asked; each keeps it and, once this rank no longer answers (it
+	// closed or died), counts it as this rank's answer. A composed
+	// communicator announces when it finds a mismatch, so that ranks
+	// which learn of it later still see the call this rank made.
+	Announce(p Progress)
 }
 
 // NoColor is the Split color of a rank that wants no new communicator.

@@ -22,7 +22,7 @@ func (h *Comm) run(t *task) error {
 	defer h.cfg.Stager.Reset()
 	c := t.Call
 	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: c.Signature()}
-	x.outer = x.sig.AsOuter()
+	x.outer = x.sig.OuterAt(t.Seq)
 	if t.Err != nil {
 		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
 		stand, ok := h.standIn(c, x.abandoned)
@@ -51,7 +51,7 @@ func (h *Comm) run(t *task) error {
 // a failure as they do.
 func (h *Comm) runWhole(t *task, world comm.Runner, c comm.Call) error {
 	sig := t.Call.Signature()
-	c.Outer = sig.AsOuter()
+	c.Outer = sig.OuterAt(t.Seq)
 	err := world.Run(t.Ctx, c)
 	if err == nil {
 		return nil

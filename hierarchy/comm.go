@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
@@ -113,6 +113,16 @@ type Config struct {
 	// must give every rank the same Cost, RanksPerCore included, or
 	// node-mates would send where their peers do not receive.
 	NodeP2PViaWorldWhenCrowded bool
+	// AskAfter is the least time a collective runs before this rank asks
+	// every rank, over World, where it stands (a census: its last started
+	// collective and the user's latest calls), so that ranks whose calls
+	// took different routes and never met in a part get a
+	// *comm.MismatchError instead of waiting for their deadline. A
+	// collective asks after AskAfter plus four times the cost model's time
+	// for it, then after twice as long each time, up to 2 s apart. If
+	// zero, defaults to DefaultAskAfter; negative: only a part's own
+	// mismatch and a deadline ask. It need not be the same on every rank.
+	AskAfter time.Duration
 	// FlightRecorder, if positive, makes the communicator (and its Split
 	// children) keep its last FlightRecorder collectives as the user
 	// called them (comm.FlightRecorder, with the part and phase each was
@@ -175,12 +185,15 @@ type Comm struct {
 	running  bool
 	deferred error
 
-	// started is the last collective or Split that began to run here:
-	// what this rank answers a progress census on the world part
-	// (comm.ProgressCensus, askWhere). census is the world part, when it
-	// holds this hierarchy's answer (not another's built over it);
-	// uncensus uninstalls it.
-	started  atomic.Uint64
+	// progress is where this rank stands (its last started collective or
+	// Split and the user's latest calls): what it answers a census on the
+	// world part (comm.ProgressCensus, census.go). census is the world
+	// part, when it holds this hierarchy's answer (not another's built
+	// over it); uncensus uninstalls it. found is the mismatch a census
+	// found, which every later error of the hierarchy reports.
+	progress comm.Progress
+	found    *comm.MismatchError
+	asked    bool // the first call after the abort asked (askOnce)
 	census   comm.ProgressCensus
 	uncensus func()
 }
@@ -214,6 +227,9 @@ func New(cfg Config) (*Comm, error) {
 	}
 	if cfg.ChunkBytes == 0 {
 		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	if cfg.AskAfter == 0 {
+		cfg.AskAfter = DefaultAskAfter
 	}
 	if cfg.ChunkBytes < 0 {
 		return nil, fmt.Errorf("hierarchy.New: Config.ChunkBytes %d is negative", cfg.ChunkBytes)
@@ -285,7 +301,7 @@ func New(cfg Config) (*Comm, error) {
 	}
 	h.stop = make(chan struct{})
 	if pc, ok := h.world.(comm.ProgressCensus); ok {
-		if remove, ok := pc.SetProgress(h.started.Load); ok {
+		if remove, ok := pc.SetProgress(h.standing); ok {
 			h.census, h.uncensus = pc, remove
 		}
 	}
@@ -294,16 +310,24 @@ func New(cfg Config) (*Comm, error) {
 			h.watchers.Go(func() { h.watch(p, w) })
 		}
 	}
+	if h.census != nil && !h.flat && cfg.AskAfter > 0 {
+		// A flat hierarchy runs everything on the world part, which sees
+		// every call: nothing to ask.
+		h.watchers.Go(func() { h.watchStalls(min(cfg.AskAfter, askAtMost) / 2) })
+	}
 	return h, nil
 }
 
-// watch aborts the hierarchy when part p is aborted by a rank's failure:
-// news of it that reaches this rank through one part (a peer announced
-// its abort there, a node-mate saw the process vanish) ends the
-// operations waiting on the others. Other aborts (a mismatch, a
-// deadline) are left to the phase that meets them, which reports them in
-// the user's terms; the hierarchy's own abort of its parts comes back
-// here and changes nothing.
+// watch aborts the hierarchy when part p is aborted by a rank's failure
+// or a mismatch: news of it that reaches this rank through one part (a
+// peer announced its abort there, a node-mate saw the process vanish, a
+// rank found that the calls differ) ends the operations waiting on the
+// others, and the next call reports it. A mismatch is reported as the
+// census finds it (verdict: the users' calls at the first collective
+// that differs), else as the part reported it. Other aborts (a deadline)
+// are left to the phase that meets them, which reports them in the
+// user's terms; the hierarchy's own abort of its parts comes back here
+// and changes nothing.
 //
 // A collective in its phases when the news comes finishes first: the
 // news may be of a failure in a later collective of ranks ahead of this
@@ -320,13 +344,22 @@ func (h *Comm) watch(p part, w comm.AbortWatcher) {
 	case <-w.Aborted():
 	}
 	cause := w.AbortCause()
-	if !errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch) {
+	switch {
+	case errors.Is(cause, comm.ErrMismatch):
+		h.mu.Lock()
+		seq := h.progress.Started
+		h.mu.Unlock()
+		if me := h.verdict(seq); me != nil {
+			cause = me
+		}
+	case errors.Is(cause, comm.ErrPeerFailed):
+		if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
+			cause = pe
+		} else {
+			cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
+		}
+	default:
 		return
-	}
-	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
-		cause = pe
-	} else {
-		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}
 	h.mu.Lock()
 	if h.running {
@@ -493,11 +526,19 @@ func (h *Comm) runTask(t *task) error {
 	h.mu.Lock()
 	aborted := h.aborted
 	h.running = true
+	h.progress.Record(t.Seq, t.Call.Signature()) // the executor runs the tasks one at a time, in order
 	h.mu.Unlock()
 	defer h.ended()
-	h.started.Store(t.Seq) // the executor runs the tasks one at a time, in order
 	switch {
 	case aborted != nil && t.Err == nil:
+		if errors.Is(aborted, comm.ErrMismatch) && h.askOnce() {
+			// A peer's news of a mismatch came before this rank's call
+			// of the collective it was in: with the call recorded now,
+			// the census says what this rank's call disagrees with.
+			if me := h.verdict(t.Seq); me != nil {
+				aborted = me
+			}
+		}
 		return h.opError(t.Call.Kind, t.Seq, culpritOr(aborted, -1), &comm.AbortedError{Cause: aborted})
 	case t.X != nil:
 		return t.X(t)

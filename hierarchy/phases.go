@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
@@ -200,8 +198,9 @@ func (x *phases) fail(p part, err error) {
 	var cause error
 	switch {
 	case errors.Is(err, comm.ErrMismatch):
-		cause = x.userMismatch(p, peer, err)
-		x.fatal = x.h.opError(x.kind, x.seq, peer, cause)
+		me := x.userMismatch(p, peer, err)
+		x.fatal = x.h.opError(x.kind, x.seq, me.Peer, me)
+		cause = me
 	case errors.Is(err, comm.ErrPeerFailed):
 		if pe := x.h.blame(p, peer, err); pe != nil {
 			x.fatal = x.h.opError(x.kind, x.seq, pe.Peer, pe)
@@ -217,8 +216,15 @@ func (x *phases) fail(p part, err error) {
 			// ranks that had not started this collective, not the part's
 			// peer it waited on (with a peer's deadline, that peer's own
 			// hint came along: rank 0 named rank 2, whose deadline had
-			// named the straggler, rank 3).
-			if g := x.h.askWhere(x.seq, x.kind, late, p.wrap(err)); g != nil {
+			// named the straggler, rank 3), or the mismatch that kept
+			// them apart.
+			me, g := x.h.askWhere(x.seq, x.kind, late, p.wrap(err))
+			if me != nil {
+				x.fatal = x.h.opError(x.kind, x.seq, me.Peer, me)
+				x.h.abort(me)
+				return
+			}
+			if g != nil {
 				late = g
 			}
 		}
@@ -230,56 +236,6 @@ func (x *phases) fail(p part, err error) {
 		cause = x.fatal
 	}
 	x.h.abort(cause)
-}
-
-// censusWait bounds the progress census that a rank's deadline starts:
-// every live rank answers at once from its read loop, so only a rank that
-// is stopped or cut off makes the census last this long.
-const censusWait = 500 * time.Millisecond
-
-// askWhere asks every rank, over the world part (comm.ProgressCensus),
-// which collective it last started, and returns the deadline error (this
-// rank's, or a peer's that reached it) of
-// collective seq naming, by global rank, those that had not started it;
-// ranks that did not answer in censusWait are said so. It returns nil
-// when the world part cannot ask for this hierarchy, or when every rank
-// answered and had started seq (then the part's own deadline error says
-// the most: part, its *comm.LateError if it named ranks, else wrapped).
-func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrapped error) *comm.LateError {
-	if h.census == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
-	defer cancel()
-	last, answered := h.census.Progress(ctx)
-	base := wrapped
-	if part != nil {
-		base = part.Err
-	}
-	g := &comm.LateError{Err: base, Seq: seq, What: fmt.Sprintf("this %v #%d", kind, seq)}
-	var silent []string
-	for r := range min(len(last), h.size) {
-		switch {
-		case r == h.rank:
-		case !answered[r]:
-			silent = append(silent, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
-		case last[r] < seq:
-			g.Ranks = append(g.Ranks, r)
-			g.Last = append(g.Last, last[r])
-			g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
-		}
-	}
-	if len(silent) > 0 {
-		g.Err = fmt.Errorf("%w; %s did not say within %v which collective they were at (stopped, cut off, closed, or not yet in this communicator)", g.Err, strings.Join(silent, ", "), censusWait)
-	}
-	if len(g.Ranks) == 0 && len(silent) == 0 {
-		return nil
-	}
-	if len(g.Ranks) == 0 && part != nil {
-		part.Err = g.Err
-		return part
-	}
-	return g
 }
 
 // firstOr is rs[0], or def when rs is empty.
@@ -394,13 +350,18 @@ func (p part) abandoned(peer int, err error) error {
 }
 
 // userMismatch is a part's mismatch error as a *comm.MismatchError of the
-// user's calls: where the part compared the phase's Outer with the peer's,
-// the peer's call is known (its kind, dtype and op; its count and root when
-// they fit the fingerprint), else the part's report is quoted.
-func (x *phases) userMismatch(p part, peer int, err error) error {
+// user's calls. The census's verdict comes first (verdict: every rank's
+// own calls, compared from the first collective at which they differ);
+// without one, where the part compared the phase's Outer with the peer's,
+// the peer's call is known (its kind, dtype and op; its count and root
+// when they fit the fingerprint), else the part's report is quoted.
+func (x *phases) userMismatch(p part, peer int, err error) *comm.MismatchError {
+	if me := x.h.verdict(x.seq); me != nil {
+		return me
+	}
 	var me *comm.MismatchError
 	if errors.As(err, &me) && me.Remote.Outer.Hash != 0 && me.Remote.Outer != x.outer {
-		remote, ok := me.Remote.Outer.Call(x.sig)
+		remote, ok := me.Remote.Outer.Call(x.sig, x.seq)
 		if ok {
 			return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Remote: remote}
 		}

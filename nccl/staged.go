@@ -414,7 +414,7 @@ func (s *Staged) PeerFailed(peer int, cause error) {
 
 // SetProgress implements comm.ProgressCensus when the host communicator
 // does (nexar): the census asks over it.
-func (s *Staged) SetProgress(f func() uint64) (remove func(), ok bool) {
+func (s *Staged) SetProgress(f func() comm.Progress) (remove func(), ok bool) {
 	if pc, ok := s.inner.(comm.ProgressCensus); ok {
 		return pc.SetProgress(f)
 	}
@@ -423,11 +423,19 @@ func (s *Staged) SetProgress(f func() uint64) (remove func(), ok bool) {
 
 // Progress implements comm.ProgressCensus when the host communicator
 // does; otherwise no rank answers.
-func (s *Staged) Progress(ctx context.Context) (last []uint64, answered []bool) {
+func (s *Staged) Progress(ctx context.Context) (answers []comm.Progress, answered []bool) {
 	if pc, ok := s.inner.(comm.ProgressCensus); ok {
 		return pc.Progress(ctx)
 	}
-	return make([]uint64, s.Size()), make([]bool, s.Size())
+	return make([]comm.Progress, s.Size()), make([]bool, s.Size())
+}
+
+// Announce implements comm.ProgressCensus when the host communicator
+// does; otherwise it tells nobody.
+func (s *Staged) Announce(p comm.Progress) {
+	if pc, ok := s.inner.(comm.ProgressCensus); ok {
+		pc.Announce(p)
+	}
 }
 
 // Close implements comm.Communicator: the host communicator is closed

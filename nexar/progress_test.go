@@ -5,22 +5,35 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
-// The progress census: every rank answers what its owner installed, also
-// outside any collective; a rank with nothing installed or one that has
-// closed counts as not answered, and the census ends when every live
-// rank has replied, not at its deadline.
+// at is a Progress that has started collectives 1…last, collective s
+// being an AllReduce of s elements.
+func at(last uint64) comm.Progress {
+	var p comm.Progress
+	for s := uint64(1); s <= last; s++ {
+		p.Record(s, comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Root: -1, Count: int64(s)})
+	}
+	return p
+}
+
+// The progress census: every rank answers what its owner installed (its
+// last started collective and its latest calls, whole), also outside any
+// collective; a rank with nothing installed or one that has closed counts
+// as not answered, and the census ends when every live rank has replied,
+// not at its deadline.
 func TestProgressCensus(t *testing.T) {
 	cs := memWorld(t, 4, Options{Timeout: time.Minute})
-	cs[0].SetProgress(func() uint64 { return 5 })
-	cs[1].SetProgress(func() uint64 { return 7 })
+	cs[0].SetProgress(func() comm.Progress { return at(5) })
+	cs[1].SetProgress(func() comm.Progress { return at(7) })
 	// cs[2] installs nothing.
-	cs[3].SetProgress(func() uint64 { return 9 })
-	if _, ok := cs[3].SetProgress(func() uint64 { return 99 }); ok {
+	cs[3].SetProgress(func() comm.Progress { return at(12) })
+	if _, ok := cs[3].SetProgress(func() comm.Progress { return at(99) }); ok {
 		t.Errorf("a second SetProgress installed over the first")
 	}
-	remove, ok := cs[2].SetProgress(func() uint64 { return 8 })
+	remove, ok := cs[2].SetProgress(func() comm.Progress { return at(8) })
 	if !ok {
 		t.Fatalf("SetProgress on rank 2 installed nothing")
 	}
@@ -28,12 +41,12 @@ func TestProgressCensus(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	last, answered := cs[0].Progress(ctx)
+	answers, answered := cs[0].Progress(ctx)
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the census took %v: it waited for its deadline, not for the replies", took)
 	}
-	if want := []uint64{5, 7, 0, 9}; !slices.Equal(last, want) {
-		t.Errorf("last = %v, want %v", last, want)
+	if want := []comm.Progress{at(5), at(7), {}, at(12)}; !slices.Equal(answers, want) {
+		t.Errorf("answers = %v, want %v", answers, want)
 	}
 	if want := []bool{true, true, false, true}; !slices.Equal(answered, want) {
 		t.Errorf("answered = %v, want %v", answered, want)

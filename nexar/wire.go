@@ -42,7 +42,7 @@ const HeaderSize = 48
 
 // wireVersion is the first byte of every header. A receiver refuses any
 // other: the peer runs an incompatible hiercomm.
-const wireVersion = 4 // 2: Sig.Outer in what were reserved bytes; 3: FramePeerDown; 4: FrameProgress
+const wireVersion = 5 // 2: Sig.Outer in what were reserved bytes; 3: FramePeerDown; 4: FrameProgress; 5: its reply carries comm.Progress
 
 // frameGoodbye is the transport-internal kind of the goodbye record.
 // decodeHeader refuses it like any other unknown kind; read loops test for

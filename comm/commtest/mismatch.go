@@ -109,20 +109,11 @@ func mismatchStep(ctx context.Context, c comm.Communicator, mc mismatchCase, nam
 
 func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, name string, o Options, r *report) bool {
 	rank, size := c.Rank(), c.Size()
-	child, err := c.Split(ctx, 0, rank)
-	if err != nil {
-		r.callFailed(name+" (Split for a fresh communicator)", err)
-		return false
-	}
+	child, done := freshSplit(ctx, c, name, r)
 	if child == nil {
-		r.fail(name, "Split(0, %d) returned no communicator", rank)
 		return false
 	}
-	defer func() {
-		if err := child.Close(); err != nil {
-			r.fail(name, "Close of the child after the mismatch: %v", err)
-		}
-	}()
+	defer done()
 	a := &arena{mem: o.Memory}
 	defer a.free()
 	b := &builder{a: a}
@@ -131,7 +122,7 @@ func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, nam
 		r.fail(name, "%v", b.err)
 		return false
 	}
-	err = child.Start(ctx, call).Wait()
+	err := child.Start(ctx, call).Wait()
 	if err == nil {
 		// A rank whose part of the collective only sends may finish before
 		// a peer sees the mismatch; the communicator is then aborted and
@@ -150,6 +141,26 @@ func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, nam
 		r.fail(name, "MismatchError.Local is %v; this rank called %v (%v)", me.Local, call.Signature(), err)
 	}
 	return true
+}
+
+// freshSplit is a Split of c (every rank, color 0, key rank) for case
+// name to spend, and the Close to defer, which reports a failure to
+// close; nil, after reporting why, when the Split failed.
+func freshSplit(ctx context.Context, c comm.Communicator, name string, r *report) (comm.Communicator, func()) {
+	child, err := c.Split(ctx, 0, c.Rank())
+	if err != nil {
+		r.callFailed(name+" (Split for a fresh communicator)", err)
+		return nil, nil
+	}
+	if child == nil {
+		r.fail(name, "Split(0, %d) returned no communicator", c.Rank())
+		return nil, nil
+	}
+	return child, func() {
+		if err := child.Close(); err != nil {
+			r.fail(name, "Close of the child after the mismatch: %v", err)
+		}
+	}
 }
 
 // RunMismatch runs MismatchRank on every rank of an in-process world. The

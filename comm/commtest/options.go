@@ -41,6 +41,14 @@ type Options struct {
 	LargeCount int
 	// FullLarge runs large counts for every combination, like small ones.
 	FullLarge bool
+	// FullMatrix runs every cell of the mismatch matrix
+	// (MismatchMatrixRank): every pair of kinds with every count and every
+	// rank as the odd one; otherwise each pair once, the odd rank and the
+	// count going round from pair to pair.
+	FullMatrix bool
+	// MismatchWithin bounds how long a rank of the mismatch matrix may take
+	// to report the mismatch. If zero, defaults to MatrixWithin.
+	MismatchWithin time.Duration
 
 	// Timeout bounds each case (every collective of it, on this rank). If
 	// zero, defaults to 60 s.

@@ -1,0 +1,134 @@
+package comm
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// call is an AllReduce of n floats, or, for a negative n, a Broadcast of
+// -n from root 0: two calls that a composed communicator routes apart.
+func call(n int) Signature {
+	if n < 0 {
+		return Signature{Kind: KindBroadcast, DType: F32, Root: 0, Count: int64(-n)}
+	}
+	return Signature{Kind: KindAllReduce, DType: F32, Op: Sum, Root: -1, Count: int64(n)}
+}
+
+// progressOf is a Progress that started the calls of ns in order.
+func progressOf(ns ...int) Progress {
+	var p Progress
+	for i, n := range ns {
+		p.Record(uint64(i+1), call(n))
+	}
+	return p
+}
+
+func TestProgressRemembersTheLatestCalls(t *testing.T) {
+	var p Progress
+	if _, ok := p.Call(0); ok {
+		t.Errorf("a Progress that started nothing knows collective 0")
+	}
+	for s := uint64(1); s <= 20; s++ {
+		p.Record(s, call(int(s)))
+	}
+	for s := uint64(0); s <= 22; s++ {
+		got, ok := p.Call(s)
+		want := s > 20-CensusWindow && s <= 20
+		if ok != want || (ok && got != call(int(s))) {
+			t.Errorf("Call(%d) = %v, %t; want %t (call %v)", s, got, ok, want, call(int(s)))
+		}
+	}
+	q := Progress{}
+	q.Record(1, Signature{Kind: KindBarrier, Outer: Signature{Kind: KindBarrier}.OuterAt(1)})
+	if c, _ := q.Call(1); c.Outer != (Outer{}) {
+		t.Errorf("Record kept the phases' Outer %v: a census compares the users' calls", c.Outer)
+	}
+}
+
+func TestProgressWireForm(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		var p Progress
+		for s := range uint64(r.IntN(30)) {
+			p.Record(s+1, Signature{Kind: Kind(1 + r.IntN(14)), DType: DType(r.IntN(11)), Op: ReduceOp(r.IntN(6)),
+				Root: int32(r.IntN(9)) - 1, Count: r.Int64N(1<<40) - 1})
+		}
+		got, err := DecodeProgress(AppendProgress(nil, p))
+		if err != nil || got != p {
+			t.Fatalf("DecodeProgress(AppendProgress(%+v)) = %+v, %v", p, got, err)
+		}
+	}
+	good := AppendProgress(nil, progressOf(1, 2, 3))
+	for _, bad := range [][]byte{nil, good[:8], good[:len(good)-1], append(good, 0),
+		append(AppendProgress(nil, progressOf()), 1)} {
+		if _, err := DecodeProgress(bad); err == nil {
+			t.Errorf("DecodeProgress(%x) accepted a malformed answer", bad)
+		}
+	}
+}
+
+func FuzzDecodeProgress(f *testing.F) {
+	f.Add(AppendProgress(nil, progressOf(1, -2, 3)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodeProgress(b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeProgress(AppendProgress(nil, p))
+		if err != nil || again != p {
+			t.Fatalf("a decoded answer %+v does not survive its own wire form: %+v, %v", p, again, err)
+		}
+	})
+}
+
+func TestJudge(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mine     Progress
+		seq      uint64
+		answers  []Progress
+		answered []bool
+		want     *MismatchError // Peer, Seq, Local, Remote
+	}{
+		{name: "everyone agrees",
+			mine: progressOf(4, 5), seq: 2,
+			answers: []Progress{progressOf(4, 5), {}, progressOf(4, 5)}, answered: []bool{true, true, true}},
+		{name: "a late rank is not a mismatch",
+			mine: progressOf(4, 5), seq: 2,
+			answers: []Progress{progressOf(4, 5), {}, progressOf(4)}, answered: []bool{true, true, true}},
+		{name: "the odd rank is named, with both calls",
+			mine: progressOf(4, 5), seq: 2,
+			answers: []Progress{progressOf(4, 5), {}, progressOf(4, -5)}, answered: []bool{true, true, true},
+			want: &MismatchError{Peer: 2, Seq: 2, Local: call(5), Remote: call(-5)}},
+		{name: "the odd rank names the lowest other",
+			mine: progressOf(4, -5), seq: 2,
+			answers: []Progress{progressOf(4, 5), progressOf(4, 5), {}}, answered: []bool{true, true, true},
+			want: &MismatchError{Peer: 0, Seq: 2, Local: call(-5), Remote: call(5)}},
+		{name: "the first collective that differs, not the current one",
+			mine: progressOf(4, -5, 6), seq: 3,
+			answers: []Progress{progressOf(4, 5, 6), {}, {}}, answered: []bool{true, true, true},
+			want: &MismatchError{Peer: 0, Seq: 2, Local: call(-5), Remote: call(5)}},
+		{name: "a rank that did not answer says nothing",
+			mine: progressOf(4, 5), seq: 2,
+			answers: []Progress{progressOf(4, 6), {}, {}}, answered: []bool{false, true, true}},
+		{name: "beyond the window nothing is compared",
+			mine: progressOf(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), seq: 10,
+			answers: []Progress{progressOf(-1, 2, 3, 4, 5, 6, 7, 8, 9, 10), {}}, answered: []bool{true, true}},
+		{name: "a rank ahead is compared where both remember",
+			mine: progressOf(1, 2), seq: 2,
+			answers: []Progress{progressOf(1, -2, 3, 4), {}}, answered: []bool{true, true},
+			want: &MismatchError{Peer: 0, Seq: 2, Local: call(2), Remote: call(-2)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Judge(1, tc.mine, tc.seq, tc.answers, tc.answered) // this rank is rank 1
+
+			switch {
+			case tc.want == nil && got != nil:
+				t.Errorf("Judge = %v, want no mismatch", got)
+			case tc.want != nil && (got == nil || *got != *tc.want):
+				t.Errorf("Judge = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,214 @@
+package hierarchy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
+)
+
+// The census (comm.ProgressCensus on the world part) is how the hierarchy
+// finds what no part can see. Its collectives take different routes, so
+// ranks that disagree on a call's kind may never meet in a part: rank 3's
+// small Broadcast waits in the world part for the root, the root waits in
+// its node for rank 1, rank 1 on its rail for rank 2, and rank 2 in its
+// node for rank 3. A rank whose collective has run longer than it should
+// (stallAfter: a small multiple of the cost model's time for it, not the
+// deadline) asks every rank where it stands, and comm.Judge compares the
+// answers with its own calls: a disagreement aborts the hierarchy with a
+// *comm.MismatchError of the users' calls, which every part tells its
+// peers, and every rank that waits asks too. A part's own mismatch, and a
+// deadline, ask the same way, so the error names the first collective at
+// which the calls differ and both calls, whichever part saw it first.
+
+const (
+	// censusWait bounds a census: every live rank answers at once from
+	// its read loop, so only a rank that is stopped or cut off makes the
+	// census last this long.
+	censusWait = 500 * time.Millisecond
+	// DefaultAskAfter is Config.AskAfter's default: the least time a
+	// collective runs before this rank asks where every rank stands.
+	DefaultAskAfter = 100 * time.Millisecond
+	// askAtMost is the longest time between the censuses of a collective
+	// that keeps waiting (each waits twice the one before, up to this).
+	askAtMost = 2 * time.Second
+)
+
+// standing is what this rank answers a census: where it stands. It is
+// called on the world part's read loop.
+func (h *Comm) standing() comm.Progress {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.progress
+}
+
+// ask takes a census: every rank's answer, as far as they came within
+// censusWait, and this rank's own Progress. answers is nil when the world
+// part cannot ask for this hierarchy.
+func (h *Comm) ask() (mine comm.Progress, answers []comm.Progress, answered []bool) {
+	if h.census == nil {
+		return mine, nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
+	defer cancel()
+	answers, answered = h.census.Progress(ctx)
+	return h.standing(), answers, answered
+}
+
+// verdict is the mismatch that kept collective seq from completing, as
+// the census finds it (comm.Judge), or nil if the ranks' calls agree as
+// far as they answered. A verdict once found stands: every later error of
+// the hierarchy reports it.
+func (h *Comm) verdict(seq uint64) *comm.MismatchError {
+	h.mu.Lock()
+	found := h.found
+	h.mu.Unlock()
+	if found != nil {
+		return found
+	}
+	mine, answers, answered := h.ask()
+	return h.judge(mine, seq, answers, answered)
+}
+
+// askOnce reports whether this is the first call since an abort by a
+// peer's news of a mismatch: only that one asks the census (a rank that
+// has closed makes a census wait censusWait, and an aborted communicator
+// fails its calls at once).
+func (h *Comm) askOnce() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first := !h.asked
+	h.asked = true
+	return first
+}
+
+// judge is comm.Judge on a census, kept as the hierarchy's verdict when it
+// finds a mismatch. The first verdict is announced to every rank
+// (comm.ProgressCensus.Announce): a rank that meets the mismatch later,
+// in a call after one whose part only sent, still sees this rank's calls
+// when this one has closed.
+func (h *Comm) judge(mine comm.Progress, seq uint64, answers []comm.Progress, answered []bool) *comm.MismatchError {
+	me := comm.Judge(h.rank, mine, seq, answers, answered)
+	if me == nil {
+		return nil
+	}
+	h.mu.Lock()
+	first := h.found == nil
+	if first {
+		h.found = me
+	}
+	me = h.found
+	h.mu.Unlock()
+	if first {
+		h.census.Announce(mine)
+	}
+	return me
+}
+
+// askWhere asks every rank, over the world part, where it stands, and
+// returns the mismatch that kept collective seq apart, if the answers
+// show one; else the deadline error (this rank's, or a peer's that
+// reached it) of seq naming, by global rank, the ranks that had not
+// started it, and the ranks that did not answer in censusWait. It returns
+// neither when the world part cannot ask for this hierarchy, or when
+// every rank answered and had started seq (then the part's own deadline
+// error says the most: part, its *comm.LateError if it named ranks, else
+// wrapped).
+func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrapped error) (*comm.MismatchError, *comm.LateError) {
+	mine, answers, answered := h.ask()
+	if answers == nil {
+		return nil, nil
+	}
+	if me := h.judge(mine, seq, answers, answered); me != nil {
+		return me, nil
+	}
+	base := wrapped
+	if part != nil {
+		base = part.Err
+	}
+	g := &comm.LateError{Err: base, Seq: seq, What: fmt.Sprintf("this %v #%d", kind, seq)}
+	var silent []string
+	for r := range min(len(answers), h.size) {
+		switch {
+		case r == h.rank:
+		case !answered[r]:
+			silent = append(silent, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
+		case answers[r].Started < seq:
+			g.Ranks = append(g.Ranks, r)
+			g.Last = append(g.Last, answers[r].Started)
+			g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
+		}
+	}
+	if len(silent) > 0 {
+		g.Err = fmt.Errorf("%w; %s did not say within %v which collective they were at (stopped, cut off, closed, or not yet in this communicator)", g.Err, strings.Join(silent, ", "), censusWait)
+	}
+	if len(g.Ranks) == 0 && len(silent) == 0 {
+		return nil, nil
+	}
+	if len(g.Ranks) == 0 && part != nil {
+		part.Err = g.Err
+		return nil, part
+	}
+	return nil, g
+}
+
+// watchStalls asks the census about a collective (or Split) that has run
+// for stallAfter of it, and again after twice as long each time (up to
+// askAtMost) while it keeps waiting; a mismatch found aborts the
+// hierarchy with it, which ends the phases waiting here and, through the
+// parts, on the peers. It looks every tick, without a clock read or a
+// timer on the collectives' path, and runs until Close.
+func (h *Comm) watchStalls(tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var seq uint64
+	var next time.Time
+	var wait time.Duration
+	for {
+		var now time.Time
+		select {
+		case <-h.stop:
+			return
+		case now = <-t.C:
+		}
+		h.mu.Lock()
+		running, cur, stopped := h.running, h.progress.Started, h.aborted != nil || h.found != nil
+		call, _ := h.progress.Call(cur)
+		h.mu.Unlock()
+		switch {
+		case !running || stopped:
+			seq = 0
+			continue
+		case cur != seq: // first seen running at this tick
+			seq, wait = cur, h.stallAfter(call)
+			next = now.Add(wait)
+			continue
+		case now.Before(next):
+			continue
+		}
+		wait = min(2*wait, max(askAtMost, wait))
+		next = now.Add(wait)
+		if me := h.verdict(cur); me != nil {
+			h.log.Debug("hierarchy: the census found a mismatch", "comm", h.cfg.Name, "rank", h.rank, "err", me)
+			h.abort(me)
+		}
+	}
+}
+
+// stallAfter is how long collective call may run before this rank asks
+// where every rank stands: Config.AskAfter plus four times the cost
+// model's time for an AllReduce of its largest buffer (the model's
+// slowest shape for those bytes; a census costs a control message to
+// every rank, so asking early costs little).
+func (h *Comm) stallAfter(call comm.Signature) time.Duration {
+	bytes := max(call.Count, 0) * int64(call.DType.Size())
+	switch call.Kind {
+	case comm.KindAllGather, comm.KindGather, comm.KindReduceScatter, comm.KindScatter:
+		bytes *= int64(h.size)
+	}
+	est := h.cfg.Cost.Estimate(schedule.AllReduceOp, schedule.TwoD, int(min(bytes, 1<<50)), max(h.g, 1), h.topo.NumNodes())
+	return h.cfg.AskAfter + time.Duration(4*est*float64(time.Second))
+}
