@@ -14,7 +14,8 @@
 // topology.New. After the world has formed, memberlist's failure detector
 // raises a Failure for every member declared dead, on every survivor,
 // within Detector.Bound; a member that leaves gracefully gossips a leave
-// notice first, so that its departure is not taken for a death.
+// notice of its own beside memberlist's leave message, so that its
+// departure is not taken for a death.
 //
 // Files: launch.go is the Launch (who this process is) and its
 // validation; env.go and styles.go read it from the environment (hiercomm's

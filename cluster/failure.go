@@ -239,11 +239,13 @@ func (d *dispatcher) stop() {
 //
 // memberlist reports a member that left and one that died alike, through
 // NotifyLeave (v0.7.0 never sets Node.State there: hashicorp/memberlist
-// issue 293). So a process that leaves gracefully first gossips a leave
-// notice, waits until it has gone out, and only then leaves memberlist;
-// every member that receives the notice gossips it on. A member that
-// disappears without a notice waits leaveWindow for one (gossip may bring
-// it late) and is then declared failed.
+// issue 293). So a process that leaves gracefully also gossips a leave
+// notice of its own, queued just before memberlist's leave message (they
+// travel in the same packets), and waits until the notice has gone out
+// (Cluster.Leave); every member that receives the notice gossips it on. A
+// member that disappears without a notice waits leaveWindow for one
+// (gossip may bring it late, or just after memberlist's message) and is
+// then declared failed.
 
 // noticeRetransmitMult is the retransmit multiplier of leave notices, as
 // memberlist's for its own messages: each member passes a notice on
