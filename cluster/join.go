@@ -69,7 +69,8 @@ const maxJobIDLen = 128
 // Timings of the join loop.
 const (
 	maxSeedBackoff  = time.Second     // retry a seed that is not up yet at least this often
-	rejoinInterval  = 5 * time.Second // after a successful join, join again this often while the world is incomplete (merges partitions)
+	rejoinInterval  = 5 * time.Second // after a successful join, join again at least this often while the world is incomplete (merges partitions; sooner at first: resyncRounds)
+	resyncRounds    = 2               // the first join again comes this many gossip intervals after a successful join, then twice as late each time
 	progressMinGap  = time.Second     // progress lines at most this often
 	progressEvery   = 5 * time.Second // and at least this often while waiting
 	leaveTimeout    = 5 * time.Second // Leave without a context deadline

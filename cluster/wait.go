@@ -24,6 +24,7 @@ func (c *Cluster) form(ctx context.Context) error {
 	var (
 		nextJoin     = start
 		backoff      = 50 * time.Millisecond
+		resync       = min(resyncRounds*c.cfg.Detector.GossipInterval, rejoinInterval)
 		lastProgress = start.Add(-progressMinGap) // the first line at once
 		lastCount    = 0
 		timer        = time.NewTimer(time.Hour)
@@ -57,7 +58,14 @@ func (c *Cluster) form(ctx context.Context) error {
 				return c.joinError(err, start, seeds)
 			}
 			if joined {
-				nextJoin, backoff = time.Now().Add(rejoinInterval), 50*time.Millisecond
+				// Members that reached the seeds after this exchange
+				// come by gossip, which at start-up, when every member
+				// knows few others, can miss this process: each member
+				// passes a newcomer on a few times, to random members
+				// it knows. The seeds know them: ask again soon, then
+				// twice as late each time, up to rejoinInterval.
+				nextJoin, backoff = time.Now().Add(resync), 50*time.Millisecond
+				resync = min(2*resync, rejoinInterval)
 			} else {
 				nextJoin, backoff = time.Now().Add(backoff), min(2*backoff, maxSeedBackoff)
 			}
