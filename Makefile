@@ -8,7 +8,7 @@ SOAK        ?= 3m
 # gpu-test's binaries without symbol tables or local paths: 77 MB in all
 # instead of 105, to carry to a GPU host (panics still name functions).
 GPUFLAGS    ?= -trimpath -ldflags='-s -w'
-.PHONY: test bench demo lint fuzz soak gpu-test
+.PHONY: test bench demo lint fuzz soak soak-init gpu-test
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
@@ -36,6 +36,9 @@ fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) 
 
 soak: ## 2x2 processes: random checked collectives, Splits and Closes for SOAK (3m); errors 0, RSS and goroutines flat (docs/reliability.md)
 	HIERCOMM_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./cmd/hiercomm/
+
+soak-init: ## 1,000 cycles of a small local job's Init, AllReduce and Close (2x2 and 2x3 processes); no Init or Close over 1 s, no Close error (docs/reliability.md)
+	HIERCOMM_INIT_CYCLES=1000 $(GO) test -count=1 -timeout 0 -v -run '^TestInitCloseCycles$$' .
 
 gpu-test: ## build the GPU tests and the -device trainers (with MNIST) cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
 	mkdir -p gpu-bin/mnist
