@@ -8,7 +8,7 @@ SOAK        ?= 3m
 # gpu-test's binaries without symbol tables or local paths: 77 MB in all
 # instead of 105, to carry to a GPU host (panics still name functions).
 GPUFLAGS    ?= -trimpath -ldflags='-s -w'
-.PHONY: test bench demo lint fuzz soak soak-init gpu-test
+.PHONY: test bench demo lint fuzz soak soak-init faults gpu-test
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
@@ -39,6 +39,9 @@ soak: ## 2x2 processes: random checked collectives, Splits and Closes for SOAK (
 
 soak-init: ## 1,000 cycles of a small local job's Init, AllReduce and Close (2x2 and 2x3 processes); no Init or Close over 1 s, no Close error (docs/reliability.md)
 	HIERCOMM_INIT_CYCLES=1000 $(GO) test -count=1 -timeout 0 -v -run '^TestInitCloseCycles$$' .
+
+faults: ## the cross-route mismatch matrix on every hierarchy layout, shm and nexar inside nodes (make test runs two); HIERCOMM_TEST_MATRIX=full for every cell
+	HIERCOMM_TEST_FULL=1 $(GO) test -count=1 -timeout 60m -run 'TestMismatchMatrix' ./hierarchy/
 
 gpu-test: ## build the GPU tests and the -device trainers (with MNIST) cgo-free into gpu-bin/; on a GPU host: bash gpu-bin/run.sh (docs/gpu.md)
 	mkdir -p gpu-bin/mnist

@@ -103,8 +103,36 @@ func DecodeProgress(b []byte) (Progress, error) {
 // naming the lowest such rank and both calls. It is nil when every answer
 // agrees with this rank's calls as far as both know them (a rank that had
 // not yet started a collective disagrees with nothing: it is late, not
-// mismatched).
+// mismatched), and while a rank that answered has not yet started the
+// collective that differs: acting on the verdict aborts the communicator,
+// which would fail that rank's earlier collective, one that every rank
+// called alike and can complete. Asked again once it has started, the
+// census gives the verdict.
 func Judge(rank int, mine Progress, seq uint64, answers []Progress, answered []bool) *MismatchError {
+	me := firstDifference(rank, mine, seq, answers, answered)
+	if me == nil {
+		return nil
+	}
+	if Behind(rank, me.Seq, answers, answered) {
+		return nil
+	}
+	return me
+}
+
+// Behind reports whether a rank other than rank that answered the census
+// has not yet started collective seq.
+func Behind(rank int, seq uint64, answers []Progress, answered []bool) bool {
+	for r, p := range answers {
+		if r != rank && r < len(answered) && answered[r] && p.Started < seq {
+			return true
+		}
+	}
+	return false
+}
+
+// firstDifference is Judge's mismatch before the check that every rank
+// that answered has started it.
+func firstDifference(rank int, mine Progress, seq uint64, answers []Progress, answered []bool) *MismatchError {
 	from := uint64(1)
 	if seq >= CensusWindow {
 		from = seq - CensusWindow + 1

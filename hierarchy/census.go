@@ -85,6 +85,31 @@ func (h *Comm) askOnce() bool {
 	return first
 }
 
+// settle is the census's verdict on collective seq, which this rank's part
+// found mismatched, once every rank has started it: the part's news may
+// come while other ranks are still in an earlier collective, one that
+// every rank called alike, and aborting the hierarchy now would fail it
+// on them. So it asks until they have (20 ms apart, doubling up to
+// censusWait), or a verdict comes, or ctx ends; nil without a verdict.
+func (h *Comm) settle(ctx context.Context, seq uint64) *comm.MismatchError {
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, censusWait) {
+		if me := h.verdict(seq); me != nil {
+			return me
+		}
+		mine, answers, answered := h.ask()
+		if me := h.judge(mine, seq, answers, answered); me != nil || !comm.Behind(h.rank, seq, answers, answered) {
+			return me
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-h.stop:
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
 // judge is comm.Judge on a census, kept as the hierarchy's verdict when it
 // finds a mismatch. The first verdict is announced to every rank
 // (comm.ProgressCensus.Announce): a rank that meets the mismatch later,

@@ -318,16 +318,15 @@ func New(cfg Config) (*Comm, error) {
 	return h, nil
 }
 
-// watch aborts the hierarchy when part p is aborted by a rank's failure
-// or a mismatch: news of it that reaches this rank through one part (a
-// peer announced its abort there, a node-mate saw the process vanish, a
-// rank found that the calls differ) ends the operations waiting on the
-// others, and the next call reports it. A mismatch is reported as the
-// census finds it (verdict: the users' calls at the first collective
-// that differs), else as the part reported it. Other aborts (a deadline)
-// are left to the phase that meets them, which reports them in the
-// user's terms; the hierarchy's own abort of its parts comes back here
-// and changes nothing.
+// watch aborts the hierarchy when part p is aborted by a rank's failure:
+// news of it that reaches this rank through one part (a peer announced
+// its abort there, a node-mate saw the process vanish) ends the
+// operations waiting on the others. Other aborts (a mismatch, a
+// deadline) are left to the phase that meets them, which reports them in
+// the user's terms: a mismatch once every rank has reached the collective
+// that differs (settle), since the ranks still in an earlier one would
+// fail it if the hierarchy were aborted now. The hierarchy's own abort
+// of its parts comes back here and changes nothing.
 //
 // A collective in its phases when the news comes finishes first: the
 // news may be of a failure in a later collective of ranks ahead of this
@@ -344,22 +343,13 @@ func (h *Comm) watch(p part, w comm.AbortWatcher) {
 	case <-w.Aborted():
 	}
 	cause := w.AbortCause()
-	switch {
-	case errors.Is(cause, comm.ErrMismatch):
-		h.mu.Lock()
-		seq := h.progress.Started
-		h.mu.Unlock()
-		if me := h.verdict(seq); me != nil {
-			cause = me
-		}
-	case errors.Is(cause, comm.ErrPeerFailed):
-		if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
-			cause = pe
-		} else {
-			cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
-		}
-	default:
+	if !errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch) {
 		return
+	}
+	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
+		cause = pe
+	} else {
+		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}
 	h.mu.Lock()
 	if h.running {
@@ -532,9 +522,10 @@ func (h *Comm) runTask(t *task) error {
 	switch {
 	case aborted != nil && t.Err == nil:
 		if errors.Is(aborted, comm.ErrMismatch) && h.askOnce() {
-			// A peer's news of a mismatch came before this rank's call
-			// of the collective it was in: with the call recorded now,
-			// the census says what this rank's call disagrees with.
+			// A part's mismatch aborted the hierarchy without the
+			// census's verdict (a rank had not reached the collective,
+			// or the news came before this rank's call of it): with the
+			// call recorded now, ask once more.
 			if me := h.verdict(t.Seq); me != nil {
 				aborted = me
 			}

@@ -189,7 +189,10 @@ func (x *phases) alloc(like comm.Buffer, n int) comm.Buffer {
 }
 
 // fail aborts the hierarchy because an operation on p failed with err. A
-// mismatch becomes a *comm.MismatchError for this rank's own call.
+// mismatch becomes a *comm.MismatchError for this rank's own call; so does
+// a peer's failure where the census finds a mismatch (a rank that closed
+// on its mismatch error before this one asked: its announcement says
+// what it called).
 func (x *phases) fail(p part, err error) {
 	if x.fatal != nil {
 		return
@@ -202,6 +205,13 @@ func (x *phases) fail(p part, err error) {
 		x.fatal = x.h.opError(x.kind, x.seq, me.Peer, me)
 		cause = me
 	case errors.Is(err, comm.ErrPeerFailed):
+		if me := x.h.verdict(x.seq); me != nil {
+			// The peer left after its own call was found mismatched
+			// (it closed on its error): the mismatch is the cause.
+			x.fatal = x.h.opError(x.kind, x.seq, me.Peer, me)
+			cause = me
+			break
+		}
 		if pe := x.h.blame(p, peer, err); pe != nil {
 			x.fatal = x.h.opError(x.kind, x.seq, pe.Peer, pe)
 			cause = x.fatal
@@ -350,13 +360,14 @@ func (p part) abandoned(peer int, err error) error {
 }
 
 // userMismatch is a part's mismatch error as a *comm.MismatchError of the
-// user's calls. The census's verdict comes first (verdict: every rank's
-// own calls, compared from the first collective at which they differ);
+// user's calls. The census's verdict comes first (settle: every rank's
+// own calls, compared from the first collective at which they differ,
+// once every rank has started this one);
 // without one, where the part compared the phase's Outer with the peer's,
 // the peer's call is known (its kind, dtype and op; its count and root
 // when they fit the fingerprint), else the part's report is quoted.
 func (x *phases) userMismatch(p part, peer int, err error) *comm.MismatchError {
-	if me := x.h.verdict(x.seq); me != nil {
+	if me := x.h.settle(x.ctx, x.seq); me != nil {
 		return me
 	}
 	var me *comm.MismatchError

@@ -99,6 +99,7 @@ func TestSuitesFake(t *testing.T) {
 			t.Run("BadInput", func(t *testing.T) { commtest.RunBadInput(t, comms, o) })
 			t.Run("Split", func(t *testing.T) { commtest.RunSplit(t, comms, o) })
 			t.Run("Mismatch", func(t *testing.T) { commtest.RunMismatch(t, comms, o) })
+			t.Run("Matrix", func(t *testing.T) { commtest.RunMismatchMatrix(t, comms, o) })
 		})
 	}
 }

@@ -96,6 +96,23 @@ func TestMismatchSuiteMemory(t *testing.T) {
 	}
 }
 
+// TestMismatchMatrixMemory: every ordered pair of kinds, one rank calling
+// the other (commtest.MismatchMatrixRank), each a mismatch at collective
+// #2 on every rank, also on a rank whose part only sent and that meets it
+// in its next call.
+func TestMismatchMatrixMemory(t *testing.T) {
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			cs, err := nexar.NewMemoryWorld(n, nexar.Options{Timeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nexar.CloseAll(cs)
+			commtest.RunMismatchMatrix(t, asComms(cs), commtest.Options{Timeout: 30 * time.Second})
+		})
+	}
+}
+
 func TestFusedMemory(t *testing.T) {
 	for _, n := range []int{1, 3, 4} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {

@@ -108,7 +108,15 @@ func (o *op) fail(err error, notify bool) {
 }
 
 func (o *op) notify(err error) {
-	h, reason := failNotice(Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Sig: o.sig}, err)
+	h := Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Sig: o.sig}
+	if me := (*comm.MismatchError)(nil); errors.As(err, &me) && me.Seq != 0 && me.Seq < o.seq && me.Local.Kind != 0 {
+		// The communicator was aborted by a mismatch at an earlier
+		// collective: told as that one's (this rank's call there), so a
+		// peer that finished it (its part only sent) and waits here
+		// reports the collective at which the calls differ, not this one.
+		h.Seq, h.Sig = me.Seq, me.Local
+	}
+	h, reason := failNotice(h, err)
 	var wg sync.WaitGroup
 	for p := range o.c.members {
 		if p == o.c.rank {

@@ -118,6 +118,7 @@ func TestSuites(t *testing.T) {
 			t.Run("fused", func(t *testing.T) { commtest.RunFused(t, asComms(localWorld(t, n, cfg)), opt) })
 			if n >= 2 {
 				t.Run("mismatch", func(t *testing.T) { commtest.RunMismatch(t, asComms(localWorld(t, n, cfg)), opt) })
+				t.Run("matrix", func(t *testing.T) { commtest.RunMismatchMatrix(t, asComms(localWorld(t, n, cfg)), opt) })
 			}
 		})
 	}
