@@ -100,6 +100,9 @@ func TestSuitesFake(t *testing.T) {
 			t.Run("Split", func(t *testing.T) { commtest.RunSplit(t, comms, o) })
 			t.Run("Mismatch", func(t *testing.T) { commtest.RunMismatch(t, comms, o) })
 			t.Run("Matrix", func(t *testing.T) { commtest.RunMismatchMatrix(t, comms, o) })
+			t.Run("Faults", func(t *testing.T) {
+				commtest.RunFaults(t, comms, commtest.Options{Timeout: 5 * time.Second, Memory: dev})
+			})
 		})
 	}
 }

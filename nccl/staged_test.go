@@ -59,6 +59,9 @@ func TestConformanceStaged(t *testing.T) {
 				commtest.RunP2P(t, comms, commtest.Options{Memory: dev, Counts: []int{0, 1, 4099}})
 			})
 			t.Run("BadInput", func(t *testing.T) { commtest.RunBadInput(t, comms, commtest.Options{Memory: dev}) })
+			t.Run("Faults", func(t *testing.T) {
+				commtest.RunFaults(t, comms, commtest.Options{Timeout: 5 * time.Second, Memory: dev})
+			})
 		})
 	}
 }

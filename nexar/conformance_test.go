@@ -83,15 +83,22 @@ func TestSuitesMemory(t *testing.T) {
 	}
 }
 
+// TestMismatchSuiteMemory runs the mismatch suite and the fault suite
+// (commtest.RunFaults: a rank canceled, past its deadline, closed,
+// aborted or late, each on a Split child), each on a world of its own.
 func TestMismatchSuiteMemory(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			cs, err := nexar.NewMemoryWorld(n, nexar.Options{ProbeAfter: 50 * time.Millisecond, Timeout: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
+			mk := func() []comm.Communicator {
+				cs, err := nexar.NewMemoryWorld(n, nexar.Options{ProbeAfter: 50 * time.Millisecond, Timeout: 30 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { nexar.CloseAll(cs) })
+				return asComms(cs)
 			}
-			defer nexar.CloseAll(cs)
-			commtest.RunMismatch(t, asComms(cs), commtest.Options{Timeout: 30 * time.Second})
+			t.Run("mismatch", func(t *testing.T) { commtest.RunMismatch(t, mk(), commtest.Options{Timeout: 30 * time.Second}) })
+			t.Run("faults", func(t *testing.T) { commtest.RunFaults(t, mk(), commtest.Options{Timeout: 5 * time.Second}) })
 		})
 	}
 }
@@ -122,6 +129,22 @@ func TestFusedMemory(t *testing.T) {
 			}
 			defer nexar.CloseAll(cs)
 			commtest.RunFused(t, asComms(cs), commtest.Options{Timeout: 30 * time.Second})
+		})
+	}
+}
+
+// TestFaultSuiteNet runs the fault suite over QUIC and TCP on loopback.
+func TestFaultSuiteNet(t *testing.T) {
+	for _, network := range []string{"quic", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cs, err := nexar.NewLocalWorld(ctx, 3, network, nexar.Options{ProbeAfter: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nexar.CloseAll(cs)
+			commtest.RunFaults(t, asComms(cs), commtest.Options{Timeout: 5 * time.Second})
 		})
 	}
 }

@@ -119,7 +119,15 @@ func TestSuites(t *testing.T) {
 			if n >= 2 {
 				t.Run("mismatch", func(t *testing.T) { commtest.RunMismatch(t, asComms(localWorld(t, n, cfg)), opt) })
 				t.Run("matrix", func(t *testing.T) { commtest.RunMismatchMatrix(t, asComms(localWorld(t, n, cfg)), opt) })
+				t.Run("faults", func(t *testing.T) { commtest.RunFaults(t, asComms(localWorld(t, n, cfg)), faultOptions) })
 			}
 		})
 	}
 }
+
+// faultOptions run commtest's fault suite, with the cases shared memory
+// does not pass yet skipped, each with why.
+var faultOptions = commtest.Options{Timeout: 5 * time.Second, SkipFaults: map[string]string{
+	"cancel-news": "a rank waiting in a collective for a rank that has not come hears of another rank's cancel only when that rank comes",
+	"straggler":   "a deadline here does not name the ranks that had not started the collective (no *comm.LateError)",
+}}

@@ -49,6 +49,10 @@ type Options struct {
 	// MismatchWithin bounds how long a rank of the mismatch matrix may take
 	// to report the mismatch. If zero, defaults to MatrixWithin.
 	MismatchWithin time.Duration
+	// SkipFaults skips cases of the fault suite (FaultsRank): the case's
+	// name (one of FaultCases) → why this communicator cannot pass it,
+	// which every rank logs. A fault case is never skipped otherwise.
+	SkipFaults map[string]string
 
 	// Timeout bounds each case (every collective of it, on this rank). If
 	// zero, defaults to 60 s.
