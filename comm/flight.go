@@ -23,10 +23,13 @@ import (
 // safe for concurrent use.
 type FlightRecorder struct {
 	log  *slog.Logger
-	comm string // the communicator's name, for the dump
 	rank int
 
-	mu     sync.Mutex // guards the fields below
+	mu   sync.Mutex // guards the fields below
+	comm string     // the communicator's name, for the dump
+	// job is this process's rank in the whole job, which the dump shows
+	// before rank (Identify); -1: the communicator's ranks are the job's.
+	job    int
 	ring   []FlightRecord
 	next   int  // where the next record goes
 	dumped bool // the dump is written once, at the first failure
@@ -70,11 +73,33 @@ func NewFlightRecorder(n int, name string, rank int, log *slog.Logger) *FlightRe
 	if log == nil {
 		log = slog.Default()
 	}
-	f := &FlightRecorder{log: log, comm: name, rank: rank, ring: make([]FlightRecord, max(n, 1))}
+	f := &FlightRecorder{log: log, comm: name, rank: rank, job: -1, ring: make([]FlightRecord, max(n, 1))}
 	live.Lock()
 	live.set[f] = struct{}{}
 	live.Unlock()
 	return f
+}
+
+// Identify names the communicator in the dump (a part of a composed
+// communicator is named by its role, "node 1 shm", "rail 0", as the
+// composer's errors name it) and says that this process is rank job of
+// the whole job, which the dump then shows first, before its rank in the
+// communicator: rank=3 local=1 (the "waited on" and "behind" ranks stay
+// the communicator's). job < 0: the communicator's ranks are the job's.
+func (f *FlightRecorder) Identify(name string, job int) {
+	f.mu.Lock()
+	f.comm, f.job = name, job
+	f.mu.Unlock()
+}
+
+// who is how the dump's lines name the communicator and this process.
+func (f *FlightRecorder) who() []any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.job < 0 {
+		return []any{"comm", f.comm, "rank", f.rank}
+	}
+	return []any{"comm", f.comm, "rank", f.job, "local", f.rank}
 }
 
 // live holds the recorders of communicators not yet closed, for DumpLive.
@@ -101,7 +126,13 @@ func DumpLive(why string) int {
 		fs = append(fs, f)
 	}
 	live.Unlock()
-	slices.SortFunc(fs, func(a, b *FlightRecorder) int { return cmp.Compare(a.comm, b.comm) })
+	names := make(map[*FlightRecorder]string, len(fs))
+	for _, f := range fs {
+		f.mu.Lock()
+		names[f] = f.comm
+		f.mu.Unlock()
+	}
+	slices.SortFunc(fs, func(a, b *FlightRecorder) int { return cmp.Compare(names[a], names[b]) })
 	cause := errors.New(why)
 	for _, f := range fs {
 		f.Dump(cause)
@@ -211,7 +242,8 @@ func (f *FlightRecorder) Records() []FlightRecord {
 // on): cause says why.
 func (f *FlightRecorder) Dump(cause error) {
 	recs := f.Records()
-	f.log.Warn("flight recorder: the last collectives", "comm", f.comm, "rank", f.rank, "kept", len(recs), "cause", cause)
+	who := f.who()
+	f.log.Warn("flight recorder: the last collectives", append(slices.Clip(who), "kept", len(recs), "cause", cause)...)
 	behind := map[int]uint64{}
 	var at uint64
 	for _, r := range recs {
@@ -219,8 +251,8 @@ func (f *FlightRecorder) Dump(cause error) {
 		if r.End.IsZero() {
 			took = time.Since(r.Start)
 		}
-		attrs := []any{"comm", f.comm, "rank", f.rank, "seq", r.Seq, "call", r.Call.String(), "state", r.State(),
-			"start", r.Start.Format(time.RFC3339Nano), "took", took.Round(time.Microsecond)}
+		attrs := append(slices.Clip(who), "seq", r.Seq, "call", r.Call.String(), "state", r.State(),
+			"start", r.Start.Format(time.RFC3339Nano), "took", took.Round(time.Microsecond))
 		if len(r.Behind) > 0 {
 			attrs = append(attrs, "waited on", r.Behind)
 		}
@@ -238,7 +270,7 @@ func (f *FlightRecorder) Dump(cause error) {
 		}
 	}
 	for p, last := range behind {
-		attrs := []any{"comm", f.comm, "rank", f.rank, "behind", p}
+		attrs := append(slices.Clip(who), "behind", p)
 		if last > 0 { // 0: not known
 			attrs = append(attrs, "its last started", last)
 		}

@@ -80,6 +80,29 @@ func TestDumpLiveWritesEveryLiveRecorder(t *testing.T) {
 	}
 }
 
+// A part of a composed communicator is named by its role, and its dump
+// names this process by its job rank first, then its rank in the part.
+func TestFlightRecorderIdentify(t *testing.T) {
+	var out bytes.Buffer
+	f := NewFlightRecorder(2, "world", 1, slog.New(slog.NewTextHandler(&out, nil)))
+	f.Identify("node 1 shm", 3)
+	f.begin(1, Signature{Kind: KindBarrier, Root: -1})
+	f.end(1, &OpError{Rank: 1, Peer: 0, Kind: KindBarrier, Seq: 1, Comm: "node 1 shm", Err: &PeerError{Peer: 0, Err: ErrTimeout}})
+	dump := out.String()
+	for _, want := range []string{
+		`msg="flight recorder: the last collectives" comm="node 1 shm" rank=3 local=1 kept=1`,
+		`msg="flight recorder: collective" comm="node 1 shm" rank=3 local=1 seq=1`,
+		`msg="flight recorder: rank behind" comm="node 1 shm" rank=3 local=1 behind=0`,
+	} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("the dump lacks %s:\n%s", want, dump)
+		}
+	}
+	if strings.Contains(dump, "comm=world") {
+		t.Errorf("the dump still names the part by its own name:\n%s", dump)
+	}
+}
+
 // BenchmarkExecFlightRecorder measures what the recorder adds to a
 // blocking call through an Exec whose run does nothing (the part of a
 // collective's cost that is the executor's), off and on:
