@@ -30,11 +30,12 @@ type Comm struct {
 	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
-	exec      *comm.Exec[job] // numbers and runs the collectives (guarded by mu)
-	done      chan struct{}   // closed by Close: every wait ends with comm.ErrClosed
-	notes     lastWords       // control frames being sent (failure notices, probe answers); see note
-	shrink    shrinkBox       // Shrink's agreement (shrink.go)
-	census    census          // the progress census (progress.go)
+	exec      *comm.Exec[job]      // numbers and runs the collectives (guarded by mu)
+	rec       *comm.FlightRecorder // nil unless Options.FlightRecorder
+	done      chan struct{}        // closed by Close: every wait ends with comm.ErrClosed
+	notes     lastWords            // control frames being sent (failure notices, probe answers); see note
+	shrink    shrinkBox            // Shrink's agreement (shrink.go)
+	census    census               // the progress census (progress.go)
 	// holds: a communicator made by Shrink keeps the transport open, as
 	// the world Comm does; the last of them to close closes it. Set
 	// before the communicator is registered.
@@ -134,8 +135,41 @@ func (c *Comm) Rank() int { return c.rank }
 // Size implements comm.Communicator.
 func (c *Comm) Size() int { return len(c.members) }
 
-// Name is the communicator's name in errors and logs ("world", "world/split#1(color 0)").
+// Name is the communicator's name in errors and logs ("world",
+// "world/split#1(color 0)", or SetName's).
 func (c *Comm) Name() string { return c.name }
+
+// SetName renames the communicator in its errors, logs and flight
+// recorder's dump, and names the communicators it splits off from now on
+// after it: a composer that split it off names it by its role, as its own
+// errors do (hiercomm.Init names a hierarchy's rails "rail 0"). Call it
+// before the communicator is used.
+func (c *Comm) SetName(name string) {
+	c.name = name
+	if c.rec != nil {
+		c.rec.Identify(name, c.jobRank())
+	}
+}
+
+// jobRank is this process's rank in the whole job, as logs and the flight
+// recorder's dump show it before this communicator's: its world rank, or
+// -1 for the world itself, whose ranks are the job's.
+func (c *Comm) jobRank() int {
+	if c.owner {
+		return -1
+	}
+	return c.w.rank
+}
+
+// who is how the communicator's log lines name it and this process: its
+// name, the world rank first, then this communicator's where they may
+// differ (a split: comm="rail 1" rank=3 local=0).
+func (c *Comm) who() []any {
+	if j := c.jobRank(); j >= 0 {
+		return []any{"comm", c.name, "rank", j, "local", c.rank}
+	}
+	return []any{"comm", c.name, "rank", c.rank}
+}
 
 func (c *Comm) commRank(worldRank int) int {
 	if worldRank < 0 || worldRank >= len(c.index) {
@@ -392,12 +426,12 @@ func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, spli
 // takes its number, and the peers are told, so they fail it too instead of
 // waiting.
 func (c *Comm) newExec() *comm.Exec[job] {
-	var rec *comm.FlightRecorder
 	if c.opt.FlightRecorder > 0 {
-		rec = comm.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
+		c.rec = comm.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
+		c.rec.Identify(c.name, c.jobRank())
 	}
 	return comm.NewExec(comm.ExecConfig[job]{
-		Recorder:   rec,
+		Recorder:   c.rec,
 		Concurrent: true,
 		Recycle:    true,  // Run keeps nothing of its task (the op is its own) once it returns
 		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
@@ -471,7 +505,7 @@ func (c *Comm) refuseLocked() error {
 func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 	src := c.commRank(wsrc)
 	if src < 0 {
-		c.opt.Logger.Warn("nexar: dropped a frame from a rank outside the communicator", "comm", c.name, "src", wsrc, "kind", h.Kind)
+		c.opt.Logger.Warn("nexar: dropped a frame from a rank outside the communicator", append(c.who(), "src", wsrc, "kind", h.Kind)...)
 		putBuf(payload)
 		return
 	}
@@ -639,7 +673,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 	}
 	if old, dup := c.arrived[k]; dup {
 		// A protocol bug on the sender: keep the first, say so.
-		c.opt.Logger.Error("nexar: duplicate frame", "comm", c.name, "src", f.src, "kind", f.h.Kind, "seq", f.h.Seq, "step", f.h.Step)
+		c.opt.Logger.Error("nexar: duplicate frame", append(c.who(), "src", f.src, "kind", f.h.Kind, "seq", f.h.Seq, "step", f.h.Step)...)
 		putBuf(old.payload)
 	}
 	c.arrived[k] = f
@@ -806,7 +840,7 @@ func (c *Comm) sendControl(peer int, h Header, payload []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
 	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
-		c.opt.Logger.Debug("nexar: control frame not sent", "comm", c.name, "peer", peer, "kind", h.Kind, "err", err)
+		c.opt.Logger.Debug("nexar: control frame not sent", append(c.who(), "peer", peer, "kind", h.Kind, "err", err)...)
 	}
 }
 

@@ -2,6 +2,7 @@ package nexar
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -46,6 +47,63 @@ func TestFlightRecorderDumpsOnTimeout(t *testing.T) {
 		if c := strings.Count(dump, `msg="flight recorder: the last collectives" comm=world rank=0`); c != 1 {
 			t.Errorf("rank 0 wrote %d dumps, want 1:\n%s", c, dump)
 		}
+	}
+}
+
+// A split is named by its world rank first, then its own (rank=2
+// local=1), in its dump and its log lines, and SetName renames it in both
+// and names its later children after it.
+func TestSplitIsNamedByItsWorldRank(t *testing.T) {
+	var logs syncWriter
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	cs := memWorld(t, 4, Options{Timeout: 30 * time.Second, FlightRecorder: 4, Logger: log})
+	rails := make([]comm.Communicator, 4)
+	if err := errors.Join(onEveryRank(cs, func(r int, c *Comm) error {
+		var err error
+		rails[r], err = c.Split(context.Background(), r%2, r)
+		return err
+	})...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range rails {
+			c.Close()
+		}
+	})
+	for _, r := range []int{0, 2} {
+		rails[r].(*Comm).SetName("rail 0")
+	}
+	rail := rails[2].(*Comm)
+	comm.DumpLive("split names test")
+	rail.deliver(1, Header{Kind: FrameData}, nil) // world rank 1 is on the other rail
+	for _, want := range []string{
+		`msg="flight recorder: the last collectives" comm="rail 0" rank=2 local=1`,
+		`msg="flight recorder: the last collectives" comm=world rank=2 kept=1`,
+		`msg="nexar: dropped a frame from a rank outside the communicator" comm="rail 0" rank=2 local=1 src=1`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the logs lack %s:\n%s", want, logs.String())
+		}
+	}
+	var child comm.Communicator
+	if err := errors.Join(onEveryRank(cs, func(r int, c *Comm) error {
+		if r%2 != 0 {
+			return nil
+		}
+		kid, err := rails[r].Split(context.Background(), 0, r)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { kid.Close() })
+		if r == 2 {
+			child = kid
+		}
+		return nil
+	})...); err != nil {
+		t.Fatal(err)
+	}
+	if got := child.(*Comm).Name(); !strings.HasPrefix(got, "rail 0/split#") {
+		t.Errorf("the renamed rail's child is %q", got)
 	}
 }
 

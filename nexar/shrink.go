@@ -98,7 +98,7 @@ func (c *Comm) onShrink(f frame) {
 	m, err := decodeShrink(f.payload, c.Size())
 	putBuf(f.payload)
 	if err != nil {
-		c.opt.Logger.Error("nexar: dropped a malformed Shrink frame", "comm", c.name, "src", f.src, "err", err)
+		c.opt.Logger.Error("nexar: dropped a malformed Shrink frame", append(c.who(), "src", f.src, "err", err)...)
 		return
 	}
 	b := &c.shrink
