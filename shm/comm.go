@@ -26,6 +26,7 @@ type Comm struct {
 	name  string
 	rank  int
 	size  int
+	job   int // this process's rank in the whole job (Config.Ranks), or rank
 	seg   *segment
 	me    procID
 	words []rankWords // every rank's control words, by rank
@@ -73,7 +74,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	return attach(ctx, cfg, segmentPath(cfg.Namespace, "world"), "world")
+	return attach(ctx, cfg, segmentPath(cfg.Namespace, "world"), cfg.Name)
 }
 
 // NewLocal returns n communicators in this process (goroutine ranks, each
@@ -187,7 +188,10 @@ func waitPolicy(ranks, hostProcs, cpus int, inProcess bool) (spin int, yield, p2
 }
 
 func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
-	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{})}
+	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{})}
+	if cfg.Ranks != nil {
+		c.job = cfg.Ranks[c.rank]
+	}
 	c.Blocking = comm.Blocking{S: c}
 	c.words = make([]rankWords, c.size)
 	for r := range c.size {
@@ -209,8 +213,18 @@ func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.size }
 
 // Name is the communicator's name in errors and logs ("world",
-// "world/split#1(color 0)").
+// "world/split#1(color 0)", or Config.Name's).
 func (c *Comm) Name() string { return c.name }
+
+// who is how the communicator's log lines name it and this process: its
+// name, the job's rank first, then this communicator's where
+// Config.Ranks says they differ (comm="node 1 shm" rank=3 local=1).
+func (c *Comm) who() []any {
+	if c.cfg.Ranks == nil {
+		return []any{"comm", c.name, "rank", c.rank}
+	}
+	return []any{"comm", c.name, "rank", c.job, "local", c.rank}
+}
 
 func (c *Comm) String() string {
 	return fmt.Sprintf("shm.Comm(%s, rank %d of %d)", c.name, c.rank, c.size)
@@ -263,7 +277,7 @@ func (c *Comm) abort(cause error) {
 	aborted := c.aborted
 	close(c.abortedCh)
 	c.mu.Unlock()
-	c.cfg.Logger.Warn("shm: communicator aborted", "comm", c.name, "rank", c.rank, "cause", cause)
+	c.cfg.Logger.Warn("shm: communicator aborted", append(c.who(), "cause", cause)...)
 	if !c.killed.Load() {
 		c.writeAbort(cause)
 	}

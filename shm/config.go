@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm/schedule"
@@ -20,6 +21,21 @@ type Config struct {
 	Namespace string
 	// Rank in [0, Size); Size >= 1.
 	Rank, Size int
+	// Name names the communicator in its errors, logs and flight
+	// recorder's dump (a Split child is named after it: "node 1
+	// shm/split#1(color 0)"). If empty, "world". hiercomm.Init names a
+	// node's part of a hierarchy as the hierarchy's errors name it: "node
+	// 1 shm".
+	Name string
+	// Ranks, if set, are the whole job's ranks of this communicator's
+	// ranks (Ranks[r] is rank r's; Size of them): a part of a composed
+	// communicator, such as a node's part of a hierarchy (hiercomm.Init
+	// sets the node's ranks). Logs and the flight recorder's dump then
+	// name this process by its job rank first, then its rank here
+	// (rank=3 local=1), and an abort record in which the composer blames
+	// this process's job rank blames this rank. If nil, this
+	// communicator's ranks are the job's.
+	Ranks []int
 	// SlotBytes is each rank's staging area in the segment. If zero, 4 MiB.
 	// Rank 0's value is the one used: the others take it from the segment.
 	// At least 8 KiB. A step carries at most half a slot of a rank's
@@ -130,6 +146,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Name = cmp.Or(c.Name, "world")
+	c.Ranks = slices.Clone(c.Ranks)
 	c.StepBytes = cmp.Or(c.StepBytes, DefaultStepBytes)
 	c.Cost = c.Cost.Or(DefaultCost)
 	c.NonTemporalBytes = cmp.Or(c.NonTemporalBytes, DefaultNonTemporalBytes)
@@ -143,6 +161,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm.Config: Size %d is outside [1, %d]", c.Size, maxSize)
 	case c.Rank < 0 || c.Rank >= c.Size:
 		return c, fmt.Errorf("shm.Config: Rank %d is outside [0, Size %d)", c.Rank, c.Size)
+	case c.Ranks != nil && len(c.Ranks) != c.Size:
+		return c, fmt.Errorf("shm.Config: Ranks has %d ranks, Size is %d", len(c.Ranks), c.Size)
 	case c.SlotBytes < minSlotBytes:
 		return c, fmt.Errorf("shm.Config: SlotBytes %d is below the minimum %d", c.SlotBytes, minSlotBytes)
 	case c.FlightRecorder < 0:

@@ -38,6 +38,9 @@ type execState struct {
 func (c *Comm) newExec() *comm.Exec[op] {
 	if c.cfg.FlightRecorder > 0 {
 		c.rec = comm.NewFlightRecorder(c.cfg.FlightRecorder, c.name, c.rank, c.cfg.Logger)
+		if c.cfg.Ranks != nil {
+			c.rec.Identify(c.name, c.job)
+		}
 	}
 	return comm.NewExec(comm.ExecConfig[op]{
 		Recorder: c.rec,

@@ -51,6 +51,7 @@ func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	}
 	cfg := c.cfg
 	cfg.Namespace, cfg.Rank, cfg.Size = c.shrunkNamespace(attempt, survivors), len(survivors)-1, len(survivors)
+	cfg.Name, cfg.Ranks = c.name, c.jobRanks(survivors)
 	for i, q := range survivors {
 		if q == c.rank {
 			cfg.Rank = i

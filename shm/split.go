@@ -70,6 +70,7 @@ func (c *Comm) splitSchedule(s *stepper) error {
 	cfg := c.cfg
 	cfg.Rank, cfg.Size = childRank, len(group)
 	name := fmt.Sprintf("%s/split#%d(color %d)", c.name, nth, sp.color)
+	cfg.Name, cfg.Ranks = name, c.jobRanks(group)
 	path := segmentPath(c.cfg.Namespace, c.childFile(s.o.seq, sp.color))
 	var seg *segment
 	var createErr error
@@ -130,6 +131,19 @@ func (c *Comm) splitSchedule(s *stepper) error {
 	child.attached()
 	sp.child = child
 	return nil
+}
+
+// jobRanks are Config.Ranks of a communicator of ranks of this one (nil
+// if this one has none).
+func (c *Comm) jobRanks(ranks []int) []int {
+	if c.cfg.Ranks == nil {
+		return nil
+	}
+	out := make([]int, len(ranks))
+	for i, r := range ranks {
+		out[i] = c.cfg.Ranks[r]
+	}
+	return out
 }
 
 // childFile names the segment of the child of color made by the Split with
