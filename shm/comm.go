@@ -59,6 +59,7 @@ type Comm struct {
 	passed  atomic.Uint64  // the last step whose wait ended with every peer posted (abortPassed)
 	shrinks atomic.Uint64  // Shrink calls, for the survivors' segment names (shrink.go)
 	stopHB  chan struct{}
+	stalls  *stallWatch // this process's stalls, as the heartbeat goroutine sees them
 }
 
 // New attaches this process as rank cfg.Rank of the communicator
@@ -188,7 +189,8 @@ func waitPolicy(ranks, hostProcs, cpus int, inProcess bool) (spin int, yield, p2
 }
 
 func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
-	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{})}
+	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{}),
+		stalls: newStallWatch(cfg.FailureTimeout, time.Now())}
 	if cfg.Ranks != nil {
 		c.job = cfg.Ranks[c.rank]
 	}

@@ -21,8 +21,11 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
+	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // The multi-process tests start this test binary again, once per rank;
@@ -87,7 +90,9 @@ var raceEnabled = func() bool {
 // its role and exits; the parent runs the tests, then fails the run if any
 // segment of a test namespace is left in /dev/shm.
 func multiprocMain(m *testing.M) int {
-	if role := os.Getenv(envRole); role != "" {
+	if role := os.Getenv(envRole); role == "hierstall" {
+		return childHierStall()
+	} else if role != "" {
 		return runChild(role)
 	}
 	code := m.Run()
@@ -168,6 +173,8 @@ func runChild(role string) int {
 		return childCrash(ctx, c, cfg)
 	case "loop":
 		return childLoop(ctx, c)
+	case "stall":
+		return childStall(ctx, c)
 	case "hold":
 		fmt.Printf("rank %d: New returned in a world that should never have formed\n", cfg.Rank)
 		return 3
@@ -290,6 +297,79 @@ func childCrash(ctx context.Context, c *shm.Comm, cfg shm.Config) int {
 		fmt.Println("SURVIVOR-OK")
 		return 0
 	}
+}
+
+// childStall runs AllReduces until one fails, and prints what the error
+// blames: the test stops one rank (SIGSTOP) past FailureTimeout and
+// continues it.
+func childStall(ctx context.Context, c *shm.Comm) int {
+	return allReduceUntilStall(ctx, c, c.Rank())
+}
+
+// allReduceUntilStall runs AllReduces on c until one fails, says READY
+// after a few, and prints the error with what it blames: a STALL-ERROR
+// line for requireStallReports, and which tier said that this rank was
+// stalled.
+func allReduceUntilStall(ctx context.Context, c comm.Communicator, rank int) int {
+	x := make([]float32, 1<<12)
+	for i := 0; ; i++ {
+		err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum)
+		if i == 3 {
+			fmt.Println("READY")
+		}
+		if err == nil {
+			continue
+		}
+		b, ok := comm.CulpritOf(err)
+		viaShm, viaNexar := errors.Is(err, shm.ErrStalled), errors.Is(err, nexar.ErrStalled)
+		fmt.Printf("STALL-ERROR rank=%d culprit=%d known=%v stalled=%v peerfailed=%v (shm %v, nexar %v): %v\n",
+			rank, b.Rank, ok, viaShm || viaNexar, errors.Is(err, comm.ErrPeerFailed), viaShm, viaNexar, err)
+		return 0
+	}
+}
+
+// childHierStall is one rank of a 2x2 hierarchy, as hiercomm.Init wires
+// it: the world over QUIC (nexar.StartLocal), shared memory within each
+// emulated node (global ranks 0 and 1 on node 0, 2 and 3 on node 1). It
+// runs allReduceUntilStall.
+func childHierStall() int {
+	const failureTimeout = time.Second
+	ctx := context.Background()
+	cfg, err := nexar.LocalConfig(os.Getenv, nexar.Options{Timeout: time.Minute})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cfg.Net.FailureTimeout = failureTimeout
+	world, err := nexar.Connect(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	rank := world.Rank()
+	var members []topology.Member
+	for r := range 4 {
+		members = append(members, topology.Member{Rank: r, Host: fmt.Sprintf("node%d", r/2), Local: r % 2, Device: -1})
+	}
+	topo, err := topology.New(members)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	node := topo.NodeOf(rank)
+	intra, err := shm.New(ctx, shm.Config{Namespace: fmt.Sprintf("%s-node%d", os.Getenv(envNS), node), Rank: topo.LocalRank(rank), Size: 2,
+		FailureTimeout: failureTimeout, Name: fmt.Sprintf("node %d shm", node), Ranks: topo.Nodes()[node].Ranks})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	h, err := hierarchy.Build(ctx, world, topo, intra, hierarchy.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer h.Close()
+	return allReduceUntilStall(ctx, h, rank)
 }
 
 // loopCount is the length of a loop job's buffers: with a 64 KiB slot,

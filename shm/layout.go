@@ -59,13 +59,15 @@ const (
 )
 
 // Abort record fields, from cAbort: why the rank aborted, the failed peer
-// it names (or -1), the last step it posted, and the cause as text.
+// it names (or -1), the last step it posted, when it aborted, and the
+// cause as text.
 const (
 	aCode     = 0  // u32
 	aPeer     = 4  // i32
 	aLen      = 8  // u32
 	aFlags    = 12 // u32: abortOutside, abortPassed
 	aStep     = 16 // u64
+	aTime     = 24 // i64: the host's wall clock, Unix nanoseconds (stallWatch.explains)
 	aText     = 32
 	abortText = cMeta - cAbort - aText
 )

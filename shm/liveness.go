@@ -44,6 +44,7 @@ func (c *Comm) heartbeat(stop <-chan struct{}) {
 				return
 			}
 			atomic.AddUint64(c.mine.heartbeat, 1)
+			c.stalls.note(time.Now())
 		}
 	}
 }
@@ -131,6 +132,7 @@ func (c *Comm) writeAbort(cause error) {
 	}
 	atomic.StoreUint32(u32At(mem, base+aFlags), flags)
 	atomic.StoreUint64(u64At(mem, base+aStep), posted)
+	atomic.StoreUint64(u64At(mem, base+aTime), uint64(time.Now().UnixNano()))
 	c.setState(stateAborted)
 }
 
@@ -154,8 +156,9 @@ func (c *Comm) abortedAt(q int) (uint64, bool) {
 }
 
 // abortError turns peer q's abort record into this rank's error: a peer
-// failure it saw is that failure (naming the failed rank), anything else
-// is q abandoning the collective.
+// failure it saw is that failure (naming the failed rank; this rank
+// itself when q gave it up: expelled), anything else is q abandoning the
+// collective.
 func (c *Comm) abortError(q int) error {
 	mem, base := c.seg.mem, c.seg.l.ctl(q)+cAbort
 	code := comm.FailCode(atomic.LoadUint32(u32At(mem, base+aCode)))
@@ -165,6 +168,10 @@ func (c *Comm) abortError(q int) error {
 	text := string(mem[base+aText : base+aText+n])
 	switch {
 	case code != comm.FailPeer || peer < 0:
+	case peer == c.rank && !outside, peer == c.job && outside && c.cfg.Ranks != nil:
+		// q gave this rank up (or the composer that aborted q blames
+		// this process, by its job rank).
+		return c.expelled(q, text, int64(atomic.LoadUint64(u64At(mem, base+aTime))))
 	case outside:
 		return code.Blamed(q, comm.Blame{Rank: peer, Outside: true, How: text}, text)
 	case peer < c.size && peer != c.rank:

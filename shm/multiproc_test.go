@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiercomm/hiercomm/internal/procgroup"
+	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
 )
 
@@ -150,6 +152,78 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 			requireNoSegments(t, ns, "after the failure")
 		})
 	}
+}
+
+// A rank stopped (SIGSTOP) for longer than FailureTimeout and then
+// continued: its node-mates give it up and name it; it must learn that it
+// was the one that failed (stalled, expelled), as it does over nexar, not
+// blame the node-mate whose abort record it reads.
+func TestStalledRankLearnsItWasExpelled(t *testing.T) {
+	const failureTimeout = time.Second
+	ns := testNamespace(t)
+	j := startJob(t, ns, 3, []int{0, 1, 2}, "stall", envFailure+"="+failureTimeout.String())
+	if !waitFor(time.Minute, func() bool { return strings.Count(j.output(), "READY") == 3 }) {
+		t.Fatalf("the ranks never got going:\n%s", j.output())
+	}
+	j.signal(2, syscall.SIGSTOP)
+	time.Sleep(3 * failureTimeout)
+	j.signal(2, syscall.SIGCONT)
+	j.wait(time.Minute)
+	requireStallReports(t, j.output(), 3, 2)
+	requireNoSegments(t, ns, "after the stall")
+}
+
+// The same in a 2x2 hierarchy, shared memory within the nodes and QUIC
+// between them: global rank 3 is stopped; its node-mate gives it up
+// through shared memory, the other node through the world's transport.
+// Whichever part's news reaches it first, the stalled rank says that it
+// was the one (the hierarchy passes the part's error on), and every other
+// rank names it.
+func TestStalledRankInAHierarchyLearnsItWasExpelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("four processes over QUIC")
+	}
+	ns := testNamespace(t)
+	var out procgroup.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{Ranks: 4, Args: []string{"-test.run=^$"}, KeepOthers: true,
+		Env: []string{envRole + "=hierstall", envNS + "=" + ns}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(time.Minute, func() bool { return strings.Count(out.String(), "READY") == 4 }) {
+		t.Fatalf("the ranks never got going:\n%s", out.String())
+	}
+	if err := job.Signal(3, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := job.Signal(3, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range job.Errors() {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	requireStallReports(t, out.String(), 4, 3)
+	for node := range 2 {
+		requireNoSegments(t, fmt.Sprintf("%s-node%d", ns, node), "after the stall")
+	}
+}
+
+// requireStallReports checks the lines of n ranks (printStallError) in
+// text: every rank blames the stalled one, which says it was stalled.
+func requireStallReports(t *testing.T, text string, n, stalled int) {
+	t.Helper()
+	for r := range n {
+		want := fmt.Sprintf("STALL-ERROR rank=%d culprit=%d known=true stalled=%v peerfailed=true", r, stalled, r == stalled)
+		if !strings.Contains(text, want) {
+			t.Errorf("rank %d did not report %q", r, want)
+		}
+	}
+	t.Logf("\n%s", text)
 }
 
 // TestStaleSegmentIsCleared leaves a segment behind the way a killed job
