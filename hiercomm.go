@@ -90,8 +90,9 @@ type Options struct {
 	// also the shared-memory tier's (Shm.Timeout, where zero).
 	Nexar nexar.Options
 	// Shm tunes the shared-memory tier of a CPU node (slot and step
-	// sizes, algorithm thresholds, timeouts). Init sets Namespace, Rank
-	// and Size (they are ignored here); Timeout, FailureTimeout,
+	// sizes, algorithm thresholds, timeouts). Init sets Namespace, Rank,
+	// Size and Ranks (they are ignored here) and, on a world of several
+	// nodes, Name where empty ("node 1 shm"); Timeout, FailureTimeout,
 	// ConnectTimeout and Logger are filled as Options says where zero.
 	Shm shm.Config
 	// Hierarchy tunes the hierarchical communicator of a multi-node world

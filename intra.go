@@ -1,6 +1,7 @@
 package hiercomm
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -60,6 +61,7 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		}
 		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
 	}
+	nameParts(h, topo, rank)
 	if h.NodeP2PViaWorld() && intra != nil {
 		via += "; Send and Recv within nodes over " + l.Network
 		if !cfg.NodeP2PViaWorld {
@@ -67,6 +69,22 @@ func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Laun
 		}
 	}
 	return h, via, nil
+}
+
+// nameParts names the parts that hierarchy.Build split off the world as
+// the hierarchy's errors name them, in their own errors, logs and flight
+// recorders too: "rail 0", and "node 1 nexar" for a node's part with
+// HIERCOMM_INTRA=nexar (a node's shared memory is named as it is made:
+// connectIntraHost).
+func nameParts(h *hierarchy.Comm, topo *topology.Topology, rank int) {
+	type namer interface{ SetName(string) }
+	intra, rail := h.Parts()
+	if n, ok := rail.(namer); ok {
+		n.SetName(fmt.Sprintf("rail %d", topo.LocalRank(rank)))
+	}
+	if n, ok := intra.(namer); ok {
+		n.SetName(fmt.Sprintf("node %d nexar", topo.NodeOf(rank)))
+	}
 }
 
 // hierarchyConfig is the Options' hierarchy.Config as the launch completes
@@ -128,11 +146,19 @@ func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l clus
 }
 
 // connectIntraHost joins this rank to the shared memory of its node's
-// ranks (local rank order).
+// ranks (local rank order). On a world of several nodes it is a part,
+// named as the hierarchy's errors name it ("node 1 shm", unless
+// Options.Shm names it), whose logs name this process by its global rank
+// first (shm.Config.Ranks).
 func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, error) {
 	node := topo.Nodes()[topo.NodeOf(rank)]
 	cfg := opt.Shm
 	cfg.Namespace, cfg.Rank, cfg.Size = shmNamespace(l, topo.Member(rank).Host), topo.LocalRank(rank), len(node.Ranks)
+	cfg.Ranks = nil
+	if topo.NumNodes() > 1 {
+		cfg.Name = cmp.Or(cfg.Name, fmt.Sprintf("node %d shm", topo.NodeOf(rank)))
+		cfg.Ranks = node.Ranks
+	}
 	if cfg.HostProcs == 0 {
 		cfg.HostProcs = l.HostProcs
 	}
