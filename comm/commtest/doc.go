@@ -23,6 +23,8 @@
 //	SplitRank        / RunSplit        Split, children used alongside the parent
 //	BadInputRank     / RunBadInput     one rank's bad argument, the others told
 //	MismatchRank     / RunMismatch     ranks that disagree all get a MismatchError
+//	MismatchMatrixRank / RunMismatchMatrix  every pair of kinds, one rank odd
+//	FaultsRank       / RunFaults       a rank canceled, late, closed or aborted
 //	FusedRank        / RunFused        comm.AllReduceFused over many buffers
 //
 // # Data
@@ -63,6 +65,12 @@
 //     still works.
 //   - Ranks that disagree on a collective all get a *comm.MismatchError whose
 //     Local is their own call's Signature.
+//   - A rank whose context is canceled or past its deadline, that closes
+//     or aborts its communicator, or that starts a collective after the
+//     others' deadline passed, ends the collective on every rank: each
+//     gets an error that says what happened (comm.ErrCanceled,
+//     comm.ErrTimeout, comm.ErrPeerFailed, a *comm.LateError) and names
+//     that rank, within Options.Timeout (FaultsRank).
 //
 // # Robustness
 //
