@@ -33,6 +33,9 @@ type Progress struct {
 	// Calls[s % CensusWindow] is the user's call of collective s, for the
 	// last CensusWindow collectives up to Started (Call reads it).
 	Calls [CensusWindow]Signature
+	// Stopped says that the rank's communicator was aborted: it starts
+	// no further collective (it is not behind, it has stopped).
+	Stopped bool
 }
 
 // Record notes that collective seq, the user's call sig, began to run.
@@ -51,17 +54,26 @@ func (p *Progress) Call(seq uint64) (Signature, bool) {
 	return p.Calls[seq%CensusWindow], true
 }
 
-// progressCall is the wire size of one call in AppendProgress's form.
-const progressCall = 15
+// progressCall is the wire size of one call in AppendProgress's form;
+// stoppedBit marks Progress.Stopped in its count byte.
+const (
+	progressCall = 15
+	stoppedBit   = 0x80
+)
 
 // AppendProgress appends the wire form of p to b: Started (8 bytes), the
-// number k of calls that follow (1 byte), then the calls of collectives
+// number k of calls that follow (1 byte; its top bit set when Stopped),
+// then the calls of collectives
 // Started-k+1 … Started, each its Kind, DType and Op (a byte each), Root
 // (int32) and Count (int64). Integers are little-endian.
 func AppendProgress(b []byte, p Progress) []byte {
 	b = binary.LittleEndian.AppendUint64(b, p.Started)
 	k := min(p.Started, CensusWindow)
-	b = append(b, byte(k))
+	flags := byte(0)
+	if p.Stopped {
+		flags = stoppedBit
+	}
+	b = append(b, byte(k)|flags)
 	for s := p.Started - k + 1; s <= p.Started && k > 0; s++ {
 		c := p.Calls[s%CensusWindow]
 		b = append(b, byte(c.Kind), byte(c.DType), byte(c.Op))
@@ -83,7 +95,8 @@ func DecodeProgress(b []byte) (Progress, error) {
 		return p, fmt.Errorf("%w: %d bytes", errProgress, len(b))
 	}
 	p.Started = binary.LittleEndian.Uint64(b)
-	k := uint64(b[8])
+	p.Stopped = b[8]&stoppedBit != 0
+	k := uint64(b[8] &^ stoppedBit)
 	b = b[9:]
 	if k > CensusWindow || k > p.Started || uint64(len(b)) != k*progressCall {
 		return Progress{}, fmt.Errorf("%w: %d calls up to #%d in %d bytes", errProgress, k, p.Started, len(b))
@@ -106,24 +119,25 @@ func DecodeProgress(b []byte) (Progress, error) {
 // mismatched), and while a rank that answered has not yet started the
 // collective that differs: acting on the verdict aborts the communicator,
 // which would fail that rank's earlier collective, one that every rank
-// called alike and can complete. Asked again once it has started, the
-// census gives the verdict.
-func Judge(rank int, mine Progress, seq uint64, answers []Progress, answered []bool) *MismatchError {
-	me := firstDifference(rank, mine, seq, answers, answered)
+// called alike and can complete. behind says that a rank had not started
+// that collective (or, with no difference, seq): asked again once it has,
+// the census may give the verdict.
+func Judge(rank int, mine Progress, seq uint64, answers []Progress, answered []bool) (me *MismatchError, behind bool) {
+	me = firstDifference(rank, mine, seq, answers, answered)
 	if me == nil {
-		return nil
+		return nil, Behind(rank, seq, answers, answered)
 	}
 	if Behind(rank, me.Seq, answers, answered) {
-		return nil
+		return nil, true
 	}
-	return me
+	return me, false
 }
 
 // Behind reports whether a rank other than rank that answered the census
-// has not yet started collective seq.
+// has not yet started collective seq, and may (it has not stopped).
 func Behind(rank int, seq uint64, answers []Progress, answered []bool) bool {
 	for r, p := range answers {
-		if r != rank && r < len(answered) && answered[r] && p.Started < seq {
+		if r != rank && r < len(answered) && answered[r] && !p.Stopped && p.Started < seq {
 			return true
 		}
 	}

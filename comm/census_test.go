@@ -53,6 +53,7 @@ func TestProgressWireForm(t *testing.T) {
 			p.Record(s+1, Signature{Kind: Kind(1 + r.IntN(14)), DType: DType(r.IntN(11)), Op: ReduceOp(r.IntN(6)),
 				Root: int32(r.IntN(9)) - 1, Count: r.Int64N(1<<40) - 1})
 		}
+		p.Stopped = r.IntN(2) == 0
 		got, err := DecodeProgress(AppendProgress(nil, p))
 		if err != nil || got != p {
 			t.Fatalf("DecodeProgress(AppendProgress(%+v)) = %+v, %v", p, got, err)
@@ -116,6 +117,10 @@ func TestJudge(t *testing.T) {
 			mine: progressOf(4, 5), seq: 2,
 			answers: []Progress{progressOf(4, -5), {}, progressOf(4, 5, 6)}, answered: []bool{true, true, true},
 			want: &MismatchError{Peer: 0, Seq: 2, Local: call(5), Remote: call(-5)}},
+		{name: "a rank that stopped is not behind",
+			mine: progressOf(4, 5), seq: 2,
+			answers: []Progress{progressOf(4, -5), {}, {Started: 1, Calls: progressOf(4).Calls, Stopped: true}}, answered: []bool{true, true, true},
+			want: &MismatchError{Peer: 0, Seq: 2, Local: call(5), Remote: call(-5)}},
 		{name: "a rank that did not answer says nothing",
 			mine: progressOf(4, 5), seq: 2,
 			answers: []Progress{progressOf(4, 6), {}, {}}, answered: []bool{false, true, true}},
@@ -128,7 +133,7 @@ func TestJudge(t *testing.T) {
 			want: &MismatchError{Peer: 0, Seq: 2, Local: call(2), Remote: call(-2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Judge(1, tc.mine, tc.seq, tc.answers, tc.answered) // this rank is rank 1
+			got, _ := Judge(1, tc.mine, tc.seq, tc.answers, tc.answered) // this rank is rank 1
 
 			switch {
 			case tc.want == nil && got != nil:

@@ -294,7 +294,11 @@ func (e *LateError) Error() string {
 		if i < len(e.Who) {
 			who = e.Who[i]
 		}
-		fmt.Fprintf(&b, " (%s had not started %s; its last was #%d)", who, what, e.Last[i])
+		if i < len(e.Last) {
+			fmt.Fprintf(&b, " (%s had not started %s; its last was #%d)", who, what, e.Last[i])
+		} else {
+			fmt.Fprintf(&b, " (%s had not started %s)", who, what)
+		}
 	}
 	return b.String()
 }

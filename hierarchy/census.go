@@ -42,41 +42,43 @@ const (
 func (h *Comm) standing() comm.Progress {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.progress
+	return h.stall.Progress()
 }
 
-// ask takes a census: every rank's answer, as far as they came within
-// censusWait, and this rank's own Progress. answers is nil when the world
-// part cannot ask for this hierarchy.
-func (h *Comm) ask() (mine comm.Progress, answers []comm.Progress, answered []bool) {
+// ask takes a census about collective seq and hands the answers to the
+// Watch. ok is false when the world part cannot ask for this hierarchy.
+func (h *Comm) ask(seq uint64) (v comm.Verdict, answers []comm.Progress, answered []bool, ok bool) {
 	if h.census == nil {
-		return mine, nil, nil
+		return v, nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
 	defer cancel()
 	answers, answered = h.census.Progress(ctx)
-	return h.standing(), answers, answered
+	h.mu.Lock()
+	v = h.stall.Answers(seq, answers, answered)
+	h.mu.Unlock()
+	return v, answers, answered, true
 }
 
 // verdict is the mismatch that kept collective seq from completing, as
-// the census finds it (comm.Judge), or nil if the ranks' calls agree as
-// far as they answered. A verdict once found stands: every later error of
-// the hierarchy reports it.
+// the census finds it, or nil if the ranks' calls agree as far as they
+// answered (or a rank has not reached it yet). A verdict once found
+// stands: every later error of the hierarchy reports it.
 func (h *Comm) verdict(seq uint64) *comm.MismatchError {
 	h.mu.Lock()
-	found := h.found
+	found := h.stall.Found()
 	h.mu.Unlock()
 	if found != nil {
 		return found
 	}
-	mine, answers, answered := h.ask()
-	return h.judge(mine, seq, answers, answered)
+	v, _, _, _ := h.ask(seq)
+	return v.Mismatch
 }
 
 // askOnce reports whether this is the first call since an abort by a
-// peer's news of a mismatch: only that one asks the census (a rank that
-// has closed makes a census wait censusWait, and an aborted communicator
-// fails its calls at once).
+// part's mismatch: only that one asks the census (a rank that has closed
+// makes a census wait censusWait, and an aborted communicator fails its
+// calls at once).
 func (h *Comm) askOnce() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -90,15 +92,18 @@ func (h *Comm) askOnce() bool {
 // come while other ranks are still in an earlier collective, one that
 // every rank called alike, and aborting the hierarchy now would fail it
 // on them. So it asks until they have (20 ms apart, doubling up to
-// censusWait), or a verdict comes, or ctx ends; nil without a verdict.
+// censusWait), or a verdict comes, or ctx ends; and for up to censusWait
+// while a rank does not answer (the odd rank may have closed on its own
+// error, its announcement on the way). Nil without a verdict.
 func (h *Comm) settle(ctx context.Context, seq uint64) *comm.MismatchError {
+	var silent time.Duration
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, censusWait) {
-		if me := h.verdict(seq); me != nil {
-			return me
+		v, _, _, ok := h.ask(seq)
+		if v.Mismatch != nil || !ok || !v.Behind && (!v.Silent || silent >= censusWait) {
+			return v.Mismatch
 		}
-		mine, answers, answered := h.ask()
-		if me := h.judge(mine, seq, answers, answered); me != nil || !comm.Behind(h.rank, seq, answers, answered) {
-			return me
+		if !v.Behind {
+			silent += wait
 		}
 		select {
 		case <-ctx.Done():
@@ -108,29 +113,6 @@ func (h *Comm) settle(ctx context.Context, seq uint64) *comm.MismatchError {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// judge is comm.Judge on a census, kept as the hierarchy's verdict when it
-// finds a mismatch. The first verdict is announced to every rank
-// (comm.ProgressCensus.Announce): a rank that meets the mismatch later,
-// in a call after one whose part only sent, still sees this rank's calls
-// when this one has closed.
-func (h *Comm) judge(mine comm.Progress, seq uint64, answers []comm.Progress, answered []bool) *comm.MismatchError {
-	me := comm.Judge(h.rank, mine, seq, answers, answered)
-	if me == nil {
-		return nil
-	}
-	h.mu.Lock()
-	first := h.found == nil
-	if first {
-		h.found = me
-	}
-	me = h.found
-	h.mu.Unlock()
-	if first {
-		h.census.Announce(mine)
-	}
-	return me
 }
 
 // askWhere asks every rank, over the world part, where it stands, and
@@ -143,32 +125,30 @@ func (h *Comm) judge(mine comm.Progress, seq uint64, answers []comm.Progress, an
 // error says the most: part, its *comm.LateError if it named ranks, else
 // wrapped).
 func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrapped error) (*comm.MismatchError, *comm.LateError) {
-	mine, answers, answered := h.ask()
-	if answers == nil {
+	v, answers, answered, ok := h.ask(seq)
+	switch {
+	case !ok:
 		return nil, nil
-	}
-	if me := h.judge(mine, seq, answers, answered); me != nil {
-		return me, nil
+	case v.Mismatch != nil:
+		return v.Mismatch, nil
 	}
 	base := wrapped
 	if part != nil {
 		base = part.Err
 	}
 	g := &comm.LateError{Err: base, Seq: seq, What: fmt.Sprintf("this %v #%d", kind, seq)}
-	var silent []string
-	for r := range min(len(answers), h.size) {
-		switch {
-		case r == h.rank:
-		case !answered[r]:
-			silent = append(silent, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
-		case answers[r].Started < seq:
-			g.Ranks = append(g.Ranks, r)
-			g.Last = append(g.Last, answers[r].Started)
-			g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
-		}
+	late, last, silent := comm.Stragglers(h.rank, seq, answers[:min(len(answers), h.size)], answered)
+	for i, r := range late {
+		g.Ranks = append(g.Ranks, r)
+		g.Last = append(g.Last, last[i])
+		g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
 	}
 	if len(silent) > 0 {
-		g.Err = fmt.Errorf("%w; %s did not say within %v which collective they were at (stopped, cut off, closed, or not yet in this communicator)", g.Err, strings.Join(silent, ", "), censusWait)
+		who := make([]string, len(silent))
+		for i, r := range silent {
+			who[i] = fmt.Sprintf("rank %d (%s)", r, h.where(r))
+		}
+		g.Err = fmt.Errorf("%w; %s did not say within %v which collective they were at (stopped, cut off, closed, or not yet in this communicator)", g.Err, strings.Join(who, ", "), censusWait)
 	}
 	if len(g.Ranks) == 0 && len(silent) == 0 {
 		return nil, nil
@@ -181,17 +161,15 @@ func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrappe
 }
 
 // watchStalls asks the census about a collective (or Split) that has run
-// for stallAfter of it, and again after twice as long each time (up to
-// askAtMost) while it keeps waiting; a mismatch found aborts the
-// hierarchy with it, which ends the phases waiting here and, through the
-// parts, on the peers. It looks every tick, without a clock read or a
-// timer on the collectives' path, and runs until Close.
+// for its time (comm.Watch.Tick: Config.AskAfter plus stallAfter), and
+// again after twice as long each time (up to askAtMost) while it keeps
+// waiting; a mismatch found aborts the hierarchy with it, which ends the
+// phases waiting here and, through the parts, on the peers. It looks every
+// tick, without a clock read or a timer on the collectives' path, and
+// runs until Close.
 func (h *Comm) watchStalls(tick time.Duration) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var seq uint64
-	var next time.Time
-	var wait time.Duration
 	for {
 		var now time.Time
 		select {
@@ -200,34 +178,24 @@ func (h *Comm) watchStalls(tick time.Duration) {
 		case now = <-t.C:
 		}
 		h.mu.Lock()
-		running, cur, stopped := h.running, h.progress.Started, h.aborted != nil || h.found != nil
-		call, _ := h.progress.Call(cur)
+		due := h.aborted == nil && h.stall.Tick(now)
+		cur := h.stall.Progress().Started
 		h.mu.Unlock()
-		switch {
-		case !running || stopped:
-			seq = 0
-			continue
-		case cur != seq: // first seen running at this tick
-			seq, wait = cur, h.stallAfter(call)
-			next = now.Add(wait)
-			continue
-		case now.Before(next):
+		if !due {
 			continue
 		}
-		wait = min(2*wait, max(askAtMost, wait))
-		next = now.Add(wait)
-		if me := h.verdict(cur); me != nil {
-			h.log.Debug("hierarchy: the census found a mismatch", "comm", h.cfg.Name, "rank", h.rank, "err", me)
-			h.abort(me)
+		if v, _, _, _ := h.ask(cur); v.Mismatch != nil {
+			h.log.Debug("hierarchy: the census found a mismatch", "comm", h.cfg.Name, "rank", h.rank, "err", v.Mismatch)
+			h.abort(v.Mismatch)
 		}
 	}
 }
 
-// stallAfter is how long collective call may run before this rank asks
-// where every rank stands: Config.AskAfter plus four times the cost
-// model's time for an AllReduce of its largest buffer (the model's
-// slowest shape for those bytes; a census costs a control message to
-// every rank, so asking early costs little).
+// stallAfter is how long collective call may run, beyond Config.AskAfter,
+// before this rank asks where every rank stands (comm.Watch.Expect): four
+// times the cost model's time for an AllReduce of its largest buffer (the
+// model's slowest shape for those bytes; a census costs a control message
+// to every rank, so asking early costs little).
 func (h *Comm) stallAfter(call comm.Signature) time.Duration {
 	bytes := max(call.Count, 0) * int64(call.DType.Size())
 	switch call.Kind {
@@ -235,5 +203,5 @@ func (h *Comm) stallAfter(call comm.Signature) time.Duration {
 		bytes *= int64(h.size)
 	}
 	est := h.cfg.Cost.Estimate(schedule.AllReduceOp, schedule.TwoD, int(min(bytes, 1<<50)), max(h.g, 1), h.topo.NumNodes())
-	return h.cfg.AskAfter + time.Duration(4*est*float64(time.Second))
+	return time.Duration(4 * est * float64(time.Second))
 }

@@ -180,19 +180,18 @@ type Comm struct {
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	aborted error // the first failure that aborted the hierarchy
-	// running says a collective or Split is in its phases; deferred is
-	// a part's abort that watch saw meanwhile, applied when it ends.
-	running  bool
+	// deferred is a part's abort that watch saw while a collective or
+	// Split was in its phases (stall.Running), applied when it ends.
 	deferred error
 
-	// progress is where this rank stands (its last started collective or
-	// Split and the user's latest calls): what it answers a census on the
-	// world part (comm.ProgressCensus, census.go). census is the world
-	// part, when it holds this hierarchy's answer (not another's built
-	// over it); uncensus uninstalls it. found is the mismatch a census
-	// found, which every later error of the hierarchy reports.
-	progress comm.Progress
-	found    *comm.MismatchError
+	// stall keeps where this rank stands (its last started collective or
+	// Split and the user's latest calls: what it answers a census on the
+	// world part, comm.ProgressCensus) and decides when to ask and what
+	// the answers mean (comm.Watch, census.go); its Running is whether a
+	// collective or Split is in its phases. census is the world part,
+	// when it holds this hierarchy's answer (not another's built over
+	// it); uncensus uninstalls it.
+	stall    comm.Watch
 	asked    bool // the first call after the abort asked (askOnce)
 	census   comm.ProgressCensus
 	uncensus func()
@@ -300,6 +299,7 @@ func New(cfg Config) (*Comm, error) {
 		h.cfg.Stager = NewHostStager()
 	}
 	h.stop = make(chan struct{})
+	h.stall = comm.Watch{Rank: r, AskAfter: cfg.AskAfter, AskAtMost: askAtMost, Expect: h.stallAfter}
 	if pc, ok := h.world.(comm.ProgressCensus); ok {
 		if remove, ok := pc.SetProgress(h.standing); ok {
 			h.census, h.uncensus = pc, remove
@@ -352,7 +352,7 @@ func (h *Comm) watch(p part, w comm.AbortWatcher) {
 		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}
 	h.mu.Lock()
-	if h.running {
+	if h.stall.Running() {
 		if h.deferred == nil {
 			h.deferred = cause
 		}
@@ -367,7 +367,7 @@ func (h *Comm) watch(p part, w comm.AbortWatcher) {
 // abort watch deferred meanwhile.
 func (h *Comm) ended() {
 	h.mu.Lock()
-	h.running = false
+	h.stall.Ended()
 	cause := h.deferred
 	h.deferred = nil
 	h.mu.Unlock()
@@ -515,8 +515,7 @@ func (h *Comm) check(call comm.Call) error {
 func (h *Comm) runTask(t *task) error {
 	h.mu.Lock()
 	aborted := h.aborted
-	h.running = true
-	h.progress.Record(t.Seq, t.Call.Signature()) // the executor runs the tasks one at a time, in order
+	h.stall.Started(t.Seq, t.Call.Signature()) // the executor runs the tasks one at a time, in order
 	h.mu.Unlock()
 	defer h.ended()
 	switch {
@@ -584,7 +583,12 @@ func (h *Comm) abort(cause error) {
 		return
 	}
 	h.aborted = cause
+	announce := h.census != nil && h.stall.Aborting(cause)
+	mine := h.stall.Progress()
 	h.mu.Unlock()
+	if announce {
+		h.census.Announce(mine)
+	}
 	h.log.Debug("hierarchy: aborted", "comm", h.cfg.Name, "rank", h.rank, "cause", cause)
 	for _, p := range h.partsOwned() {
 		comm.Abort(p, cause)
