@@ -39,7 +39,10 @@ type Progress struct {
 }
 
 // Record notes that collective seq, the user's call sig, began to run.
-// Collectives are recorded in order: seq is Started+1.
+// Collectives are recorded in order: seq is Started+1. A call whose Kind
+// is 0 is unknown and mismatches nothing: a composed communicator records
+// so a call that this rank refused (a bad argument), which every rank
+// abandons with the refusal, whatever the others called.
 func (p *Progress) Record(seq uint64, sig Signature) {
 	sig.Outer = Outer{}
 	p.Started = seq
@@ -114,7 +117,8 @@ func DecodeProgress(b []byte) (Progress, error) {
 // current one: the first collective, in order, at which a rank that
 // answered had made another call than this rank is a mismatch, returned
 // naming the lowest such rank and both calls. It is nil when every answer
-// agrees with this rank's calls as far as both know them (a rank that had
+// agrees with this rank's calls as far as both know them (an unknown call,
+// Kind 0, agrees with any; a rank that had
 // not yet started a collective disagrees with nothing: it is late, not
 // mismatched), and while a rank that answered has not yet started the
 // collective that differs: acting on the verdict aborts the communicator,
@@ -153,7 +157,7 @@ func firstDifference(rank int, mine Progress, seq uint64, answers []Progress, an
 	}
 	for s := from; s <= seq; s++ {
 		local, ok := mine.Call(s)
-		if !ok {
+		if !ok || local.Kind == 0 {
 			continue
 		}
 		for r := range answers {
@@ -161,7 +165,7 @@ func firstDifference(rank int, mine Progress, seq uint64, answers []Progress, an
 				continue
 			}
 			remote, ok := answers[r].Call(s)
-			if ok && remote != local {
+			if ok && remote.Kind != 0 && remote != local {
 				return &MismatchError{Peer: r, Seq: s, Local: local, Remote: remote}
 			}
 		}

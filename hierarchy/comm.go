@@ -515,7 +515,15 @@ func (h *Comm) check(call comm.Call) error {
 func (h *Comm) runTask(t *task) error {
 	h.mu.Lock()
 	aborted := h.aborted
-	h.stall.Started(t.Seq, t.Call.Signature()) // the executor runs the tasks one at a time, in order
+	// The executor runs the tasks one at a time, in order. A call this
+	// rank refuses (t.Err: a bad argument) is recorded as unknown: every
+	// rank abandons it with the refusal, and the census must not take
+	// the refused arguments for another call.
+	sig := t.Call.Signature()
+	if t.Err != nil {
+		sig = comm.Signature{}
+	}
+	h.stall.Started(t.Seq, sig)
 	h.mu.Unlock()
 	defer h.ended()
 	switch {

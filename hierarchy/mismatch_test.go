@@ -184,3 +184,37 @@ func nextFailsAtOnce(ctx context.Context, c comm.Communicator) error {
 	}
 	return nil
 }
+
+// A call one rank refuses (a bad argument) is abandoned by every rank and
+// mismatches nothing: a census taken later, while the ranks wait for a
+// late one within its window, must not take the refused arguments for
+// another call (it did in a multi-process run, where a Split waited past
+// AskAfter: "rank 3 called AllReduce(0×dtype(0), sum)"), and the
+// communicator goes on.
+func TestRefusedCallIsNoMismatch(t *testing.T) {
+	cs := build(t, layout{name: "2x2", perNode: []int{2, 2}}, "nexar", hierarchy.Config{})
+	errs := each(cs, func(r int, c comm.Communicator) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		send, recv := make([]float32, 4), make([]float32, 4)
+		op := comm.Sum
+		if r == 3 {
+			op = comm.ReduceOp(99) // refused: no such op
+		}
+		if err := c.AllReduce(ctx, comm.Host(send), comm.Host(recv), op); err == nil {
+			return fmt.Errorf("AllReduce with a bad argument on rank 3 returned nil")
+		}
+		if r == 0 {
+			time.Sleep(3 * hierarchy.DefaultAskAfter) // the others ask the census meanwhile
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return fmt.Errorf("Barrier after the refused call: %v", err)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

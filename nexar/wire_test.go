@@ -58,7 +58,7 @@ func TestHeaderLayout(t *testing.T) {
 		Sig: comm.Signature{Kind: 0x31, DType: 0x32, Op: 0x33, Root: 0x41424344, Count: 0x5152535455565758,
 			Outer: comm.Outer{Kind: 0x34, DType: 0x35, Op: 0x36, Hash: 0x71727374}}, Len: 0x00616263}
 	want := []byte{
-		4, 2, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36,
+		5, 2, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36,
 		8, 7, 6, 5, 4, 3, 2, 1,
 		0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
 		0x24, 0x23, 0x22, 0x21,
@@ -89,7 +89,8 @@ func TestDecodeHeaderRefuses(t *testing.T) {
 		{"version 1", "version", mod(func(b []byte) { b[0] = 1 })},
 		{"version 2", "version", mod(func(b []byte) { b[0] = 2 })},
 		{"version 3", "version", mod(func(b []byte) { b[0] = 3 })},
-		{"version 5", "version", mod(func(b []byte) { b[0] = 5 })},
+		{"version 4", "version", mod(func(b []byte) { b[0] = 4 })},
+		{"version 6", "version", mod(func(b []byte) { b[0] = 6 })},
 		{"kind 0", "kind", mod(func(b []byte) { b[1] = 0 })},
 		{"kind end", "kind", mod(func(b []byte) { b[1] = byte(frameKindEnd) })},
 		{"goodbye", "kind", goodbyeRecord},
