@@ -100,7 +100,13 @@
 // (comm.AbortWatcher), once the collective in progress, if any, has ended.
 // A deadline names the ranks that had not started the collective,
 // whichever part they are in: the hierarchy asks every rank over its world
-// part (comm.ProgressCensus). A mismatch is reported as a *comm.MismatchError
+// part (comm.ProgressCensus). A collective that has waited longer than
+// the cost model expects (Config.AskAfter plus four times its time) asks
+// the same census which calls every rank made, so calls whose routes never
+// meet in a part (a small Broadcast through the world part against an
+// AllReduce through the nodes and rails) are a *comm.MismatchError on
+// every rank within a second or two, naming the first collective that
+// differs (census.go; the rules are comm.Watch's). A mismatch is reported as a *comm.MismatchError
 // whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
 // part the news came through. After a failure, Shrink (comm.Shrinker)
