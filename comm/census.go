@@ -116,30 +116,29 @@ func DecodeProgress(b []byte) (Progress, error) {
 // (answers[r], where answered[r]) up to collective seq, this rank's
 // current one: the first collective, in order, at which a rank that
 // answered had made another call than this rank is a mismatch, returned
-// naming the lowest such rank and both calls. It is nil when every answer
-// agrees with this rank's calls as far as both know them (an unknown call,
-// Kind 0, agrees with any; a rank that had
-// not yet started a collective disagrees with nothing: it is late, not
-// mismatched), and while a rank that answered has not yet started the
-// collective that differs: acting on the verdict aborts the communicator,
-// which would fail that rank's earlier collective, one that every rank
-// called alike and can complete. behind says that a rank had not started
-// that collective (or, with no difference, seq): asked again once it has,
+// naming the lowest such rank and both calls. An unknown call (Kind 0)
+// agrees with any, and a rank that had not yet started a collective
+// disagrees with nothing: it is late, not mismatched. No mismatch is
+// returned while a rank that answered, and has not stopped, has not yet
+// started the collective that differs: acting on the verdict aborts the
+// communicator, which would fail that rank's earlier collective, one that
+// every rank called alike and can complete. behind says so (or, with no
+// difference, that a rank had not started seq): asked again once it has,
 // the census may give the verdict.
 func Judge(rank int, mine Progress, seq uint64, answers []Progress, answered []bool) (me *MismatchError, behind bool) {
 	me = firstDifference(rank, mine, seq, answers, answered)
 	if me == nil {
-		return nil, Behind(rank, seq, answers, answered)
+		return nil, anyBehind(rank, seq, answers, answered)
 	}
-	if Behind(rank, me.Seq, answers, answered) {
+	if anyBehind(rank, me.Seq, answers, answered) {
 		return nil, true
 	}
 	return me, false
 }
 
-// Behind reports whether a rank other than rank that answered the census
-// has not yet started collective seq, and may (it has not stopped).
-func Behind(rank int, seq uint64, answers []Progress, answered []bool) bool {
+// anyBehind reports whether a rank other than rank that answered the
+// census has not yet started collective seq, and may (it has not stopped).
+func anyBehind(rank int, seq uint64, answers []Progress, answered []bool) bool {
 	for r, p := range answers {
 		if r != rank && r < len(answered) && answered[r] && !p.Stopped && p.Started < seq {
 			return true

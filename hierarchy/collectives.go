@@ -10,18 +10,19 @@ import (
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
-// run executes one collective (see the package doc for the algorithms).
-func (h *Comm) run(t *task) error {
+// run executes one collective, the user's call sig (see the package doc
+// for the algorithms).
+func (h *Comm) run(t *task, sig comm.Signature) error {
 	if t.Err == nil && h.rec == nil && !hoptrace.On() {
 		if wc, ok := h.onWorld(t.Call); ok {
 			if r, ok := h.world.(comm.Runner); ok {
-				return h.runWhole(t, r, wc)
+				return h.runWhole(t, sig, r, wc)
 			}
 		}
 	}
 	defer h.cfg.Stager.Reset()
 	c := t.Call
-	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: c.Signature()}
+	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: sig}
 	x.outer = x.sig.OuterAt(t.Seq)
 	if t.Err != nil {
 		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
@@ -49,8 +50,7 @@ func (h *Comm) run(t *task) error {
 // Broadcasts is what the hierarchy loses to its world part. It issues the
 // same operation as the phases would (the user's call as Outer) and maps
 // a failure as they do.
-func (h *Comm) runWhole(t *task, world comm.Runner, c comm.Call) error {
-	sig := t.Call.Signature()
+func (h *Comm) runWhole(t *task, sig comm.Signature, world comm.Runner, c comm.Call) error {
 	c.Outer = sig.OuterAt(t.Seq)
 	err := world.Run(t.Ctx, c)
 	if err == nil {

@@ -520,10 +520,11 @@ func (h *Comm) runTask(t *task) error {
 	// rank abandons it with the refusal, and the census must not take
 	// the refused arguments for another call.
 	sig := t.Call.Signature()
+	recorded := sig
 	if t.Err != nil {
-		sig = comm.Signature{}
+		recorded = comm.Signature{}
 	}
-	h.stall.Started(t.Seq, sig)
+	h.stall.Started(t.Seq, recorded)
 	h.mu.Unlock()
 	defer h.ended()
 	switch {
@@ -541,7 +542,7 @@ func (h *Comm) runTask(t *task) error {
 	case t.X != nil:
 		return t.X(t)
 	}
-	return h.run(t)
+	return h.run(t, sig)
 }
 
 // transportOf names what an intra-node part runs on, for errors: "shm",

@@ -131,26 +131,12 @@ func faultStep(ctx context.Context, c comm.Communicator, name string, v, l int, 
 func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, o Options, r *report) bool {
 	full := "Faults/" + name
 	rank, size := c.Rank(), c.Size()
-	child, err := c.Split(ctx, 0, rank)
-	if err != nil {
-		r.callFailed(full+" (Split for a fresh communicator)", err)
+	f := newFreshCase(ctx, c, full, o, r)
+	if f == nil {
 		return false
 	}
-	if child == nil {
-		r.fail(full, "Split(0, %d) returned no communicator", rank)
-		return false
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			if err := child.Close(); err != nil {
-				r.fail(full, "Close of the child after the case: %v", err)
-			}
-		}
-	}()
-	a := &arena{mem: o.Memory}
-	defer a.free()
-	b := &builder{a: a}
+	defer f.end(full, r)
+	child, b := f.child, f.b
 	call := allReduce(b, comm.F32, faultN, comm.Sum)
 	if b.err != nil {
 		r.fail(full, "%v", b.err)
@@ -222,7 +208,7 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 	case "close":
 		if rank == v {
 			time.Sleep(FaultSettle)
-			closed = true
+			f.closed = true
 			if err := child.Close(); err != nil {
 				r.fail(full, "Close mid-collective: %v", err)
 			}
@@ -238,7 +224,7 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 			comm.Abort(child, faultCause(v))
 			got(nil)
 			if _, ok := child.(comm.Aborter); !ok {
-				closed = true
+				f.closed = true
 				return true
 			}
 			if err := child.Barrier(ctx); !errors.Is(err, comm.ErrAborted) {

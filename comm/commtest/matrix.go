@@ -154,14 +154,12 @@ func matrixStep(ctx context.Context, c comm.Communicator, mc matrixCase, within 
 func matrixBody(ctx context.Context, c comm.Communicator, mc matrixCase, within time.Duration, o Options, r *report) bool {
 	name := mc.name()
 	rank, size := c.Rank(), c.Size()
-	child, done := freshSplit(ctx, c, name, r)
-	if child == nil {
+	f := newFreshCase(ctx, c, name, o, r)
+	if f == nil {
 		return false
 	}
-	defer done()
-	a := &arena{mem: o.Memory}
-	defer a.free()
-	b := &builder{a: a}
+	defer f.end(name, r)
+	child, b := f.child, f.b
 	warm := allReduce(b, comm.F32, 1, comm.Sum)
 	kind := mc.a
 	if rank == mc.odd {

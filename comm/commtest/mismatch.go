@@ -109,14 +109,12 @@ func mismatchStep(ctx context.Context, c comm.Communicator, mc mismatchCase, nam
 
 func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, name string, o Options, r *report) bool {
 	rank, size := c.Rank(), c.Size()
-	child, done := freshSplit(ctx, c, name, r)
-	if child == nil {
+	f := newFreshCase(ctx, c, name, o, r)
+	if f == nil {
 		return false
 	}
-	defer done()
-	a := &arena{mem: o.Memory}
-	defer a.free()
-	b := &builder{a: a}
+	defer f.end(name, r)
+	child, b := f.child, f.b
 	call := mc.call(b, rank, size)
 	if b.err != nil {
 		r.fail(name, "%v", b.err)
@@ -143,23 +141,38 @@ func mismatchBody(ctx context.Context, c comm.Communicator, mc mismatchCase, nam
 	return true
 }
 
-// freshSplit is a Split of c (every rank, color 0, key rank) for case
-// name to spend, and the Close to defer, which reports a failure to
-// close; nil, after reporting why, when the Split failed.
-func freshSplit(ctx context.Context, c comm.Communicator, name string, r *report) (comm.Communicator, func()) {
+// freshCase is what a case that may spoil its communicator runs on: a
+// Split of c (every rank, color 0, key rank), and a builder of its
+// buffers. end, deferred, frees the buffers and closes the child (but
+// where the case closed it itself: closed), reporting a failure to close.
+type freshCase struct {
+	child  comm.Communicator
+	b      *builder
+	closed bool
+}
+
+// newFreshCase makes case name's freshCase; nil, after reporting why,
+// when the Split failed.
+func newFreshCase(ctx context.Context, c comm.Communicator, name string, o Options, r *report) *freshCase {
 	child, err := c.Split(ctx, 0, c.Rank())
 	if err != nil {
 		r.callFailed(name+" (Split for a fresh communicator)", err)
-		return nil, nil
+		return nil
 	}
 	if child == nil {
 		r.fail(name, "Split(0, %d) returned no communicator", c.Rank())
-		return nil, nil
+		return nil
 	}
-	return child, func() {
-		if err := child.Close(); err != nil {
-			r.fail(name, "Close of the child after the mismatch: %v", err)
-		}
+	return &freshCase{child: child, b: &builder{a: &arena{mem: o.Memory}}}
+}
+
+func (f *freshCase) end(name string, r *report) {
+	f.b.a.free()
+	if f.closed {
+		return
+	}
+	if err := f.child.Close(); err != nil {
+		r.fail(name, "Close of the child after the case: %v", err)
 	}
 }
 
