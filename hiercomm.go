@@ -291,9 +291,7 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 	// closing anything (a kill -9, a hung host, a cut cable): every
 	// communicator that includes the dead rank is aborted with an error
 	// naming it, on every survivor.
-	if pf, ok := c.(comm.PeerFailer); ok {
-		cl.OnFailure(func(f *cluster.Failure) { pf.PeerFailed(f.Rank, f) })
-	}
+	cl.OnFailure(func(f *cluster.Failure) { c.PeerFailed(f.Rank, f) })
 	if rank == 0 && l.TopoDumpFile != "" {
 		if err := dumpTopology(l.TopoDumpFile, topo); err != nil {
 			log.Warn("hiercomm: could not write the topology dump", "file", l.TopoDumpFile, "err", err)

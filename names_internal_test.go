@@ -62,7 +62,7 @@ func TestPartsAreNamedAsTheHierarchyNamesThem(t *testing.T) {
 			}
 			if intra == "shm" {
 				// An abort: shared memory's line on global rank 3 says so.
-				hs[3].(comm.Aborter).Abort(errors.New("names test abort"))
+				hs[3].Abort(errors.New("names test abort"))
 				if s := out.String(); !strings.Contains(s, `msg="shm: communicator aborted" comm="node 1 shm" rank=3 local=1`) {
 					t.Errorf("no shm line names global rank 3 first")
 				}

@@ -10,9 +10,8 @@ import (
 	"github.com/hiercomm/hiercomm/topology"
 )
 
-// Shrink implements comm.Shrinker: the World's communicator shrinks to
-// the survivors of a failure (comm.Shrinker: every communicator Init
-// makes can), and
+// Shrink implements comm.Communicator: the World's communicator shrinks
+// to the survivors of a failure (every communicator Init makes can), and
 // the result is a *World of them, with their topology (topology.Survivors)
 // and this process's new rank. Every survivor must call it.
 //
@@ -23,7 +22,7 @@ import (
 // death aborts every communicator over it. Re-create what was Split from
 // this World on the new one.
 func (w *World) Shrink(ctx context.Context) (comm.Communicator, error) {
-	s, err := comm.Shrink(ctx, w.Communicator)
+	s, err := w.Communicator.Shrink(ctx)
 	if err != nil {
 		return nil, err
 	}

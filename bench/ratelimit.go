@@ -61,11 +61,12 @@ func (l *Link) reserve(n int64) time.Time {
 // a rail. Collectives are charged by ChargedBytes, whose model suits a
 // communicator whose every step crosses a node boundary somewhere (a ring
 // over the ranks of several nodes is as slow as its slowest link). The
-// wrapper owns nothing more than c: Close closes c.
+// wrapper is a comm.Wrap decorator: Abort, the aborted signal, an outside
+// detector's news and the census reach c, and the communicators that
+// Split and Shrink return are charged to the same link, every peer
+// counted as remote. It owns nothing more than c: Close closes c.
 func (l *Link) Wrap(c comm.Communicator, local func(peer int) bool) comm.Communicator {
-	w := &limited{inner: c, link: l, local: local}
-	w.Blocking = comm.Blocking{S: w}
-	return w
+	return comm.Wrap(c, &limited{link: l, local: local})
 }
 
 // ChargedBytes is what one rank of a communicator of p ranks sends for
@@ -96,25 +97,25 @@ func ChargedBytes(call comm.Call, p int) int64 {
 	return 0
 }
 
-// limited is a Communicator whose operations are charged to a Link.
+// limited is the comm.Decorator that charges a communicator's operations
+// to a Link.
 type limited struct {
-	comm.Blocking
-	inner comm.Communicator
 	link  *Link
 	local func(peer int) bool
 }
 
-func (w *limited) Rank() int { return w.inner.Rank() }
-func (w *limited) Size() int { return w.inner.Size() }
+// Derive charges a communicator made from the wrapped one (by Split or
+// Shrink) to the same link, every peer counted as remote.
+func (w *limited) Derive(comm.Communicator) comm.Decorator { return &limited{link: w.link} }
 
-// Start starts call on the wrapped communicator and completes it when
-// both it and its transfer over the link are done.
-func (w *limited) Start(ctx context.Context, call comm.Call) *comm.Work {
-	n := ChargedBytes(call, w.inner.Size())
+// Start starts call on c and completes it when both it and its transfer
+// over the link are done.
+func (w *limited) Start(ctx context.Context, call comm.Call, c comm.Communicator) *comm.Work {
+	n := ChargedBytes(call, c.Size())
 	if call.Kind == comm.KindSend && w.local != nil && w.local(call.Peer) {
 		n = 0
 	}
-	sub := w.inner.Start(ctx, call)
+	sub := c.Start(ctx, call)
 	if n == 0 {
 		return sub
 	}
@@ -136,24 +137,4 @@ func (w *limited) Start(ctx context.Context, call comm.Call) *comm.Work {
 		out.Complete(err)
 	}()
 	return out
-}
-
-// Split splits the wrapped communicator; the new one is charged to the
-// same link, every peer counted as remote.
-func (w *limited) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
-	c, err := w.inner.Split(ctx, color, key)
-	if err != nil || c == nil {
-		return c, err
-	}
-	return w.link.Wrap(c, nil), nil
-}
-
-func (w *limited) Close() error { return w.inner.Close() }
-
-// Abort passes an abort on to the wrapped communicator (comm.Aborter), so
-// a hierarchy built over wrapped parts still tells every rank of a failure.
-func (w *limited) Abort(cause error) {
-	if a, ok := w.inner.(comm.Aborter); ok {
-		a.Abort(cause)
-	}
 }

@@ -26,7 +26,7 @@ const (
 	KindSend
 	KindRecv
 	KindSplit
-	KindShrink // Shrinker.Shrink: like Split, a method, not a Call
+	KindShrink // Communicator.Shrink: like Split, a method, not a Call
 )
 
 var kindNames = [...]string{"invalid", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",

@@ -12,7 +12,7 @@ import (
 // nodes and the rails), so when ranks disagree on the kind of a call the
 // parts may never meet both calls: every rank waits on a peer that waits
 // elsewhere. A rank that has waited longer than its call should take asks
-// every rank, over the part that reaches them all (ProgressCensus), where
+// every rank, over the part that reaches them all (Control's census), where
 // it stands: the last collective it started and the user's calls of its
 // latest CensusWindow collectives. Comparing them with its own (Judge) is
 // a pure function of the answers, so the rule is the same on every tier

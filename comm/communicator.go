@@ -67,82 +67,107 @@ type Communicator interface {
 	// siblings; it can do everything this one can.
 	Split(ctx context.Context, color, key int) (Communicator, error)
 
+	// Shrink gives the survivors of a failure a new communicator without
+	// the ranks that failed, as ULFM's MPI_Comm_shrink and NCCL's
+	// ncclCommShrink do.
+	//
+	// Shrink is called by every surviving rank (ranks that this one knows
+	// failed need not, and cannot). The survivors agree on the set of
+	// failed ranks — also when they learned of different failures, and
+	// when a further rank fails during the agreement — and each gets a new
+	// communicator of the others, ranked in the order of their ranks
+	// here. Every survivor that returns without error has the same
+	// members; the new communicator's collectives are exact. With no rank
+	// failed, the result is a copy of the whole group (a new communicator
+	// with its own sequence space), as MPI_Comm_shrink gives; this
+	// communicator is then left as it was.
+	//
+	// Shrink ends in bounded time: a peer that has not joined the
+	// agreement by ctx's deadline (or, without one, by the communicator's
+	// own timeout for a collective) makes it fail on every rank with an
+	// error naming it; it is not taken for failed, since it may be alive
+	// and merely late. A failure during the agreement that not every
+	// survivor saw in time may leave that rank in the new communicator:
+	// its first collective then fails with the failure, and a second
+	// Shrink removes the rank. So may a rank whose ctx ends after it
+	// joined the agreement: its Shrink fails while the others may have
+	// decided with it; it should exit, which the others' next collective
+	// reports.
+	//
+	// This communicator stays aborted by the failure; Close it after
+	// Shrink (the new communicator does not depend on it staying open).
+	// Communicators Split from this one are not shrunk: Split the new one
+	// again. A communicator that cannot shrink returns an error wrapping
+	// ErrCannotShrink.
+	Shrink(ctx context.Context) (Communicator, error)
+
 	// Close releases this rank's resources. Operations in flight fail with
 	// ErrClosed; later calls fail fast with ErrClosed.
 	Close() error
+
+	Control
 }
 
-// Aborter is a Communicator that can be aborted from outside, on every
-// rank: Abort fails the operations in flight with cause, makes every later
-// call fail fast with it (*AbortedError), and tells every live peer, whose
-// communicator is aborted in turn with a *RemoteError that keeps cause's
-// kind (errors.Is with ErrMismatch, ErrTimeout, ErrCanceled and
-// ErrPeerFailed holds there as here). A communicator composed of others
-// (hierarchy) aborts its parts this way when one of them fails, so that
-// every rank of every part learns of it in bounded time. Calls after the
-// first change nothing.
-type Aborter interface {
+// Control is the side of a communicator that is not a collective: how it
+// is aborted and says that it was, how an outside failure detector tells
+// it of a dead peer, and the progress census a communicator composed of
+// others asks over it. Every Communicator implements it (a Communicator
+// embeds it), so a communicator composed of others (hierarchy) and a
+// decorator (Wrap) reach every capability of their parts without type
+// assertions, and none is lost by wrapping.
+type Control interface {
+	// Abort fails the operations in flight with cause, makes every later
+	// call fail fast with it (*AbortedError), and tells every live peer,
+	// whose communicator is aborted in turn with a *RemoteError that
+	// keeps cause's kind (errors.Is with ErrMismatch, ErrTimeout,
+	// ErrCanceled and ErrPeerFailed holds there as here). A communicator
+	// composed of others (hierarchy) aborts its parts this way when one
+	// of them fails, so that every rank of every part learns of it in
+	// bounded time. Calls after the first change nothing; so does a call
+	// after Close.
 	Abort(cause error)
-}
 
-// Abort aborts c with cause where c is an Aborter, and closes it where it
-// is not, so that its peers see an error rather than wait: how a composed
-// communicator gives up a part.
-func Abort(c Communicator, cause error) {
-	if a, ok := c.(Aborter); ok {
-		a.Abort(cause)
-	} else {
-		c.Close()
-	}
-}
-
-// AbortWatcher is a Communicator that says when it is aborted — by a
-// failure it saw, by a peer's news, or through Abort — so that a
-// communicator composed of it and others (hierarchy) aborts the others:
-// news that reaches a rank through one part ends what would wait on
-// another (a node-mate of a dead rank may be waiting in the intra-node
-// part while a rail brings the news). The hierarchy does so once its
-// collective in progress, if any, has ended (hierarchy.Comm's watch).
-type AbortWatcher interface {
 	// Aborted returns a channel that is closed once the communicator is
-	// aborted; AbortCause is then the failure that aborted it (nil
-	// before).
+	// aborted — by a failure it saw, by a peer's news, or through Abort —
+	// and AbortCause is then the failure that aborted it (nil before). A
+	// communicator composed of others watches it to abort the others:
+	// news that reaches a rank through one part ends what would wait on
+	// another (a node-mate of a dead rank may be waiting in the
+	// intra-node part while a rail brings the news).
 	Aborted() <-chan struct{}
 	AbortCause() error
-}
 
-// PeerFailer is a Communicator that can be told of a rank that an outside
-// failure detector (the cluster layer's membership) declared dead: its
-// operations waiting on that rank, and every later one, fail with a
-// *PeerError naming it, instead of waiting for the transport to notice.
-// rank is a rank of the world the communicator was made from (for a Split
-// child, of its parent's world); reports of this process's own rank, of
-// ranks out of range, and repeated reports change nothing.
-type PeerFailer interface {
+	// PeerFailed tells the communicator that an outside failure detector
+	// (the cluster layer's membership) declared the process of rank dead:
+	// its operations waiting on that rank, and every later one, fail with
+	// a *PeerError naming it, instead of waiting for the transport to
+	// notice. rank is a rank of the world the communicator was made from
+	// (for a Split child, of its parent's world); reports of this
+	// process's own rank, of ranks out of range, and repeated reports
+	// change nothing.
 	PeerFailed(rank int, cause error)
-}
 
-// ProgressCensus is a Communicator on which a composed communicator is
-// built (a hierarchy's world part, which has every rank) and which can
-// ask every rank, outside any collective, where its composed communicator
-// stands (Progress: its last started collective and the user's calls of
-// the latest ones). A composed communicator asks when a collective has
-// waited longer than it should (Judge finds a mismatch of calls that
-// took different routes, which no part saw) and when one passes its
-// deadline (its error then names the ranks that had not started the
-// collective, *LateError, however many parts away they stood from the
-// rank that waited).
-type ProgressCensus interface {
+	// The progress census. A communicator composed of others asks it over
+	// the part that has every rank (a hierarchy's world part), outside
+	// any collective, to learn where each rank's composed communicator
+	// stands (Progress: its last started collective and the user's calls
+	// of the latest ones): when a collective has waited longer than it
+	// should (Judge finds a mismatch of calls that took different routes,
+	// which no part saw) and when one passes its deadline (its error then
+	// names the ranks that had not started the collective, *LateError,
+	// however many parts away they stood from the rank that waited).
+	//
 	// SetProgress installs what this rank answers: its composed
 	// communicator's Progress. f must not block. It installs nothing (ok
 	// false) when another composed communicator's is installed (two built
-	// over one world part would answer for each other); remove uninstalls
-	// f.
+	// over one world part would answer for each other) or when the
+	// communicator carries no census (see each implementation); remove
+	// uninstalls f.
 	SetProgress(f func() Progress) (remove func(), ok bool)
 	// Progress asks every rank, and returns the answers that arrived by
 	// the time every rank had replied or ctx ended; answered[r] is false
-	// for a rank that did not answer (stopped, cut off, or with nothing
-	// installed).
+	// for a rank that did not answer (stopped, cut off, with nothing
+	// installed, or on a communicator that carries no census).
 	Progress(ctx context.Context) (answers []Progress, answered []bool)
 	// Announce tells every rank this rank's Progress p without being
 	// asked; each keeps it and, once this rank no longer answers (it

@@ -239,13 +239,13 @@ type RemoteError struct {
 	// Mismatch says the peer ended it because ranks disagreed on a
 	// collective, so that errors.Is(err, ErrMismatch) holds on every rank,
 	// also on one that hears of it only through an aborted communicator
-	// (the parts of a composed communicator, see Aborter).
+	// (the parts of a composed communicator, see Control).
 	Mismatch bool
 	// Culprit, with PeerFailed, is the rank whose failure the peer gave
 	// up for, and Reason then says what happened to it; -1 when the peer
 	// could not name one. It is a rank of this communicator, or, with
 	// CulpritOutside, of the composed communicator this one is a part of
-	// (the peer's side was aborted by it, through Aborter, and it named
+	// (the peer's side was aborted by it, through Control's Abort, and it named
 	// the rank in its own terms).
 	Culprit        int
 	CulpritOutside bool
@@ -405,7 +405,7 @@ func CulpritOf(err error) (Blame, bool) {
 }
 
 // FromOutside marks cause as coming from outside the communicator it
-// aborts: a composed communicator gives it to a part's Aborter.Abort, and
+// aborts: a composed communicator gives it to a part's Abort (Control), and
 // the rank it blames is the composer's (Blame.Outside), whichever
 // numbering its own text uses. The text and errors.Is are cause's.
 func FromOutside(cause error) error {

@@ -36,6 +36,7 @@ type chanRound struct {
 
 type chanComm struct {
 	Blocking
+	localControl
 	world *chanWorld
 	rank  int
 	seq   atomic.Uint64

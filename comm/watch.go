@@ -114,7 +114,7 @@ func (w *Watch) Answers(seq uint64, answers []Progress, answered []bool) Verdict
 // (from now on its Progress says Stopped: it starts no further
 // collective, so no census waits for it to); it reports whether to tell
 // every rank this rank's Progress
-// (ProgressCensus.Announce): once, for a mismatch, whoever found it (a
+// (Control.Announce): once, for a mismatch, whoever found it (a
 // census or a part), so that a rank that meets the mismatch after this
 // one has left still sees this rank's calls.
 func (w *Watch) Aborting(cause error) (announce bool) {

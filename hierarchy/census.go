@@ -10,7 +10,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
-// The census (comm.ProgressCensus on the world part) is how the hierarchy
+// The census (comm.Control's census on the world part) is how the hierarchy
 // finds what no part can see. Its collectives take different routes, so
 // ranks that disagree on a call's kind may never meet in a part: rank 3's
 // small Broadcast waits in the world part for the root, the root waits in

@@ -172,7 +172,7 @@ type Comm struct {
 	exec *comm.Exec[splitRun] // numbers and runs the collectives and Splits
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
-	// watchers wait for a part to be aborted (comm.AbortWatcher) until
+	// watchers wait for a part to be aborted (comm.Control's Aborted) until
 	// stop is closed (Close).
 	watchers sync.WaitGroup
 	stop     chan struct{}
@@ -180,20 +180,22 @@ type Comm struct {
 	mu      sync.Mutex // guards the fields below
 	closed  bool
 	aborted error // the first failure that aborted the hierarchy
+	// abortedCh is closed when aborted is set (comm.Control's Aborted).
+	abortedCh chan struct{}
 	// deferred is a part's abort that watch saw while a collective or
 	// Split was in its phases (stall.Running), applied when it ends.
 	deferred error
 
 	// stall keeps where this rank stands (its last started collective or
 	// Split and the user's latest calls: what it answers a census on the
-	// world part, comm.ProgressCensus) and decides when to ask and what
+	// world part, comm.Control's census) and decides when to ask and what
 	// the answers mean (comm.Watch, census.go); its Running is whether a
 	// collective or Split is in its phases. census is the world part,
 	// when it holds this hierarchy's answer (not another's built over
 	// it); uncensus uninstalls it.
 	stall    comm.Watch
 	asked    bool // the first call after the abort asked (askOnce)
-	census   comm.ProgressCensus
+	census   comm.Control
 	uncensus func()
 }
 
@@ -251,6 +253,7 @@ func New(cfg Config) (*Comm, error) {
 		world: cfg.World, intra: cfg.Intra, rail: cfg.Rail,
 		intraRanks: t.Nodes()[node].Ranks,
 		log:        cfg.Logger,
+		abortedCh:  make(chan struct{}),
 	}
 	for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
 		h.switchAt[c] = cfg.Cost.Switch(c, g, t.NumNodes())
@@ -300,14 +303,12 @@ func New(cfg Config) (*Comm, error) {
 	}
 	h.stop = make(chan struct{})
 	h.stall = comm.Watch{Rank: r, AskAfter: cfg.AskAfter, AskAtMost: askAtMost, Expect: h.stallAfter}
-	if pc, ok := h.world.(comm.ProgressCensus); ok {
-		if remove, ok := pc.SetProgress(h.standing); ok {
-			h.census, h.uncensus = pc, remove
-		}
+	if remove, ok := h.world.SetProgress(h.standing); ok {
+		h.census, h.uncensus = h.world, remove
 	}
 	for _, p := range []part{h.railP, h.intraP, h.worldPart()} {
-		if w, ok := p.c.(comm.AbortWatcher); ok {
-			h.watchers.Go(func() { h.watch(p, w) })
+		if p.c != nil {
+			h.watchers.Go(func() { h.watch(p) })
 		}
 	}
 	if h.census != nil && !h.flat && cfg.AskAfter > 0 {
@@ -336,13 +337,13 @@ func New(cfg Config) (*Comm, error) {
 // collective that every rank can complete. The phases still fail on
 // their own where the failure reaches them: on the aborted part, or on a
 // part a peer aborted, or by its transport or liveness check.
-func (h *Comm) watch(p part, w comm.AbortWatcher) {
+func (h *Comm) watch(p part) {
 	select {
 	case <-h.stop:
 		return
-	case <-w.Aborted():
+	case <-p.c.Aborted():
 	}
-	cause := w.AbortCause()
+	cause := p.c.AbortCause()
 	if !errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch) {
 		return
 	}
@@ -592,6 +593,7 @@ func (h *Comm) abort(cause error) {
 		return
 	}
 	h.aborted = cause
+	close(h.abortedCh)
 	announce := h.census != nil && h.stall.Aborting(cause)
 	mine := h.stall.Progress()
 	h.mu.Unlock()
@@ -600,13 +602,43 @@ func (h *Comm) abort(cause error) {
 	}
 	h.log.Debug("hierarchy: aborted", "comm", h.cfg.Name, "rank", h.rank, "cause", cause)
 	for _, p := range h.partsOwned() {
-		comm.Abort(p, cause)
+		p.Abort(cause)
 	}
 }
 
-// Abort implements comm.Aborter: the hierarchy and its parts are aborted
+// Abort implements comm.Control: the hierarchy and its parts are aborted
 // with cause on every rank.
 func (h *Comm) Abort(cause error) { h.abort(cause) }
+
+// Aborted implements comm.Control: the channel is closed once the
+// hierarchy is aborted, by Abort, by a failure one of its collectives
+// met, or by a part's abort that news of a failed rank caused (watch).
+func (h *Comm) Aborted() <-chan struct{} { return h.abortedCh }
+
+// AbortCause implements comm.Control: the failure that aborted the
+// hierarchy, nil before.
+func (h *Comm) AbortCause() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.aborted
+}
+
+// SetProgress implements comm.Control with the census of the world part,
+// which has every rank: it installs nothing (ok false) while this
+// hierarchy's own Progress is installed there, as it is whenever the
+// world part carries a census.
+func (h *Comm) SetProgress(f func() comm.Progress) (remove func(), ok bool) {
+	return h.world.SetProgress(f)
+}
+
+// Progress implements comm.Control: the world part's census, whose
+// answers are each rank's hierarchy's Progress.
+func (h *Comm) Progress(ctx context.Context) (answers []comm.Progress, answered []bool) {
+	return h.world.Progress(ctx)
+}
+
+// Announce implements comm.Control over the world part.
+func (h *Comm) Announce(p comm.Progress) { h.world.Announce(p) }
 
 // PeerFailed reports that the process of global rank peer is gone, as the
 // cluster layer's failure detector saw it: the world part (and with it
@@ -616,9 +648,7 @@ func (h *Comm) PeerFailed(peer int, cause error) {
 	if peer < 0 || peer >= h.size || peer == h.rank {
 		return
 	}
-	if pf, ok := h.world.(comm.PeerFailer); ok {
-		pf.PeerFailed(peer, cause)
-	}
+	h.world.PeerFailed(peer, cause)
 	h.abort(&comm.PeerError{Peer: peer, Addr: h.where(peer), Err: cause})
 }
 

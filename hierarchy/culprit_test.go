@@ -125,7 +125,7 @@ func TestOutsideDetectorNewsBlamesTheDeadRank(t *testing.T) {
 				}
 				if r == 2 {
 					time.Sleep(50 * time.Millisecond)
-					c.(comm.PeerFailer).PeerFailed(dead, cause)
+					c.PeerFailed(dead, cause)
 				}
 				x := make([]float32, 1<<16)
 				if err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err == nil {

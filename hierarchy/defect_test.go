@@ -84,9 +84,6 @@ func (c *counting) Start(ctx context.Context, call comm.Call) *comm.Work {
 	return c.Communicator.Start(ctx, call)
 }
 
-// Abort passes an abort on, as the hierarchy's parts must support.
-func (c *counting) Abort(cause error) { c.Communicator.(comm.Aborter).Abort(cause) }
-
 // TestReduceScatterIsNoAllReduce checks the inter-node traffic of the 2D
 // ReduceScatter (numr's hierarchical reduce_scatter ran a full AllReduce,
 // twice the traffic): on every rail only ReduceScatters run, of N blocks

@@ -94,22 +94,22 @@
 // carries the refusing rank's reason to them): every rank of the
 // hierarchy returns in bounded time and the communicator stays usable.
 // Anything else (a mismatch, a deadline, a dead peer, a closed part) aborts
-// the hierarchy: every part is aborted through comm.Aborter, which tells
+// the hierarchy: every part is aborted (comm.Control's Abort), which tells
 // its peers, so every rank of every part learns of it; a part aborted by
 // a peer's news of a failure aborts the hierarchy in turn
-// (comm.AbortWatcher), once the collective in progress, if any, has ended.
+// (comm.Control's Aborted), once the collective in progress, if any, has ended.
 // A deadline names the ranks that had not started the collective,
 // whichever part they are in: the hierarchy asks every rank over its world
-// part (comm.ProgressCensus). A collective that has waited longer than
+// part (comm.Control's census). A collective that has waited longer than
 // the cost model expects (Config.AskAfter plus four times its time) asks
 // the same census which calls every rank made, so calls whose routes never
 // meet in a part (a small Broadcast through the world part against an
 // AllReduce through the nodes and rails) are a *comm.MismatchError on
 // every rank within a second or two, naming the first collective that
-// differs (census.go; the rules are comm.Watch's). A mismatch is reported as a *comm.MismatchError
-// whose Local is the caller's own call; a rank's failure as a
+// differs (census.go; the rules are comm.Watch's). A mismatch is reported as a
+// *comm.MismatchError whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
-// part the news came through. After a failure, Shrink (comm.Shrinker)
+// part the news came through. After a failure, Shrink
 // gives the survivors a new hierarchy on their recomputed topology.
 //
 // hierarchy imports comm and topology only.

@@ -19,7 +19,7 @@ import (
 // ranks that waited on it through two or three parts (rank 1 waits in
 // the intra-node part for rank 0, which waits on the rail for rank 2,
 // which waits in its node for rank 3): the hierarchy's deadline asks
-// every rank where it is (comm.ProgressCensus). No error names the rank
+// every rank where it is (comm.Control's census). No error names the rank
 // returning it (a part's own numbering passed off as a global rank used
 // to), and OpError.Peer is the straggler.
 func TestDeadlineNamesTheRanksThatHadNotStarted(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// Shrink implements comm.Shrinker. The world part shrinks — every rank of
+// Shrink implements comm.Communicator. The world part shrinks — every rank of
 // the hierarchy is in it, so its agreement on the failed ranks is the
 // hierarchy's — and the survivors' topology is computed again
 // (topology.Survivors: ranks renumbered in order, local ranks within each
@@ -47,9 +47,9 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 		// from the start, instead of waiting for its transport to see
 		// the death. (First cause wins: this changes nothing if it
 		// knows already.)
-		comm.Abort(h.world, aborted)
+		h.world.Abort(aborted)
 	}
-	world, err := comm.Shrink(ctx, h.world)
+	world, err := h.world.Shrink(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("shrinking the world part: %w", err))
 	}

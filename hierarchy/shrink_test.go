@@ -63,7 +63,7 @@ func TestShrinkHierarchy(t *testing.T) {
 				if (err == nil) != (len(tc.victims) == 0) || err != nil && !errors.Is(err, comm.ErrPeerFailed) {
 					return fmt.Errorf("AllReduce: %v", err)
 				}
-				s, err := comm.Shrink(ctx, c)
+				s, err := c.Shrink(ctx)
 				if err != nil {
 					return err
 				}
@@ -115,7 +115,7 @@ func TestShrinkHierarchyTwice(t *testing.T) {
 		if err := c.Barrier(ctx); !errors.Is(err, comm.ErrPeerFailed) {
 			return fmt.Errorf("Barrier without rank 6: %v", err)
 		}
-		s1, err := comm.Shrink(ctx, c)
+		s1, err := c.Shrink(ctx)
 		if err != nil {
 			return err
 		}
@@ -132,7 +132,7 @@ func TestShrinkHierarchyTwice(t *testing.T) {
 		if err := s1.Barrier(ctx); !errors.Is(err, comm.ErrPeerFailed) {
 			return fmt.Errorf("Barrier without old rank 1: %v", err)
 		}
-		s2, err := comm.Shrink(ctx, s1)
+		s2, err := s1.Shrink(ctx)
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func TestShrinkDeviceHierarchy(t *testing.T) {
 		if err := c.Barrier(ctx); !errors.Is(err, comm.ErrPeerFailed) {
 			return fmt.Errorf("Barrier without rank 3: %v", err)
 		}
-		s, err := comm.Shrink(ctx, c)
+		s, err := c.Shrink(ctx)
 		if err != nil {
 			return err
 		}

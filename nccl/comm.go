@@ -76,12 +76,14 @@ type Comm struct {
 	exec *comm.Exec[*task]    // numbers, sends the records, launches in order
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
-	mu       sync.Mutex // guards the fields below
-	closed   bool
-	aborted  error         // the first failure that aborted the communicator
-	inFlight int           // collectives started and not yet complete
-	slots    []*ncclComm   // out slots of failed splits, which NCCL may still write
-	scratch  []comm.Buffer // free device scratch, reused (cuMemFree may synchronize the device)
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	aborted error // the first failure that aborted the communicator
+	// abortedCh is closed when aborted is set (comm.Control's Aborted).
+	abortedCh chan struct{}
+	inFlight  int           // collectives started and not yet complete
+	slots     []*ncclComm   // out slots of failed splits, which NCCL may still write
+	scratch   []comm.Buffer // free device scratch, reused (cuMemFree may synchronize the device)
 
 	completeQ chan *task
 	stopped   chan struct{} // closed when the completer has ended
@@ -125,9 +127,7 @@ func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, err
 	// giveUp tells the peers (their watch ends their init) and releases
 	// what this rank holds.
 	giveUp := func(err error) (*Comm, error) {
-		if a, ok := control.(comm.Aborter); ok {
-			a.Abort(err)
-		}
+		control.Abort(err)
 		control.Close()
 		<-w.done
 		th.stop()
@@ -325,6 +325,7 @@ func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc nc
 		rank: control.Rank(), size: control.Size(), nc: nc,
 		stream:    cuStream(cfg.Stream),
 		completeQ: make(chan *task, 4096),
+		abortedCh: make(chan struct{}),
 		stopped:   make(chan struct{}),
 		watchDone: make(chan struct{}),
 	}
@@ -446,7 +447,7 @@ func (c *Comm) live(f func() error) error {
 	})
 }
 
-// Abort implements comm.Aborter: the NCCL communicator is aborted (its
+// Abort implements comm.Control: the NCCL communicator is aborted (its
 // operations in flight end), and so is the control, which tells every peer.
 func (c *Comm) Abort(cause error) { c.abort(cause) }
 
@@ -458,6 +459,7 @@ func (c *Comm) abort(cause error) {
 		return
 	}
 	c.aborted = cause
+	close(c.abortedCh)
 	c.mu.Unlock()
 	c.log.Debug("nccl: aborted", "comm", c.cfg.Name, "rank", c.rank, "cause", cause)
 	_ = c.th.do(func() error {
@@ -465,19 +467,44 @@ func (c *Comm) abort(cause error) {
 		c.abortChildren()
 		return nil
 	})
-	comm.Abort(c.control, cause)
+	c.control.Abort(cause)
 }
 
+// Aborted implements comm.Control: the channel is closed once the
+// communicator is aborted, by Abort, by a failure its collectives met, or
+// by its control's failure (watch).
+func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
+
+// AbortCause implements comm.Control: the failure that aborted the
+// communicator, nil before.
+func (c *Comm) AbortCause() error {
+	_, aborted := c.state()
+	return aborted
+}
+
+// SetProgress implements comm.Control with the control's census (a
+// hierarchy whose world part is a Comm asks over the host communicator
+// beside it).
+func (c *Comm) SetProgress(f func() comm.Progress) (remove func(), ok bool) {
+	return c.control.SetProgress(f)
+}
+
+// Progress implements comm.Control with the control's census.
+func (c *Comm) Progress(ctx context.Context) (answers []comm.Progress, answered []bool) {
+	return c.control.Progress(ctx)
+}
+
+// Announce implements comm.Control with the control's census.
+func (c *Comm) Announce(p comm.Progress) { c.control.Announce(p) }
+
 // PeerFailed reports that the process of rank peer is gone, as an outside
-// failure detector saw it: the control is told (if it can be) and the
+// failure detector saw it (comm.Control): the control is told and the
 // communicator is aborted with a *comm.PeerError.
 func (c *Comm) PeerFailed(peer int, cause error) {
 	if peer < 0 || peer >= c.size || peer == c.rank {
 		return
 	}
-	if pf, ok := c.control.(comm.PeerFailer); ok {
-		pf.PeerFailed(peer, cause)
-	}
+	c.control.PeerFailed(peer, cause)
 	c.abort(&comm.PeerError{Peer: peer, Err: cause})
 }
 

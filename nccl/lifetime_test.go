@@ -120,7 +120,7 @@ func TestOutlivesControlTimeout(t *testing.T) {
 			case <-time.After(6 * timeout):
 			}
 			cause := errors.New("the operator cut the control")
-			comm.Abort(watched[0], cause)
+			watched[0].Abort(cause)
 			select {
 			case <-ended:
 				if err := why(); !errors.Is(err, cause) {

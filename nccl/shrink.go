@@ -7,10 +7,9 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// Shrink implements comm.Shrinker. The survivors agree on the failed ranks
-// through the control (nexar or shared memory: it must be a
-// comm.Shrinker), and make
-// a new NCCL communicator of the shrunk control's ranks as New does: a
+// Shrink implements comm.Communicator. The survivors agree on the failed
+// ranks through the control (nexar or shared memory), and make a new NCCL
+// communicator of the shrunk control's ranks as New does: a
 // fresh unique id over it and ncclCommInitRankScalable. That needs no
 // ncclCommShrink (NCCL 2.27 and later), so it works with every NCCL this
 // package loads, and costs one NCCL initialization. The new Comm has this
@@ -19,7 +18,7 @@ import (
 // Call it when no collective of c is in flight. c stays aborted (NCCL's
 // communicator was aborted with the failure); Close it after Shrink.
 func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
-	control, err := comm.Shrink(ctx, c.control)
+	control, err := c.control.Shrink(ctx)
 	if err != nil {
 		return nil, c.opError(comm.KindShrink, 0, -1, fmt.Errorf("shrinking the control (%T), over which the survivors agree and the new unique id travels: %w", c.control, err))
 	}
@@ -32,11 +31,10 @@ func (c *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	return nc, nil
 }
 
-// Shrink implements comm.Shrinker where the host communicator does: its
-// shrunk communicator, staged through the same device. (A hierarchy of
+// Shrink implements comm.Communicator: the host communicator's shrunk one, staged through the same device. (A hierarchy of
 // GPU nodes shrinks its staged world so.)
 func (s *Staged) Shrink(ctx context.Context) (comm.Communicator, error) {
-	c, err := comm.Shrink(ctx, s.inner)
+	c, err := s.inner.Shrink(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func TestShrinkFake(t *testing.T) {
 	var wg sync.WaitGroup
 	for r := range 3 {
 		wg.Go(func() {
-			s, err := comm.Shrink(ctx, comms[r])
+			s, err := comms[r].Shrink(ctx)
 			if err != nil {
 				errs[r] = err
 				return
@@ -113,7 +113,7 @@ func TestShrinkOverSharedMemory(t *testing.T) {
 				errs[r] = fmt.Errorf("AllReduce without rank 2: %v", err)
 				return
 			}
-			shrunk[r], errs[r] = comm.Shrink(ctx, comms[r])
+			shrunk[r], errs[r] = comms[r].Shrink(ctx)
 		})
 	}
 	wg.Wait()

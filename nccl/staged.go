@@ -399,44 +399,33 @@ func (s *Staged) Split(ctx context.Context, color, key int) (comm.Communicator, 
 	return NewStaged(c, s.dev), nil
 }
 
-// Abort implements comm.Aborter when the host communicator does.
-func (s *Staged) Abort(cause error) {
-	comm.Abort(s.inner, cause)
-}
+// Abort implements comm.Control: the host communicator is aborted, which
+// tells every peer.
+func (s *Staged) Abort(cause error) { s.inner.Abort(cause) }
 
-// PeerFailed passes an outside failure detector's news to the host
-// communicator.
-func (s *Staged) PeerFailed(peer int, cause error) {
-	if pf, ok := s.inner.(comm.PeerFailer); ok {
-		pf.PeerFailed(peer, cause)
-	}
-}
+// Aborted implements comm.Control: the host communicator's signal, which
+// every failure of a staged call aborts.
+func (s *Staged) Aborted() <-chan struct{} { return s.inner.Aborted() }
 
-// SetProgress implements comm.ProgressCensus when the host communicator
-// does (nexar): the census asks over it.
+// AbortCause implements comm.Control: the host communicator's.
+func (s *Staged) AbortCause() error { return s.inner.AbortCause() }
+
+// PeerFailed implements comm.Control: an outside failure detector's news
+// goes to the host communicator.
+func (s *Staged) PeerFailed(peer int, cause error) { s.inner.PeerFailed(peer, cause) }
+
+// SetProgress implements comm.Control with the host communicator's census.
 func (s *Staged) SetProgress(f func() comm.Progress) (remove func(), ok bool) {
-	if pc, ok := s.inner.(comm.ProgressCensus); ok {
-		return pc.SetProgress(f)
-	}
-	return func() {}, false
+	return s.inner.SetProgress(f)
 }
 
-// Progress implements comm.ProgressCensus when the host communicator
-// does; otherwise no rank answers.
+// Progress implements comm.Control with the host communicator's census.
 func (s *Staged) Progress(ctx context.Context) (answers []comm.Progress, answered []bool) {
-	if pc, ok := s.inner.(comm.ProgressCensus); ok {
-		return pc.Progress(ctx)
-	}
-	return make([]comm.Progress, s.Size()), make([]bool, s.Size())
+	return s.inner.Progress(ctx)
 }
 
-// Announce implements comm.ProgressCensus when the host communicator
-// does; otherwise it tells nobody.
-func (s *Staged) Announce(p comm.Progress) {
-	if pc, ok := s.inner.(comm.ProgressCensus); ok {
-		pc.Announce(p)
-	}
-}
+// Announce implements comm.Control with the host communicator's census.
+func (s *Staged) Announce(p comm.Progress) { s.inner.Announce(p) }
 
 // Close implements comm.Communicator: the host communicator is closed
 // (its calls in flight fail with comm.ErrClosed) and the stages end.

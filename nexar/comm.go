@@ -61,7 +61,7 @@ type Comm struct {
 	left    []int64
 	leftCh  chan struct{}
 	aborted error // set once: the failure that aborted the communicator
-	// abortedCh is closed when aborted is set (comm.AbortWatcher).
+	// abortedCh is closed when aborted is set (comm.Control).
 	abortedCh chan struct{}
 	closed    bool
 	splits    uint64 // number of Split calls, for child names
@@ -187,7 +187,7 @@ func (c *Comm) commRank(worldRank int) int {
 // the root cause even if it first hears of a cascade of clean closes.
 func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrMismatch)) }
 
-// Abort implements comm.Aborter: the communicator is aborted with cause on
+// Abort implements comm.Control: the communicator is aborted with cause on
 // this rank and, through an announcement that keeps cause's kind (also a
 // mismatch's, unlike an abort nexar raises itself), on every live peer. A
 // communicator composed of this one and others (hierarchy) calls it when
@@ -230,10 +230,10 @@ func (c *Comm) abortAs(cause error, announce bool) {
 	}
 }
 
-// Aborted implements comm.AbortWatcher.
+// Aborted implements comm.Control.
 func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
 
-// AbortCause implements comm.AbortWatcher.
+// AbortCause implements comm.Control.
 func (c *Comm) AbortCause() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -35,7 +35,7 @@ func ExampleComm_Shrink() {
 			if !errors.Is(err, comm.ErrPeerFailed) {
 				panic(err)
 			}
-			s, err := comm.Shrink(ctx, c)
+			s, err := c.Shrink(ctx)
 			if err != nil {
 				panic(err)
 			}

@@ -8,7 +8,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// The progress census (comm.ProgressCensus): a communicator composed on
+// The progress census (comm.Control): a communicator composed on
 // this one (a hierarchy on its world part) installs what this rank
 // answers — how far its own collectives have got and the user's calls of
 // the latest ones (comm.Progress) — and asks every rank for its answer
@@ -42,7 +42,7 @@ type progressQuery struct {
 	done     chan struct{} // closed when missing reaches 0
 }
 
-// SetProgress implements comm.ProgressCensus: f is what this rank
+// SetProgress implements comm.Control: f is what this rank
 // answers a census (the composed communicator's comm.Progress), unless
 // another is installed. It is called on a transport's read loop and must
 // not block.
@@ -54,7 +54,7 @@ func (c *Comm) SetProgress(f func() comm.Progress) (remove func(), ok bool) {
 	return func() { c.census.report.CompareAndSwap(p, nil) }, true
 }
 
-// Progress implements comm.ProgressCensus: it asks every other rank for
+// Progress implements comm.Control: it asks every other rank for
 // its answer, and returns what arrived when all have answered or ctx
 // ends. A rank that announced its Progress (Announce) is not asked: its
 // announcement is its answer. A rank with nothing installed, or one that
@@ -107,7 +107,7 @@ func (c *Comm) Progress(ctx context.Context) (answers []comm.Progress, answered 
 	return q.answers, q.answered
 }
 
-// Announce implements comm.ProgressCensus: p goes to every live rank as a
+// Announce implements comm.Control: p goes to every live rank as a
 // census reply to no query (id 0; queries count from 1), which it keeps.
 func (c *Comm) Announce(p comm.Progress) {
 	answer := comm.AppendProgress(nil, p)

@@ -14,7 +14,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// Shrink (comm.Shrinker): the survivors agree on which ranks failed, then
+// Shrink (comm.Communicator): the survivors agree on which ranks failed, then
 // each makes the same new communicator of the others over the same
 // transport, as Split makes a child.
 //
@@ -168,7 +168,7 @@ func decodeShrink(p []byte, size int) (shrinkMsg, error) {
 	return m, nil
 }
 
-// Shrink implements comm.Shrinker: the survivors agree on the failed
+// Shrink implements comm.Communicator: the survivors agree on the failed
 // ranks and get a new communicator of the others, ranked in their order
 // here. It is a *Comm over the same transport, which it keeps open: Close
 // this communicator whenever you like (a world Comm's transport closes

@@ -71,7 +71,7 @@ func shrinkChild(ctx context.Context, c *nexar.Comm) int {
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	start := time.Now()
-	s, err := comm.Shrink(sctx, c)
+	s, err := c.Shrink(sctx)
 	if err != nil {
 		fmt.Println("SHRINK-ERROR:", err)
 		return 1

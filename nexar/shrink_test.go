@@ -135,7 +135,7 @@ func TestShrinkSurvivesADeathDuringTheAgreement(t *testing.T) {
 				if err := s.Barrier(ctx); !errors.Is(err, comm.ErrPeerFailed) {
 					return fmt.Errorf("Barrier with rank 3 dead: %v", err)
 				}
-				s2, err := comm.Shrink(ctx, s)
+				s2, err := s.Shrink(ctx)
 				if err != nil {
 					return err
 				}
@@ -256,7 +256,7 @@ func TestShrinkOfASplitChild(t *testing.T) {
 		if r%2 == 0 || r == 3 {
 			return nil
 		}
-		s, err := comm.Shrink(ctx, kids[r])
+		s, err := kids[r].Shrink(ctx)
 		if err != nil {
 			return err
 		}

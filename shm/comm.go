@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,7 @@ type Comm struct {
 
 	mu      sync.Mutex // guards the fields below
 	aborted error      // *comm.AbortedError, once an earlier failure aborted the communicator
-	// abortedCh is closed when aborted is set (comm.AbortWatcher).
+	// abortedCh is closed when aborted is set (comm.Control's Aborted).
 	abortedCh chan struct{}
 	closed    bool
 	splits    int // Split calls, for the children's names
@@ -286,12 +287,17 @@ func (c *Comm) abort(cause error) {
 	c.p2p.fail(aborted)
 }
 
-// Abort implements comm.Aborter: the communicator is aborted with cause
+// Abort implements comm.Control: the communicator is aborted with cause
 // here, and the peers read the abort record (which keeps cause's kind,
 // also a mismatch's) as soon as they wait for this rank. A communicator
 // composed of this one and others (hierarchy) calls it when another of its
 // parts fails.
-func (c *Comm) Abort(cause error) {
+func (c *Comm) Abort(cause error) { c.abortOpen(comm.FromOutside(cause)) }
+
+// abortOpen is abort for a caller outside the communicator's own calls
+// (Abort, PeerFailed): nothing once it is aborted or closed, and Close
+// waits while it writes the abort record.
+func (c *Comm) abortOpen(cause error) {
 	c.mu.Lock()
 	if c.aborted != nil || c.closed {
 		c.mu.Unlock()
@@ -300,13 +306,58 @@ func (c *Comm) Abort(cause error) {
 	c.users.Add(1) // under mu while open: Close's Wait comes after
 	c.mu.Unlock()
 	defer c.users.Done()
-	c.abort(comm.FromOutside(cause))
+	c.abort(cause)
 }
 
-// Aborted implements comm.AbortWatcher.
+// PeerFailed implements comm.Control: an outside failure detector (the
+// cluster layer's membership) says the process of rank is gone. rank is a
+// rank of the whole job, as Config.Ranks numbers this communicator's
+// ranks (its own ranks when Ranks is nil); a rank not among them, this
+// rank, and a report after the first failure change nothing. The
+// communicator is aborted with a *comm.PeerError naming the rank, and its
+// peers read the abort record as they would any other. Communicators
+// Split from this one are not told: their own liveness check (the
+// heartbeat and the process check, within FailureTimeout) finds the
+// process gone.
+func (c *Comm) PeerFailed(rank int, cause error) {
+	q := rank
+	if c.cfg.Ranks != nil {
+		q = slices.Index(c.cfg.Ranks, rank)
+	}
+	if q < 0 || q >= c.size || q == c.rank {
+		return
+	}
+	pe := &comm.PeerError{Peer: q, Err: cause}
+	if c.cfg.Ranks != nil {
+		pe.Addr = fmt.Sprintf("job rank %d", rank)
+	}
+	c.abortOpen(pe)
+}
+
+// The progress census (comm.Control): shm carries none. A communicator
+// composed of others asks its census over the part that spans every
+// rank of every node, which shared memory on one host never is; a
+// hierarchy of one node runs every call on one part, which sees every
+// mismatch itself.
+
+// SetProgress implements comm.Control: it installs nothing (ok false),
+// since shm carries no census.
+func (c *Comm) SetProgress(func() comm.Progress) (remove func(), ok bool) { return func() {}, false }
+
+// Progress implements comm.Control: no rank answers, since shm carries no
+// census.
+func (c *Comm) Progress(context.Context) (answers []comm.Progress, answered []bool) {
+	return make([]comm.Progress, c.size), make([]bool, c.size)
+}
+
+// Announce implements comm.Control: it tells nobody, since shm carries
+// no census.
+func (c *Comm) Announce(comm.Progress) {}
+
+// Aborted implements comm.Control.
 func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
 
-// AbortCause implements comm.AbortWatcher.
+// AbortCause implements comm.Control.
 func (c *Comm) AbortCause() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -10,7 +10,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// Shrink implements comm.Shrinker for the ranks of one host. A rank has
+// Shrink implements comm.Communicator for the ranks of one host. A rank has
 // failed when its process is gone, when it closed the communicator, or
 // when the failure that aborted this one blames it (a hung rank, seen by
 // its heartbeat): what every rank of the host reads alike, in the segment

@@ -44,7 +44,7 @@ func TestShrink(t *testing.T) {
 						errs[r] = fmt.Errorf("Barrier: %v", err)
 						return
 					}
-					s, err := comm.Shrink(ctx, c)
+					s, err := c.Shrink(ctx)
 					if err != nil {
 						errs[r] = err
 						return

@@ -8,7 +8,7 @@ import (
 
 // Survivors is the topology of the members of t at ranks (in increasing
 // order, each a rank of t), as a communicator that shrank to them has it
-// (comm.Shrinker): the member at ranks[i] is rank i, a host keeps its
+// (comm.Communicator's Shrink): the member at ranks[i] is rank i, a host keeps its
 // members' local order with their Local renumbered 0..g-1, and a host
 // none of them is on is gone.
 func (t *Topology) Survivors(ranks []int) (*Topology, error) {

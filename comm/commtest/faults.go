@@ -70,11 +70,11 @@ func faultRoles(i, size int) (v, l int) {
 //     matches comm.ErrPeerFailed, whose culprit (comm.CulpritOf and
 //     (*comm.OpError).Culprit) is v, and whose text says of no other rank
 //     that it failed ("rank N … failed").
-//   - abort: v calls comm.Abort with a cause of its own FaultSettle after
-//     the others entered (it does not enter). Every other rank gets an
-//     error that names v or gives the cause's text, and then a Barrier
-//     that fails with comm.ErrAborted; so does v's Barrier where its
-//     communicator is a comm.Aborter (comm.Abort closes it otherwise).
+//   - abort: v calls Abort (comm.Control) with a cause of its own
+//     FaultSettle after the others entered (it does not enter). Every
+//     other rank gets an error that names v or gives the cause's text,
+//     and then a Barrier that fails with comm.ErrAborted; so does v's
+//     Barrier.
 //   - straggler: the others' contexts have a deadline of FaultDeadline;
 //     v enters FaultSettle after it passed. Every other rank gets an error
 //     that matches comm.ErrTimeout and is a *comm.LateError whose Ranks
@@ -221,12 +221,8 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 	case "abort":
 		if rank == v {
 			time.Sleep(FaultSettle)
-			comm.Abort(child, faultCause(v))
+			child.Abort(faultCause(v))
 			got(nil)
-			if _, ok := child.(comm.Aborter); !ok {
-				f.closed = true
-				return true
-			}
 			if err := child.Barrier(ctx); !errors.Is(err, comm.ErrAborted) {
 				r.fail(full, "this rank aborted its communicator; its next call (a Barrier) got %v; want comm.ErrAborted", err)
 			}

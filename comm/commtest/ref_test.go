@@ -86,6 +86,7 @@ type refEntry struct {
 
 type refComm struct {
 	comm.Blocking
+	refControl
 	g    *refGroup
 	rank int
 
@@ -117,6 +118,54 @@ func newRefComm(g *refGroup, rank int) *refComm {
 
 func (c *refComm) Rank() int { return c.rank }
 func (c *refComm) Size() int { return c.g.size }
+
+// refControl is the reference's comm.Control: its ranks share no
+// transport for news, so Abort marks this rank aborted and tells no one,
+// no outside detector's news changes anything, no census is carried, and
+// Shrink is refused with comm.ErrCannotShrink. The conformance suite
+// checks results, which need none of it.
+type refControl struct {
+	mu    sync.Mutex
+	ch    chan struct{}
+	cause error
+}
+
+func (l *refControl) signal() chan struct{} {
+	if l.ch == nil {
+		l.ch = make(chan struct{})
+	}
+	return l.ch
+}
+
+func (l *refControl) Abort(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause == nil {
+		l.cause = cause
+		close(l.signal())
+	}
+}
+
+func (l *refControl) Aborted() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.signal()
+}
+
+func (l *refControl) AbortCause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
+}
+
+func (*refControl) PeerFailed(int, error)                              {}
+func (*refControl) SetProgress(func() comm.Progress) (func(), bool)    { return func() {}, false }
+func (*refControl) Progress(context.Context) ([]comm.Progress, []bool) { return nil, nil }
+func (*refControl) Announce(comm.Progress)                             {}
+
+func (*refControl) Shrink(context.Context) (comm.Communicator, error) {
+	return nil, fmt.Errorf("the reference communicator: %w", comm.ErrCannotShrink)
+}
 
 func (c *refComm) Close() error {
 	c.mu.Lock()

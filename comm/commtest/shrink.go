@@ -9,7 +9,7 @@ import (
 )
 
 // ShrunkRank is what every survivor of a test that shrinks a communicator
-// checks on the result s (comm.Shrinker), where this rank was oldRank and
+// checks on the result s (comm.Communicator's Shrink), where this rank was oldRank and
 // want are the former ranks of the survivors: its rank and size, that
 // comm.Survivors finds exactly want (so every rank's new rank is its
 // place in want), and the collectives of RunRank with rank-distinct data

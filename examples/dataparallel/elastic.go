@@ -142,7 +142,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 			return failed
 		}
 		start := time.Now()
-		s, err := comm.Shrink(ctx, c)
+		s, err := c.Shrink(ctx)
 		if err != nil {
 			return fmt.Errorf("shrinking after %v: %w", failed, err)
 		}

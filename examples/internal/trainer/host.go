@@ -26,33 +26,18 @@ func Host(c comm.Communicator, d *Device) comm.Communicator {
 	if d == nil {
 		return c
 	}
-	h := &hostStaged{c: c, dev: d.dev}
-	h.Blocking = comm.Blocking{S: h}
-	return h
+	return comm.Wrap(c, &hostStaged{dev: d.dev})
 }
 
-// hostStaged is Host's communicator on a GPU world.
+// hostStaged is Host's comm.Decorator on a GPU world: Abort, Shrink and
+// the rest of the world's capabilities pass through it.
 type hostStaged struct {
-	comm.Blocking
-	c   comm.Communicator
 	dev *nccl.Device
 }
 
-func (h *hostStaged) Rank() int { return h.c.Rank() }
-func (h *hostStaged) Size() int { return h.c.Size() }
-
-// Close closes the communicator underneath.
-func (h *hostStaged) Close() error { return h.c.Close() }
-
-// Split splits the communicator underneath; the child stages host
-// buffers as its parent does.
-func (h *hostStaged) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
-	child, err := h.c.Split(ctx, color, key)
-	if child == nil {
-		return nil, err
-	}
-	return Host(child, &Device{dev: h.dev}), err
-}
+// Derive stages the host buffers of a communicator Split or Shrunk from
+// the world as the world's own.
+func (h *hostStaged) Derive(comm.Communicator) comm.Decorator { return h }
 
 // Start stages call's host buffers into device memory, starts the call on
 // the device buffers, and completes the returned Work once the result is
@@ -60,7 +45,7 @@ func (h *hostStaged) Split(ctx context.Context, color, key int) (comm.Communicat
 // started: the Work fails with the cause (the peers' calls then end as
 // their communicator's failure handling says, when this rank's process
 // exits with the error).
-func (h *hostStaged) Start(ctx context.Context, call comm.Call) *comm.Work {
+func (h *hostStaged) Start(ctx context.Context, call comm.Call, c comm.Communicator) *comm.Work {
 	var staged []comm.Buffer // device buffers to free when the call is done
 	free := func() {
 		for _, b := range staged {
@@ -88,15 +73,15 @@ func (h *hostStaged) Start(ctx context.Context, call comm.Call) *comm.Work {
 	}
 	if err != nil {
 		free()
-		return comm.Failed(fmt.Errorf("rank %d: staging a host buffer of %v through %v: %w", h.Rank(), call.Kind, h.dev, err))
+		return comm.Failed(fmt.Errorf("rank %d: staging a host buffer of %v through %v: %w", c.Rank(), call.Kind, h.dev, err))
 	}
-	inner := h.c.Start(ctx, dc)
+	inner := c.Start(ctx, dc)
 	w := comm.NewWork()
 	go func() {
 		err := inner.Wait()
 		if err == nil && call.Recv.OnHost() && call.Recv.Len() > 0 {
 			if rerr := h.dev.Read(call.Recv.Bytes(), dc.Recv); rerr != nil {
-				err = fmt.Errorf("rank %d: reading the result of %v back from %v: %w", h.Rank(), call.Kind, h.dev, rerr)
+				err = fmt.Errorf("rank %d: reading the result of %v back from %v: %w", c.Rank(), call.Kind, h.dev, rerr)
 			}
 		}
 		free()
