@@ -345,6 +345,21 @@ func PlainAbandon(err error) bool {
 	return true
 }
 
+// EndedByDeadline reports whether err, the error a collective (or Split)
+// ended with on this rank, is a deadline or a cancel — this rank's, or a
+// peer's that came as its notice — and neither a mismatch nor an abort
+// already under way. Under the rule every tier follows, such a collective
+// aborts the communicator on every rank: the ranks may have left it in
+// different steps, so no later call could be trusted to meet the same
+// call everywhere. Every later call then fails fast with ErrAborted and
+// the deadline's kind. (Send and Recv are not collectives: their deadline
+// ends that call only. A bad argument leaves the communicator usable:
+// PlainAbandon.)
+func EndedByDeadline(err error) bool {
+	return err != nil && (errors.Is(err, ErrTimeout) || errors.Is(err, ErrCanceled)) &&
+		!errors.Is(err, ErrAborted) && !errors.Is(err, ErrMismatch)
+}
+
 // PeerOf is the peer an error names (a rank of the communicator that
 // returned it: a *MismatchError's, *RemoteError's or *PeerError's Peer, a
 // *LateError's first rank, or an *OpError's), or -1.

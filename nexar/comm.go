@@ -63,8 +63,12 @@ type Comm struct {
 	aborted error // set once: the failure that aborted the communicator
 	// abortedCh is closed when aborted is set (comm.Control).
 	abortedCh chan struct{}
-	closed    bool
-	splits    uint64 // number of Split calls, for child names
+	// quiet: the communicator was aborted by a deadline, unannounced
+	// (abortOnDeadline); a later abort that announces (Abort, whose cause
+	// a composed communicator chose for its peers) still does.
+	quiet  bool
+	closed bool
+	splits uint64 // number of Split calls, for child names
 }
 
 // mkey names one frame of one communicator.
@@ -185,7 +189,7 @@ func (c *Comm) commRank(worldRank int) int {
 // announced to its live peers (but for a mismatch, which travels as
 // per-collective notices that keep its type), so that every survivor names
 // the root cause even if it first hears of a cascade of clean closes.
-func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrMismatch)) }
+func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrMismatch), false) }
 
 // Abort implements comm.Control: the communicator is aborted with cause on
 // this rank and, through an announcement that keeps cause's kind (also a
@@ -196,7 +200,7 @@ func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrM
 // rank is taken as a world rank, since a composed communicator's world
 // part has the composer's ranks (as in dropBlamed).
 func (c *Comm) Abort(cause error) {
-	c.abortAs(comm.FromOutside(cause), true)
+	c.abortAs(comm.FromOutside(cause), true, false)
 	if b, ok := comm.CulpritOf(cause); ok && c.owner && errors.Is(cause, comm.ErrPeerFailed) && !errors.Is(cause, comm.ErrMismatch) &&
 		b.Rank >= 0 && b.Rank < c.w.size && b.Rank != c.w.rank {
 		c.w.learned(b.Rank, &comm.PeerError{Peer: b.Rank, Addr: c.w.tr.PeerAddr(b.Rank), Err: errors.New(b.How)}, -1, -1)
@@ -206,15 +210,19 @@ func (c *Comm) Abort(cause error) {
 	}
 }
 
-// abortAs aborts c with cause; announce says whether the first abort is
-// announced to the live peers.
-func (c *Comm) abortAs(cause error, announce bool) {
+// abortAs aborts c with cause (the first cause stays); announce says
+// whether the first abort is announced to the live peers (or a later one,
+// after a quiet first abort: a deadline's, abortOnDeadline).
+func (c *Comm) abortAs(cause error, announce, quiet bool) {
 	c.mu.Lock()
 	first := c.aborted == nil
 	if first {
 		c.aborted = &comm.AbortedError{Cause: cause}
 		close(c.abortedCh)
+		c.quiet = quiet
 	}
+	announce = announce && (first || c.quiet)
+	c.quiet = c.quiet && !announce
 	aborted := c.aborted
 	inflight := make([]*op, 0, len(c.ops))
 	for _, o := range c.ops {
@@ -225,7 +233,7 @@ func (c *Comm) abortAs(cause error, announce bool) {
 		o.fail(aborted, true) // the peers waiting on this rank learn why
 	}
 	c.endPosted(aborted)
-	if first && announce {
+	if announce {
 		c.announceAbort(cause)
 	}
 }
@@ -484,12 +492,34 @@ func (c *Comm) newExec() *comm.Exec[job] {
 					o.fail(localFailure(err), true)
 				}
 			}
-			return o.finish()
+			err := o.finish()
+			c.abortOnDeadline(err)
+			return err
 		},
 		Refuse: func(t *comm.Task[job], err error) error {
 			return &comm.OpError{Rank: c.rank, Peer: -1, Kind: t.X.sig.Kind, Comm: c.name, Err: err}
 		},
 	})
+}
+
+// abortOnDeadline aborts the communicator when err, a collective's error,
+// is a deadline or a cancel — this rank's or, through its notice, a
+// peer's (comm.EndedByDeadline, the rule of every tier). The abort is not
+// announced: the collective's failure notice has gone to every member
+// already, and each aborts as it reads it; a member whose part had
+// finished reads it as this rank's refusal of its next collective. (An
+// announcement from every rank would race the notice, and a composed
+// communicator's ranks would hear the news first from a relay, in a
+// part's numbering.) Send and Recv do not come here: their deadline ends
+// that call only.
+func (c *Comm) abortOnDeadline(err error) {
+	if !comm.EndedByDeadline(err) {
+		return
+	}
+	if oe := (*comm.OpError)(nil); errors.As(err, &oe) {
+		err = oe.Err
+	}
+	c.abortAs(err, false, true)
 }
 
 // refuseLocked is the error of a point-to-point call on a closed or

@@ -151,7 +151,25 @@ func TestBadInputTellsThePeersAndKeepsTheCommunicator(t *testing.T) {
 	allReduceWorks(t, cs)
 }
 
-func TestCancelOnOneRankEndsTheCollectiveEverywhere(t *testing.T) {
+// abortedBy checks the deadline rule: every rank's next call fails fast
+// with comm.ErrAborted and kind (the deadline or cancel that ended the
+// collective), naming it on every rank.
+func abortedBy(t *testing.T, cs []*Comm, kind error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := onEveryRank(cs, func(r int, c *Comm) error { return c.Barrier(ctx) })
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, kind) {
+			t.Errorf("rank %d: the call after the collective that %v ended got %v; want comm.ErrAborted and %v", r, kind, err, kind)
+		}
+	}
+}
+
+// A deadline on one rank ends the collective on every rank and aborts the
+// communicator everywhere, as on every tier: the ranks may have left the
+// collective in different steps.
+func TestDeadlineOnOneRankAbortsEverywhere(t *testing.T) {
 	cs := memWorld(t, 4, Options{Timeout: 30 * time.Second})
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		ctx := context.Background()
@@ -172,7 +190,8 @@ func TestCancelOnOneRankEndsTheCollectiveEverywhere(t *testing.T) {
 			t.Errorf("rank %d: got %v, want it to say rank 3 abandoned", r, err)
 		}
 	}
-	allReduceWorks(t, cs)
+	abortedBy(t, cs, comm.ErrTimeout)
+
 }
 
 func TestTimeoutNamesTheRankThatNeverCame(t *testing.T) {

@@ -77,7 +77,7 @@ func (w *world) learned(peer int, err error, observer, from int) {
 	for _, c := range hit {
 		// Without news (this rank blames itself) each communicator
 		// announces its abort, so its peers hear this rank's account.
-		c.abortAs(c.ownPeerError(err), !news)
+		c.abortAs(c.ownPeerError(err), !news, false)
 	}
 	if !news {
 		return

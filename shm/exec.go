@@ -101,10 +101,13 @@ func (c *Comm) newOp(ctx context.Context, call comm.Call) op {
 //
 // A call that this rank refuses (a bad argument, or a context that ended
 // before it began) still takes its step: the header step tells the peers,
-// who fail it with a *comm.RemoteError, and the communicator goes on. A
-// failure after this rank posted its header as good (a context that ends
-// mid-way, a peer that dies or closes) aborts the communicator: the ranks
-// may no longer agree on which step comes next. So does a mismatch.
+// who fail it with a *comm.RemoteError. A bad argument leaves the
+// communicator usable. A failure after this rank posted its header as
+// good (a context that ends mid-way, a peer that dies or closes) aborts
+// the communicator: the ranks may no longer agree on which step comes
+// next. So do a mismatch and, as on every tier, a deadline or a cancel,
+// this rank's or a peer's, also one that came before the call began
+// (comm.EndedByDeadline).
 func (c *Comm) execute(o *op) error {
 	if c.killed.Load() {
 		return c.opError(o, errKilled)
@@ -134,7 +137,7 @@ func (c *Comm) execute(o *op) error {
 	if err == nil {
 		return nil
 	}
-	if (s.broken || errors.Is(err, comm.ErrMismatch)) && !errors.Is(err, comm.ErrClosed) && !errors.Is(err, errKilled) {
+	if (s.broken || errors.Is(err, comm.ErrMismatch) || comm.EndedByDeadline(err)) && !errors.Is(err, comm.ErrClosed) && !errors.Is(err, errKilled) {
 		c.abort(err)
 	}
 	return c.opError(o, err)

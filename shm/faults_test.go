@@ -116,8 +116,9 @@ func TestMismatchAbortsEveryRank(t *testing.T) {
 }
 
 // A rank whose context ended before it started tells the others at the
-// header: everyone ends with ErrTimeout, and the communicator goes on.
-func TestExpiredContextOnOneRankEndsTheCollectiveEverywhere(t *testing.T) {
+// header: everyone ends with ErrTimeout, and, as on every tier, the
+// communicator is aborted on every rank (comm.EndedByDeadline).
+func TestExpiredContextOnOneRankAbortsEverywhere(t *testing.T) {
 	cs := localWorld(t, 4, Config{SlotBytes: minSlotBytes})
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		ctx := context.Background()
@@ -138,7 +139,9 @@ func TestExpiredContextOnOneRankEndsTheCollectiveEverywhere(t *testing.T) {
 			t.Errorf("rank %d: got %v, want it to say rank 3 abandoned", r, err)
 		}
 	}
-	allReduceWorks(t, cs)
+	for _, c := range cs {
+		failsFast(t, c, comm.ErrAborted, comm.ErrTimeout)
+	}
 }
 
 // Ranks whose context ends while they wait for one that never comes give

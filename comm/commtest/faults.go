@@ -82,6 +82,14 @@ func faultRoles(i, size int) (v, l int) {
 //     (comm.ErrPeerAbandoned) whose text says v had not started; v gets
 //     an error that matches comm.ErrTimeout.
 //
+// After cancel, cancel-news, deadline and straggler, every rank's next
+// call on the child (a Barrier) must fail within FaultDeadline with
+// comm.ErrAborted and comm.ErrCanceled or comm.ErrTimeout: the rule of
+// every tier (comm.EndedByDeadline) is that a collective a deadline or a
+// cancel ended aborts the communicator on every rank. After the deadline
+// case, where nobody failed, Shrink must give every rank a communicator
+// of every rank, at its rank, whose Barrier works.
+//
 // An error names v when comm.PeerOf or comm.CulpritOf gives v, when it is
 // a *comm.LateError whose Ranks include v, or, since news that came
 // through another rank is a *comm.RemoteError that carries the first
@@ -154,12 +162,22 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 		return false
 	}
 	run := func(ctx context.Context) error { return child.Start(ctx, call).Wait() }
+	// The deadline rule (comm.EndedByDeadline): a collective that a
+	// deadline or a cancel ended aborts the communicator on every rank,
+	// so every rank's next call fails fast with comm.ErrAborted and kind.
+	var kind error
+	defer func() {
+		if kind != nil && wantAborted(ctx, r, full, child, kind) && name == "deadline" {
+			wantWhole(ctx, r, full, child)
+		}
+	}()
 	start := time.Now()
 	got := func(err error) {
 		o.Log("commtest Faults: rank %d: %s (v=%d, l=%d): after %v: %v", rank, name, v, l, time.Since(start).Round(time.Millisecond), err)
 	}
 	switch name {
 	case "cancel", "cancel-news":
+		kind = comm.ErrCanceled
 		late := 3 * FaultSettle
 		if name == "cancel-news" {
 			late = FaultDeadline + FaultSettle
@@ -189,6 +207,7 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 				v, FaultSettle, l, took.Round(time.Millisecond), l, late)
 		}
 	case "deadline":
+		kind = comm.ErrTimeout
 		cctx := ctx
 		if rank == v {
 			var stop context.CancelFunc
@@ -241,6 +260,7 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 			r.fail(full, "rank %d aborted the communicator; this rank's next call (a Barrier) got %v; want comm.ErrAborted", v, err)
 		}
 	case "straggler":
+		kind = comm.ErrTimeout
 		if rank == v {
 			time.Sleep(FaultDeadline + FaultSettle)
 			err := run(ctx)
@@ -265,6 +285,41 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 		}
 	}
 	return true
+}
+
+// wantAborted checks the deadline rule on this rank: the collective before
+// ended by a deadline or a cancel (kind), the next call on child fails
+// with comm.ErrAborted and kind, within FaultDeadline.
+func wantAborted(ctx context.Context, r *report, name string, child comm.Communicator, kind error) bool {
+	ctx, cancel := context.WithTimeout(ctx, FaultDeadline)
+	defer cancel()
+	start := time.Now()
+	err := child.Barrier(ctx)
+	if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, kind) {
+		r.fail(name, "a deadline or a cancel (%v) ended the collective; this rank's next call (a Barrier, after %v) got %v; want comm.ErrAborted and %v: the rule of every tier is that such a collective aborts the communicator on every rank",
+			kind, time.Since(start).Round(time.Millisecond), err, kind)
+		return false
+	}
+	return true
+}
+
+// wantWhole checks how a program goes on after a deadline's abort, where
+// nobody failed: Shrink gives every rank a communicator of every rank,
+// at its old rank, whose Barrier works.
+func wantWhole(ctx context.Context, r *report, name string, child comm.Communicator) {
+	s, err := child.Shrink(ctx)
+	if err != nil {
+		r.fail(name, "Shrink after the deadline's abort (nobody failed): %v", err)
+		return
+	}
+	defer s.Close()
+	if s.Size() != child.Size() || s.Rank() != child.Rank() {
+		r.fail(name, "Shrink after the deadline's abort (nobody failed) gave rank %d of %d; want rank %d of %d", s.Rank(), s.Size(), child.Rank(), child.Size())
+		return
+	}
+	if err := s.Barrier(ctx); err != nil {
+		r.fail(name, "a Barrier on the communicator Shrink gave after the deadline's abort: %v", err)
+	}
 }
 
 // wantFrom checks that err, the error of a rank whose peer v ended the
