@@ -249,13 +249,22 @@ type RemoteError struct {
 	// the rank in its own terms).
 	Culprit        int
 	CulpritOutside bool
+	// Who, if set, names Peer in a composed communicator's terms ("rank 4
+	// (local rank 2)"), for a part whose ranks are not the job's: the
+	// text travels on, quoted in other ranks' errors, where only a name
+	// the user knows means anything. If empty: "rank 2".
+	Who string
 }
 
 func (e *RemoteError) Error() string {
-	if e.PeerFailed && e.Culprit >= 0 {
-		return fmt.Sprintf("rank %d failed: %s (told by rank %d)", e.Culprit, e.Reason, e.Peer)
+	who := e.Who
+	if who == "" {
+		who = fmt.Sprintf("rank %d", e.Peer)
 	}
-	return fmt.Sprintf("rank %d ended the collective on its side: %s", e.Peer, e.Reason)
+	if e.PeerFailed && e.Culprit >= 0 {
+		return fmt.Sprintf("rank %d failed: %s (told by %s)", e.Culprit, e.Reason, who)
+	}
+	return fmt.Sprintf("%s ended the collective on its side: %s", who, e.Reason)
 }
 
 func (e *RemoteError) Is(target error) bool {

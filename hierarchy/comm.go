@@ -344,24 +344,61 @@ func (h *Comm) watch(p part) {
 	case <-p.c.Aborted():
 	}
 	cause := p.c.AbortCause()
-	if !errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch) {
+	deadline := comm.EndedByDeadline(cause)
+	if !deadline && (!errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch)) {
 		return
 	}
 	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
 		cause = pe
 	} else {
+		if re, ok := cause.(*comm.RemoteError); ok {
+			cause = p.globalRemote(re) // the peer whose news it was, by its global rank
+		}
 		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}
 	h.mu.Lock()
 	if h.stall.Running() {
-		if h.deferred == nil {
+		seq := h.stall.Progress().Started
+		h.mu.Unlock()
+		if deadline && h.stoppedBy(seq) {
+			// A deadline or a cancel ended this very collective (or an
+			// earlier one) on a rank that has stopped: the ranks that
+			// wait in other parts for a rank yet to come need not wait.
+			h.abort(cause)
+			return
+		}
+		h.mu.Lock()
+		if h.stall.Running() && h.deferred == nil {
 			h.deferred = cause
 		}
+		running := h.stall.Running()
 		h.mu.Unlock()
+		if !running {
+			h.abort(cause)
+		}
 		return
 	}
 	h.mu.Unlock()
 	h.abort(cause)
+}
+
+// stoppedBy reports whether the census finds a rank whose hierarchy has
+// stopped (it was aborted) in collective seq or before it: then seq
+// cannot complete on every rank, and news of a deadline or a cancel is
+// about it, not about a later collective of ranks ahead of this one.
+func (h *Comm) stoppedBy(seq uint64) bool {
+	if h.census == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
+	defer cancel()
+	answers, answered := h.census.Progress(ctx)
+	for r, p := range answers {
+		if r != h.rank && r < len(answered) && answered[r] && p.Stopped && p.Started <= seq {
+			return true
+		}
+	}
+	return false
 }
 
 // ended marks the end of runTask's collective or Split, and applies the

@@ -96,8 +96,10 @@
 // Anything else (a mismatch, a deadline, a dead peer, a closed part) aborts
 // the hierarchy: every part is aborted (comm.Control's Abort), which tells
 // its peers, so every rank of every part learns of it; a part aborted by
-// a peer's news of a failure aborts the hierarchy in turn
-// (comm.Control's Aborted), once the collective in progress, if any, has ended.
+// a peer's news of a failure, a deadline or a cancel aborts the hierarchy
+// in turn (comm.Control's Aborted), once the collective in progress, if
+// any, has ended — or at once, for a deadline or a cancel, when the census
+// finds a rank that stopped in that collective or before it.
 // A deadline names the ranks that had not started the collective,
 // whichever part they are in: the hierarchy asks every rank over its world
 // part (comm.Control's census). A collective that has waited longer than

@@ -86,7 +86,9 @@ func build(t testing.TB, l layout, intra string, cfg hierarchy.Config) []comm.Co
 	if intra == "shm" {
 		for n, node := range tp.Nodes() {
 			ns := fmt.Sprintf("hiertest-%d-%d-%d", os.Getpid(), nsSeq.Add(1), n)
-			cs, err := shm.NewLocal(ctx, ns, len(node.Ranks), shm.Config{Timeout: time.Minute, FailureTimeout: 10 * time.Second})
+			// Ranks as Init gives them: the node part names ranks by their
+			// global rank first.
+			cs, err := shm.NewLocal(ctx, ns, len(node.Ranks), shm.Config{Timeout: time.Minute, FailureTimeout: 10 * time.Second, Ranks: node.Ranks})
 			if err != nil {
 				nexar.CloseAll(ws)
 				t.Fatal(err)
@@ -222,31 +224,9 @@ func TestFaultSuite(t *testing.T) {
 			}
 			t.Run(l.name+"/"+intra, func(t *testing.T) {
 				t.Parallel()
-				opt := commtest.Options{Timeout: 5 * time.Second, SkipFaults: faultSkips(l, intra)}
+				opt := commtest.Options{Timeout: 5 * time.Second}
 				commtest.RunFaults(t, build(t, l, intra, small), opt)
 			})
 		}
 	}
-}
-
-// faultSkips are the fault cases the hierarchy does not pass on l with
-// intra inside the nodes, each with why.
-func faultSkips(l layout, intra string) map[string]string {
-	skip := map[string]string{}
-	nodes, most := len(l.perNode), 0
-	for _, g := range l.perNode {
-		most = max(most, g)
-	}
-	switch {
-	case nodes == 1 && intra == "shm":
-		// One node: the Split child is the node's shared-memory communicator.
-		skip["cancel-news"] = "shared memory: a rank waiting for a rank that has not come hears of another rank's cancel only when that rank comes"
-		skip["straggler"] = "shared memory: a deadline does not name the ranks that had not started the collective (no *comm.LateError)"
-	case nodes > 1 && most > 1:
-		skip["cancel-news"] = "a rank waiting in one part for a rank that has not come hears of a cancel on another part only when that rank comes"
-	}
-	if l.name == "2+3" {
-		skip["cancel"] = "node 0's ranks finish the AllReduce (nil) though rank 4 (node 1) canceled it: its part had gone out"
-	}
-	return skip
 }

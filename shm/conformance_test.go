@@ -127,7 +127,4 @@ func TestSuites(t *testing.T) {
 
 // faultOptions run commtest's fault suite, with the cases shared memory
 // does not pass yet skipped, each with why.
-var faultOptions = commtest.Options{Timeout: 5 * time.Second, SkipFaults: map[string]string{
-	"cancel-news": "a rank waiting in a collective for a rank that has not come hears of another rank's cancel only when that rank comes",
-	"straggler":   "a deadline here does not name the ranks that had not started the collective (no *comm.LateError)",
-}}
+var faultOptions = commtest.Options{Timeout: 5 * time.Second}

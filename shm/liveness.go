@@ -173,9 +173,20 @@ func (c *Comm) abortError(q int) error {
 		// this process, by its job rank).
 		return c.expelled(q, text, int64(atomic.LoadUint64(u64At(mem, base+aTime))))
 	case outside:
-		return code.Blamed(q, comm.Blame{Rank: peer, Outside: true, How: text}, text)
+		return c.named(code.Blamed(q, comm.Blame{Rank: peer, Outside: true, How: text}, text))
 	case peer < c.size && peer != c.rank:
 		return &comm.PeerError{Peer: peer, Err: &comm.ViaError{How: text, Via: fmt.Sprintf("seen by rank %d", q)}}
 	}
-	return code.Remote(q, "it aborted the communicator: "+text)
+	return c.named(code.Remote(q, "it aborted the communicator: "+text))
+}
+
+// named is re, news from rank re.Peer of this communicator, naming it by
+// its job rank where Config.Ranks says it (RemoteError.Who): the text is
+// quoted on in the abort records and errors of other ranks of a composed
+// communicator, whose ranks are the job's.
+func (c *Comm) named(re *comm.RemoteError) *comm.RemoteError {
+	if c.cfg.Ranks != nil && re.Peer >= 0 && re.Peer < c.size {
+		re.Who = fmt.Sprintf("rank %d", c.cfg.Ranks[re.Peer])
+	}
+	return re
 }

@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -95,6 +96,9 @@ func (s *stepper) step(write func(part []byte)) error {
 	x.g = g
 	if err := c.waitAll(&s.b, g, x.watch); err != nil {
 		s.broken = true
+		if !s.header && errors.Is(err, comm.ErrTimeout) {
+			err = s.late(g, err)
+		}
 		return err
 	}
 	c.mark(hoptrace.ShmSeen, g)
@@ -127,6 +131,37 @@ func (s *stepper) refuse(why error) error {
 	c.post(g)
 	x.g = g
 	return why
+}
+
+// late is err, a deadline that passed in g, the header step of this
+// collective, as a *comm.LateError that names the peers that had not
+// started the collective: those that had not posted g, and whose latest
+// header (the larger sequence number of their two meta parts, which only
+// headers write) is of an earlier collective; Last is that one. Ranks are
+// named by their job rank first where Config.Ranks says it. err is
+// returned as it is when every peer had started (a slow one, not a
+// straggler).
+func (s *stepper) late(g uint64, err error) error {
+	c := s.c
+	le := &comm.LateError{Err: err, Seq: s.o.seq}
+	for q := range c.size {
+		if q == c.rank || atomic.LoadUint64(c.words[q].posted) >= g {
+			continue
+		}
+		last := max(s.meta(q, 0).seq, s.meta(q, 1).seq)
+		if last >= s.o.seq {
+			continue
+		}
+		le.Ranks = append(le.Ranks, q)
+		le.Last = append(le.Last, last)
+		if c.cfg.Ranks != nil {
+			le.Who = append(le.Who, c.rankName(q))
+		}
+	}
+	if len(le.Ranks) == 0 {
+		return err
+	}
+	return le
 }
 
 // writeMeta fills this rank's meta part of step g. Plain stores: the post
@@ -203,7 +238,7 @@ func (s *stepper) checkHeaders(g uint64) error {
 					Reported: fmt.Sprintf("rank %d was at collective #%d when this rank was at #%d", q, m.seq, s.o.seq)}
 			}
 		case m.status != statusGo:
-			return comm.FailCode(m.status).Remote(q, m.reason)
+			return s.c.named(comm.FailCode(m.status).Remote(q, m.reason))
 		case m.sig != s.o.sig:
 			if mismatch == nil {
 				mismatch = &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig, Remote: m.sig}

@@ -197,6 +197,13 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 			noted = true
 			c.noteWait(g)
 		}
+		// A peer that posted g and then aborted in it (its context ended
+		// while it waited here too) has left the collective: the ranks
+		// that still wait for another learn it now, not when that one
+		// comes. (It cannot have passed g: q has not posted it.)
+		if err := c.leftIn(g); err != nil {
+			return err
+		}
 		// Any peer still behind may be the one that failed, not only q.
 		check := c.due(w, now)
 		for p := q + 1; p < c.size; p++ {
@@ -218,6 +225,22 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 		})
 		sleep = min(2*sleep, sleepMax)
 	}
+}
+
+// leftIn is the abort of a peer that aborted in step g, after it posted
+// it, if one did: the peers wait for it in vain from g on.
+func (c *Comm) leftIn(g uint64) error {
+	for p := range c.size {
+		if p == c.rank || atomic.LoadUint32(c.words[p].state) != stateAborted {
+			continue
+		}
+		base := c.seg.l.ctl(p) + cAbort
+		if atomic.LoadUint64(u64At(c.seg.mem, base+aStep)) == g &&
+			atomic.LoadUint32(u32At(c.seg.mem, base+aFlags))&abortPassed == 0 {
+			return c.abortError(p)
+		}
+	}
+	return nil
 }
 
 // noteWait tells the flight recorder which node-mates the running

@@ -2,8 +2,10 @@ package commtest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -57,7 +59,10 @@ func faultRoles(i, size int) (v, l int) {
 //   - cancel: v is in the AllReduce too, l enters 3×FaultSettle late, and
 //     v's context is canceled FaultSettle after it started. v gets
 //     comm.ErrCanceled; every other rank, l included, an error that
-//     matches comm.ErrCanceled and comm.ErrPeerAbandoned and names v.
+//     matches comm.ErrCanceled and comm.ErrPeerAbandoned and names v — or
+//     nil with a whole result (every rank's data summed), where its part
+//     had finished (v's share had gone out), and then a next call that
+//     fails with comm.ErrCanceled.
 //   - cancel-news: the same with l entering FaultDeadline+FaultSettle
 //     late, and every rank but v and l must have its error within
 //     FaultDeadline: the news of the cancel ends the collective on the
@@ -145,10 +150,38 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 	}
 	defer f.end(full, r)
 	child, b := f.child, f.b
-	call := allReduce(b, comm.F32, faultN, comm.Sum)
+	// Rank-distinct small integers, whose sum a float32 holds exactly: a
+	// rank whose part of a collective another rank abandoned may finish
+	// it, and its result must then be whole.
+	data := make([]float32, faultN)
+	for i := range data {
+		data[i] = float32(rank + 1 + i%7)
+	}
+	send, err := b.a.buffer(comm.F32, comm.Host(data).Bytes())
+	if err != nil {
+		r.fail(full, "%v", err)
+		return false
+	}
+	call := comm.Call{Kind: comm.KindAllReduce, Send: send, Recv: b.buf(comm.F32, faultN), Op: comm.Sum}
 	if b.err != nil {
 		r.fail(full, "%v", b.err)
 		return false
+	}
+	// whole reports whether the AllReduce's result is the sum of every
+	// rank's data.
+	whole := func() bool {
+		got, err := b.a.read(call.Recv)
+		if err != nil {
+			r.fail(full, "reading the result: %v", err)
+			return false
+		}
+		base := float32(size * (size + 1) / 2)
+		for i := range faultN {
+			if v := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:])); v != base+float32(size*(i%7)) {
+				return false
+			}
+		}
+		return true
 	}
 	// The child's first collective, matched: every rank is in the child
 	// (its connections made, where it makes them lazily) before the fault.
@@ -166,8 +199,9 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 	// deadline or a cancel ended aborts the communicator on every rank,
 	// so every rank's next call fails fast with comm.ErrAborted and kind.
 	var kind error
+	finished := false // this rank's part had finished: its result is whole
 	defer func() {
-		if kind != nil && wantAborted(ctx, r, full, child, kind) && name == "deadline" {
+		if kind != nil && wantAborted(ctx, r, full, child, kind, !finished) && name == "deadline" {
 			wantWhole(ctx, r, full, child)
 		}
 	}()
@@ -201,7 +235,13 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 			}
 			return true
 		}
-		wantFrom(r, full, err, v, "whose context was canceled", comm.ErrCanceled, comm.ErrPeerAbandoned)
+		if err == nil && whole() {
+			// v's share had gone out before the cancel: this rank's
+			// part finished, and its next call learns of the abort.
+			finished = true
+		} else {
+			wantFrom(r, full, err, v, "whose context was canceled", comm.ErrCanceled, comm.ErrPeerAbandoned)
+		}
 		if took := time.Since(start); name == "cancel-news" && rank != l && took >= FaultDeadline {
 			r.fail(full, "rank %d's context was canceled %v in; this rank, waiting in the AllReduce while rank %d had not come, returned only after %v (rank %d came %v in): the news of the cancel must end the collective on every rank, not wait for the rank the collective waits on",
 				v, FaultSettle, l, took.Round(time.Millisecond), l, late)
@@ -289,15 +329,21 @@ func faultBody(ctx context.Context, c comm.Communicator, name string, v, l int, 
 
 // wantAborted checks the deadline rule on this rank: the collective before
 // ended by a deadline or a cancel (kind), the next call on child fails
-// with comm.ErrAborted and kind, within FaultDeadline.
-func wantAborted(ctx context.Context, r *report, name string, child comm.Communicator, kind error) bool {
+// within FaultDeadline with kind, and with comm.ErrAborted where aborted
+// (the collective failed here; a rank whose part had finished learns of
+// the abort in this call).
+func wantAborted(ctx context.Context, r *report, name string, child comm.Communicator, kind error, aborted bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, FaultDeadline)
 	defer cancel()
 	start := time.Now()
 	err := child.Barrier(ctx)
-	if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, kind) {
-		r.fail(name, "a deadline or a cancel (%v) ended the collective; this rank's next call (a Barrier, after %v) got %v; want comm.ErrAborted and %v: the rule of every tier is that such a collective aborts the communicator on every rank",
-			kind, time.Since(start).Round(time.Millisecond), err, kind)
+	if aborted && !errors.Is(err, comm.ErrAborted) || !errors.Is(err, kind) {
+		want := fmt.Sprint(kind)
+		if aborted {
+			want = "comm.ErrAborted and " + want
+		}
+		r.fail(name, "a deadline or a cancel (%v) ended the collective; this rank's next call (a Barrier, after %v) got %v; want %s: the rule of every tier is that such a collective aborts the communicator on every rank",
+			kind, time.Since(start).Round(time.Millisecond), err, want)
 		return false
 	}
 	return true
