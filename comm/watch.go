@@ -2,6 +2,7 @@ package comm
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -124,6 +125,75 @@ func (w *Watch) Aborting(cause error) (announce bool) {
 	}
 	w.announced = true
 	return true
+}
+
+// PartAction is what a composed communicator does when one of its parts
+// is aborted (Watch.PartAborted).
+type PartAction int
+
+const (
+	// PartIgnore leaves the part's abort to the phases that meet it: a
+	// mismatch (reported in the user's terms once every rank has reached
+	// it), or an abort that is no news of a failure.
+	PartIgnore PartAction = iota
+	// PartAbort aborts the composed communicator now.
+	PartAbort
+	// PartDefer aborts it when the running collective ends: the news may
+	// be of a later collective of ranks ahead of this one, which this one
+	// can complete without (a rank that left after a Barrier every rank
+	// had entered), and aborting now would fail it on healthy parts.
+	PartDefer
+	// PartAsk takes a census first (a deadline or a cancel, while a
+	// collective runs): if StoppedIn finds a rank that stopped in this
+	// collective or before it, the news is of this one, which cannot
+	// complete on every rank: abort now, so that a rank waiting in another
+	// part for a rank yet to come does not wait for it. Else defer.
+	PartAsk
+)
+
+func (a PartAction) String() string {
+	switch a {
+	case PartIgnore:
+		return "ignore"
+	case PartAbort:
+		return "abort"
+	case PartDefer:
+		return "defer"
+	case PartAsk:
+		return "ask"
+	}
+	return fmt.Sprintf("PartAction(%d)", int(a))
+}
+
+// PartAborted is told that a part was aborted with cause (the composed
+// communicator's cause, its ranks in the composed communicator's terms)
+// and says what to do. A peer's failure aborts the composed communicator
+// (now, or when the running collective ends), and so does a deadline or
+// a cancel (the rule of every tier, EndedByDeadline); anything else is
+// left to the phases.
+func (w *Watch) PartAborted(cause error) PartAction {
+	deadline := EndedByDeadline(cause)
+	switch {
+	case !deadline && (!errors.Is(cause, ErrPeerFailed) || errors.Is(cause, ErrMismatch)):
+		return PartIgnore
+	case !w.running:
+		return PartAbort
+	case deadline:
+		return PartAsk
+	}
+	return PartDefer
+}
+
+// StoppedIn reports whether a census's answers show a rank (not this one)
+// that has stopped — its communicator was aborted — in the running
+// collective or before it: that collective cannot complete on every rank.
+func (w *Watch) StoppedIn(answers []Progress, answered []bool) bool {
+	for r, p := range answers {
+		if r != w.Rank && r < len(answered) && answered[r] && p.Stopped && p.Started <= w.progress.Started {
+			return true
+		}
+	}
+	return false
 }
 
 // Stragglers are, from a census's answers about collective seq, the ranks

@@ -319,24 +319,27 @@ func New(cfg Config) (*Comm, error) {
 	return h, nil
 }
 
-// watch aborts the hierarchy when part p is aborted by a rank's failure:
-// news of it that reaches this rank through one part (a peer announced
-// its abort there, a node-mate saw the process vanish) ends the
-// operations waiting on the others. Other aborts (a mismatch, a
-// deadline) are left to the phase that meets them, which reports them in
-// the user's terms: a mismatch once every rank has reached the collective
-// that differs (settle), since the ranks still in an earlier one would
-// fail it if the hierarchy were aborted now. The hierarchy's own abort
-// of its parts comes back here and changes nothing.
+// watch aborts the hierarchy when part p is aborted by a rank's failure,
+// a deadline or a cancel, as comm.Watch.PartAborted decides: news of it
+// that reaches this rank through one part (a peer announced its abort
+// there, a node-mate saw the process vanish) ends the operations waiting
+// on the others. A mismatch is left to the phase that meets it, which
+// reports it in the user's terms once every rank has reached the
+// collective that differs (settle), since the ranks still in an earlier
+// one would fail it if the hierarchy were aborted now. The hierarchy's
+// own abort of its parts comes back here and changes nothing.
 //
-// A collective in its phases when the news comes finishes first: the
-// news may be of a failure in a later collective of ranks ahead of this
-// one (a rank that left after a Barrier every rank had entered, found
-// by a node-mate in the next call), and aborting now would fail this
-// rank's phases on healthy parts, and its part-mates' with them, in a
-// collective that every rank can complete. The phases still fail on
-// their own where the failure reaches them: on the aborted part, or on a
-// part a peer aborted, or by its transport or liveness check.
+// A collective in its phases when news of a failure comes finishes
+// first: the news may be of a failure in a later collective of ranks
+// ahead of this one (a rank that left after a Barrier every rank had
+// entered, found by a node-mate in the next call), and aborting now would
+// fail this rank's phases on healthy parts, and its part-mates' with
+// them, in a collective that every rank can complete. News of a deadline
+// or a cancel asks the census first: a rank that stopped in this
+// collective or before it means this one cannot complete, and the
+// hierarchy aborts at once. The phases still fail on their own where the
+// failure reaches them: on the aborted part, or on a part a peer aborted,
+// or by its transport or liveness check.
 func (h *Comm) watch(p part) {
 	select {
 	case <-h.stop:
@@ -344,8 +347,10 @@ func (h *Comm) watch(p part) {
 	case <-p.c.Aborted():
 	}
 	cause := p.c.AbortCause()
-	deadline := comm.EndedByDeadline(cause)
-	if !deadline && (!errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch)) {
+	h.mu.Lock()
+	act := h.stall.PartAborted(cause)
+	h.mu.Unlock()
+	if act == comm.PartIgnore {
 		return
 	}
 	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
@@ -356,49 +361,35 @@ func (h *Comm) watch(p part) {
 		}
 		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}
-	h.mu.Lock()
-	if h.stall.Running() {
-		seq := h.stall.Progress().Started
-		h.mu.Unlock()
-		if deadline && h.stoppedBy(seq) {
-			// A deadline or a cancel ended this very collective (or an
-			// earlier one) on a rank that has stopped: the ranks that
-			// wait in other parts for a rank yet to come need not wait.
-			h.abort(cause)
-			return
-		}
+	if act == comm.PartAsk && h.stoppedIn() {
+		act = comm.PartAbort
+	}
+	if act != comm.PartAbort {
 		h.mu.Lock()
-		if h.stall.Running() && h.deferred == nil {
+		running := h.stall.Running()
+		if running && h.deferred == nil {
 			h.deferred = cause
 		}
-		running := h.stall.Running()
 		h.mu.Unlock()
-		if !running {
-			h.abort(cause)
+		if running {
+			return
 		}
-		return
 	}
-	h.mu.Unlock()
 	h.abort(cause)
 }
 
-// stoppedBy reports whether the census finds a rank whose hierarchy has
-// stopped (it was aborted) in collective seq or before it: then seq
-// cannot complete on every rank, and news of a deadline or a cancel is
-// about it, not about a later collective of ranks ahead of this one.
-func (h *Comm) stoppedBy(seq uint64) bool {
+// stoppedIn takes a census and reports whether it finds a rank that
+// stopped in the running collective or before it (comm.Watch.StoppedIn).
+func (h *Comm) stoppedIn() bool {
 	if h.census == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
 	defer cancel()
 	answers, answered := h.census.Progress(ctx)
-	for r, p := range answers {
-		if r != h.rank && r < len(answered) && answered[r] && p.Stopped && p.Started <= seq {
-			return true
-		}
-	}
-	return false
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stall.StoppedIn(answers, answered)
 }
 
 // ended marks the end of runTask's collective or Split, and applies the

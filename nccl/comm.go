@@ -85,6 +85,10 @@ type Comm struct {
 	slots     []*ncclComm   // out slots of failed splits, which NCCL may still write
 	scratch   []comm.Buffer // free device scratch, reused (cuMemFree may synchronize the device)
 
+	// mismatchTold: the launcher reported a mismatch that aborted the
+	// communicator before a call's comparison (launcher); the launcher's.
+	mismatchTold bool
+
 	completeQ chan *task
 	stopped   chan struct{} // closed when the completer has ended
 	watchDone chan struct{}

@@ -259,6 +259,15 @@ func (c *Comm) launcher(t *task) {
 	if closed, aborted := c.state(); closed || aborted != nil {
 		// The control's check may wait for peers forever: don't.
 		t.err = c.stateError(t, aborted)
+		if !closed && errors.Is(aborted, comm.ErrMismatch) && !c.mismatchTold {
+			// A peer found the mismatch and aborted the control (and
+			// so this communicator, through its watch) before this
+			// rank's comparison began: the first call after it reports
+			// the mismatch it is, as the comparison would have.
+			c.mismatchTold = true
+			peer := comm.PeerOf(aborted)
+			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.AbortedError{Cause: &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: aborted.Error()}})
+		}
 		return
 	}
 	c.rec.Note(t.seq, "comparing the call with every rank over the control", nil)
@@ -270,6 +279,7 @@ func (c *Comm) launcher(t *task) {
 			// before this rank's comparison completed.
 			peer := comm.PeerOf(err)
 			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: err.Error()})
+			c.mismatchTold = true
 			c.abort(t.err)
 		} else {
 			t.err = c.opError(t.call.Kind, t.seq, comm.PeerOf(err), err)
