@@ -443,12 +443,30 @@ type outsideError struct{ error }
 
 func (e *outsideError) Unwrap() error { return e.error }
 
+// Inside marks cause, given to the Abort of a communicator that numbers
+// its ranks as the caller does (an NCCL communicator aborting its
+// control), as in that communicator's own numbering: the rank it blames
+// stays a rank of theirs, where Abort would take it for a composer's
+// (FromOutside). A FromOutside inside it still counts: the marker nearest
+// the blame decides.
+func Inside(cause error) error {
+	if cause == nil {
+		return nil
+	}
+	return &insideError{cause}
+}
+
+type insideError struct{ error }
+
+func (e *insideError) Unwrap() error { return e.error }
+
 // culprit is what culpritError found: the error that names a failed rank
 // (nil if none), whether an *AbortedError came before it, and whether it
 // came from outside (FromOutside).
 type culprit struct {
 	err              error
 	aborted, outside bool
+	marked           bool // outside was set by a marker (FromOutside, Inside) below the top
 }
 
 // culpritError is the first error in err's chain (depth first, as
@@ -467,7 +485,11 @@ func culpritError(err error) culprit {
 			}
 			return culprit{}
 		case *outsideError:
-			f.outside = true
+			f.outside, f.marked = true, true
+			err = e.error
+			continue
+		case *insideError:
+			f.outside, f.marked = false, true
 			err = e.error
 			continue
 		case *AbortedError:
@@ -478,7 +500,10 @@ func culpritError(err error) culprit {
 			for _, inner := range e.Unwrap() {
 				if in := culpritError(inner); in.err != nil {
 					in.aborted = in.aborted || f.aborted
-					in.outside = in.outside || f.outside
+					if !in.marked { // the nearest marker decides
+						in.outside = f.outside
+					}
+					in.marked = in.marked || f.marked
 					return in
 				}
 			}

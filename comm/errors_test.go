@@ -136,3 +136,28 @@ func TestCulpritFromOutside(t *testing.T) {
 		t.Error("a timeout notice blames a rank")
 	}
 }
+
+// Inside keeps a blame in the aborted communicator's own numbering when
+// it reaches that communicator's Abort (which marks what it is given
+// FromOutside): the marker nearest the blame decides, also through an
+// error that wraps several.
+func TestCulpritInside(t *testing.T) {
+	pe := &PeerError{Peer: 1, Err: errors.New("it closed its communicator")}
+	for _, c := range []struct {
+		name    string
+		err     error
+		outside bool
+	}{
+		{"Abort of an inside cause", FromOutside(Inside(pe)), false},
+		{"an outside cause passed on inside", FromOutside(Inside(FromOutside(pe))), true},
+		{"inside, aborted", &AbortedError{Cause: FromOutside(Inside(&OpError{Peer: 1, Err: pe}))}, false},
+		{"inside, under a join", FromOutside(errors.Join(errors.New("first"), Inside(pe))), false},
+		{"outside, under a join", Inside(errors.Join(FromOutside(pe))), true},
+		{"unmarked under an outside join", FromOutside(errors.Join(pe)), true},
+	} {
+		b, ok := CulpritOf(c.err)
+		if !ok || b.Rank != 1 || b.Outside != c.outside {
+			t.Errorf("%s: CulpritOf = %+v, %v; want rank 1, outside %v", c.name, b, ok, c.outside)
+		}
+	}
+}

@@ -356,8 +356,11 @@ func (h *Comm) watch(p part) {
 	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
 		cause = pe
 	} else {
-		if re, ok := cause.(*comm.RemoteError); ok {
-			cause = p.globalRemote(re) // the peer whose news it was, by its global rank
+		if re := (*comm.RemoteError)(nil); errors.As(cause, &re) {
+			// The peer whose news it was, by its global rank (the
+			// part's own operation around it, in the part's numbers, is
+			// left out).
+			cause = p.globalRemote(re)
 		}
 		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}

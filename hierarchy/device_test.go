@@ -185,6 +185,13 @@ func TestDeviceSuites(t *testing.T) {
 			t.Run("split", func(t *testing.T) { commtest.RunSplit(t, mk(), opt) })
 			t.Run("badinput", func(t *testing.T) { commtest.RunBadInput(t, mk(), opt) })
 			t.Run("mismatch", func(t *testing.T) { commtest.RunMismatch(t, mk(), opt) })
+			t.Run("faults", func(t *testing.T) {
+				comms := mk() // sets opt.Memory
+				o := opt
+				o.Timeout = 10 * time.Second
+				o.SkipFaults = map[string]string{"cancel": "a node's NCCL part relays a cancel through its control, a nexar Split whose relayed texts name the node's local ranks: a rank that hears it second-hand is not told the canceling rank's global rank (1 run in 4 on 2x4)"}
+				commtest.RunFaults(t, comms, o)
+			})
 			t.Run("matrix", func(t *testing.T) {
 				comms := mk() // sets opt.Memory
 				// At 70001 elements per rank some cells took 2.2-7.2 s

@@ -314,12 +314,20 @@ func (p part) wrap(err error) error {
 	pe := &partError{part: p.name, op: oe, cause: oe.Err}
 	// The peer that gave up, or whose news aborted the part, by its
 	// global rank.
+	var re *comm.RemoteError
 	switch e := oe.Err.(type) {
 	case *comm.RemoteError:
 		pe.cause = p.globalRemote(e)
 	case *comm.AbortedError:
-		if re, ok := e.Cause.(*comm.RemoteError); ok {
+		if errors.As(e.Cause, &re) {
 			pe.cause = &comm.AbortedError{Cause: p.globalRemote(re)}
+		}
+	default:
+		// News that came through the part's own machinery (an NCCL
+		// part's control, whose error it quotes): the peer's report,
+		// by the peer's global rank.
+		if errors.As(e, &re) {
+			pe.cause = p.globalRemote(re)
 		}
 	}
 	return pe
@@ -344,7 +352,9 @@ func (e *partError) Error() string {
 	return fmt.Sprintf("%s, its %v #%d: %v", e.part, e.op.Kind, e.op.Seq, e.cause)
 }
 
-func (e *partError) Unwrap() error { return e.op }
+// Unwrap gives the cause as the hierarchy words it first (comm.PeerOf
+// then finds the peer by its global rank), then the part's own error.
+func (e *partError) Unwrap() []error { return []error{e.cause, e.op} }
 
 // abandoned is a part's plain abandonment (a peer rejected its own
 // arguments) in the hierarchy's terms: the peer's *comm.RemoteError with

@@ -131,7 +131,7 @@ func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, err
 	// giveUp tells the peers (their watch ends their init) and releases
 	// what this rank holds.
 	giveUp := func(err error) (*Comm, error) {
-		control.Abort(err)
+		control.Abort(comm.Inside(err))
 		control.Close()
 		<-w.done
 		th.stop()
@@ -453,7 +453,7 @@ func (c *Comm) live(f func() error) error {
 
 // Abort implements comm.Control: the NCCL communicator is aborted (its
 // operations in flight end), and so is the control, which tells every peer.
-func (c *Comm) Abort(cause error) { c.abort(cause) }
+func (c *Comm) Abort(cause error) { c.abort(comm.FromOutside(cause)) }
 
 // abort aborts the communicator with cause; only the first call counts.
 func (c *Comm) abort(cause error) {
@@ -471,7 +471,7 @@ func (c *Comm) abort(cause error) {
 		c.abortChildren()
 		return nil
 	})
-	c.control.Abort(cause)
+	c.control.Abort(comm.Inside(cause)) // the control numbers its ranks as this communicator does
 }
 
 // Aborted implements comm.Control: the channel is closed once the

@@ -282,6 +282,12 @@ func (c *Comm) launcher(t *task) {
 			c.mismatchTold = true
 			c.abort(t.err)
 		} else {
+			// The control's own *comm.OpError (its exchange of the
+			// records) is this communicator's business: its cause, a
+			// peer's report naming a rank of both, is this call's.
+			if oe := (*comm.OpError)(nil); errors.As(err, &oe) && oe == err {
+				err = oe.Err
+			}
 			t.err = c.opError(t.call.Kind, t.seq, comm.PeerOf(err), err)
 			c.abort(t.err)
 		}
