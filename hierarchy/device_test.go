@@ -189,7 +189,6 @@ func TestDeviceSuites(t *testing.T) {
 				comms := mk() // sets opt.Memory
 				o := opt
 				o.Timeout = 10 * time.Second
-				o.SkipFaults = map[string]string{"cancel": "a node's NCCL part relays a cancel through its control, a nexar Split whose relayed texts name the node's local ranks: a rank that hears it second-hand is not told the canceling rank's global rank (1 run in 4 on 2x4)"}
 				commtest.RunFaults(t, comms, o)
 			})
 			t.Run("matrix", func(t *testing.T) {

@@ -337,6 +337,7 @@ func (p part) wrap(err error) error {
 func (p part) globalRemote(re *comm.RemoteError) *comm.RemoteError {
 	g := *re
 	g.Peer = p.global(re.Peer)
+	g.Who = "" // the global rank says it
 	return &g
 }
 

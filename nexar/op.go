@@ -170,10 +170,10 @@ func failNotice(h Header, err error) (Header, []byte) {
 func (c *Comm) noticeError(f frame, prefix string) error {
 	code := comm.FailCode(f.h.Step)
 	if code != comm.FailPeer || f.h.Sig.Root < 0 {
-		return code.Remote(f.src, prefix+string(f.payload))
+		return c.named(code.Remote(f.src, prefix+string(f.payload)))
 	}
 	b := comm.Blame{Rank: int(f.h.Sig.Root), Outside: f.h.Sig.Count == 1, How: string(f.payload)}
-	re := code.Blamed(f.src, b, b.How)
+	re := c.named(code.Blamed(f.src, b, b.How))
 	if b.Rank != c.rank || b.Outside {
 		return re
 	}
@@ -184,6 +184,18 @@ func (c *Comm) noticeError(f frame, prefix string) error {
 		}
 	}
 	re.Reason = "its peers gave this rank up: " + re.Reason
+	return re
+}
+
+// named is re, news from rank re.Peer of this communicator, naming the
+// rank by its world rank first where this is a Split child
+// (RemoteError.Who): the text travels on, quoted in the errors of other
+// communicators' ranks (the parts of a composed communicator relay it),
+// where only the world's numbering, the job's, means anything.
+func (c *Comm) named(re *comm.RemoteError) *comm.RemoteError {
+	if !c.owner && re.Peer >= 0 && re.Peer < len(c.members) {
+		re.Who = fmt.Sprintf("world rank %d (rank %d here)", c.members[re.Peer], re.Peer)
+	}
 	return re
 }
 
