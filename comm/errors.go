@@ -249,10 +249,12 @@ type RemoteError struct {
 	// the rank in its own terms).
 	Culprit        int
 	CulpritOutside bool
-	// Who, if set, names Peer in a composed communicator's terms ("rank 4
-	// (local rank 2)"), for a part whose ranks are not the job's: the
-	// text travels on, quoted in other ranks' errors, where only a name
-	// the user knows means anything. If empty: "rank 2".
+	// Who, if set, names Peer in the job's terms, for a communicator whose
+	// ranks are not the job's: "rank 4" from a shared-memory part with
+	// Config.Ranks, "world rank 7 (rank 3 here)" from a nexar Split
+	// child. The text travels on, quoted in other ranks' errors (a
+	// composed communicator's parts relay it), where only a name the user
+	// knows means anything. If empty: "rank 2".
 	Who string
 }
 
