@@ -45,15 +45,25 @@ func (h *Comm) standing() comm.Progress {
 	return h.stall.Progress()
 }
 
-// ask takes a census about collective seq and hands the answers to the
-// Watch. ok is false when the world part cannot ask for this hierarchy.
-func (h *Comm) ask(seq uint64) (v comm.Verdict, answers []comm.Progress, answered []bool, ok bool) {
+// take takes a census: the answers that came within censusWait. ok is
+// false when the world part cannot ask for this hierarchy.
+func (h *Comm) take() (answers []comm.Progress, answered []bool, ok bool) {
 	if h.census == nil {
-		return v, nil, nil, false
+		return nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
 	defer cancel()
 	answers, answered = h.census.Progress(ctx)
+	return answers, answered, true
+}
+
+// ask takes a census about collective seq and hands the answers to the
+// Watch. ok is false when the world part cannot ask for this hierarchy.
+func (h *Comm) ask(seq uint64) (v comm.Verdict, answers []comm.Progress, answered []bool, ok bool) {
+	answers, answered, ok = h.take()
+	if !ok {
+		return v, nil, nil, false
+	}
 	h.mu.Lock()
 	v = h.stall.Answers(seq, answers, answered)
 	h.mu.Unlock()

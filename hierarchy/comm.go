@@ -384,12 +384,10 @@ func (h *Comm) watch(p part) {
 // stoppedIn takes a census and reports whether it finds a rank that
 // stopped in the running collective or before it (comm.Watch.StoppedIn).
 func (h *Comm) stoppedIn() bool {
-	if h.census == nil {
+	answers, answered, ok := h.take()
+	if !ok {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), censusWait)
-	defer cancel()
-	answers, answered := h.census.Progress(ctx)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stall.StoppedIn(answers, answered)
