@@ -69,7 +69,7 @@ func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, 
 		staged.Close()
 		return nil, "", err
 	}
-	intra, err := nccl.New(ctx, control, opt.ncclConfig(dev, fmt.Sprintf("nccl (node %d)", topo.NodeOf(rank))))
+	intra, err := nccl.New(ctx, control, opt.ncclConfig(dev, fmt.Sprintf("node %d nccl", topo.NodeOf(rank))))
 	if err != nil {
 		staged.Close()
 		return nil, "", fmt.Errorf("hiercomm.Init: rank %d: NCCL among the ranks of node %d: %w", rank, topo.NodeOf(rank), err)

@@ -66,6 +66,6 @@ func shrunkNCCL(l cluster.Launch, dev *nccl.Device, opt Options) func(context.Co
 		if err != nil {
 			return nil, err
 		}
-		return nccl.New(ctx, c, opt.ncclConfig(dev, fmt.Sprintf("nccl (node %d)", t.NodeOf(rank))))
+		return nccl.New(ctx, c, opt.ncclConfig(dev, fmt.Sprintf("node %d nccl", t.NodeOf(rank))))
 	}
 }

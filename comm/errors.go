@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinels, for errors.Is. Every error a Communicator returns wraps one of
@@ -30,7 +31,30 @@ var (
 	// ErrPeerAbandoned: a peer ended the collective on its side: its context
 	// ended or it rejected its own arguments (*RemoteError).
 	ErrPeerAbandoned = errors.New("peer abandoned the collective")
+	// ErrStalled: this rank's own process was stalled (stopped with
+	// SIGSTOP, frozen by a debugger or a VM pause, starved of CPU) for
+	// longer than the failure timeout, and its peers gave it up
+	// (*StalledError, inside a *PeerError naming this rank): the
+	// failures it then finds are its own doing, not its peers'.
+	ErrStalled = errors.New("this process was stalled longer than FailureTimeout, and its peers have expelled it")
 )
+
+// StalledError is the failure of a rank whose process was stalled for Gap,
+// longer than its tier's failure timeout (Timeout), so that its peers gave
+// it up: What says how it learned that (a peer's report, a connection
+// found dead), Cause what it read. Every tier says it in these words.
+type StalledError struct {
+	Gap, Timeout time.Duration
+	What         string
+	Cause        error
+}
+
+func (e *StalledError) Error() string {
+	return fmt.Sprintf("this process was stalled for %v (stopped, e.g. SIGSTOP, frozen or starved of CPU), longer than FailureTimeout (%v), "+
+		"and its peers have expelled it: %s (%v)", e.Gap.Round(time.Millisecond), e.Timeout, e.What, e.Cause)
+}
+
+func (e *StalledError) Unwrap() []error { return []error{ErrStalled, e.Cause} }
 
 // OpError is the error of one operation: who returned it, doing what, with
 // which peer, and why.
@@ -291,6 +315,11 @@ type LateError struct {
 	// AllReduce #7"). If empty: "rank 3", "collective #7".
 	Who  []string
 	What string
+	// Silent are ranks that did not say, when asked, which collective
+	// they were at (a composed communicator's census): stopped, cut off,
+	// or too slow to answer; Err says so. A straggler may be among them
+	// when Ranks is empty.
+	Silent []int
 }
 
 func (e *LateError) Error() string {

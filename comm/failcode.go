@@ -1,6 +1,9 @@
 package comm
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // FailCode says, in a frame or a shared-memory record, why a rank ended a
 // collective or aborted a communicator, so that the peer that reads it
@@ -18,6 +21,24 @@ const (
 	FailMismatch                 // ranks disagreed on a collective
 	FailPeer                     // some rank failed (crashed, closed, was declared dead)
 )
+
+func (c FailCode) String() string {
+	switch c {
+	case FailOther:
+		return "other"
+	case FailTimeout:
+		return "timeout"
+	case FailCanceled:
+		return "canceled"
+	case FailInvalid:
+		return "invalid"
+	case FailMismatch:
+		return "mismatch"
+	case FailPeer:
+		return "peer"
+	}
+	return fmt.Sprintf("FailCode(%d)", uint32(c))
+}
 
 // FailCodeOf classifies err. A peer's failure comes first (a deadline that
 // passed because a rank died is that rank's failure), then a mismatch,

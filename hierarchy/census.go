@@ -154,6 +154,7 @@ func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrappe
 		g.Who = append(g.Who, fmt.Sprintf("rank %d (%s)", r, h.where(r)))
 	}
 	if len(silent) > 0 {
+		g.Silent = silent
 		who := make([]string, len(silent))
 		for i, r := range silent {
 			who[i] = fmt.Sprintf("rank %d (%s)", r, h.where(r))
@@ -164,8 +165,30 @@ func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrappe
 		return nil, nil
 	}
 	if len(g.Ranks) == 0 && part != nil {
-		part.Err = g.Err
-		return nil, part
+		// The part named the ranks that had not started its operation;
+		// one whose answer shows that it had started this collective
+		// was waiting in another part, and is no straggler (a silent
+		// rank may be).
+		var named []int
+		var last []uint64
+		var who []string
+		for i, r := range part.Ranks {
+			if r >= 0 && r < len(answered) && answered[r] && answers[r].Started >= seq {
+				continue
+			}
+			named = append(named, r)
+			if i < len(part.Last) {
+				last = append(last, part.Last[i])
+			}
+			if i < len(part.Who) {
+				who = append(who, part.Who[i])
+			}
+		}
+		if len(named) > 0 {
+			part.Ranks, part.Last, part.Who = named, last, who
+			part.Err, part.Silent = g.Err, g.Silent
+			return nil, part
+		}
 	}
 	return nil, g
 }
@@ -188,7 +211,7 @@ func (h *Comm) watchStalls(tick time.Duration) {
 		case now = <-t.C:
 		}
 		h.mu.Lock()
-		due := h.aborted == nil && h.stall.Tick(now)
+		due := h.failure.AbortCause() == nil && h.stall.Tick(now)
 		cur := h.stall.Progress().Started
 		h.mu.Unlock()
 		if !due {

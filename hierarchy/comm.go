@@ -177,10 +177,14 @@ type Comm struct {
 	watchers sync.WaitGroup
 	stop     chan struct{}
 
-	mu      sync.Mutex // guards the fields below
-	closed  bool
-	aborted error // the first failure that aborted the hierarchy
-	// abortedCh is closed when aborted is set (comm.Control's Aborted).
+	mu     sync.Mutex // guards the fields below
+	closed bool
+	// failure keeps the first failure that aborted the hierarchy, its
+	// cause (comm.Failure.Abort); the census (stall) and the parts' watch
+	// are the detectors that feed it.
+	failure comm.Failure
+	// abortedCh is closed when the failure machine aborts the hierarchy
+	// (comm.Control's Aborted).
 	abortedCh chan struct{}
 	// deferred is a part's abort that watch saw while a collective or
 	// Split was in its phases (stall.Running), applied when it ends.
@@ -254,6 +258,7 @@ func New(cfg Config) (*Comm, error) {
 		intraRanks: t.Nodes()[node].Ranks,
 		log:        cfg.Logger,
 		abortedCh:  make(chan struct{}),
+		failure:    comm.Failure{Rank: r},
 	}
 	for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
 		h.switchAt[c] = cfg.Cost.Switch(c, g, t.NumNodes())
@@ -544,7 +549,7 @@ func (h *Comm) check(call comm.Call) error {
 // runTask runs a task on the executor.
 func (h *Comm) runTask(t *task) error {
 	h.mu.Lock()
-	aborted := h.aborted
+	aborted := h.failure.AbortCause()
 	// The executor runs the tasks one at a time, in order. A call this
 	// rank refuses (t.Err: a bad argument) is recorded as unknown: every
 	// rank abandons it with the refusal, and the census must not take
@@ -617,11 +622,10 @@ func (h *Comm) opError(kind comm.Kind, seq uint64, peer int, err error) error {
 // so that their peers see an error rather than wait.
 func (h *Comm) abort(cause error) {
 	h.mu.Lock()
-	if h.aborted != nil || h.closed {
+	if h.closed || h.failure.Abort(cause, false, false).Aborted == nil {
 		h.mu.Unlock()
 		return
 	}
-	h.aborted = cause
 	close(h.abortedCh)
 	announce := h.census != nil && h.stall.Aborting(cause)
 	mine := h.stall.Progress()
@@ -649,7 +653,7 @@ func (h *Comm) Aborted() <-chan struct{} { return h.abortedCh }
 func (h *Comm) AbortCause() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.aborted
+	return h.failure.AbortCause()
 }
 
 // SetProgress implements comm.Control with the census of the world part,
@@ -779,7 +783,7 @@ func (h *Comm) routeP2P(call comm.Call) (part comm.Communicator, pc comm.Call, i
 		return nil, call, false, h.opError(call.Kind, 0, call.Peer, err)
 	}
 	h.mu.Lock()
-	closed, aborted := h.closed, h.aborted
+	closed, aborted := h.closed, h.failure.AbortCause()
 	h.mu.Unlock()
 	switch {
 	case closed:

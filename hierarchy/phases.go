@@ -239,7 +239,7 @@ func (x *phases) fail(p part, err error) {
 			}
 		}
 		if late != nil {
-			x.fatal = x.h.opError(x.kind, x.seq, firstOr(late.Ranks, peer), late)
+			x.fatal = x.h.opError(x.kind, x.seq, firstOr(late.Ranks, firstOr(late.Silent, peer)), late)
 		} else {
 			x.fatal = x.h.opError(x.kind, x.seq, peer, p.wrap(err))
 		}

@@ -38,7 +38,7 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 			"is nil, and the shrunk communicator cannot share this one's Stager (%T: it serves one executor); set Config.NewStager", h.cfg.Stager)})
 	}
 	h.mu.Lock()
-	aborted := h.aborted
+	aborted := h.failure.AbortCause()
 	h.mu.Unlock()
 	if aborted != nil {
 		// The world part learns of the failure from this abort, which

@@ -76,10 +76,14 @@ type Comm struct {
 	exec *comm.Exec[*task]    // numbers, sends the records, launches in order
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
-	mu      sync.Mutex // guards the fields below
-	closed  bool
-	aborted error // the first failure that aborted the communicator
-	// abortedCh is closed when aborted is set (comm.Control's Aborted).
+	mu     sync.Mutex // guards the fields below
+	closed bool
+	// failure keeps the first failure that aborted the communicator, its
+	// cause (comm.Failure.Abort); collectives' faults, the control's
+	// failure and Abort feed it.
+	failure comm.Failure
+	// abortedCh is closed when the failure machine aborts the
+	// communicator (comm.Control's Aborted).
 	abortedCh chan struct{}
 	inFlight  int           // collectives started and not yet complete
 	slots     []*ncclComm   // out slots of failed splits, which NCCL may still write
@@ -326,7 +330,7 @@ func recvTimedOut(err error) bool {
 func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc ncclComm, cfg Config) (*Comm, error) {
 	c := &Comm{
 		lib: d.lib, dev: d, th: th, control: control, watcher: w, cfg: cfg, log: cfg.Logger,
-		rank: control.Rank(), size: control.Size(), nc: nc,
+		rank: control.Rank(), size: control.Size(), nc: nc, failure: comm.Failure{Rank: control.Rank()},
 		stream:    cuStream(cfg.Stream),
 		completeQ: make(chan *task, 4096),
 		abortedCh: make(chan struct{}),
@@ -412,7 +416,7 @@ func (c *Comm) opError(kind comm.Kind, seq uint64, peer int, err error) error {
 func (c *Comm) state() (closed bool, aborted error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closed, c.aborted
+	return c.closed, c.failure.AbortCause()
 }
 
 // keep holds the slot of a failed split for as long as the communicator
@@ -458,11 +462,10 @@ func (c *Comm) Abort(cause error) { c.abort(comm.FromOutside(cause)) }
 // abort aborts the communicator with cause; only the first call counts.
 func (c *Comm) abort(cause error) {
 	c.mu.Lock()
-	if c.aborted != nil || c.closed {
+	if c.closed || c.failure.Abort(cause, false, false).Aborted == nil {
 		c.mu.Unlock()
 		return
 	}
-	c.aborted = cause
 	close(c.abortedCh)
 	c.mu.Unlock()
 	c.log.Debug("nccl: aborted", "comm", c.cfg.Name, "rank", c.rank, "cause", cause)
@@ -577,7 +580,7 @@ func (c *Comm) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	busy := c.inFlight > 0 && c.aborted == nil
+	busy := c.inFlight > 0 && c.failure.AbortCause() == nil
 	c.mu.Unlock()
 	if busy {
 		c.abort(comm.ErrClosed)

@@ -107,7 +107,7 @@ func (c *Comm) newExec() *comm.Exec[*task] {
 // executor's lock is held.
 func (c *Comm) admit(t *task, seq uint64) error {
 	c.mu.Lock()
-	if aborted := c.aborted; aborted != nil {
+	if aborted := c.failure.AbortCause(); aborted != nil {
 		c.mu.Unlock()
 		return c.opError(t.call.Kind, 0, -1, &comm.AbortedError{Cause: aborted})
 	}

@@ -41,14 +41,14 @@ type Comm struct {
 	// before the communicator is registered.
 	holds bool
 
-	mu      sync.Mutex           // guards everything below
-	started uint64               // sequence number of the last collective started
-	ops     map[uint64]*op       // collectives in flight, by sequence number
-	ahead   map[uint64]*aheadMsg // what peers said about collectives this rank has not started
-	recent  [64]doneSig          // signatures of finished collectives, by seq % 64, to answer late probes
-	arrived map[mkey]frame       // frames that arrived before anyone waited for them
-	waiters map[mkey]chan frame  // receives waiting for a frame (buffered, capacity 1)
-	posted  map[mkey]*posted     // Recvs started with Start, waiting for their frame (posted.go)
+	mu sync.Mutex // guards everything below
+	// failure decides how collectives end and when the communicator is
+	// aborted (comm.Failure); fed under mu (input, applyLocked).
+	failure comm.Failure
+	ops     map[uint64]*op      // collectives in flight, by sequence number
+	arrived map[mkey]frame      // frames that arrived before anyone waited for them
+	waiters map[mkey]chan frame // receives waiting for a frame (buffered, capacity 1)
+	posted  map[mkey]*posted    // Recvs started with Start, waiting for their frame (posted.go)
 	// watching: the watcher of the posted Recvs runs.
 	watching bool
 	sendSeq  map[p2pKey]uint64 // next message number to send, by (peer, tag)
@@ -57,18 +57,14 @@ type Comm struct {
 	// rank; left is, for a rank that closed its side, the number it sent
 	// (FrameClosed), else -1; leftCh is closed and replaced when a waiter
 	// may have to give up on such a rank.
-	got     []uint64
-	left    []int64
-	leftCh  chan struct{}
-	aborted error // set once: the failure that aborted the communicator
-	// abortedCh is closed when aborted is set (comm.Control).
+	got    []uint64
+	left   []int64
+	leftCh chan struct{}
+	// abortedCh is closed when the failure machine aborts the
+	// communicator (comm.Control).
 	abortedCh chan struct{}
-	// quiet: the communicator was aborted by a deadline, unannounced
-	// (abortOnDeadline); a later abort that announces (Abort, whose cause
-	// a composed communicator chose for its peers) still does.
-	quiet  bool
-	closed bool
-	splits uint64 // number of Split calls, for child names
+	closed    bool
+	splits    uint64 // number of Split calls, for child names
 }
 
 // mkey names one frame of one communicator.
@@ -82,24 +78,11 @@ type mkey struct {
 
 type p2pKey struct{ peer, tag int }
 
-type doneSig struct {
-	seq uint64
-	sig comm.Signature
-}
-
-// aheadMsg is what arrived for a collective before this rank started it.
-type aheadMsg struct {
-	sigFrom int // the first sender whose Signature we saw, or -1
-	sig     comm.Signature
-	fail    *frame // a failure notice
-}
-
 func newComm(w *world, id uint64, name string, members []int, opt Options, owner bool) *Comm {
 	c := &Comm{
 		w: w, id: id, name: name, members: members, opt: opt, owner: owner,
 		index:     make([]int, w.size),
 		ops:       map[uint64]*op{},
-		ahead:     map[uint64]*aheadMsg{},
 		arrived:   map[mkey]frame{},
 		waiters:   map[mkey]chan frame{},
 		posted:    map[mkey]*posted{},
@@ -129,6 +112,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 			c.rank = r
 		}
 	}
+	c.failure = comm.Failure{Rank: c.rank, Rename: c.named, GaveUp: c.gaveUp}
 	c.exec = c.newExec()
 	return c
 }
@@ -189,7 +173,9 @@ func (c *Comm) commRank(worldRank int) int {
 // announced to its live peers (but for a mismatch, which travels as
 // per-collective notices that keep its type), so that every survivor names
 // the root cause even if it first hears of a cascade of clean closes.
-func (c *Comm) abort(cause error) { c.abortAs(cause, !errors.Is(cause, comm.ErrMismatch), false) }
+func (c *Comm) abort(cause error) {
+	c.input(func(f *comm.Failure) comm.Effects { return f.AbortFor(cause) })
+}
 
 // Abort implements comm.Control: the communicator is aborted with cause on
 // this rank and, through an announcement that keeps cause's kind (also a
@@ -210,32 +196,12 @@ func (c *Comm) Abort(cause error) {
 	}
 }
 
-// abortAs aborts c with cause (the first cause stays); announce says
+// abortAs aborts c with cause (the first cause stays; comm.Failure.Abort):
+// every collective in flight fails and its peers are told; announce says
 // whether the first abort is announced to the live peers (or a later one,
-// after a quiet first abort: a deadline's, abortOnDeadline).
+// after a quiet first abort: a deadline's).
 func (c *Comm) abortAs(cause error, announce, quiet bool) {
-	c.mu.Lock()
-	first := c.aborted == nil
-	if first {
-		c.aborted = &comm.AbortedError{Cause: cause}
-		close(c.abortedCh)
-		c.quiet = quiet
-	}
-	announce = announce && (first || c.quiet)
-	c.quiet = c.quiet && !announce
-	aborted := c.aborted
-	inflight := make([]*op, 0, len(c.ops))
-	for _, o := range c.ops {
-		inflight = append(inflight, o)
-	}
-	c.mu.Unlock()
-	for _, o := range inflight {
-		o.fail(aborted, true) // the peers waiting on this rank learn why
-	}
-	c.endPosted(aborted)
-	if announce {
-		c.announceAbort(cause)
-	}
+	c.input(func(f *comm.Failure) comm.Effects { return f.Abort(cause, announce, quiet) })
 }
 
 // Aborted implements comm.Control.
@@ -245,10 +211,7 @@ func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
 func (c *Comm) AbortCause() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.aborted == nil {
-		return nil
-	}
-	return c.aborted.(*comm.AbortedError).Cause
+	return c.failure.AbortCause()
 }
 
 // ownPeerError is err in this communicator's terms: the world's
@@ -296,21 +259,6 @@ func (c *Comm) PeerFailed(peer int, cause error) {
 	w.PeerFailed(peer, &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: cause})
 	if d, ok := w.tr.(peerDropper); ok {
 		d.DropPeer(peer, cause)
-	}
-}
-
-// announceAbort sends every live peer a failure notice for sequence 0,
-// which means "this communicator is aborted on my side, because …".
-func (c *Comm) announceAbort(cause error) {
-	h, reason := failNotice(Header{Kind: FrameFail, Comm: c.id, Seq: 0}, cause)
-	for p, wr := range c.members {
-		if p == c.rank {
-			continue
-		}
-		if _, dead := c.w.peerState(wr); dead != nil {
-			continue
-		}
-		c.notifyLater(p, h, reason)
 	}
 }
 
@@ -369,7 +317,7 @@ func (c *Comm) Close() error {
 // communicator's world part has the composer's ranks.
 func (c *Comm) dropBlamed() {
 	c.mu.Lock()
-	aborted := c.aborted
+	aborted := c.failure.Aborted()
 	c.mu.Unlock()
 	d, ok := c.w.tr.(peerDropper)
 	if aborted == nil || !ok {
@@ -418,7 +366,7 @@ type job struct {
 	sig   comm.Signature
 	split func(*op) error
 	o     *op
-	ahead *aheadMsg
+	post  func() // what Admit's failure effects left to do outside c.mu
 }
 
 // doSplit runs split as a collective with Signature sig, on the calling
@@ -445,43 +393,32 @@ func (c *Comm) newExec() *comm.Exec[job] {
 		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
 		Admit: func(t *comm.Task[job]) error {
 			j := &t.X
-			if c.aborted != nil && t.Err == nil {
-				// Refused, but still numbered and announced: a peer that
-				// has not heard of the failure yet must not wait for this
-				// rank.
-				t.Err = c.aborted
-			}
-			c.started = t.Seq
 			j.o = c.newOp(t.Ctx, t.Seq, j.sig)
 			hoptrace.Mark(hoptrace.Admit, c.w.rank, -1, t.Seq, 0)
-			if t.Err == nil {
-				// A rejected call is not registered: it takes its number
-				// and its peers are told, but no frame of theirs can be
-				// matched to it (they are dropped as late frames of a
-				// failed collective).
-				c.ops[t.Seq] = j.o
-			}
-			j.ahead = c.ahead[t.Seq]
-			delete(c.ahead, t.Seq)
+			c.ops[t.Seq] = j.o
+			// A call refused here (a bad argument; any call once the
+			// communicator is aborted) still takes its number and its
+			// peers are told, so that a peer that has not heard of the
+			// failure does not wait for this rank; so does what peers
+			// said of this collective before (comm.Failure.Start).
+			j.post = c.applyLocked(c.failure.Start(t.Seq, j.sig, t.Err))
 			return nil
 		},
 		Run: func(t *comm.Task[job]) error {
 			j := &t.X
-			o, ahead := j.o, j.ahead
-			switch {
-			case t.Err != nil:
-				o.fail(t.Err, true)
-			case t.Ctx.Err() != nil:
-				// The caller's context ended before the collective began:
-				// fail it before any frame goes out (the op's watch of the
-				// context runs later, on a goroutine of its own), so the
-				// peers wait for no data of this rank.
-				o.fail(localFailure(context.Cause(t.Ctx)), true)
-			case ahead != nil && ahead.fail != nil:
-				o.fail(o.remoteFailure(*ahead.fail), true)
-			case ahead != nil && ahead.sigFrom >= 0 && !sigMatch(j.sig, ahead.sig):
-				o.fail(&comm.MismatchError{Peer: ahead.sigFrom, Seq: o.seq, Local: j.sig, Remote: ahead.sig}, true)
+			o := j.o
+			j.post()
+			select {
+			case <-o.done: // failed as it started
 			default:
+				if t.Ctx.Err() != nil {
+					// The caller's context ended before the collective
+					// began: fail it before any frame goes out (the op's
+					// watch of the context runs later, on a goroutine of
+					// its own), so the peers wait for no data of this rank.
+					o.fail(localFailure(context.Cause(t.Ctx)), true)
+					break
+				}
 				var err error
 				if j.split != nil {
 					err = j.split(o)
@@ -492,34 +429,12 @@ func (c *Comm) newExec() *comm.Exec[job] {
 					o.fail(localFailure(err), true)
 				}
 			}
-			err := o.finish()
-			c.abortOnDeadline(err)
-			return err
+			return o.finish()
 		},
 		Refuse: func(t *comm.Task[job], err error) error {
 			return &comm.OpError{Rank: c.rank, Peer: -1, Kind: t.X.sig.Kind, Comm: c.name, Err: err}
 		},
 	})
-}
-
-// abortOnDeadline aborts the communicator when err, a collective's error,
-// is a deadline or a cancel — this rank's or, through its notice, a
-// peer's (comm.EndedByDeadline, the rule of every tier). The abort is not
-// announced: the collective's failure notice has gone to every member
-// already, and each aborts as it reads it; a member whose part had
-// finished reads it as this rank's refusal of its next collective. (An
-// announcement from every rank would race the notice, and a composed
-// communicator's ranks would hear the news first from a relay, in a
-// part's numbering.) Send and Recv do not come here: their deadline ends
-// that call only.
-func (c *Comm) abortOnDeadline(err error) {
-	if !comm.EndedByDeadline(err) {
-		return
-	}
-	if oe := (*comm.OpError)(nil); errors.As(err, &oe) {
-		err = oe.Err
-	}
-	c.abortAs(err, false, true)
 }
 
 // refuseLocked is the error of a point-to-point call on a closed or
@@ -528,7 +443,7 @@ func (c *Comm) refuseLocked() error {
 	if c.closed {
 		return comm.ErrClosed
 	}
-	return c.aborted
+	return c.failure.Aborted()
 }
 
 // deliver routes an arrived frame (src is a world rank).
@@ -582,36 +497,18 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 func (c *Comm) onData(f frame) {
 	c.mu.Lock()
 	c.countLocked(f.src)
-	if f.h.Seq <= c.started {
-		o := c.ops[f.h.Seq]
-		if o == nil {
-			// A late frame of a collective this rank has finished: dropped,
-			// unless it shows that the sender called something else (this
-			// rank only sent, or finished before the sender's frame came).
-			done := c.recent[f.h.Seq%uint64(len(c.recent))]
-			c.mu.Unlock()
-			putBuf(f.payload)
-			if done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig) {
-				err := &comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: done.sig, Remote: f.h.Sig}
-				c.abort(err)
-				c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: uint32(comm.FailMismatch), Sig: done.sig}, []byte(err.Error()))
-			}
-			return
-		}
-		if !sigMatch(o.sig, f.h.Sig) {
-			c.mu.Unlock()
-			putBuf(f.payload)
-			o.fail(&comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}, true)
-			return
-		}
+	// The failure machine checks the sender's call against this rank's
+	// (comm.Failure.Frame); a frame of a collective that may still take
+	// it is kept.
+	keep, eff := c.failure.Frame(f.src, f.h.Seq, f.h.Sig)
+	if keep {
+		c.putLocked(mkey{kind: FrameData, seq: f.h.Seq, step: f.h.Step, src: int32(f.src)}, f)
 	} else {
-		a := c.aheadLocked(f.h.Seq)
-		if a.sigFrom < 0 {
-			a.sigFrom, a.sig = f.src, f.h.Sig
-		}
+		putBuf(f.payload)
 	}
-	c.putLocked(mkey{kind: FrameData, seq: f.h.Seq, step: f.h.Step, src: int32(f.src)}, f)
+	post := c.applyLocked(eff)
 	c.mu.Unlock()
+	post()
 }
 
 // countLocked counts a data or point-to-point frame from src; when src
@@ -684,15 +581,6 @@ func (c *Comm) sendFrame(ctx context.Context, peer int, h Header, payload []byte
 	return nil
 }
 
-func (c *Comm) aheadLocked(seq uint64) *aheadMsg {
-	a := c.ahead[seq]
-	if a == nil {
-		a = &aheadMsg{sigFrom: -1}
-		c.ahead[seq] = a
-	}
-	return a
-}
-
 // putLocked hands f to the receive waiting for it, or keeps it until one does.
 func (c *Comm) putLocked(k mkey, f frame) {
 	if ch, ok := c.waiters[k]; ok {
@@ -709,33 +597,12 @@ func (c *Comm) putLocked(k mkey, f frame) {
 	c.arrived[k] = f
 }
 
+// onFail hands a peer's failure notice to the failure machine
+// (comm.Failure.Heard).
 func (c *Comm) onFail(f frame) {
-	defer putBuf(f.payload)
-	if f.h.Seq == 0 { // a peer's communicator was aborted (announceAbort)
-		c.abort(c.noticeError(f, "its side of the communicator was aborted: "))
-		return
-	}
-	c.mu.Lock()
-	if f.h.Seq > c.started {
-		c.aheadLocked(f.h.Seq).fail = &frame{src: f.src, h: f.h, payload: append([]byte(nil), f.payload...)}
-		c.mu.Unlock()
-		return
-	}
-	o := c.ops[f.h.Seq]
-	c.mu.Unlock()
-	if o != nil {
-		o.fail(o.remoteFailure(f), true)
-		return
-	}
-	if comm.FailCode(f.h.Step) == comm.FailMismatch {
-		// This rank finished its part (it only sent) before a peer saw the
-		// mismatch: its next call reports it.
-		var local comm.Signature // unknown, unless the slot still holds this collective
-		if done := c.recent[f.h.Seq%uint64(len(c.recent))]; done.seq == f.h.Seq {
-			local = done.sig
-		}
-		c.abort(&comm.MismatchError{Peer: f.src, Seq: f.h.Seq, Local: local, Remote: f.h.Sig, Reported: string(f.payload)})
-	}
+	n := frameNotice(f)
+	putBuf(f.payload)
+	c.input(func(m *comm.Failure) comm.Effects { return m.Heard(f.src, n) })
 }
 
 // onProbe answers a peer that has waited a while for this rank in
@@ -747,31 +614,23 @@ func (c *Comm) onFail(f frame) {
 func (c *Comm) onProbe(f frame) {
 	putBuf(f.payload)
 	c.mu.Lock()
-	if f.h.Seq > c.started {
-		a := c.aheadLocked(f.h.Seq)
-		if a.sigFrom < 0 {
-			a.sigFrom, a.sig = f.src, f.h.Sig
-		}
-		last := c.started
-		c.mu.Unlock()
-		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
-		return
+	answer, eff := c.failure.Probed(f.src, f.h.Seq, f.h.Sig)
+	last := c.failure.Started()
+	var (
+		sig        comm.Signature
+		stragglers []byte
+	)
+	if o := c.ops[f.h.Seq]; answer == comm.ProbeRunning && o != nil {
+		sig, stragglers = o.sig, encodeBehind(o.behind, f.src)
 	}
-	o := c.ops[f.h.Seq]
-	done := c.recent[f.h.Seq%uint64(len(c.recent))]
-	var stragglers []byte
-	if o != nil && sigMatch(o.sig, f.h.Sig) {
-		stragglers = encodeBehind(o.behind, f.src)
-	}
+	post := c.applyLocked(eff)
 	c.mu.Unlock()
+	post()
 	switch {
-	case o != nil && !sigMatch(o.sig, f.h.Sig):
-		o.fail(&comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}, true)
-	case o == nil && done.seq == f.h.Seq && !sigMatch(done.sig, f.h.Sig):
-		reason := (&comm.MismatchError{Peer: c.rank, Seq: f.h.Seq, Local: f.h.Sig, Remote: done.sig}).Error()
-		c.notifyLater(f.src, Header{Kind: FrameFail, Comm: c.id, Seq: f.h.Seq, Step: uint32(comm.FailMismatch), Sig: done.sig}, []byte(reason))
+	case answer == comm.ProbeAhead:
+		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
 	case stragglers != nil:
-		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: o.sig}, stragglers)
+		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: sig}, stragglers)
 	}
 }
 
@@ -872,16 +731,6 @@ func (c *Comm) sendControl(peer int, h Header, payload []byte) {
 	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
 		c.opt.Logger.Debug("nexar: control frame not sent", append(c.who(), "peer", peer, "kind", h.Kind, "err", err)...)
 	}
-}
-
-// sigMatch compares two ranks' Signatures of one collective. AllToAllV
-// frames carry the element count for their receiver in Count, which the
-// receiver checks against its own recvCounts instead.
-func sigMatch(a, b comm.Signature) bool {
-	if a.Kind == comm.KindAllToAllV && b.Kind == comm.KindAllToAllV {
-		a.Count, b.Count = 0, 0
-	}
-	return a == b
 }
 
 // peerOf is the peer an error names, for the OpError's Peer: the rank a

@@ -206,8 +206,7 @@ func (m *mesh) fail(p *peer, cause error, async bool) {
 		// expelled it, and a dead connection is its own doing. The
 		// failure is this rank's (reported for p, whose link it is).
 		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
-			Err: &stallError{gap: gap, timeout: timeout, cause: perr.Err,
-				what: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
+			Err: &comm.StalledError{Gap: gap, Timeout: timeout, Cause: perr.Err, What: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
 	} else if m.gaveUp != nil && m.gaveUp(cause) {
 		// The peer lives and gave this rank up: the failure is this
 		// rank's, and no news of the peer (news.go).

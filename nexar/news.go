@@ -104,7 +104,7 @@ func (w *world) expelled(src, observer int, how string) {
 	w.withTransport(func(tr Transport) {
 		if s, ok := tr.(staller); ok {
 			if gap, timeout, stalled := s.stalled(time.Now()); stalled {
-				err = &stallError{gap: gap, timeout: timeout, cause: cause, what: fmt.Sprintf("rank %d reports that it gave this rank up", src)}
+				err = &comm.StalledError{Gap: gap, Timeout: timeout, Cause: cause, What: fmt.Sprintf("rank %d reports that it gave this rank up", src)}
 			}
 		}
 	})

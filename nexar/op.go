@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -34,10 +33,9 @@ type op struct {
 	seq      uint64
 	sig      comm.Signature
 	deadline time.Time
-	done     chan struct{} // closed at the first failure
-	unwatch  func() bool   // stops watching the caller's context; nil if it cannot end
-	once     sync.Once
-	err      error          // the first failure; written inside once, before done closes
+	done     chan struct{}  // closed at the first failure (applyLocked)
+	unwatch  func() bool    // stops watching the caller's context; nil if it cannot end
+	err      error          // the first failure; written under c.mu before done closes
 	behind   map[int]uint64 // peers that said they have not started seq: their last started; guarded by c.mu
 }
 
@@ -77,114 +75,103 @@ func (o *op) expired() {
 }
 
 // fail ends the collective with err (the first failure wins); with notify,
-// the other ranks are told so that none waits for this one.
+// the other ranks are told so that none waits for this one. The
+// communicator's failure machine decides (comm.Failure.Fail): a mismatch
+// also aborts the communicator, even after this rank's part succeeded.
 func (o *op) fail(err error, notify bool) {
-	first := false
-	o.once.Do(func() {
-		first = true
-		o.err = err
-		close(o.done)
-		if notify {
-			o.c.note(func() { o.notify(err) })
-		}
-	})
-	if !errors.Is(err, comm.ErrMismatch) {
-		return
-	}
-	// The ranks no longer agree on what the sequence numbers mean: nothing
-	// later on this communicator can be trusted. That holds too when the
-	// news comes after this rank's part succeeded (finish sealed the op,
-	// but has not retired it yet): as for news of a retired op (onFail,
-	// onData), the communicator is aborted so that the next call reports
-	// the mismatch, and the peers are told.
-	sealed := !first && o.err == nil && o.c.AbortCause() == nil
-	switch {
-	case !first && !sealed:
-		return // the op failed first and said so, or this is the abort reaching its ops
-	case sealed && notify: // once told no one: the op had succeeded
-		o.c.note(func() { o.notify(err) })
-	}
-	o.c.abort(err)
+	o.c.input(func(f *comm.Failure) comm.Effects { return f.Fail(o.seq, err, notify) })
 }
 
-func (o *op) notify(err error) {
-	h := Header{Kind: FrameFail, Comm: o.c.id, Seq: o.seq, Sig: o.sig}
-	if me := (*comm.MismatchError)(nil); errors.As(err, &me) && me.Seq != 0 && me.Seq < o.seq && me.Local.Kind != 0 {
-		// The communicator was aborted by a mismatch at an earlier
-		// collective: told as that one's (this rank's call there), so a
-		// peer that finished it (its part only sent) and waits here
-		// reports the collective at which the calls differ, not this one.
-		h.Seq, h.Sig = me.Seq, me.Local
+// input feeds the communicator's failure machine under c.mu and carries
+// out what it decided (applyLocked, then the rest outside the lock).
+func (c *Comm) input(in func(*comm.Failure) comm.Effects) {
+	c.mu.Lock()
+	post := c.applyLocked(in(&c.failure))
+	c.mu.Unlock()
+	post()
+}
+
+// applyLocked carries out the failure machine's effects, with c.mu held:
+// the collectives it ended end now (their waits wake), the notices go out
+// on goroutines of their own (note), and the aborted signal closes. It
+// returns what must run after c.mu is released: the end of the
+// point-to-point operations pending on an abort.
+func (c *Comm) applyLocked(eff comm.Effects) (post func()) {
+	for _, e := range eff.End {
+		if o := c.ops[e.Seq]; o != nil {
+			o.err = e.Err
+			close(o.done)
+		}
 	}
-	h, reason := failNotice(h, err)
+	for _, t := range eff.Tell {
+		h, payload := noticeFrame(c.id, t.Notice)
+		if t.To == comm.Everyone {
+			c.note(func() { c.tellAll(h, payload) })
+		} else {
+			c.notifyLater(t.To, h, payload)
+		}
+	}
+	if eff.Aborted == nil {
+		return func() {}
+	}
+	close(c.abortedCh)
+	return func() { c.endPosted(eff.Aborted) }
+}
+
+// tellAll sends a failure notice to every live peer, in parallel.
+func (c *Comm) tellAll(h Header, payload []byte) {
 	var wg sync.WaitGroup
-	for p := range o.c.members {
-		if p == o.c.rank {
+	for p, wr := range c.members {
+		if p == c.rank {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o.c.sendControl(p, h, []byte(reason))
-		}()
+		if _, dead := c.w.peerState(wr); dead != nil {
+			continue
+		}
+		wg.Go(func() { c.sendControl(p, h, payload) })
 	}
 	wg.Wait()
 }
 
-// remoteFailure turns a peer's failure notice into this rank's error.
-func (o *op) remoteFailure(f frame) error {
-	if comm.FailCode(f.h.Step) == comm.FailMismatch {
-		return &comm.MismatchError{Peer: f.src, Seq: o.seq, Local: o.sig, Remote: f.h.Sig, Reported: string(f.payload)}
-	}
-	return o.c.noticeError(f, "")
-}
-
-// failNotice fills h (a FrameFail header) and returns the payload of a
-// failure notice for err: its FailCode in Step and its text; for a peer's
-// failure that err blames on a rank (comm.CulpritOf), that rank in
-// Sig.Root and Sig.Count 1 when it is numbered outside this communicator
-// (a composed communicator named it, comm.FromOutside), and only what
-// happened to it as the text, so that every rank that hears of it names
-// the same rank as the one that saw it.
-func failNotice(h Header, err error) (Header, []byte) {
-	code := comm.FailCodeOf(err)
-	h.Step = uint32(code)
-	reason := err.Error()
-	if b, ok := comm.CulpritOf(err); ok && code == comm.FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
-		reason = b.How
-		h.Sig = comm.Signature{Root: int32(b.Rank)}
-		if b.Outside {
+// noticeFrame is the FrameFail header and payload of a failure notice:
+// its FailCode in Step, its reason as the payload, and the call in Sig —
+// for a peer's failure, the rank it blames in Sig.Root instead (-1: none)
+// and Sig.Count 1 when that rank is numbered outside this communicator
+// (a composed communicator named it, comm.FromOutside).
+func noticeFrame(id uint64, n comm.Notice) (Header, []byte) {
+	h := Header{Kind: FrameFail, Comm: id, Seq: n.Seq, Step: uint32(n.Code), Sig: n.Sig}
+	if n.Code == comm.FailPeer {
+		h.Sig = comm.Signature{Root: int32(n.Culprit)}
+		if n.Outside {
 			h.Sig.Count = 1
 		}
 	}
-	if len(reason) > 4096 {
-		reason = reason[:4096]
-	}
-	return h, []byte(reason)
+	return h, []byte(n.Reason)
 }
 
-// noticeError is this rank's error for the failure notice f (other than
-// a mismatch), prefix put before a reason that blames no rank. A notice
-// that blames this rank itself means its peers gave it up: if this
-// process was stalled, the failure is this rank's own (ErrStalled).
-func (c *Comm) noticeError(f frame, prefix string) error {
-	code := comm.FailCode(f.h.Step)
-	if code != comm.FailPeer || f.h.Sig.Root < 0 {
-		return c.named(code.Remote(f.src, prefix+string(f.payload)))
-	}
-	b := comm.Blame{Rank: int(f.h.Sig.Root), Outside: f.h.Sig.Count == 1, How: string(f.payload)}
-	re := c.named(code.Blamed(f.src, b, b.How))
-	if b.Rank != c.rank || b.Outside {
-		return re
-	}
-	if s, ok := c.w.tr.(staller); ok {
-		if gap, timeout, stalled := s.stalled(time.Now()); stalled {
-			return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &stallError{gap: gap, timeout: timeout, cause: re,
-				what: fmt.Sprintf("rank %d reports that it gave this rank up", f.src)}}
+// frameNotice reads a FrameFail back (noticeFrame).
+func frameNotice(f frame) comm.Notice {
+	n := comm.Notice{Seq: f.h.Seq, Sig: f.h.Sig, Code: comm.FailCode(f.h.Step), Culprit: -1, Reason: string(f.payload)}
+	if n.Code == comm.FailPeer {
+		n.Sig = comm.Signature{}
+		if f.h.Sig.Root >= 0 {
+			n.Culprit, n.Outside = int(f.h.Sig.Root), f.h.Sig.Count == 1
 		}
 	}
-	re.Reason = "its peers gave this rank up: " + re.Reason
-	return re
+	return n
+}
+
+// gaveUp is the error of a failure notice that blames this rank itself
+// (its peers gave it up): if this process was stalled past the failure
+// timeout, the failure is this rank's own (ErrStalled); else nil, for
+// the failure machine's default.
+func (c *Comm) gaveUp(from int, re *comm.RemoteError) error {
+	if s, ok := c.w.tr.(staller); ok {
+		if gap, timeout, stalled := s.stalled(time.Now()); stalled {
+			return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &comm.StalledError{Gap: gap, Timeout: timeout, Cause: re, What: fmt.Sprintf("rank %d reports that it gave this rank up", from)}}
+		}
+	}
+	return nil
 }
 
 // named is re, news from rank re.Peer of this communicator, naming the
@@ -207,21 +194,20 @@ func localFailure(err error) error {
 	return err
 }
 
-// finish retires the op and returns its final error for the caller.
+// finish retires the op and returns its final error for the caller. A
+// failure from now on is too late to change its outcome; by the deadline
+// rule, one that a deadline or a cancel ended aborts the communicator
+// (comm.Failure.Finish), unannounced: the collective's failure notice has
+// gone to every member already, and each aborts as it reads it.
 func (o *op) finish() error {
-	o.once.Do(func() {}) // seal: a failure notice arriving from now on is too late to change the outcome
 	if o.unwatch != nil {
 		o.unwatch()
 	}
 	c := o.c
 	c.mu.Lock()
+	err, eff := c.failure.Finish(o.seq)
 	delete(c.ops, o.seq)
-	if o.err == nil {
-		// Kept to compare with late frames and probes; a collective that
-		// failed here expects late frames from peers that had not heard.
-		c.recent[o.seq%uint64(len(c.recent))] = doneSig{seq: o.seq, sig: o.sig}
-	}
-	if o.err != nil {
+	if err != nil {
 		for k, f := range c.arrived {
 			if k.kind == FrameData && k.seq == o.seq {
 				putBuf(f.payload)
@@ -230,11 +216,12 @@ func (o *op) finish() error {
 		}
 	}
 	behind := o.behind
+	post := c.applyLocked(eff)
 	c.mu.Unlock()
-	if o.err == nil {
+	post()
+	if err == nil {
 		return nil
 	}
-	err := o.err
 	if errors.Is(err, comm.ErrTimeout) && len(behind) > 0 {
 		late := &comm.LateError{Err: err, Seq: o.seq}
 		for _, p := range slices.Sorted(maps.Keys(behind)) {
@@ -276,7 +263,7 @@ func (o *op) recv(peer int, step uint32) ([]byte, error) {
 
 func (o *op) recvFrame(peer int, step uint32) (frame, error) {
 	f, err := o.c.await(o, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline)
-	if err == nil && !sigMatch(o.sig, f.h.Sig) {
+	if err == nil && !comm.SigMatch(o.sig, f.h.Sig) {
 		// Frames that came before this rank started the collective are
 		// checked here, as they are taken.
 		putBuf(f.payload)
@@ -361,7 +348,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 			return abandon(context.Cause(ctx))
 		case <-aborted:
 			c.mu.Lock()
-			err := c.aborted
+			err := c.failure.Aborted()
 			c.mu.Unlock()
 			return abandon(err)
 		case <-c.done:

@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
-// ErrStalled is wrapped by the *comm.PeerError a rank reports when its own
-// process was stalled (stopped with SIGSTOP, frozen by a debugger or a VM
-// pause, starved of CPU) for longer than the failure timeout: its peers
-// have given it up, so the connections it then finds dead are its own
-// doing. The error names this rank as the one that failed, not the peer
-// whose connection happened to time out first (that peer is probably
-// alive).
-var ErrStalled = errors.New("this process was stalled longer than FailureTimeout, and its peers have expelled it")
+// ErrStalled is comm.ErrStalled: this rank's own process was stalled
+// longer than the failure timeout and its peers have given it up, so the
+// connections it then finds dead are its own doing. The error names this
+// rank as the one that failed, not the peer whose connection happened to
+// time out first (that peer is probably alive).
+var ErrStalled = comm.ErrStalled
 
 // ErrExpelled is wrapped by the *comm.PeerError a rank reports when a
 // peer cut its connection because it gave this rank up: its transport
@@ -141,22 +141,6 @@ func (s *stallWatch) close() {
 	close(s.stop)
 	<-s.done
 }
-
-// stallError is the failure of a rank that was stalled for gap, found as
-// what (what it then saw of its peers), caused by cause.
-type stallError struct {
-	gap     time.Duration
-	timeout time.Duration
-	what    string
-	cause   error
-}
-
-func (e *stallError) Error() string {
-	return fmt.Sprintf("this process was stalled for %v (stopped, e.g. SIGSTOP, frozen or starved of CPU), longer than FailureTimeout (%v), "+
-		"and its peers have expelled it: %s (%v)", e.gap.Round(time.Millisecond), e.timeout, e.what, e.cause)
-}
-
-func (e *stallError) Unwrap() []error { return []error{ErrStalled, e.cause} }
 
 // staller is a transport that watches its process for stalls (the mesh's
 // QUIC and TCP transports).

@@ -44,9 +44,14 @@ type Comm struct {
 	exec *comm.Exec[op]       // numbers and runs the collectives
 	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
 
-	mu      sync.Mutex // guards the fields below
-	aborted error      // *comm.AbortedError, once an earlier failure aborted the communicator
-	// abortedCh is closed when aborted is set (comm.Control's Aborted).
+	mu sync.Mutex // guards the fields below
+	// failure decides how each collective's failure ends it and when the
+	// communicator is aborted, with which cause (comm.Failure); fed under
+	// mu (input). Its notices travel as the step headers and the abort
+	// record.
+	failure comm.Failure
+	// abortedCh is closed when the failure machine aborts the
+	// communicator (comm.Control's Aborted).
 	abortedCh chan struct{}
 	closed    bool
 	splits    int // Split calls, for the children's names
@@ -190,7 +195,7 @@ func waitPolicy(ranks, hostProcs, cpus int, inProcess bool) (spin int, yield, p2
 }
 
 func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
-	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{}),
+	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{}), failure: comm.Failure{Rank: cfg.Rank},
 		stalls: newStallWatch(cfg.FailureTimeout, time.Now())}
 	if cfg.Ranks != nil {
 		c.job = cfg.Ranks[c.rank]
@@ -252,7 +257,7 @@ func (c *Comm) Close() error {
 	c.exec.Wait()
 	c.users.Wait()
 	c.mu.Lock()
-	aborted := c.aborted != nil
+	aborted := c.failure.Aborted() != nil
 	c.mu.Unlock()
 	// An aborted rank stays aborted for its peers: they read why from its
 	// abort record (a mismatch stays a mismatch), not that it closed.
@@ -271,20 +276,32 @@ func (c *Comm) Close() error {
 // after a failure in the middle of a collective the ranks no longer agree
 // on where they are. Only goroutines counted in users call it.
 func (c *Comm) abort(cause error) {
+	c.input(func(f *comm.Failure) comm.Effects { return f.Abort(cause, false, false) })
+}
+
+// input feeds the failure machine under c.mu and carries out an abort it
+// decided: the aborted signal closes and, unless the communicator is
+// closed (or the test hook killed it), the abort record goes out and the
+// point-to-point operations in flight fail. The machine's notices of a
+// collective's failure need no sending here: the stepper's header
+// (refuse, LateError) and the abort record carry them.
+func (c *Comm) input(in func(*comm.Failure) comm.Effects) {
 	c.mu.Lock()
-	if c.aborted != nil || c.closed {
-		c.mu.Unlock()
+	eff := in(&c.failure)
+	closed := c.closed
+	if eff.Aborted != nil {
+		close(c.abortedCh)
+	}
+	c.mu.Unlock()
+	if eff.Aborted == nil || closed {
 		return
 	}
-	c.aborted = &comm.AbortedError{Cause: cause}
-	aborted := c.aborted
-	close(c.abortedCh)
-	c.mu.Unlock()
+	cause := eff.Aborted.Cause
 	c.cfg.Logger.Warn("shm: communicator aborted", append(c.who(), "cause", cause)...)
 	if !c.killed.Load() {
 		c.writeAbort(cause)
 	}
-	c.p2p.fail(aborted)
+	c.p2p.fail(eff.Aborted)
 }
 
 // Abort implements comm.Control: the communicator is aborted with cause
@@ -299,7 +316,7 @@ func (c *Comm) Abort(cause error) { c.abortOpen(comm.FromOutside(cause)) }
 // waits while it writes the abort record.
 func (c *Comm) abortOpen(cause error) {
 	c.mu.Lock()
-	if c.aborted != nil || c.closed {
+	if c.failure.Aborted() != nil || c.closed {
 		c.mu.Unlock()
 		return
 	}
@@ -361,10 +378,7 @@ func (c *Comm) Aborted() <-chan struct{} { return c.abortedCh }
 func (c *Comm) AbortCause() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.aborted == nil {
-		return nil
-	}
-	return c.aborted.(*comm.AbortedError).Cause
+	return c.failure.AbortCause()
 }
 
 // kill is a test hook: from now on this rank behaves like a process that

@@ -97,7 +97,8 @@ func (c *Comm) newOp(ctx context.Context, call comm.Call) op {
 	return op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
 }
 
-// execute runs o on this rank and returns its error for the caller.
+// execute runs o on this rank and returns its error for the caller. The
+// failure machine (comm.Failure) decides what its failure does.
 //
 // A call that this rank refuses (a bad argument, or a context that ended
 // before it began) still takes its step: the header step tells the peers,
@@ -105,23 +106,27 @@ func (c *Comm) newOp(ctx context.Context, call comm.Call) op {
 // communicator usable. A failure after this rank posted its header as
 // good (a context that ends mid-way, a peer that dies or closes) aborts
 // the communicator: the ranks may no longer agree on which step comes
-// next. So do a mismatch and, as on every tier, a deadline or a cancel,
-// this rank's or a peer's, also one that came before the call began
-// (comm.EndedByDeadline).
+// next. So do, by the machine's rules, a mismatch and, as on every tier,
+// a deadline or a cancel, this rank's or a peer's, also one that came
+// before the call began (comm.EndedByDeadline).
 func (c *Comm) execute(o *op) error {
 	if c.killed.Load() {
 		return c.opError(o, errKilled)
 	}
-	c.mu.Lock()
-	aborted := c.aborted
-	c.mu.Unlock()
-	if aborted != nil {
+	var refused error
+	c.input(func(f *comm.Failure) comm.Effects {
+		eff := f.Start(o.seq, o.sig, nil)
+		refused = f.Err(o.seq) // the communicator was aborted
+		return eff
+	})
+	if refused != nil {
 		// An aborted rank never posts again; its peers learn from its
 		// state. A bad argument is still named as such.
+		c.input(func(f *comm.Failure) comm.Effects { _, eff := f.Finish(o.seq); return eff })
 		if o.verr != nil {
 			return c.opError(o, o.verr)
 		}
-		return c.opError(o, aborted)
+		return c.opError(o, refused)
 	}
 	s := &stepper{c: c, o: o, b: c.boundFor(o.ctx)}
 	refusal := o.verr
@@ -134,11 +139,20 @@ func (c *Comm) execute(o *op) error {
 	} else {
 		err = c.schedule(s)
 	}
+	c.input(func(f *comm.Failure) comm.Effects {
+		var eff comm.Effects
+		if err != nil {
+			eff = f.Fail(o.seq, err, false)
+			if s.broken && !errors.Is(err, comm.ErrClosed) && !errors.Is(err, errKilled) {
+				eff.Add(f.Abort(err, false, false))
+			}
+		}
+		_, more := f.Finish(o.seq)
+		eff.Add(more)
+		return eff
+	})
 	if err == nil {
 		return nil
-	}
-	if (s.broken || errors.Is(err, comm.ErrMismatch) || comm.EndedByDeadline(err)) && !errors.Is(err, comm.ErrClosed) && !errors.Is(err, errKilled) {
-		c.abort(err)
 	}
 	return c.opError(o, err)
 }

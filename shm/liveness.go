@@ -3,7 +3,6 @@ package shm
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -113,14 +112,10 @@ func (c *Comm) peerState(q int) error {
 // (comm.FromOutside), and what happened to it.
 func (c *Comm) writeAbort(cause error) {
 	mem, base := c.seg.mem, c.seg.l.ctl(c.rank)+cAbort
-	peer, flags := int32(-1), uint32(0)
-	text := cause.Error()
-	code := comm.FailCodeOf(cause)
-	if b, ok := comm.CulpritOf(cause); ok && code == comm.FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
-		peer, text = int32(b.Rank), b.How
-		if b.Outside {
-			flags |= abortOutside
-		}
+	note := comm.NoticeOf(0, comm.Signature{}, cause) // the failure machine's notice, as the record holds it
+	peer, flags, text, code := int32(note.Culprit), uint32(0), note.Reason, note.Code
+	if note.Outside {
+		flags |= abortOutside
 	}
 	n := copy(mem[base+aText:base+aText+abortText], text)
 	atomic.StoreUint32(u32At(mem, base+aCode), uint32(code))

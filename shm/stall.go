@@ -9,14 +9,12 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// ErrStalled is wrapped by the *comm.PeerError a rank reports when its own
-// process was stalled (stopped with SIGSTOP, frozen by a debugger or a VM
-// pause, starved of CPU) for longer than its node-mates' FailureTimeout:
-// they gave it up when its heartbeat stopped, so the abort records it then
-// reads blame it, and the error names this rank, not the node-mate whose
-// record it read (which is alive). nexar.ErrStalled is the network tier's
-// word for the same, in the same words.
-var ErrStalled = errors.New("this process was stalled longer than FailureTimeout, and its peers have expelled it")
+// ErrStalled is comm.ErrStalled: this rank's own process was stalled
+// longer than its node-mates' FailureTimeout. They gave it up when its
+// heartbeat stopped, so the abort records it then reads blame it, and the
+// error names this rank, not the node-mate whose record it read (which is
+// alive): a *comm.StalledError, in the words of every tier.
+var ErrStalled = comm.ErrStalled
 
 // stallWatch is this process's own liveness, as the heartbeat goroutine
 // sees it: when it last ran, and its last stalls, gaps between two of its
@@ -81,21 +79,6 @@ func (s *stallWatch) explains(at int64, now time.Time, slack time.Duration) (tim
 	return 0, false
 }
 
-// stallError is the failure of a rank that was stalled for gap, longer
-// than its node-mates' timeout, when mate (a node-mate, named) gave it up
-// for how. It reads as nexar's stall error does.
-type stallError struct {
-	gap, timeout time.Duration
-	mate, how    string
-}
-
-func (e *stallError) Error() string {
-	return fmt.Sprintf("this process was stalled for %v (stopped, e.g. SIGSTOP, frozen or starved of CPU), longer than FailureTimeout (%v), "+
-		"and its peers have expelled it: %s reports that it gave this rank up (%s)", e.gap.Round(time.Millisecond), e.timeout, e.mate, e.how)
-}
-
-func (e *stallError) Unwrap() error { return ErrStalled }
-
 // expelled is this rank's error when node-mate q's abort record, written
 // at at, blames this rank for how (its heartbeat stopped): its node-mates
 // gave it up. If this process was stalled then, the failure is its own
@@ -103,7 +86,8 @@ func (e *stallError) Unwrap() error { return ErrStalled }
 // names this rank.
 func (c *Comm) expelled(q int, how string, at int64) error {
 	if gap, ok := c.stalls.explains(at, time.Now(), c.cfg.FailureTimeout); ok {
-		return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &stallError{gap: gap, timeout: c.cfg.FailureTimeout, mate: c.rankName(q), how: how}}
+		return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &comm.StalledError{Gap: gap, Timeout: c.cfg.FailureTimeout,
+			What: c.rankName(q) + " reports that it gave this rank up", Cause: errors.New(how)}}
 	}
 	return comm.FailPeer.Blamed(q, comm.Blame{Rank: c.rank, How: "its peers gave this rank up: " + how}, how)
 }
