@@ -34,6 +34,7 @@ lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
 fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) for FUZZTIME (15s) each (.ci/fuzz lists them), then the census's simulated world on 200,000 seeds
 	FUZZTIME=$(FUZZTIME) GO=$(GO) .ci/fuzz
 	HIERCOMM_SIM_SEEDS=200000 $(GO) test -count=1 -run '^TestWatchSimulation$$' ./comm/ # the census's simulated world, 200,000 seeds (make test: 500)
+	HIERCOMM_SIM_SEEDS=200000 $(GO) test -count=1 -run '^TestFailureSimulation$$' ./comm/ # the failure machine's simulated world, 200,000 seeds (make test: 500)
 
 soak: ## 2x2 processes: random checked collectives, Splits and Closes for SOAK (3m); errors 0, RSS and goroutines flat (docs/reliability.md)
 	HIERCOMM_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./cmd/hiercomm/
