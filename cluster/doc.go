@@ -31,7 +31,7 @@
 // failure detector's timings, leave notices and failure events; errors.go
 // the errors of a failed join.
 //
-// cluster imports topology and nothing else of hiercomm — never nexar, shm,
-// nccl or hierarchy: the root package wires membership events to the
+// cluster imports topology and internal/procgroup (its local launcher)
+// and nothing else of hiercomm — never nexar, shm, nccl or hierarchy: the root package wires membership events to the
 // communicators.
 package cluster

@@ -202,8 +202,9 @@ func (f *Failure) Err(seq uint64) error {
 // not nil, is why this rank refuses it (a bad argument, a context that
 // ended before it began). A refused call, or any call once the
 // communicator is aborted, still takes its number and its peers are told,
-// so that none waits for this rank. What peers said of seq before (a
-// failure notice, a frame with a different Signature) ends it now.
+// so that none waits for this rank. What peers said of seq before ends
+// it now: a frame with a different Signature (a mismatch, whatever
+// else came), else the first failure notice.
 func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 	if f.ops == nil {
 		f.ops = map[uint64]*failOp{}
@@ -218,12 +219,12 @@ func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 	switch {
 	case refused != nil:
 		return f.Fail(seq, refused, true)
-	case a != nil && a.fail != nil:
-		return f.Fail(seq, f.remoteFailure(a.fail.from, a.fail.n, seq, sig), true)
 	case a != nil && a.sigFrom >= 0 && !SigMatch(sig, a.sig):
 		return f.Fail(seq, &MismatchError{Peer: a.sigFrom, Seq: seq, Local: sig, Remote: a.sig}, true)
 	case a != nil && a.otherFrom >= 0 && !SigMatch(sig, a.other):
 		return f.Fail(seq, &MismatchError{Peer: a.otherFrom, Seq: seq, Local: sig, Remote: a.other}, true)
+	case a != nil && a.fail != nil:
+		return f.Fail(seq, f.remoteFailure(a.fail.from, a.fail.n, seq, sig), true)
 	}
 	return Effects{}
 }
@@ -283,21 +284,21 @@ func (f *Failure) noticeFor(seq uint64, sig Signature, err error) Notice {
 // that comes after this is too late to change its outcome (Fail). By the
 // deadline rule, a collective that a deadline or a cancel ended aborts
 // the communicator, unannounced.
-func (f *Failure) Finish(seq uint64) (error, Effects) {
+func (f *Failure) Finish(seq uint64) (Effects, error) {
 	o := f.ops[seq]
 	if o == nil {
-		return nil, Effects{}
+		return Effects{}, nil
 	}
 	delete(f.ops, seq)
 	if o.err == nil {
 		f.recent[seq%RecentCalls] = recentCall{seq: seq, sig: o.sig}
-		return nil, Effects{}
+		return Effects{}, nil
 	}
 	var eff Effects
 	if EndedByDeadline(o.err) {
 		eff = f.Abort(o.err, false, true)
 	}
-	return o.err, eff
+	return eff, o.err
 }
 
 // Abort aborts the communicator with cause; the first cause stays. Every
@@ -342,7 +343,9 @@ func (f *Failure) Heard(from int, n Notice) Effects {
 	case n.Seq == 0:
 		return f.AbortFor(f.noticeError(from, n, "its side of the communicator was aborted: "))
 	case n.Seq > f.started:
-		f.aheadFor(n.Seq).fail = &heard{from: from, n: n}
+		if a := f.aheadFor(n.Seq); a.fail == nil { // the first notice, as for a running collective
+			a.fail = &heard{from: from, n: n}
+		}
 		return Effects{}
 	}
 	if o := f.ops[n.Seq]; o != nil {

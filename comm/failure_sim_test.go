@@ -320,7 +320,7 @@ func (w *fsimWorld) start(i int) {
 // finish retires rank i's collective s, ended with err (nil: it completed).
 func (w *fsimWorld) finish(i int, s uint64, ended error) {
 	sr := w.ranks[i]
-	err, eff := sr.f.Finish(s)
+	eff, err := sr.f.Finish(s)
 	if err != ended {
 		w.badf("rank %d: Finish(#%d) returned %v; it ended with %v", i, s, err, ended)
 	}

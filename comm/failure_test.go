@@ -49,7 +49,7 @@ func TestFailureFirstFailureWinsAndIsToldOnce(t *testing.T) {
 	if again := f.Fail(1, errors.New("later"), true); len(again.End)+len(again.Tell) != 0 || again.Aborted != nil {
 		t.Fatalf("a second failure had effects: %+v", again)
 	}
-	err, _ := f.Finish(1)
+	_, err := f.Finish(1)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Finish = %v; want the first failure", err)
 	}
@@ -60,7 +60,7 @@ func TestFailureDeadlineRuleAbortsQuietly(t *testing.T) {
 	f.Start(1, sigA, nil)
 	f.Start(2, sigB, nil) // concurrent collectives
 	f.Fail(1, ContextError(context.Canceled), true)
-	err, eff := f.Finish(1)
+	eff, err := f.Finish(1)
 	if !errors.Is(err, ErrCanceled) || eff.Aborted == nil || !errors.Is(f.AbortCause(), ErrCanceled) {
 		t.Fatalf("Finish = %v, aborted %v; want the cancel to abort the communicator", err, eff.Aborted)
 	}
@@ -117,7 +117,7 @@ func TestFailureMismatchAbortsUnannounced(t *testing.T) {
 func TestFailureMismatchAfterThisRankFinished(t *testing.T) {
 	f := Failure{Rank: 0}
 	f.Start(1, sigA, nil)
-	if err, _ := f.Finish(1); err != nil {
+	if _, err := f.Finish(1); err != nil {
 		t.Fatal(err)
 	}
 	// A late frame with another call: abort, and tell its sender.
@@ -193,7 +193,7 @@ func TestFailureRefusedCallIsToldAndKeepsNoFrames(t *testing.T) {
 	if keep, _ := f.Frame(1, 1, sigA); keep {
 		t.Fatal("a refused collective kept a frame")
 	}
-	if _, eff := f.Finish(1); eff.Aborted != nil {
+	if eff, _ := f.Finish(1); eff.Aborted != nil {
 		t.Fatal("a bad argument aborted the communicator")
 	}
 }
@@ -271,7 +271,7 @@ func ExampleFailure() {
 	other := Signature{Kind: KindBroadcast, DType: F32, Count: 4}
 	_, eff := f.Frame(2, 1, other)
 	show(eff)
-	err, _ := f.Finish(1)
+	_, err := f.Finish(1)
 	fmt.Println(errors.Is(err, ErrMismatch))
 	// Output:
 	// end #1: mismatched collective #1: this rank called AllReduce(4×f32, sum), rank 2 called Broadcast(4×f32, root 0) (the kind, the op and the root differ); every rank must start the same collectives in the same order with the same counts, dtypes, ops and roots

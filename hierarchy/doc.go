@@ -114,5 +114,7 @@
 // part the news came through. After a failure, Shrink
 // gives the survivors a new hierarchy on their recomputed topology.
 //
-// hierarchy imports comm and topology only.
+// hierarchy imports comm, comm/schedule (Config.Cost), topology and
+// internal/hoptrace; never a tier: its parts come as comm.Communicators
+// (internal/rules/imports_test.go).
 package hierarchy

@@ -10,5 +10,7 @@
 // so concurrent collectives and sub-communicators never cross-talk and a
 // mismatched call is detected on arrival.
 //
-// nexar imports only comm.
+// nexar imports comm and comm/schedule (its schedules and cost model),
+// internal/procgroup (its local launcher) and internal/hoptrace; never
+// another tier (internal/rules/imports_test.go holds it to that).
 package nexar

@@ -205,7 +205,7 @@ func (o *op) finish() error {
 	}
 	c := o.c
 	c.mu.Lock()
-	err, eff := c.failure.Finish(o.seq)
+	eff, err := c.failure.Finish(o.seq)
 	delete(c.ops, o.seq)
 	if err != nil {
 		for k, f := range c.arrived {

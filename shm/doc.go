@@ -44,8 +44,9 @@
 // peer is named by every survivor (*comm.PeerError) within FailureTimeout,
 // and later calls fail fast with comm.ErrAborted.
 //
-// shm imports comm and the standard library only (syscall for mmap, futex,
-// kill and linkat; no cgo). Nothing in a segment is a Go pointer: the
+// shm imports comm, comm/schedule (Config.Cost) and internal/hoptrace of
+// hiercomm, and the standard library (syscall for mmap, futex, kill and
+// linkat; no cgo); never another tier (internal/rules/imports_test.go). Nothing in a segment is a Go pointer: the
 // garbage collector does not know the mapping, and other processes could
 // not use one anyway. Shared words are read and written with sync/atomic at
 // aligned offsets; staged data with plain copies, published by the atomic

@@ -122,7 +122,7 @@ func (c *Comm) execute(o *op) error {
 	if refused != nil {
 		// An aborted rank never posts again; its peers learn from its
 		// state. A bad argument is still named as such.
-		c.input(func(f *comm.Failure) comm.Effects { _, eff := f.Finish(o.seq); return eff })
+		c.input(func(f *comm.Failure) comm.Effects { eff, _ := f.Finish(o.seq); return eff })
 		if o.verr != nil {
 			return c.opError(o, o.verr)
 		}
@@ -147,7 +147,7 @@ func (c *Comm) execute(o *op) error {
 				eff.Add(f.Abort(err, false, false))
 			}
 		}
-		_, more := f.Finish(o.seq)
+		more, _ := f.Finish(o.seq)
 		eff.Add(more)
 		return eff
 	})

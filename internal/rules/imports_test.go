@@ -46,8 +46,7 @@ var testOnly = []string{"comm/commtest"}
 // architecture page in the same commit.
 //
 // Where the code imports something a package's own doc comment says it does
-// not, the row allows today's import and an EXCEPTION comment names the
-// sentence that is stale (the package docs are not edited from here).
+// not, fix the one that is wrong.
 var importRules = []rule{
 	// The contract and the pure layers: nothing of ours.
 	{pkg: "comm", tests: []string{"nexar"},
@@ -68,16 +67,14 @@ var importRules = []rule{
 		why: "internal/hoptrace imports the standard library only; the tiers (nexar, shm, hierarchy) mark their hops with it"},
 
 	// The tiers: comm (and its schedules), never each other.
-	// EXCEPTION: nexar/doc.go says "nexar imports only comm"; nexar also
-	// imports comm/schedule (its schedules and cost model),
-	// internal/procgroup (its local launcher, as the architecture page says)
-	// and internal/hoptrace.
+	// nexar also imports comm/schedule (its schedules and cost model),
+	// internal/procgroup (its local launcher) and internal/hoptrace, as
+	// nexar/doc.go says.
 	{pkg: "nexar", imports: []string{"comm", "comm/schedule", "internal/procgroup", "internal/hoptrace"},
 		tests: []string{"comm/commtest"},
 		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other; nexar's local launcher uses internal/procgroup"},
-	// EXCEPTION: shm/doc.go says "shm imports comm and the standard library
-	// only"; shm also imports comm/schedule (Config.Cost) and
-	// internal/hoptrace. Its tests build hierarchies over nexar to run shm
+	// shm also imports comm/schedule (Config.Cost) and internal/hoptrace,
+	// as shm/doc.go says. Its tests build hierarchies over nexar to run shm
 	// as a node's part.
 	{pkg: "shm", imports: []string{"comm", "comm/schedule", "internal/hoptrace"},
 		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "hierarchy", "topology"},
@@ -87,16 +84,14 @@ var importRules = []rule{
 		why:   "nccl imports comm only (and purego); its tests use nexar's in-memory world and shm as the host communicator"},
 
 	// Membership: topology, never a tier.
-	// EXCEPTION: cluster/doc.go says "cluster imports topology and nothing
-	// else of hiercomm"; it also imports internal/procgroup (its local
-	// launcher, as the architecture page says).
+	// cluster also imports internal/procgroup (its local launcher), as
+	// cluster/doc.go says.
 	{pkg: "cluster", imports: []string{"topology", "internal/procgroup"},
 		why: "cluster imports topology (and internal/procgroup for its launcher), never nexar, shm, nccl, hierarchy or internal/netemu: the root package wires membership to the communicators"},
 
 	// The composition: takes communicators as values.
-	// EXCEPTION: hierarchy/doc.go says "hierarchy imports comm and topology
-	// only"; it also imports comm/schedule (Config.Cost, a
-	// schedule.Hierarchy) and internal/hoptrace.
+	// hierarchy also imports comm/schedule (Config.Cost, a
+	// schedule.Hierarchy) and internal/hoptrace, as hierarchy/doc.go says.
 	{pkg: "hierarchy", imports: []string{"comm", "comm/schedule", "topology", "internal/hoptrace"},
 		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl"},
 		why:   "hierarchy imports comm, comm/schedule and topology (and internal/hoptrace); it takes its parts as values and never constructs a transport"},
@@ -117,8 +112,8 @@ var importRules = []rule{
 		why: "the commands sit on top and may import any library package (never a test-only one)"},
 
 	// The examples: what a trainer writes, hiercomm and comm, and what they
-	// share. EXCEPTION: examples/internal/launch's doc says "It imports
-	// cluster"; it also imports internal/procgroup.
+	// share. examples/internal/launch imports cluster and
+	// internal/procgroup, as its doc says.
 	{pkg: "examples/internal/mlp",
 		why: "mlp imports nothing of ours: the trainers decide where parameters live"},
 	{pkg: "examples/internal/mnist",

@@ -2,7 +2,7 @@
 // binary starts copies of itself as the ranks of a local job of emulated
 // nodes (cluster.StartLocal, what `hiercomm run` does), each copy runs the
 // example's own entry point with the arguments the test chose, and the
-// test reads their output. It imports cluster.
+// test reads their output. It imports cluster and internal/procgroup.
 package launch
 
 import (
