@@ -60,7 +60,7 @@ type Failure struct {
 	GaveUp func(from int, re *RemoteError) error
 
 	started uint64
-	ops     map[uint64]*failOp
+	ops     map[uint64]failOp // by value: a collective allocates nothing here
 	recent  [RecentCalls]recentCall
 	ahead   map[uint64]*aheadNote
 	aborted *AbortedError
@@ -192,7 +192,7 @@ func (f *Failure) AbortCause() error {
 
 // Err is collective seq's first failure while it runs, or nil.
 func (f *Failure) Err(seq uint64) error {
-	if o := f.ops[seq]; o != nil {
+	if o, ok := f.ops[seq]; ok {
 		return o.err
 	}
 	return nil
@@ -207,13 +207,13 @@ func (f *Failure) Err(seq uint64) error {
 // else came), else the first failure notice.
 func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 	if f.ops == nil {
-		f.ops = map[uint64]*failOp{}
+		f.ops = map[uint64]failOp{}
 	}
 	f.started = seq
 	if refused == nil && f.aborted != nil {
 		refused = f.aborted
 	}
-	f.ops[seq] = &failOp{sig: sig, refused: refused != nil}
+	f.ops[seq] = failOp{sig: sig, refused: refused != nil}
 	a := f.ahead[seq]
 	delete(f.ahead, seq)
 	switch {
@@ -236,16 +236,17 @@ func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 // ended well (it is told then, if notify, since no one was).
 func (f *Failure) Fail(seq uint64, err error, notify bool) Effects {
 	var eff Effects
-	o := f.ops[seq]
+	o, ok := f.ops[seq]
 	mismatch := errors.Is(err, ErrMismatch)
 	switch {
-	case o != nil && o.err == nil:
+	case ok && o.err == nil:
 		o.err = err
+		f.ops[seq] = o
 		eff.End = append(eff.End, Ended{Seq: seq, Err: err})
 		if notify {
 			eff.Tell = append(eff.Tell, Tell{To: Everyone, Notice: f.noticeFor(seq, o.sig, err)})
 		}
-	case o != nil || !mismatch || f.aborted != nil:
+	case ok || !mismatch || f.aborted != nil:
 		// It failed already and said so, it finished (news of a failure
 		// that is not a mismatch changes nothing after the end), or this
 		// is the abort reaching it.
@@ -285,8 +286,8 @@ func (f *Failure) noticeFor(seq uint64, sig Signature, err error) Notice {
 // deadline rule, a collective that a deadline or a cancel ended aborts
 // the communicator, unannounced.
 func (f *Failure) Finish(seq uint64) (Effects, error) {
-	o := f.ops[seq]
-	if o == nil {
+	o, ok := f.ops[seq]
+	if !ok {
 		return Effects{}, nil
 	}
 	delete(f.ops, seq)
@@ -348,7 +349,7 @@ func (f *Failure) Heard(from int, n Notice) Effects {
 		}
 		return Effects{}
 	}
-	if o := f.ops[n.Seq]; o != nil {
+	if o, ok := f.ops[n.Seq]; ok {
 		return f.Fail(n.Seq, f.remoteFailure(from, n, n.Seq, o.sig), true)
 	}
 	if n.Code != FailMismatch {
@@ -376,8 +377,8 @@ func (f *Failure) Frame(from int, seq uint64, sig Signature) (keep bool, eff Eff
 		f.aheadSig(from, seq, sig)
 		return true, Effects{}
 	}
-	o := f.ops[seq]
-	if o == nil {
+	o, ok := f.ops[seq]
+	if !ok {
 		return false, f.late(from, seq, sig)
 	}
 	if !SigMatch(o.sig, sig) {
@@ -422,9 +423,9 @@ func (f *Failure) Probed(from int, seq uint64, sig Signature) (Probe, Effects) {
 		f.aheadSig(from, seq, sig)
 		return ProbeAhead, Effects{}
 	}
-	o := f.ops[seq]
+	o, ok := f.ops[seq]
 	switch {
-	case o == nil:
+	case !ok:
 		r := f.recent[seq%RecentCalls]
 		if r.seq != seq || SigMatch(r.sig, sig) {
 			return ProbeNothing, Effects{}
