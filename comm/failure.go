@@ -358,11 +358,6 @@ func (f *Failure) Heard(from int, n Notice) Effects {
 	var local Signature // unknown, unless the slot still holds this collective
 	if r := f.recent[n.Seq%RecentCalls]; r.seq == n.Seq {
 		local = r.sig
-		if SigMatch(r.sig, n.Sig) {
-			// The peer's call was this one: it reports a mismatch
-			// with a third rank's, or one that aborted it elsewhere.
-			return f.AbortFor(f.noticeError(from, n, ""))
-		}
 	}
 	return f.AbortFor(&MismatchError{Peer: from, Seq: n.Seq, Local: local, Remote: n.Sig, Reported: n.Reason})
 }
@@ -461,11 +456,11 @@ func (f *Failure) aheadSig(from int, seq uint64, sig Signature) {
 
 // remoteFailure is this rank's error for collective seq (its call sig)
 // from a peer's Notice n.
-// A mismatch notice whose call is this rank's own is no mismatch of seq:
-// the peer was aborted by a mismatch elsewhere (a composed communicator's)
-// and refused seq; it is that peer's report.
+// A mismatch notice is a *MismatchError with the peer's report: where the
+// peer's call is this rank's own (its mismatch was with a third rank), the
+// error says what the peer reported rather than two equal calls.
 func (f *Failure) remoteFailure(from int, n Notice, seq uint64, sig Signature) error {
-	if n.Code == FailMismatch && !SigMatch(n.Sig, sig) {
+	if n.Code == FailMismatch {
 		return &MismatchError{Peer: from, Seq: seq, Local: sig, Remote: n.Sig, Reported: n.Reason}
 	}
 	return f.noticeError(from, n, "")
