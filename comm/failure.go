@@ -80,6 +80,9 @@ type failOp struct {
 	sig     Signature
 	err     error // the first failure
 	refused bool  // failed before it began: frames for it are dropped
+	// then is the abort its Finish makes: a peer that is aborted told
+	// of this collective (Notice.Aborted).
+	then error
 }
 
 type recentCall struct {
@@ -115,6 +118,9 @@ type Notice struct {
 	Code    FailCode
 	Culprit int
 	Outside bool
+	// Aborted says that the sender's communicator is aborted: it takes
+	// part in no collective again, so the receiver's is aborted too.
+	Aborted bool
 	Reason  string
 }
 
@@ -123,7 +129,7 @@ type Notice struct {
 // happened to it as the reason, so that every rank that hears of it names
 // the same rank as the one that saw it.
 func NoticeOf(seq uint64, sig Signature, err error) Notice {
-	n := Notice{Seq: seq, Sig: sig, Code: FailCodeOf(err), Culprit: -1, Reason: err.Error()}
+	n := Notice{Seq: seq, Sig: sig, Code: FailCodeOf(err), Culprit: -1, Aborted: seq == 0 || errors.Is(err, ErrAborted), Reason: err.Error()}
 	if b, ok := CulpritOf(err); ok && n.Code == FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
 		n.Culprit, n.Outside, n.Reason = b.Rank, b.Outside, b.How
 	}
@@ -224,7 +230,11 @@ func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 	case a != nil && a.otherFrom >= 0 && !SigMatch(sig, a.other):
 		return f.Fail(seq, &MismatchError{Peer: a.otherFrom, Seq: seq, Local: sig, Remote: a.other}, true)
 	case a != nil && a.fail != nil:
-		return f.Fail(seq, f.remoteFailure(a.fail.from, a.fail.n, seq, sig), true)
+		eff := f.Fail(seq, f.remoteFailure(a.fail.from, a.fail.n, seq, sig), true)
+		if n := a.fail.n; n.Aborted && n.Code != FailMismatch {
+			eff.Add(f.abortAfter(a.fail.from, n, seq))
+		}
+		return eff
 	}
 	return Effects{}
 }
@@ -284,20 +294,22 @@ func (f *Failure) noticeFor(seq uint64, sig Signature, err error) Notice {
 // succeeded: its call is remembered for a late frame or probe). A failure
 // that comes after this is too late to change its outcome (Fail). By the
 // deadline rule, a collective that a deadline or a cancel ended aborts
-// the communicator, unannounced.
+// the communicator, unannounced; so does one an aborted peer told of
+// (Heard).
 func (f *Failure) Finish(seq uint64) (Effects, error) {
 	o, ok := f.ops[seq]
 	if !ok {
 		return Effects{}, nil
 	}
 	delete(f.ops, seq)
+	var eff Effects
 	if o.err == nil {
 		f.recent[seq%RecentCalls] = recentCall{seq: seq, sig: o.sig}
-		return Effects{}, nil
-	}
-	var eff Effects
-	if EndedByDeadline(o.err) {
+	} else if EndedByDeadline(o.err) {
 		eff = f.Abort(o.err, false, true)
+	}
+	if o.then != nil {
+		eff.Add(f.Abort(o.then, false, true))
 	}
 	return eff, o.err
 }
@@ -338,11 +350,45 @@ func (f *Failure) AbortFor(cause error) Effects {
 // Heard handles a peer's Notice: of an abort (Seq 0), the communicator is
 // aborted; of a collective this rank runs, it fails; of one not started
 // yet, Start fails it; of one finished, only a mismatch counts (it
-// aborts: this rank's next call reports it).
+// aborts: this rank's next call reports it). A notice from a peer whose
+// communicator is aborted (Notice.Aborted) aborts this one too, whichever
+// of them reaches it first: that peer takes part in nothing again, so
+// this rank's next call fails with ErrAborted, not with the peer's
+// refusal of it.
 func (f *Failure) Heard(from int, n Notice) Effects {
-	switch {
-	case n.Seq == 0:
+	if n.Seq == 0 {
 		return f.AbortFor(f.noticeError(from, n, "its side of the communicator was aborted: "))
+	}
+	eff := f.heard(from, n)
+	if n.Aborted && n.Code != FailMismatch && n.Seq <= f.started { // a mismatch aborts by its own rules, keeping both calls
+		eff.Add(f.abortAfter(from, n, n.Seq))
+	}
+	return eff
+}
+
+// abortAfter aborts the communicator when collective seq finishes (now,
+// if it has), for the Notice n of an aborted peer: not before, so that an
+// earlier collective still in flight, which the peer may have completed
+// before it aborted, is not failed by the news of a later one. (Of a
+// collective not started yet, Start takes the notice.) The abort is
+// quiet, as the deadline rule's: the aborted peer's own notices reach
+// every rank, and an announcement could reach a rank still in an earlier
+// collective and fail it.
+func (f *Failure) abortAfter(from int, n Notice, seq uint64) Effects {
+	cause := f.noticeError(from, n, "its side of the communicator was aborted: ")
+	o, ok := f.ops[seq]
+	if !ok {
+		return f.Abort(cause, false, true)
+	}
+	if o.then == nil {
+		o.then = cause
+		f.ops[seq] = o
+	}
+	return Effects{}
+}
+
+func (f *Failure) heard(from int, n Notice) Effects {
+	switch {
 	case n.Seq > f.started:
 		if a := f.aheadFor(n.Seq); a.fail == nil { // the first notice, as for a running collective
 			a.fail = &heard{from: from, n: n}

@@ -304,3 +304,39 @@ func TestFailureMismatchFromOutside(t *testing.T) {
 		t.Fatalf("got %v; want rank 1's report of #5", err)
 	}
 }
+
+// A notice from a peer whose communicator is aborted aborts this one too,
+// whichever of its notices comes first: the fault suite's abort case on
+// nexar (5 ranks, loaded) once read a peer's refusal of the next Barrier
+// before the aborted rank's announcement, and that Barrier failed with the
+// refusal instead of ErrAborted.
+func TestFailureAbortedPeerAborts(t *testing.T) {
+	peer := Failure{Rank: 2}
+	peer.Abort(errors.New("the user gave up"), true, false)
+	eff := peer.Start(3, sigA, nil)
+	n, ok := told(eff, Everyone, 3)
+	if !ok || !n.Aborted {
+		t.Fatalf("an aborted rank's refusal: %+v; want it marked Aborted", eff.Tell)
+	}
+	f := Failure{Rank: 0}
+	f.Start(3, sigA, nil)
+	eff = f.Heard(2, n)
+	if !errors.Is(ended(eff, 3), ErrPeerAbandoned) || eff.Aborted != nil {
+		t.Fatalf("End %+v, aborted %v; want #3 ended by the peer, the abort left to its end", eff.End, eff.Aborted)
+	}
+	if eff, _ := f.Finish(3); eff.Aborted == nil {
+		t.Fatal("the collective an aborted peer refused ended, and the communicator was not aborted")
+	} else if _, ok := told(eff, Everyone, 0); ok {
+		t.Fatal("that abort was announced")
+	}
+	if err := ended(f.Start(4, sigA, nil), 4); !errors.Is(err, ErrAborted) {
+		t.Fatalf("the next call: %v; want ErrAborted", err)
+	}
+	// A notice from a peer that is not aborted (a bad argument) aborts
+	// nothing.
+	g := Failure{Rank: 0}
+	g.Start(3, sigA, nil)
+	if eff := g.Heard(2, NoticeOf(3, sigA, &ArgError{Kind: KindAllReduce, Arg: "count", Problem: "is negative"})); eff.Aborted != nil {
+		t.Fatal("a peer's bad argument aborted")
+	}
+}

@@ -553,10 +553,14 @@ func (h *Comm) runTask(t *task) error {
 	// The executor runs the tasks one at a time, in order. A call this
 	// rank refuses (t.Err: a bad argument) is recorded as unknown: every
 	// rank abandons it with the refusal, and the census must not take
-	// the refused arguments for another call.
+	// the refused arguments for another call. So is a call refused because
+	// the hierarchy was aborted by anything but a mismatch: it meets
+	// nothing (a rank that called Abort and then a Barrier is not in a
+	// mismatch with the peers still in the collective it left); after a
+	// mismatch the call is kept, for the verdict (askOnce, below).
 	sig := t.Call.Signature()
 	recorded := sig
-	if t.Err != nil {
+	if t.Err != nil || aborted != nil && !errors.Is(aborted, comm.ErrMismatch) {
 		recorded = comm.Signature{}
 	}
 	h.stall.Started(t.Seq, recorded)

@@ -133,13 +133,21 @@ func (c *Comm) tellAll(h Header, payload []byte) {
 	wg.Wait()
 }
 
+// failAborted is Step's bit, in a failure notice, for a sender whose
+// communicator is aborted (comm.Notice.Aborted).
+const failAborted = 1 << 31
+
 // noticeFrame is the FrameFail header and payload of a failure notice:
-// its FailCode in Step, its reason as the payload, and the call in Sig —
+// its FailCode in Step (failAborted set when the sender is aborted), its
+// reason as the payload, and the call in Sig —
 // for a peer's failure, the rank it blames in Sig.Root instead (-1: none)
 // and Sig.Count 1 when that rank is numbered outside this communicator
 // (a composed communicator named it, comm.FromOutside).
 func noticeFrame(id uint64, n comm.Notice) (Header, []byte) {
 	h := Header{Kind: FrameFail, Comm: id, Seq: n.Seq, Step: uint32(n.Code), Sig: n.Sig}
+	if n.Aborted {
+		h.Step |= failAborted
+	}
 	if n.Code == comm.FailPeer {
 		h.Sig = comm.Signature{Root: int32(n.Culprit)}
 		if n.Outside {
@@ -151,7 +159,8 @@ func noticeFrame(id uint64, n comm.Notice) (Header, []byte) {
 
 // frameNotice reads a FrameFail back (noticeFrame).
 func frameNotice(f frame) comm.Notice {
-	n := comm.Notice{Seq: f.h.Seq, Sig: f.h.Sig, Code: comm.FailCode(f.h.Step), Culprit: -1, Reason: string(f.payload)}
+	n := comm.Notice{Seq: f.h.Seq, Sig: f.h.Sig, Code: comm.FailCode(f.h.Step &^ failAborted), Culprit: -1,
+		Aborted: f.h.Step&failAborted != 0 || f.h.Seq == 0, Reason: string(f.payload)}
 	if n.Code == comm.FailPeer {
 		n.Sig = comm.Signature{}
 		if f.h.Sig.Root >= 0 {
