@@ -114,13 +114,3 @@ func (c *Cluster) Close() error {
 	defer cancel()
 	return c.Leave(ctx)
 }
-
-// crash stops gossip without telling anyone, as a killed process would:
-// the others' failure detectors must find out. For tests.
-func (c *Cluster) crash() {
-	c.view.close()
-	c.disp.stop()
-	if c.markDown() {
-		c.ml.Shutdown()
-	}
-}

@@ -154,9 +154,8 @@ type Comm struct {
 	// switchAt[c] is the size from which collective c takes the 2D route
 	// (Config.Cost's Switch for this shape).
 	switchAt [schedule.BroadcastOp + 1]int
-	// leadShardOnly is a test hook: the large AllReduce reduces only the
-	// lead's shard across nodes, as the reference stack's nexar-nccl did.
-	// The conformance suite must catch it.
+	// leadShardOnly plants a defect: the large AllReduce reduces only the
+	// lead's shard across nodes. Only tests set it (export_test.go).
 	leadShardOnly bool
 
 	world, intra, rail comm.Communicator

@@ -56,7 +56,7 @@ func runAllReduceSuite(t *testing.T, leadShardOnly bool) []error {
 	opt := commtest.Options{Kinds: []comm.Kind{comm.KindAllReduce}, DTypes: []comm.DType{comm.F32, comm.I64},
 		Ops: []comm.ReduceOp{comm.Sum}, Counts: []int{4099}, Timeout: 30 * time.Second}
 	for r := range 4 {
-		hs[r].leadShardOnly = leadShardOnly
+		hs[r].setLeadShardOnly(leadShardOnly)
 		wg.Go(func() { errs[r] = commtest.RunRank(ctx, hs[r], opt) })
 	}
 	wg.Wait()

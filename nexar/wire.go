@@ -67,14 +67,6 @@ func putHeader(b []byte, h Header) {
 	binary.LittleEndian.PutUint32(b[44:], h.Sig.Outer.Hash)
 }
 
-// appendHeader appends the encoding of h to b.
-func appendHeader(b []byte, h Header) []byte {
-	n := len(b)
-	b = append(b, make([]byte, HeaderSize)...)
-	putHeader(b[n:], h)
-	return b
-}
-
 // HeaderError says why bytes read from a peer are not a valid frame header.
 // A stream that carries one is corrupt from that point on, so the transport
 // treats it as a failure of the peer.

@@ -61,7 +61,7 @@ type Comm struct {
 
 	users   sync.WaitGroup // goroutines that touch the mapping but the executor's: the p2p engine, the heartbeat, Abort
 	closing atomic.Bool    // set by Close: every wait ends with comm.ErrClosed
-	killed  atomic.Bool    // test hook: the rank behaves as a process that died
+	killed  atomic.Bool    // the rank behaves as a process that died; only tests set it (export_test.go)
 	passed  atomic.Uint64  // the last step whose wait ended with every peer posted (abortPassed)
 	shrinks atomic.Uint64  // Shrink calls, for the survivors' segment names (shrink.go)
 	stopHB  chan struct{}
@@ -380,9 +380,3 @@ func (c *Comm) AbortCause() error {
 	defer c.mu.Unlock()
 	return c.failure.AbortCause()
 }
-
-// kill is a test hook: from now on this rank behaves like a process that
-// died. Its heartbeat stops, it never writes the segment again, and its
-// operations in flight end with errKilled; peers notice by the heartbeat,
-// within FailureTimeout. Close still releases its resources.
-func (c *Comm) kill() { c.killed.Store(true) }

@@ -69,7 +69,8 @@ const (
 // AllReduce lost a fifth of its speed.
 const p2pYieldCrowded = 0
 
-// errKilled is the error of a rank that a test "killed" (see kill).
+// errKilled is the error of a rank that a test "killed" (kill, in
+// export_test.go).
 var errKilled = errors.New("shm: this rank was killed by a test hook")
 
 // post publishes step g.

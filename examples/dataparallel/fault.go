@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -22,15 +21,6 @@ const (
 
 // inject is the fault planted in this process ("" for none).
 var inject fault
-
-// parseFault reads a fault's name.
-func parseFault(s string) (fault, error) {
-	switch f := fault(s); f {
-	case faultSum, faultMissing, faultStale, faultShare:
-		return f, nil
-	}
-	return "", fmt.Errorf("fault %q: want sum, missing, stale or share", s)
-}
 
 // reduceOp is the buckets' reduction.
 func reduceOp() comm.ReduceOp {

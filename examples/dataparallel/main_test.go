@@ -20,6 +20,15 @@ func TestMain(m *testing.M) {
 	}, func(args []string) error { return run(context.Background(), args) })
 }
 
+// parseFault reads a fault's name.
+func parseFault(s string) (fault, error) {
+	switch f := fault(s); f {
+	case faultSum, faultMissing, faultStale, faultShare:
+		return f, nil
+	}
+	return "", fmt.Errorf("fault %q: want sum, missing, stale or share", s)
+}
+
 // TestTrainsOnTwoNodes trains a few steps on 2 nodes × 2 ranks (the
 // hierarchical world) on a slice of MNIST with a small net (the race
 // detector slows the passes tenfold), a bucket per layer so that

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -21,15 +20,6 @@ const (
 
 // inject is the fault planted in this process ("" for none).
 var inject fault
-
-// parseFault reads a fault's name.
-func parseFault(s string) (fault, error) {
-	switch f := fault(s); f {
-	case faultSum, faultChunk, faultMissing, faultStale:
-		return f, nil
-	}
-	return "", fmt.Errorf("fault %q: want sum, chunk, missing or stale", s)
-}
 
 // scatterOp is the ReduceScatter's reduction.
 func scatterOp() comm.ReduceOp {

@@ -22,6 +22,15 @@ func TestMain(m *testing.M) {
 	}, func(args []string) error { return run(context.Background(), args, os.Stdout) })
 }
 
+// parseFault reads a fault's name.
+func parseFault(s string) (fault, error) {
+	switch f := fault(s); f {
+	case faultSum, faultChunk, faultMissing, faultStale:
+		return f, nil
+	}
+	return "", fmt.Errorf("fault %q: want sum, chunk, missing or stale", s)
+}
+
 const args = "-train 1024 -test 256 -batch 64 -steps 6 -hidden 128,64"
 
 // persistentBytes reads each stage's persistent memory per rank from
