@@ -85,3 +85,14 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 	}
 	return comms, nil
 }
+
+// socketNetwork is the socket type a transport network runs on.
+func socketNetwork(network string) (string, error) {
+	switch network {
+	case "quic":
+		return "udp", nil
+	case "tcp":
+		return "tcp", nil
+	}
+	return "", fmt.Errorf("nexar: unknown network %q (want quic or tcp)", network)
+}

@@ -10,7 +10,8 @@
 // so concurrent collectives and sub-communicators never cross-talk and a
 // mismatched call is detected on arrival.
 //
-// nexar imports comm and comm/schedule (its schedules and cost model),
-// internal/procgroup (its local launcher) and internal/hoptrace; never
-// another tier (internal/rules/imports_test.go holds it to that).
+// nexar imports comm and comm/schedule (its schedules and cost model) and
+// internal/hoptrace; never another tier (internal/rules/imports_test.go
+// holds it to that). Its multi-process tests start their worlds with
+// internal/nexarjob.
 package nexar

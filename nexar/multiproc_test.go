@@ -12,16 +12,17 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/internal/nexarjob"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
 // The multi-process tests start this test binary again as every rank of a
-// local job (nexar.StartLocal); TestMain sends those children to their role.
+// local job (nexarjob.Start); TestMain sends those children to their role.
 const envRole = "NEXAR_TEST_ROLE"
 
 func TestMain(m *testing.M) {
-	if nexar.IsLocalChild(os.Getenv) {
+	if nexarjob.IsChild(os.Getenv) {
 		os.Exit(child(os.Getenv(envRole)))
 	}
 	os.Exit(m.Run())
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func child(role string) int {
 	ctx := context.Background()
-	cfg, err := nexar.LocalConfig(os.Getenv, nexar.Options{Timeout: 2 * time.Minute, ProbeAfter: 200 * time.Millisecond})
+	cfg, err := nexarjob.Config(os.Getenv, nexar.Options{Timeout: 2 * time.Minute, ProbeAfter: 200 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -145,7 +146,7 @@ func TestConformanceMultiProcess(t *testing.T) {
 			var out procgroup.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
-			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+			job, err := nexarjob.Start(ctx, nexarjob.Spec{
 				Ranks: tc.ranks, Network: tc.network, Args: []string{"-test.run=^$"},
 				Env:    []string{envRole + "=conformance", "NEXAR_TEST_COUNTS=" + tc.counts},
 				Stdout: &out, Stderr: &out,
@@ -169,7 +170,7 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 			var out procgroup.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+			job, err := nexarjob.Start(ctx, nexarjob.Spec{
 				Ranks: 4, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
 				Env: []string{envRole + "=fault"}, Stdout: &out, Stderr: &out,
 			})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/internal/nexarjob"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/nexar"
 )
@@ -103,7 +104,7 @@ func TestShrinkMultiProcess(t *testing.T) {
 				var out procgroup.Buffer
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+				job, err := nexarjob.Start(ctx, nexarjob.Spec{
 					Ranks: 4, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
 					Env: []string{envRole + "=shrink", envShrink + "=" + how}, Stdout: &out, Stderr: &out,
 				})
@@ -202,7 +203,7 @@ func runWithAStall(t *testing.T, network, role string, n int) string {
 	var out procgroup.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{
+	job, err := nexarjob.Start(ctx, nexarjob.Spec{
 		Ranks: n, Network: network, Args: []string{"-test.run=^$"}, KeepOthers: true,
 		Env: []string{envRole + "=" + role}, Stdout: &out, Stderr: &out,
 	})

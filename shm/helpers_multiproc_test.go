@@ -22,6 +22,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
+	"github.com/hiercomm/hiercomm/internal/nexarjob"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
@@ -329,13 +330,13 @@ func allReduceUntilStall(ctx context.Context, c comm.Communicator, rank int) int
 }
 
 // childHierStall is one rank of a 2x2 hierarchy, as hiercomm.Init wires
-// it: the world over QUIC (nexar.StartLocal), shared memory within each
+// it: the world over QUIC (nexarjob.Start), shared memory within each
 // emulated node (global ranks 0 and 1 on node 0, 2 and 3 on node 1). It
 // runs allReduceUntilStall.
 func childHierStall() int {
 	const failureTimeout = time.Second
 	ctx := context.Background()
-	cfg, err := nexar.LocalConfig(os.Getenv, nexar.Options{Timeout: time.Minute})
+	cfg, err := nexarjob.Config(os.Getenv, nexar.Options{Timeout: time.Minute})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

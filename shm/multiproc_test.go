@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiercomm/hiercomm/internal/nexarjob"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
-	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
 )
 
@@ -187,7 +187,7 @@ func TestStalledRankInAHierarchyLearnsItWasExpelled(t *testing.T) {
 	var out procgroup.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	job, err := nexar.StartLocal(ctx, nexar.LocalSpec{Ranks: 4, Args: []string{"-test.run=^$"}, KeepOthers: true,
+	job, err := nexarjob.Start(ctx, nexarjob.Spec{Ranks: 4, Args: []string{"-test.run=^$"}, KeepOthers: true,
 		Env: []string{envRole + "=hierstall", envNS + "=" + ns}, Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 // Package procgroup runs the processes of a local job: start them, copy
 // their output line by line with a prefix naming each, and when one fails,
 // stop the rest (at once, or after a grace period, SIGTERM and a wait).
-// Both local launchers (nexar's single-host test worlds and the cluster
-// layer's emulated nodes) use it. It imports the standard library only and
+// Both local launchers (internal/nexarjob's flat test worlds and the
+// cluster layer's emulated nodes) use it. It imports the standard library only and
 // knows nothing of ranks' meaning, sockets or collectives.
 package procgroup
 

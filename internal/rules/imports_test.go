@@ -36,7 +36,7 @@ type rule struct {
 }
 
 // testOnly are packages that only tests may import.
-var testOnly = []string{"comm/commtest"}
+var testOnly = []string{"comm/commtest", "internal/nexarjob"}
 
 // importRules is the one place the module's import rules live:
 // docs/architecture.md ("Import rules") says the same in prose and cites
@@ -60,24 +60,27 @@ var importRules = []rule{
 
 	// Shared internals: the standard library only.
 	{pkg: "internal/procgroup",
-		why: "internal/procgroup imports the standard library only; nexar and cluster use it for their local launchers"},
+		why: "internal/procgroup imports the standard library only; cluster and internal/nexarjob use it for their local launchers"},
 	{pkg: "internal/netemu",
 		why: "internal/netemu imports the standard library only; the commands use it, cluster does not (cluster.Fabric)"},
 	{pkg: "internal/hoptrace",
 		why: "internal/hoptrace imports the standard library only; the tiers (nexar, shm, hierarchy) mark their hops with it"},
+	// The flat local launcher of nexar's and shm's multi-process tests.
+	{pkg: "internal/nexarjob", imports: []string{"nexar", "internal/procgroup"},
+		why: "internal/nexarjob imports nexar and internal/procgroup: it starts a flat nexar world of processes for tests, and only tests import it"},
 
 	// The tiers: comm (and its schedules), never each other.
-	// nexar also imports comm/schedule (its schedules and cost model),
-	// internal/procgroup (its local launcher) and internal/hoptrace, as
-	// nexar/doc.go says.
-	{pkg: "nexar", imports: []string{"comm", "comm/schedule", "internal/procgroup", "internal/hoptrace"},
-		tests: []string{"comm/commtest"},
-		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other; nexar's local launcher uses internal/procgroup"},
+	// nexar also imports comm/schedule (its schedules and cost model) and
+	// internal/hoptrace, as nexar/doc.go says; its multi-process tests
+	// start their worlds with internal/nexarjob.
+	{pkg: "nexar", imports: []string{"comm", "comm/schedule", "internal/hoptrace"},
+		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob"},
+		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other; nexar's multi-process tests use internal/nexarjob"},
 	// shm also imports comm/schedule (Config.Cost) and internal/hoptrace,
 	// as shm/doc.go says. Its tests build hierarchies over nexar to run shm
 	// as a node's part.
 	{pkg: "shm", imports: []string{"comm", "comm/schedule", "internal/hoptrace"},
-		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "hierarchy", "topology"},
+		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob", "nexar", "hierarchy", "topology"},
 		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other"},
 	{pkg: "nccl", imports: []string{"comm"},
 		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm"},

@@ -1,4 +1,18 @@
-package nexar
+// Package nexarjob starts a flat local job for tests: N processes of one
+// program on this host, joined by nexar alone (no membership, no
+// hierarchy) over real QUIC or TCP on 127.0.0.1. nexar's and shm's
+// multi-process tests run on it. The launcher binds every rank's socket
+// itself (port 0, so the kernel picks free ports and no two jobs race for
+// one) and hands socket i to child i as file descriptor 3; the children
+// learn the world from the environment below.
+//
+// It is not the launcher users meet: cluster.StartLocal starts a local job
+// of emulated nodes (`hiercomm run`, the examples, the root package's
+// tests). Both run their processes with internal/procgroup.
+//
+// nexarjob imports nexar and internal/procgroup; only tests import it
+// (internal/rules/imports_test.go holds it to that).
+package nexarjob
 
 import (
 	"context"
@@ -13,19 +27,12 @@ import (
 	"strings"
 
 	"github.com/hiercomm/hiercomm/internal/procgroup"
+	"github.com/hiercomm/hiercomm/nexar"
 )
 
-// A local job is N processes of one program on this host, joined over real
-// QUIC (or TCP) on 127.0.0.1: the tests' multi-process worlds and the
-// benchmark's default run. The launcher binds every rank's socket itself
-// (port 0, so the kernel picks free ports and no two jobs race for one) and
-// hands socket i to child i as file descriptor 3; the children learn the
-// world from the environment below. The cluster layer's launcher replaces
-// this for real deployments.
-//
 // The variables are this launcher's message to its children, not settings
 // for a user. A child reads them through the getenv its program passes
-// (os.Getenv): nexar itself never reads the process environment.
+// (os.Getenv).
 const (
 	envLocalRank    = "HIERCOMM_NEXAR_RANK"
 	envLocalAddrs   = "HIERCOMM_NEXAR_ADDRS"
@@ -34,8 +41,8 @@ const (
 	localSocketFD   = 3
 )
 
-// LocalSpec describes a local job.
-type LocalSpec struct {
+// Spec describes a job.
+type Spec struct {
 	// Ranks is the number of processes. Required (≥ 1).
 	Ranks int
 	// Network is "quic" or "tcp". If empty, defaults to "quic".
@@ -57,20 +64,20 @@ type LocalSpec struct {
 	KeepOthers bool
 }
 
-// LocalJob is a running local job.
-type LocalJob struct {
+// Job is a running job.
+type Job struct {
 	g *procgroup.Group
 }
 
-// IsLocalChild reports whether the environment getenv reads (os.Getenv in
-// programs) is that of a process StartLocal started.
-func IsLocalChild(getenv func(string) string) bool { return getenv(envLocalRank) != "" }
+// IsChild reports whether the environment getenv reads (os.Getenv in
+// programs) is that of a process Start started.
+func IsChild(getenv func(string) string) bool { return getenv(envLocalRank) != "" }
 
-// StartLocal starts the processes of a local job. When one of them fails,
-// the others are killed; Wait returns the first failure.
-func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
+// Start starts the processes of a job. When one of them fails, the others
+// are killed; Wait returns the first failure.
+func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.Ranks < 1 {
-		return nil, fmt.Errorf("nexar.StartLocal: Ranks %d, want ≥ 1", spec.Ranks)
+		return nil, fmt.Errorf("nexarjob.Start: Ranks %d, want ≥ 1", spec.Ranks)
 	}
 	if spec.Network == "" {
 		spec.Network = "quic"
@@ -78,7 +85,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	if spec.Path == "" {
 		p, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("nexar.StartLocal: finding this executable: %w", err)
+			return nil, fmt.Errorf("nexarjob.Start: finding this executable: %w", err)
 		}
 		spec.Path = p
 	}
@@ -112,31 +119,31 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	}
 	g, err := procgroup.Start(ctx, pg)
 	if err != nil {
-		return nil, fmt.Errorf("nexar.StartLocal: %w", err)
+		return nil, fmt.Errorf("nexarjob.Start: %w", err)
 	}
-	return &LocalJob{g: g}, nil
+	return &Job{g: g}, nil
 }
 
 // Wait waits for every process and returns the first failure.
-func (j *LocalJob) Wait() error { return j.g.Wait() }
+func (j *Job) Wait() error { return j.g.Wait() }
 
 // Errors waits for every process and returns each rank's failure (nil for
 // a rank that exited 0).
-func (j *LocalJob) Errors() []error { return j.g.Errors() }
+func (j *Job) Errors() []error { return j.g.Errors() }
 
 // Kill sends SIGKILL to one rank, for fault tests.
-func (j *LocalJob) Kill(rank int) error {
+func (j *Job) Kill(rank int) error {
 	if rank < 0 || rank >= j.g.Len() {
-		return fmt.Errorf("nexar.LocalJob.Kill: rank %d out of range [0, %d)", rank, j.g.Len())
+		return fmt.Errorf("nexarjob.Job.Kill: rank %d out of range [0, %d)", rank, j.g.Len())
 	}
 	return j.g.Kill(rank)
 }
 
 // Signal sends sig to one rank, for fault tests (SIGSTOP and SIGCONT: a
 // stalled process).
-func (j *LocalJob) Signal(rank int, sig os.Signal) error {
+func (j *Job) Signal(rank int, sig os.Signal) error {
 	if rank < 0 || rank >= j.g.Len() {
-		return fmt.Errorf("nexar.LocalJob.Signal: rank %d out of range [0, %d)", rank, j.g.Len())
+		return fmt.Errorf("nexarjob.Job.Signal: rank %d out of range [0, %d)", rank, j.g.Len())
 	}
 	p, err := os.FindProcess(j.g.Pid(rank))
 	if err != nil {
@@ -145,25 +152,16 @@ func (j *LocalJob) Signal(rank int, sig os.Signal) error {
 	return p.Signal(sig)
 }
 
-// socketNetwork is the socket type a transport network runs on.
-func socketNetwork(network string) (string, error) {
-	switch network {
-	case "quic":
-		return "udp", nil
-	case "tcp":
-		return "tcp", nil
-	}
-	return "", fmt.Errorf("nexar: unknown network %q (want quic or tcp)", network)
-}
-
-// prebind binds n loopback sockets on kernel-chosen ports (LocalConfigs)
-// and returns them as files, to hand to child processes.
+// prebind binds n loopback sockets on kernel-chosen ports
+// (nexar.LocalConfigs) and returns them as files, to hand to child
+// processes.
 func prebind(network string, n int) ([]*os.File, []string, error) {
-	sock, err := socketNetwork(network)
-	if err != nil {
-		return nil, nil, err
+	// The socket each transport runs on.
+	sock, ok := map[string]string{"quic": "udp", "tcp": "tcp"}[network]
+	if !ok {
+		return nil, nil, fmt.Errorf("nexarjob: unknown network %q (want quic or tcp)", network)
 	}
-	cfgs, err := LocalConfigs(sock, n, NetConfig{})
+	cfgs, err := nexar.LocalConfigs(sock, n, nexar.NetConfig{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,62 +179,61 @@ func prebind(network string, n int) ([]*os.File, []string, error) {
 			for _, f := range files {
 				f.Close()
 			}
-			return nil, nil, fmt.Errorf("nexar: handing a bound socket to a child: %w", err)
+			return nil, nil, fmt.Errorf("nexarjob: handing a bound socket to a child: %w", err)
 		}
 		files = append(files, f)
 	}
 	return files, cfgs[0].Addrs, nil
 }
 
-// LocalConfig reads the world a local job's launcher gave this process
-// from its environment, through getenv (os.Getenv in programs), and file
-// descriptor 3.
-func LocalConfig(getenv func(string) string, opt Options) (Config, error) {
+// Config reads the world Start gave this process from its environment,
+// through getenv (os.Getenv in programs), and file descriptor 3.
+func Config(getenv func(string) string, opt nexar.Options) (nexar.Config, error) {
 	rankStr := getenv(envLocalRank)
 	if rankStr == "" {
-		return Config{}, errors.New("nexar: not started by nexar.StartLocal (" + envLocalRank + " is not set)")
+		return nexar.Config{}, errors.New("nexarjob: not started by nexarjob.Start (" + envLocalRank + " is not set)")
 	}
 	rank, err := strconv.Atoi(rankStr)
 	if err != nil {
-		return Config{}, fmt.Errorf("nexar: %s=%q is not a rank", envLocalRank, rankStr)
+		return nexar.Config{}, fmt.Errorf("nexarjob: %s=%q is not a rank", envLocalRank, rankStr)
 	}
 	addrs := strings.Split(getenv(envLocalAddrs), ",")
 	key, err := hex.DecodeString(getenv(envLocalKey))
 	if err != nil {
-		return Config{}, fmt.Errorf("nexar: %s is not hex: %w", envLocalKey, err)
+		return nexar.Config{}, fmt.Errorf("nexarjob: %s is not hex: %w", envLocalKey, err)
 	}
-	cfg := Config{Network: getenv(envLocalNetwork), Options: opt}
-	cfg.Net = NetConfig{Rank: rank, Addrs: addrs, JobKey: key, JobID: "local"}
+	cfg := nexar.Config{Network: getenv(envLocalNetwork), Options: opt}
+	cfg.Net = nexar.NetConfig{Rank: rank, Addrs: addrs, JobKey: key, JobID: "local"}
 	f := os.NewFile(localSocketFD, "hiercomm-socket")
 	if f == nil {
-		return Config{}, errors.New("nexar: file descriptor 3 (the socket from the launcher) is not open")
+		return nexar.Config{}, errors.New("nexarjob: file descriptor 3 (the socket from the launcher) is not open")
 	}
 	defer f.Close()
 	switch cfg.Network {
 	case "quic":
 		pc, err := net.FilePacketConn(f)
 		if err != nil {
-			return Config{}, fmt.Errorf("nexar: fd 3 is not the UDP socket from the launcher: %w", err)
+			return nexar.Config{}, fmt.Errorf("nexarjob: fd 3 is not the UDP socket from the launcher: %w", err)
 		}
 		cfg.Net.PacketConn = pc
 	case "tcp":
 		ln, err := net.FileListener(f)
 		if err != nil {
-			return Config{}, fmt.Errorf("nexar: fd 3 is not the TCP socket from the launcher: %w", err)
+			return nexar.Config{}, fmt.Errorf("nexarjob: fd 3 is not the TCP socket from the launcher: %w", err)
 		}
 		cfg.Net.Listener = ln
 	default:
-		return Config{}, fmt.Errorf("nexar: %s=%q, want quic or tcp", envLocalNetwork, cfg.Network)
+		return nexar.Config{}, fmt.Errorf("nexarjob: %s=%q, want quic or tcp", envLocalNetwork, cfg.Network)
 	}
 	return cfg, nil
 }
 
-// JoinLocal connects this process, started by StartLocal, to its local
-// job's world; getenv reads its environment (os.Getenv in programs).
-func JoinLocal(ctx context.Context, getenv func(string) string, opt Options) (*Comm, error) {
-	cfg, err := LocalConfig(getenv, opt)
+// Join connects this process, started by Start, to its job's world;
+// getenv reads its environment (os.Getenv in programs).
+func Join(ctx context.Context, getenv func(string) string, opt nexar.Options) (*nexar.Comm, error) {
+	cfg, err := Config(getenv, opt)
 	if err != nil {
 		return nil, err
 	}
-	return Connect(ctx, cfg)
+	return nexar.Connect(ctx, cfg)
 }
