@@ -10,7 +10,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
-	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -47,7 +47,7 @@ func TestConnectGPUWiring(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dev, err := nccl.NewFake(nccl.FakeOptions{}).Device(0)
+			dev, err := ncclfake.New(ncclfake.Options{}).Device(0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -105,7 +105,7 @@ type Options struct {
 	// Name where empty and Logger where nil.
 	NCCL nccl.Config
 	// GPU, if set, is the CUDA driver and NCCL to use (tests pass the
-	// fake, nccl.NewFake). If nil, nccl.Shared loads them (the launch's
+	// fake of nccl/ncclfake). If nil, nccl.Shared loads them (the launch's
 	// NCCLLibrary and CUDALibrary, else a search) when the launch
 	// allows the GPU tier (HIERCOMM_INTRA auto or nccl).
 	GPU *nccl.Library

@@ -12,6 +12,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -47,7 +48,7 @@ const (
 // are filled in.
 func buildDevice(t testing.TB, l layout, cfg hierarchy.Config, mode stagerMode) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
-	dev, err := nccl.NewFake(nccl.FakeOptions{}).Device(0)
+	dev, err := ncclfake.New(ncclfake.Options{}).Device(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,15 +141,15 @@ func TestConfigLayout(t *testing.T) {
 		got   uintptr
 		want  uintptr
 	}{
-		{"size", unsafe.Offsetof(c.size), 0},
-		{"magic", unsafe.Offsetof(c.magic), 8},
-		{"version", unsafe.Offsetof(c.version), 12},
-		{"blocking", unsafe.Offsetof(c.blocking), 16},
-		{"cgaClusterSize", unsafe.Offsetof(c.cgaClusterSize), 20},
-		{"minCTAs", unsafe.Offsetof(c.minCTAs), 24},
-		{"maxCTAs", unsafe.Offsetof(c.maxCTAs), 28},
-		{"netName", unsafe.Offsetof(c.netName), 32},
-		{"splitShare", unsafe.Offsetof(c.splitShare), 40},
+		{"size", unsafe.Offsetof(c.Size), 0},
+		{"magic", unsafe.Offsetof(c.Magic), 8},
+		{"version", unsafe.Offsetof(c.Version), 12},
+		{"blocking", unsafe.Offsetof(c.Blocking), 16},
+		{"cgaClusterSize", unsafe.Offsetof(c.CGAClusterSize), 20},
+		{"minCTAs", unsafe.Offsetof(c.MinCTAs), 24},
+		{"maxCTAs", unsafe.Offsetof(c.MaxCTAs), 28},
+		{"netName", unsafe.Offsetof(c.NetName), 32},
+		{"splitShare", unsafe.Offsetof(c.SplitShare), 40},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("offsetof(ncclConfig.%s) = %d, want %d", tt.field, tt.got, tt.want)
@@ -164,11 +164,11 @@ func TestNewConfig(t *testing.T) {
 	for _, blocking := range []bool{false, true} {
 		c := newConfig(blocking)
 		want := ncclConfig{
-			size: 48, magic: 0xcafebeef, version: 22300,
-			cgaClusterSize: -1 << 31, minCTAs: -1 << 31, maxCTAs: -1 << 31, netName: nil, splitShare: -1 << 31,
+			Size: 48, Magic: 0xcafebeef, Version: 22300,
+			CGAClusterSize: -1 << 31, MinCTAs: -1 << 31, MaxCTAs: -1 << 31, NetName: nil, SplitShare: -1 << 31,
 		}
 		if blocking {
-			want.blocking = 1
+			want.Blocking = 1
 		}
 		if c != want {
 			t.Errorf("newConfig(%v) = %+v, want %+v", blocking, c, want)

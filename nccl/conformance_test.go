@@ -9,6 +9,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -37,7 +38,7 @@ func fakeWorldWith(t testing.TB, n int, cfg nccl.Config) ([]comm.Communicator, *
 func fakeWorldOver(t testing.TB, controls []comm.Communicator, cfg nccl.Config) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
 	n := len(controls)
-	lib := nccl.NewFake(nccl.FakeOptions{})
+	lib := ncclfake.New(ncclfake.Options{})
 	dev, err := lib.Device(0)
 	if err != nil {
 		t.Fatal(err)

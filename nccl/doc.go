@@ -4,9 +4,10 @@
 //
 // What lives here:
 //   - Library (load.go, real.go): libcuda.so.1 and libnccl.so.2 found and
-//     bound at run time (Load, Default, Available), or an in-process fake
-//     of both with host memory as device memory (NewFake, fake.go) for
-//     tests on machines without a GPU.
+//     bound at run time (Load, Default, Available). The function table a
+//     Library calls is the seam nccl/internal/cuapi, which tests on
+//     machines without a GPU fill with an in-process double of both, host
+//     memory as device memory (docs/gpu.md, "Testing without a GPU").
 //   - Device (device.go): one GPU, its primary context current on an OS
 //     thread of its own, on which every CUDA and NCCL call runs; Alloc,
 //     Free, Write and Read for trainers (and the conformance suite).
@@ -20,8 +21,9 @@
 //     across calls; Stager (stager.go): the hierarchy's scratch memory and
 //     local steps on a GPU.
 //
-// The package imports comm only (and purego); the hierarchy takes its
-// Comm, Staged and Stager as values, and the root package wires them.
+// The package imports comm and nccl/internal/cuapi only (and purego); the
+// hierarchy takes its Comm, Staged and Stager as values, and the root
+// package wires them.
 // docs/gpu.md tells how libraries are found, how devices are chosen, and
 // what each error means.
 package nccl

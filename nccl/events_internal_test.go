@@ -6,14 +6,9 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// FakeEvents counts the events alive in the fake driver behind d, and how
-// many were ever created, for the external tests.
-func FakeEvents(d *Device) (live, created int) {
-	w := d.lib.drv.(fakeDriver).w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.events), w.eventsCreated
-}
+// LibraryOf is the Library d belongs to, for the external tests that ask
+// the fake about it (ncclfake.Events).
+func LibraryOf(d *Device) *Library { return d.lib }
 
 // WatchControl starts the watch of control that a Comm keeps (watchControl)
 // for the external tests: done is closed when the watch ends, and err is
@@ -42,6 +37,3 @@ func RawAllReduce(c *Comm, send, recv comm.Buffer, op comm.ReduceOp) (version in
 	})
 	return c.lib.NCCLVersion(), err
 }
-
-// OneRankAvgCovers is oneRankAvgCovers, for the external tests.
-var OneRankAvgCovers = oneRankAvgCovers

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
 // TestEventsReused: a collective's completion event is reused by the next
@@ -26,7 +27,7 @@ func TestEventsReused(t *testing.T) {
 		bufs[r] = b
 		defer dev.Free(b)
 	}
-	_, before := nccl.FakeEvents(dev)
+	_, before := ncclfake.Events(nccl.LibraryOf(dev))
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r := range n {
@@ -44,7 +45,7 @@ func TestEventsReused(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	_, after := nccl.FakeEvents(dev)
+	_, after := ncclfake.Events(nccl.LibraryOf(dev))
 	// Blocking calls: one event in flight per rank at a time.
 	if created := after - before; created > 2*n {
 		t.Errorf("%d blocking AllReduces on %d ranks created %d events, want at most %d (reused)", calls, n, created, 2*n)
@@ -54,7 +55,7 @@ func TestEventsReused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if live, _ := nccl.FakeEvents(dev); live != 0 {
+	if live, _ := ncclfake.Events(nccl.LibraryOf(dev)); live != 0 {
 		t.Errorf("%d events alive after every communicator closed", live)
 	}
 }

@@ -46,7 +46,7 @@ func (c *Comm) launch(t *task) error {
 		// rank is a plain copy. NCCL's Avg there runs a kernel of its own
 		// that, before 2.29.7, can leave the last elements unwritten
 		// (NVIDIA/nccl issue 1950; seen on a GPU with NCCL 2.28.3, and
-		// reproduced by the fake, oneRankAvgCovers).
+		// reproduced by the fake, ncclfake.OneRankAvgCovers).
 		op = ncclSum
 	case bits.OnesCount(uint(c.size)) != 1:
 		// NCCL's Avg on floats multiplies each input by 1/size before

@@ -324,16 +324,6 @@ func pythonPrefixes() []string {
 	return out
 }
 
-// ncclVersionString spells an NCCL version code: 10000·major + 100·minor
-// + patch since 2.9, 1000·major + 100·minor + patch before (nccl.h's
-// NCCL_VERSION).
-func ncclVersionString(code int) string {
-	if code >= 10000 {
-		return fmt.Sprintf("%d.%d.%d", code/10000, code/100%100, code%100)
-	}
-	return fmt.Sprintf("%d.%d.%d", code/1000, code/100%10, code%100)
-}
-
 // loadedFile is the file the dynamic loader mapped for the library behind
 // handle, found through one of its symbols in /proc/self/maps, so that
 // logs say which libnccl.so.2 or libcuda.so.1 of several was used; name

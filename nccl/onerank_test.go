@@ -8,6 +8,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
 // NCCL before 2.29.7 can leave the last elements of a float Avg on one
@@ -25,7 +26,7 @@ func TestGPUOneRankAvg(t *testing.T) {
 // and as 2.29.7 (without).
 func TestOneRankAvgFake(t *testing.T) {
 	for _, v := range []int{22803, 22907} {
-		dev, err := nccl.NewFake(nccl.FakeOptions{Version: v}).Device(0)
+		dev, err := ncclfake.New(ncclfake.Options{Version: v}).Device(0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func checkOneRankAvg(t *testing.T, dev *nccl.Device) {
 			got, version := written("ncclAllReduce(ncclAvg)", func() (int, error) { return nccl.RawAllReduce(c, send, recv, comm.Avg) })
 			want := n
 			if dt.IsFloat() && version < 22907 {
-				want = nccl.OneRankAvgCovers(n, dt.Size())
+				want = ncclfake.OneRankAvgCovers(n, dt.Size())
 			}
 			if got != want {
 				t.Errorf("NCCL %d, %v n=%d: ncclAllReduce(ncclAvg) on one rank wrote the first %d elements, the fake's model says %d", version, dt, n, got, want)

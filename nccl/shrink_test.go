@@ -11,6 +11,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 	"github.com/hiercomm/hiercomm/shm"
 )
 
@@ -67,7 +68,7 @@ func TestShrinkFake(t *testing.T) {
 // closes, the survivors shrink the control (fresh shared memory) and make
 // NCCL anew over it.
 func TestShrinkOverSharedMemory(t *testing.T) {
-	lib := nccl.NewFake(nccl.FakeOptions{})
+	lib := ncclfake.New(ncclfake.Options{})
 	dev, err := lib.Device(0)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -18,7 +19,7 @@ import (
 // staging through fake device 0, with pieces of pieceBytes.
 func stagedWorld(t testing.TB, n, pieceBytes int) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
-	dev, err := nccl.NewFake(nccl.FakeOptions{}).Device(0)
+	dev, err := ncclfake.New(ncclfake.Options{}).Device(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func run(n, iters int, fake bool) error {
 	defer cancel()
 	opt := hiercomm.Options{}
 	if fake {
-		opt.GPU = nccl.NewFake(nccl.FakeOptions{Devices: 1})
+		opt.GPU = ncclfake.New(ncclfake.Options{Devices: 1})
 	} else if err := nccl.Available(); err != nil {
 		return fmt.Errorf("no GPU to run on (try -fake-gpu): %w", err)
 	}

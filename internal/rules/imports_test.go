@@ -82,9 +82,15 @@ var importRules = []rule{
 	{pkg: "shm", imports: []string{"comm", "comm/schedule", "internal/hoptrace"},
 		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob", "nexar", "hierarchy", "topology"},
 		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other"},
-	{pkg: "nccl", imports: []string{"comm"},
-		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm"},
-		why:   "nccl imports comm only (and purego); its tests use nexar's in-memory world and shm as the host communicator"},
+	// nccl calls the CUDA driver and NCCL through the function table of
+	// nccl/internal/cuapi; its tests put nccl/ncclfake's double behind it.
+	{pkg: "nccl", imports: []string{"comm", "nccl/internal/cuapi"},
+		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl/ncclfake"},
+		why:   "nccl imports comm and its seam nccl/internal/cuapi only (and purego); its tests use nccl/ncclfake, nexar's in-memory world and shm as the host communicator"},
+	{pkg: "nccl/internal/cuapi",
+		why: "nccl/internal/cuapi, the function table and ABI between nccl and the libraries, imports nothing of ours"},
+	{pkg: "nccl/ncclfake", imports: []string{"comm", "nccl", "nccl/internal/cuapi"},
+		why: "nccl/ncclfake, the in-process CUDA driver and NCCL, imports comm, nccl and nccl/internal/cuapi, whose table it fills; tests and the examples' -fake-gpu import it, the library packages never"},
 
 	// Membership: topology, never a tier.
 	// cluster also imports internal/procgroup (its local launcher), as
@@ -96,7 +102,7 @@ var importRules = []rule{
 	// hierarchy also imports comm/schedule (Config.Cost, a
 	// schedule.Hierarchy) and internal/hoptrace, as hierarchy/doc.go says.
 	{pkg: "hierarchy", imports: []string{"comm", "comm/schedule", "topology", "internal/hoptrace"},
-		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl"},
+		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl", "nccl/ncclfake"},
 		why:   "hierarchy imports comm, comm/schedule and topology (and internal/hoptrace); it takes its parts as values and never constructs a transport"},
 
 	// Measurement over any Communicator.
@@ -107,7 +113,7 @@ var importRules = []rule{
 	// On top: the root package, the only place that wires the parts, and the
 	// commands.
 	{pkg: "", imports: []string{"cluster", "comm", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
-		tests: []string{"comm/commtest", "internal/procgroup", "internal/netemu"},
+		tests: []string{"comm/commtest", "internal/procgroup", "internal/netemu", "nccl/ncclfake"},
 		why:   "the root package composes: it imports cluster, topology, comm and the tiers, and none of them imports it"},
 	{pkg: "cmd/hiercomm", imports: []string{anyLibrary},
 		why: "the commands sit on top and may import any library package (never a test-only one)"},
@@ -123,8 +129,8 @@ var importRules = []rule{
 		why: "mnist imports nothing of ours"},
 	{pkg: "examples/internal/launch", imports: []string{"cluster", "internal/procgroup"},
 		why: "launch runs the example trainers as a local job of emulated nodes: cluster (and internal/procgroup)"},
-	{pkg: "examples/internal/trainer", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/mnist", "nccl", "cluster"},
-		why: "trainer imports hiercomm, comm, mlp and mnist, and for -device nccl and cluster; never a transport"},
+	{pkg: "examples/internal/trainer", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/mnist", "nccl", "nccl/ncclfake", "cluster"},
+		why: "trainer imports hiercomm, comm, mlp and mnist, and for -device nccl (nccl/ncclfake for -fake-gpu) and cluster; never a transport"},
 	{pkg: "examples/allreduce", imports: []string{"", "comm"},
 		why: "an example uses what a trainer uses: hiercomm and comm"},
 	{pkg: "examples/dataparallel", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/trainer"},
@@ -136,9 +142,9 @@ var importRules = []rule{
 	{pkg: "examples/moe", imports: []string{"", "comm", "examples/internal/mlp"},
 		tests: []string{"cluster"},
 		why:   "an example uses what a trainer uses: hiercomm and comm, and the examples' shared model"},
-	{pkg: "examples/gpu", imports: []string{"", "comm", "nccl"},
+	{pkg: "examples/gpu", imports: []string{"", "comm", "nccl", "nccl/ncclfake"},
 		tests: []string{"cluster"},
-		why:   "an example uses what a trainer uses: hiercomm and comm, and on a GPU nccl's device memory"},
+		why:   "an example uses what a trainer uses: hiercomm and comm, and on a GPU nccl's device memory (nccl/ncclfake's for -fake-gpu)"},
 
 	// This package: tests only.
 	{pkg: "internal/rules",

@@ -9,7 +9,7 @@ import (
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
-	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
 // fakeGPUWorld is a world of one process on nccl's in-process fake: an
@@ -17,7 +17,7 @@ import (
 func fakeGPUWorld(t *testing.T) *hiercomm.World {
 	t.Helper()
 	w, err := hiercomm.Init(context.Background(), hiercomm.Options{
-		GPU:    nccl.NewFake(nccl.FakeOptions{Devices: 1}),
+		GPU:    ncclfake.New(ncclfake.Options{Devices: 1}),
 		Getenv: func(string) string { return "" }, // no launcher: a world of one
 	})
 	if err != nil {

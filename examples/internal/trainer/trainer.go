@@ -26,7 +26,7 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/mnist"
-	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
 // Config is what the trainers' common flags set.
@@ -240,7 +240,7 @@ func (c Config) initOptions() (hiercomm.Options, error) {
 		return os.Getenv(k)
 	}
 	if c.FakeGPU {
-		opt.GPU = nccl.NewFake(nccl.FakeOptions{Devices: 1})
+		opt.GPU = ncclfake.New(ncclfake.Options{Devices: 1})
 	}
 	return opt, nil
 }

@@ -1,9 +1,11 @@
-package nccl
+package ncclfake
 
 import (
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
 )
 
 // How the ranks' work meets.
@@ -26,9 +28,9 @@ func mulSize(a, b uintptr) (uintptr, bool) {
 type fakeCollMeet struct {
 	parts    []*fakeCollPart // by rank; nil until the rank arrives
 	arrived  int
-	poisoned bool          // a rank that arrived was aborted: it never completes
-	done     chan struct{} // closed when complete
-	res      []ncclResult  // by rank; set before done is closed
+	poisoned bool               // a rank that arrived was aborted: it never completes
+	done     chan struct{}      // closed when complete
+	res      []cuapi.NCCLResult // by rank; set before done is closed
 	text     []string
 }
 
@@ -40,14 +42,14 @@ type fakeCollPart struct {
 }
 
 // runColl runs rank c's side of a collective.
-func (w *fakeWorld) runColl(c *fakeComm, is *fakeIssue) (ncclResult, string) {
+func (w *fakeWorld) runColl(c *fakeComm, is *fakeIssue) (cuapi.NCCLResult, string) {
 	w.mu.Lock()
-	if c.dead != ncclSuccess {
+	if c.dead != cuapi.NCCLSuccess {
 		w.mu.Unlock()
-		return ncclSuccess, ""
+		return cuapi.NCCLSuccess, ""
 	}
 	part, r, why := w.collPart(c, is)
-	if r != ncclSuccess {
+	if r != cuapi.NCCLSuccess {
 		w.mu.Unlock()
 		return r, why // never arrives: the peers wait, as for a kernel that faulted
 	}
@@ -72,19 +74,19 @@ func (w *fakeWorld) runColl(c *fakeComm, is *fakeIssue) (ncclResult, string) {
 	case <-m.done:
 		return m.res[c.rank], m.text[c.rank]
 	case <-c.aborted:
-		return ncclSuccess, ""
+		return cuapi.NCCLSuccess, ""
 	}
 }
 
 // collPart resolves rank c's buffers of a collective: each must lie in one
 // live allocation, and send and recv may overlap only in NCCL's in-place
 // form. The caller holds w.mu.
-func (w *fakeWorld) collPart(c *fakeComm, is *fakeIssue) (*fakeCollPart, ncclResult, string) {
+func (w *fakeWorld) collPart(c *fakeComm, is *fakeIssue) (*fakeCollPart, cuapi.NCCLResult, string) {
 	n := uintptr(c.clique.nranks)
 	block, ok1 := mulSize(is.count, uintptr(fakeTypeSize(is.dt)))
 	all, ok2 := mulSize(block, n)
 	if !ok1 || !ok2 {
-		return nil, ncclUnhandledCudaError, fmt.Sprintf("%v on rank %d: count %d overflows the address space", is.kind, c.rank, is.count)
+		return nil, cuapi.NCCLUnhandledCudaError, fmt.Sprintf("%v on rank %d: count %d overflows the address space", is.kind, c.rank, is.count)
 	}
 	var sendN, recvN uintptr
 	inPlace := is.send == is.recv
@@ -111,15 +113,15 @@ func (w *fakeWorld) collPart(c *fakeComm, is *fakeIssue) (*fakeCollPart, ncclRes
 	p := &fakeCollPart{is: is}
 	var ok bool
 	if p.send, ok = w.devRange(is.send, sendN); !ok {
-		return nil, ncclUnhandledCudaError, fmt.Sprintf("%v on rank %d: send pointer %#x (%d bytes) out of range: not inside one live device allocation", is.kind, c.rank, is.send, sendN)
+		return nil, cuapi.NCCLUnhandledCudaError, fmt.Sprintf("%v on rank %d: send pointer %#x (%d bytes) out of range: not inside one live device allocation", is.kind, c.rank, is.send, sendN)
 	}
 	if p.recv, ok = w.devRange(is.recv, recvN); !ok {
-		return nil, ncclUnhandledCudaError, fmt.Sprintf("%v on rank %d: recv pointer %#x (%d bytes) out of range: not inside one live device allocation", is.kind, c.rank, is.recv, recvN)
+		return nil, cuapi.NCCLUnhandledCudaError, fmt.Sprintf("%v on rank %d: recv pointer %#x (%d bytes) out of range: not inside one live device allocation", is.kind, c.rank, is.recv, recvN)
 	}
 	if sendN > 0 && recvN > 0 && is.send < is.recv+recvN && is.recv < is.send+sendN && !inPlace {
-		return nil, ncclInvalidUsage, fmt.Sprintf("%v on rank %d: send %#x (%d bytes) and recv %#x (%d bytes) overlap, and not in NCCL's in-place form", is.kind, c.rank, is.send, sendN, is.recv, recvN)
+		return nil, cuapi.NCCLInvalidUsage, fmt.Sprintf("%v on rank %d: send %#x (%d bytes) and recv %#x (%d bytes) overlap, and not in NCCL's in-place form", is.kind, c.rank, is.send, sendN, is.recv, recvN)
 	}
-	return p, ncclSuccess, ""
+	return p, cuapi.NCCLSuccess, ""
 }
 
 // mismatch reports whether two ranks' calls of one collective differ in
@@ -135,14 +137,14 @@ func mismatch(a, b *fakeIssue) bool {
 // held on entry.
 func (w *fakeWorld) completeColl(m *fakeCollMeet, seq uint64) {
 	n := len(m.parts)
-	m.res = make([]ncclResult, n)
+	m.res = make([]cuapi.NCCLResult, n)
 	m.text = make([]string, n)
 	p0 := m.parts[0]
 	for r, p := range m.parts {
 		if mismatch(p0.is, p.is) {
 			// A deliberate difference: real NCCL hangs or corrupts memory.
 			for i := range m.res {
-				m.res[i] = ncclInvalidUsage
+				m.res[i] = cuapi.NCCLInvalidUsage
 				m.text[i] = fmt.Sprintf("collective #%d on rank %d: rank 0 called %v but rank %d called %v (ranks that disagree hang or corrupt memory in NCCL)", seq, i, p0.is, r, p.is)
 			}
 			return
@@ -158,8 +160,8 @@ func (w *fakeWorld) completeColl(m *fakeCollMeet, seq uint64) {
 			ins[r] = p.send
 		}
 		acc := reduceAs(is.dt, is.op, ins)
-		if es := fakeTypeSize(is.dt); n == 1 && is.op == ncclAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
-			acc = acc[:oneRankAvgCovers(len(acc)/es, es)*es]
+		if es := fakeTypeSize(is.dt); n == 1 && is.op == cuapi.NCCLAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
+			acc = acc[:OneRankAvgCovers(len(acc)/es, es)*es]
 		}
 		switch is.kind {
 		case fakeAllReduce:
@@ -201,8 +203,8 @@ type fakeP2PMeet struct {
 	send, recv *fakeP2PPart
 	poisoned   bool
 	done       chan struct{}
-	sendRes    ncclResult // set before done is closed
-	recvRes    ncclResult
+	sendRes    cuapi.NCCLResult // set before done is closed
+	recvRes    cuapi.NCCLResult
 	text       string
 }
 
@@ -213,11 +215,11 @@ type fakeP2PPart struct {
 }
 
 // runP2P runs rank c's side of a send or receive.
-func (w *fakeWorld) runP2P(c *fakeComm, is *fakeIssue) (ncclResult, string) {
+func (w *fakeWorld) runP2P(c *fakeComm, is *fakeIssue) (cuapi.NCCLResult, string) {
 	w.mu.Lock()
-	if c.dead != ncclSuccess {
+	if c.dead != cuapi.NCCLSuccess {
 		w.mu.Unlock()
-		return ncclSuccess, ""
+		return cuapi.NCCLSuccess, ""
 	}
 	ptr := is.send
 	key := fakeP2PKey{from: c.rank, to: is.root, k: is.seq}
@@ -232,7 +234,7 @@ func (w *fakeWorld) runP2P(c *fakeComm, is *fakeIssue) (ncclResult, string) {
 	}
 	if !ok {
 		w.mu.Unlock()
-		return ncclUnhandledCudaError, fmt.Sprintf("%v on rank %d: buffer %#x (%d elements of %s) out of range: not inside one live device allocation", is.kind, c.rank, ptr, is.count, fakeTypeName(is.dt))
+		return cuapi.NCCLUnhandledCudaError, fmt.Sprintf("%v on rank %d: buffer %#x (%d elements of %s) out of range: not inside one live device allocation", is.kind, c.rank, ptr, is.count, fakeTypeName(is.dt))
 	}
 	cl := c.clique
 	m := cl.p2ps[key]
@@ -262,7 +264,7 @@ func (w *fakeWorld) runP2P(c *fakeComm, is *fakeIssue) (ncclResult, string) {
 		}
 		return m.recvRes, m.text
 	case <-c.aborted:
-		return ncclSuccess, ""
+		return cuapi.NCCLSuccess, ""
 	}
 }
 
@@ -272,7 +274,7 @@ func (w *fakeWorld) runP2P(c *fakeComm, is *fakeIssue) (ncclResult, string) {
 func (w *fakeWorld) completeP2P(m *fakeP2PMeet, key fakeP2PKey) {
 	s, r := m.send.is, m.recv.is
 	if s.count != r.count || s.dt != r.dt {
-		m.sendRes, m.recvRes = ncclInvalidUsage, ncclInvalidUsage
+		m.sendRes, m.recvRes = cuapi.NCCLInvalidUsage, cuapi.NCCLInvalidUsage
 		m.text = fmt.Sprintf("message #%d from rank %d to rank %d: the sender called %v but the receiver called %v (send and receive must agree on count and datatype)", key.k, key.from, key.to, s, r)
 		return
 	}

@@ -1,4 +1,4 @@
-package nccl
+package ncclfake
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
 )
 
 // Tests of the fake itself, through the function table (l.drv, l.nccl),
@@ -21,42 +22,60 @@ import (
 // ftRank is one rank of a test communicator.
 type ftRank struct {
 	rank   int
-	comm   ncclComm
-	stream cuStream
+	comm   cuapi.Comm
+	stream cuapi.Stream
 }
+
+// ftLib is the fake's function table, as a nccl.Library holds it: the
+// tests below call the driver and NCCL directly.
+type ftLib struct {
+	drv  cuapi.Driver
+	nccl cuapi.NCCL
+	t    cuapi.Table
+}
+
+// newFT returns the table of a New fake machine.
+func newFT(opt Options) *ftLib {
+	t := cuapi.TableOf(New(opt))
+	return &ftLib{drv: t.Driver, nccl: t.NCCL, t: t}
+}
+
+// NCCLVersion and DriverVersion are the Library's.
+func (l *ftLib) NCCLVersion() int   { return l.t.NCCLVersion }
+func (l *ftLib) DriverVersion() int { return l.t.DriverVersion }
 
 // ftComms makes a communicator of n ranks, each initialized by a
 // goroutine of its own (non-blocking init, polled to completion), with a
 // stream each. The communicators are aborted when the test ends.
-func ftComms(t *testing.T, l *Library, n int, blocking bool) []*ftRank {
+func ftComms(t *testing.T, l *ftLib, n int, blocking bool) []*ftRank {
 	t.Helper()
-	var id uniqueID
-	if r := l.nccl.GetUniqueID(&id); r != ncclSuccess {
+	var id cuapi.UniqueID
+	if r := l.nccl.GetUniqueID(&id); r != cuapi.NCCLSuccess {
 		t.Fatalf("GetUniqueID: %d", r)
 	}
 	ranks := make([]*ftRank, n)
-	res := make([]ncclResult, n)
+	res := make([]cuapi.NCCLResult, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		ranks[r] = &ftRank{rank: r}
 		wg.Go(func() {
-			cfg := newConfig(blocking)
+			cfg := cuapi.NewConfig(blocking)
 			res[r] = l.nccl.CommInitRankScalable(&ranks[r].comm, int32(n), int32(r), 1, &id, &cfg)
 		})
 	}
 	wg.Wait()
-	want := ncclSuccess
+	want := cuapi.NCCLSuccess
 	if !blocking {
-		want = ncclInProgress
+		want = cuapi.NCCLInProgress
 	}
 	for r, rk := range ranks {
 		if res[r] != want {
 			t.Fatalf("rank %d: CommInitRankScalable = %d, want %d (%s)", r, res[r], want, l.nccl.GetLastError(rk.comm))
 		}
-		if got := ftSettle(t, l, rk.comm, res[r]); got != ncclSuccess {
+		if got := ftSettle(t, l, rk.comm, res[r]); got != cuapi.NCCLSuccess {
 			t.Fatalf("rank %d: init state %d", r, got)
 		}
-		if c := l.drv.StreamCreate(&rk.stream, cuStreamNonBlocking); c != cudaSuccess {
+		if c := l.drv.StreamCreate(&rk.stream, cuapi.StreamNonBlocking); c != cuapi.CUDASuccess {
 			t.Fatalf("StreamCreate: %d", c)
 		}
 	}
@@ -69,12 +88,12 @@ func ftComms(t *testing.T, l *Library, n int, blocking bool) []*ftRank {
 }
 
 // ftSettle polls a non-blocking call's state until it is no longer
-// ncclInProgress and returns it (r itself when r is not ncclInProgress).
-func ftSettle(t *testing.T, l *Library, c ncclComm, r ncclResult) ncclResult {
+// cuapi.NCCLInProgress and returns it (r itself when r is not cuapi.NCCLInProgress).
+func ftSettle(t *testing.T, l *ftLib, c cuapi.Comm, r cuapi.NCCLResult) cuapi.NCCLResult {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
-	for r == ncclInProgress {
-		if got := l.nccl.CommGetAsyncError(c, &r); got != ncclSuccess {
+	for r == cuapi.NCCLInProgress {
+		if got := l.nccl.CommGetAsyncError(c, &r); got != cuapi.NCCLSuccess {
 			t.Fatalf("CommGetAsyncError = %d", got)
 		}
 		if time.Now().After(deadline) {
@@ -86,10 +105,10 @@ func ftSettle(t *testing.T, l *Library, c ncclComm, r ncclResult) ncclResult {
 }
 
 // ftState is the communicator's state (CommGetAsyncError must succeed).
-func ftState(t *testing.T, l *Library, c ncclComm) ncclResult {
+func ftState(t *testing.T, l *ftLib, c cuapi.Comm) cuapi.NCCLResult {
 	t.Helper()
-	var s ncclResult
-	if r := l.nccl.CommGetAsyncError(c, &s); r != ncclSuccess {
+	var s cuapi.NCCLResult
+	if r := l.nccl.CommGetAsyncError(c, &s); r != cuapi.NCCLSuccess {
 		t.Fatalf("CommGetAsyncError = %d", r)
 	}
 	return s
@@ -108,31 +127,31 @@ func ftWaitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // ftUpload returns device memory holding b.
-func ftUpload(t *testing.T, l *Library, b []byte) uintptr {
+func ftUpload(t *testing.T, l *ftLib, b []byte) uintptr {
 	t.Helper()
 	var p uintptr
-	if r := l.drv.MemAlloc(&p, uintptr(len(b))); r != cudaSuccess {
+	if r := l.drv.MemAlloc(&p, uintptr(len(b))); r != cuapi.CUDASuccess {
 		t.Fatalf("MemAlloc(%d): %d", len(b), r)
 	}
-	if r := l.drv.MemcpyHtoD(p, unsafe.Pointer(&b[0]), uintptr(len(b))); r != cudaSuccess {
+	if r := l.drv.MemcpyHtoD(p, unsafe.Pointer(&b[0]), uintptr(len(b))); r != cuapi.CUDASuccess {
 		t.Fatalf("MemcpyHtoD: %d", r)
 	}
 	return p
 }
 
 // ftDownload returns n bytes of device memory at p.
-func ftDownload(t *testing.T, l *Library, p uintptr, n int) []byte {
+func ftDownload(t *testing.T, l *ftLib, p uintptr, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
-	if r := l.drv.MemcpyDtoH(unsafe.Pointer(&b[0]), p, uintptr(n)); r != cudaSuccess {
+	if r := l.drv.MemcpyDtoH(unsafe.Pointer(&b[0]), p, uintptr(n)); r != cuapi.CUDASuccess {
 		t.Fatalf("MemcpyDtoH: %d", r)
 	}
 	return b
 }
 
-func ftSync(t *testing.T, l *Library, s cuStream) {
+func ftSync(t *testing.T, l *ftLib, s cuapi.Stream) {
 	t.Helper()
-	if r := l.drv.StreamSynchronize(s); r != cudaSuccess {
+	if r := l.drv.StreamSynchronize(s); r != cuapi.CUDASuccess {
 		t.Fatalf("StreamSynchronize: %d", r)
 	}
 }
@@ -161,41 +180,41 @@ func ftU16(v []uint16) []byte {
 	return b
 }
 
-func ftEvent(t *testing.T, l *Library) cuEvent {
+func ftEvent(t *testing.T, l *ftLib) cuapi.Event {
 	t.Helper()
-	var e cuEvent
-	if r := l.drv.EventCreate(&e, cuEventDisableTiming); r != cudaSuccess {
+	var e cuapi.Event
+	if r := l.drv.EventCreate(&e, cuapi.EventDisableTiming); r != cuapi.CUDASuccess {
 		t.Fatalf("EventCreate: %d", r)
 	}
 	return e
 }
 
-func ftRecord(t *testing.T, l *Library, s cuStream) cuEvent {
+func ftRecord(t *testing.T, l *ftLib, s cuapi.Stream) cuapi.Event {
 	t.Helper()
 	e := ftEvent(t, l)
-	if r := l.drv.EventRecord(e, s); r != cudaSuccess {
+	if r := l.drv.EventRecord(e, s); r != cuapi.CUDASuccess {
 		t.Fatalf("EventRecord: %d", r)
 	}
 	return e
 }
 
 func TestFakeDriver(t *testing.T) {
-	l := NewFake(FakeOptions{Devices: 2})
+	l := newFT(Options{Devices: 2})
 	var n int32
-	if r := l.drv.DeviceGetCount(&n); r != cudaSuccess || n != 2 {
+	if r := l.drv.DeviceGetCount(&n); r != cuapi.CUDASuccess || n != 2 {
 		t.Fatalf("DeviceGetCount = %d, %d", n, r)
 	}
-	var d cuDevice
-	if r := l.drv.DeviceGet(&d, 2); r != cudaErrorInvalidDevice {
+	var d cuapi.Device
+	if r := l.drv.DeviceGet(&d, 2); r != cuapi.CUDAErrorInvalidDevice {
 		t.Errorf("DeviceGet(2) of 2 = %d, want CUDA_ERROR_INVALID_DEVICE", r)
 	}
-	if name, r := l.drv.DeviceGetName(1); name != "fake GPU 1" || r != cudaSuccess {
+	if name, r := l.drv.DeviceGetName(1); name != "fake GPU 1" || r != cuapi.CUDASuccess {
 		t.Errorf("DeviceGetName(1) = %q, %d", name, r)
 	}
-	if s := l.drv.ErrorString(cudaErrorIllegalAddress); s != "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered" {
+	if s := l.drv.ErrorString(cuapi.CUDAErrorIllegalAddress); s != "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered" {
 		t.Errorf("ErrorString = %q", s)
 	}
-	if s := l.nccl.GetErrorString(ncclInvalidUsage); !strings.HasPrefix(s, "invalid usage") {
+	if s := l.nccl.GetErrorString(cuapi.NCCLInvalidUsage); !strings.HasPrefix(s, "invalid usage") {
 		t.Errorf("GetErrorString = %q", s)
 	}
 	var v int32
@@ -203,33 +222,33 @@ func TestFakeDriver(t *testing.T) {
 		t.Errorf("versions %d %d %d", v, l.NCCLVersion(), l.DriverVersion())
 	}
 
-	none := NewFake(FakeOptions{Devices: -1})
-	if r := none.drv.DeviceGetCount(&n); r != cudaErrorNotInitialized {
+	none := newFT(Options{Devices: -1})
+	if r := none.drv.DeviceGetCount(&n); r != cuapi.CUDAErrorNotInitialized {
 		t.Errorf("DeviceGetCount before Init = %d, want CUDA_ERROR_NOT_INITIALIZED", r)
 	}
-	if r := none.drv.Init(0); r != cudaErrorNoDevice {
+	if r := none.drv.Init(0); r != cuapi.CUDAErrorNoDevice {
 		t.Errorf("Init with no device = %d, want CUDA_ERROR_NO_DEVICE", r)
 	}
 }
 
 func TestFakeMemory(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	var p, q uintptr
-	if l.drv.MemAlloc(&p, 64) != cudaSuccess || l.drv.MemAlloc(&q, 64) != cudaSuccess || p == 0 || p == q {
+	if l.drv.MemAlloc(&p, 64) != cuapi.CUDASuccess || l.drv.MemAlloc(&q, 64) != cuapi.CUDASuccess || p == 0 || p == q {
 		t.Fatalf("MemAlloc: %#x %#x", p, q)
 	}
 	host := make([]byte, 64)
 	for _, c := range []struct {
 		name string
-		r    cuResult
-		want cuResult
+		r    cuapi.CUResult
+		want cuapi.CUResult
 	}{
-		{"HtoD in range at an offset", l.drv.MemcpyHtoD(p+60, unsafe.Pointer(&host[0]), 4), cudaSuccess},
-		{"HtoD past the end", l.drv.MemcpyHtoD(p+60, unsafe.Pointer(&host[0]), 8), cudaErrorIllegalAddress},
-		{"HtoD to a host pointer", l.drv.MemcpyHtoD(uintptr(unsafe.Pointer(&host[0])), unsafe.Pointer(&host[0]), 8), cudaErrorIllegalAddress},
-		{"DtoH before the start", l.drv.MemcpyDtoH(unsafe.Pointer(&host[0]), p-1, 8), cudaErrorIllegalAddress},
-		{"MemAlloc(0)", l.drv.MemAlloc(new(uintptr), 0), cudaErrorInvalidValue},
-		{"MemFree inside an allocation", l.drv.MemFree(p + 8), cudaErrorInvalidValue},
+		{"HtoD in range at an offset", l.drv.MemcpyHtoD(p+60, unsafe.Pointer(&host[0]), 4), cuapi.CUDASuccess},
+		{"HtoD past the end", l.drv.MemcpyHtoD(p+60, unsafe.Pointer(&host[0]), 8), cuapi.CUDAErrorIllegalAddress},
+		{"HtoD to a host pointer", l.drv.MemcpyHtoD(uintptr(unsafe.Pointer(&host[0])), unsafe.Pointer(&host[0]), 8), cuapi.CUDAErrorIllegalAddress},
+		{"DtoH before the start", l.drv.MemcpyDtoH(unsafe.Pointer(&host[0]), p-1, 8), cuapi.CUDAErrorIllegalAddress},
+		{"MemAlloc(0)", l.drv.MemAlloc(new(uintptr), 0), cuapi.CUDAErrorInvalidValue},
+		{"MemFree inside an allocation", l.drv.MemFree(p + 8), cuapi.CUDAErrorInvalidValue},
 	} {
 		if c.r != c.want {
 			t.Errorf("%s: %d, want %d", c.name, c.r, c.want)
@@ -239,23 +258,23 @@ func TestFakeMemory(t *testing.T) {
 		t.Errorf("fresh device memory holds %#x, want the garbage pattern", got[0])
 	}
 
-	var s cuStream
-	l.drv.StreamCreate(&s, cuStreamNonBlocking)
-	if r := l.drv.MemcpyHtoDAsync(p, unsafe.Pointer(&host[0]), 8, s); r != cudaErrorInvalidValue {
+	var s cuapi.Stream
+	l.drv.StreamCreate(&s, cuapi.StreamNonBlocking)
+	if r := l.drv.MemcpyHtoDAsync(p, unsafe.Pointer(&host[0]), 8, s); r != cuapi.CUDAErrorInvalidValue {
 		t.Errorf("async copy from pageable Go memory = %d, want CUDA_ERROR_INVALID_VALUE", r)
 	}
 	var pin unsafe.Pointer
-	if r := l.drv.MemHostAlloc(&pin, 64, cuMemHostAllocPortable); r != cudaSuccess {
+	if r := l.drv.MemHostAlloc(&pin, 64, cuapi.MemHostAllocPortable); r != cuapi.CUDASuccess {
 		t.Fatalf("MemHostAlloc: %d", r)
 	}
 	pinned := unsafe.Slice((*byte)(pin), 64)
 	for i := range pinned {
 		pinned[i] = byte(i)
 	}
-	if r := l.drv.MemcpyHtoDAsync(p, unsafe.Add(pin, 8), 56, s); r != cudaSuccess {
+	if r := l.drv.MemcpyHtoDAsync(p, unsafe.Add(pin, 8), 56, s); r != cuapi.CUDASuccess {
 		t.Errorf("async copy from page-locked memory = %d", r)
 	}
-	if r := l.drv.MemsetD8Async(p+56, 7, 8, s); r != cudaSuccess {
+	if r := l.drv.MemsetD8Async(p+56, 7, 8, s); r != cuapi.CUDASuccess {
 		t.Errorf("MemsetD8Async = %d", r)
 	}
 	ftSync(t, l, s)
@@ -263,10 +282,10 @@ func TestFakeMemory(t *testing.T) {
 	if got[0] != 8 || got[55] != 63 || got[56] != 7 || got[63] != 7 {
 		t.Errorf("device memory after the copies: %v", got)
 	}
-	if l.drv.MemFree(q) != cudaSuccess || l.drv.MemcpyDtoDAsync(p, q, 8, s) != cudaErrorIllegalAddress {
+	if l.drv.MemFree(q) != cuapi.CUDASuccess || l.drv.MemcpyDtoDAsync(p, q, 8, s) != cuapi.CUDAErrorIllegalAddress {
 		t.Error("a copy from freed memory was accepted")
 	}
-	if l.drv.MemFreeHost(pin) != cudaSuccess || l.drv.MemcpyHtoDAsync(p, pin, 8, s) != cudaErrorInvalidValue {
+	if l.drv.MemFreeHost(pin) != cuapi.CUDASuccess || l.drv.MemcpyHtoDAsync(p, pin, 8, s) != cuapi.CUDAErrorInvalidValue {
 		t.Error("an async copy from freed page-locked memory was accepted")
 	}
 }
@@ -274,29 +293,29 @@ func TestFakeMemory(t *testing.T) {
 // TestFakeStickyError: a copy queued behind a wait, from memory freed
 // before it runs, fails its stream for good.
 func TestFakeStickyError(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, true)
 	buf := ftUpload(t, l, ftF32([]float32{1, 2}))
 	src := ftUpload(t, l, ftF32([]float32{3, 4}))
-	l.nccl.AllReduce(buf, buf, 2, ncclFloat32, ncclSum, ranks[0].comm, ranks[0].stream)
+	l.nccl.AllReduce(buf, buf, 2, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[0].comm, ranks[0].stream)
 	done := ftRecord(t, l, ranks[0].stream)
-	var s cuStream
-	l.drv.StreamCreate(&s, cuStreamNonBlocking)
+	var s cuapi.Stream
+	l.drv.StreamCreate(&s, cuapi.StreamNonBlocking)
 	l.drv.StreamWaitEvent(s, done, 0)
-	if r := l.drv.MemcpyDtoDAsync(buf, src, 8, s); r != cudaSuccess {
+	if r := l.drv.MemcpyDtoDAsync(buf, src, 8, s); r != cuapi.CUDASuccess {
 		t.Fatalf("MemcpyDtoDAsync = %d", r)
 	}
 	after := ftRecord(t, l, s)
-	if r := l.drv.EventQuery(after); r != cudaErrorNotReady {
+	if r := l.drv.EventQuery(after); r != cuapi.CUDAErrorNotReady {
 		t.Fatalf("copy behind an AllReduce waiting for its peer: EventQuery = %d", r)
 	}
 	l.drv.MemFree(src)
 	other := ftUpload(t, l, ftF32([]float32{5, 6}))
-	l.nccl.AllReduce(other, other, 2, ncclFloat32, ncclSum, ranks[1].comm, ranks[1].stream)
-	if r := l.drv.StreamSynchronize(s); r != cudaErrorIllegalAddress {
+	l.nccl.AllReduce(other, other, 2, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[1].comm, ranks[1].stream)
+	if r := l.drv.StreamSynchronize(s); r != cuapi.CUDAErrorIllegalAddress {
 		t.Errorf("StreamSynchronize = %d, want CUDA_ERROR_ILLEGAL_ADDRESS", r)
 	}
-	if r := l.drv.EventQuery(after); r != cudaErrorIllegalAddress {
+	if r := l.drv.EventQuery(after); r != cuapi.CUDAErrorIllegalAddress {
 		t.Errorf("EventQuery = %d, want CUDA_ERROR_ILLEGAL_ADDRESS", r)
 	}
 	if got := ftFromF32(ftDownload(t, l, buf, 8)); got[0] != 6 || got[1] != 8 {
@@ -305,61 +324,61 @@ func TestFakeStickyError(t *testing.T) {
 }
 
 func TestFakeInitNonBlocking(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	const n = 3
-	var id uniqueID
+	var id cuapi.UniqueID
 	l.nccl.GetUniqueID(&id)
-	cfg := newConfig(false)
-	comms := make([]ncclComm, n)
-	if r := l.nccl.CommInitRankScalable(&comms[0], n, 0, 1, &id, &cfg); r != ncclInProgress || comms[0] == 0 {
+	cfg := cuapi.NewConfig(false)
+	comms := make([]cuapi.Comm, n)
+	if r := l.nccl.CommInitRankScalable(&comms[0], n, 0, 1, &id, &cfg); r != cuapi.NCCLInProgress || comms[0] == 0 {
 		t.Fatalf("rank 0: CommInitRankScalable = %d, comm %#x; want ncclInProgress and a handle", r, comms[0])
 	}
 	for range 3 {
-		if s := ftState(t, l, comms[0]); s != ncclInProgress {
+		if s := ftState(t, l, comms[0]); s != cuapi.NCCLInProgress {
 			t.Fatalf("rank 0 alone: state %d, want ncclInProgress", s)
 		}
 	}
-	if r := l.nccl.AllReduce(0, 0, 1, ncclFloat32, ncclSum, comms[0], 0); r != ncclInvalidArgument {
+	if r := l.nccl.AllReduce(0, 0, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, comms[0], 0); r != cuapi.NCCLInvalidArgument {
 		t.Errorf("AllReduce before init completed = %d, want ncclInvalidArgument", r)
 	}
 	var wg sync.WaitGroup
 	for r := 1; r < n; r++ {
 		wg.Go(func() {
-			cfg := newConfig(false)
-			if got := l.nccl.CommInitRankScalable(&comms[r], n, int32(r), 1, &id, &cfg); got != ncclInProgress {
+			cfg := cuapi.NewConfig(false)
+			if got := l.nccl.CommInitRankScalable(&comms[r], n, int32(r), 1, &id, &cfg); got != cuapi.NCCLInProgress {
 				t.Errorf("rank %d: CommInitRankScalable = %d", r, got)
 			}
 		})
 	}
 	wg.Wait()
 	for r, c := range comms {
-		if s := ftSettle(t, l, c, ncclInProgress); s != ncclSuccess {
+		if s := ftSettle(t, l, c, cuapi.NCCLInProgress); s != cuapi.NCCLSuccess {
 			t.Errorf("rank %d: state %d after every rank came", r, s)
 		}
 	}
 
 	// Arguments NCCL refuses.
-	var fresh uniqueID
+	var fresh cuapi.UniqueID
 	l.nccl.GetUniqueID(&fresh)
-	badMagic, zeroSize, old := newConfig(true), newConfig(true), newConfig(false)
-	badMagic.magic = 0
-	zeroSize.size = 0
-	old.version = 21300 // no blocking field before 2.14: the default, blocking
-	var c ncclComm
-	var unknown uniqueID
+	badMagic, zeroSize, old := cuapi.NewConfig(true), cuapi.NewConfig(true), cuapi.NewConfig(false)
+	badMagic.Magic = 0
+	zeroSize.Size = 0
+	old.Version = 21300 // no blocking field before 2.14: the default, blocking
+	var c cuapi.Comm
+	var unknown cuapi.UniqueID
 	for _, tc := range []struct {
 		name string
-		r    ncclResult
-		want ncclResult
+		r    cuapi.NCCLResult
+		want cuapi.NCCLResult
 	}{
-		{"bad magic", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &badMagic), ncclInvalidArgument},
-		{"size 0", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &zeroSize), ncclInvalidArgument},
-		{"rank out of range", l.nccl.CommInitRankScalable(&c, 2, 2, 1, &fresh, &cfg), ncclInvalidArgument},
-		{"id not made by GetUniqueID", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &unknown, &cfg), ncclInvalidArgument},
-		{"first of two", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &cfg), ncclInProgress},
-		{"the same rank again", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &cfg), ncclInvalidUsage},
-		{"other nranks", l.nccl.CommInitRankScalable(&c, 3, 1, 1, &fresh, &cfg), ncclInvalidUsage},
-		{"old config is blocking", l.nccl.CommInitRankScalable(&c, 1, 0, 1, ftFreshID(t, l), &old), ncclSuccess},
+		{"bad magic", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &badMagic), cuapi.NCCLInvalidArgument},
+		{"size 0", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &zeroSize), cuapi.NCCLInvalidArgument},
+		{"rank out of range", l.nccl.CommInitRankScalable(&c, 2, 2, 1, &fresh, &cfg), cuapi.NCCLInvalidArgument},
+		{"id not made by GetUniqueID", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &unknown, &cfg), cuapi.NCCLInvalidArgument},
+		{"first of two", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &cfg), cuapi.NCCLInProgress},
+		{"the same rank again", l.nccl.CommInitRankScalable(&c, 2, 0, 1, &fresh, &cfg), cuapi.NCCLInvalidUsage},
+		{"other nranks", l.nccl.CommInitRankScalable(&c, 3, 1, 1, &fresh, &cfg), cuapi.NCCLInvalidUsage},
+		{"old config is blocking", l.nccl.CommInitRankScalable(&c, 1, 0, 1, ftFreshID(t, l), &old), cuapi.NCCLSuccess},
 	} {
 		if tc.r != tc.want {
 			t.Errorf("%s: %d, want %d (%s)", tc.name, tc.r, tc.want, l.nccl.GetLastError(0))
@@ -368,10 +387,10 @@ func TestFakeInitNonBlocking(t *testing.T) {
 }
 
 // ftFreshID returns a new unique id of l.
-func ftFreshID(t *testing.T, l *Library) *uniqueID {
+func ftFreshID(t *testing.T, l *ftLib) *cuapi.UniqueID {
 	t.Helper()
-	id := new(uniqueID)
-	if r := l.nccl.GetUniqueID(id); r != ncclSuccess {
+	id := new(cuapi.UniqueID)
+	if r := l.nccl.GetUniqueID(id); r != cuapi.NCCLSuccess {
 		t.Fatalf("GetUniqueID: %d", r)
 	}
 	return id
@@ -384,15 +403,15 @@ func TestFakeAllReduce(t *testing.T) {
 	bf := func(f float32) uint16 { return uint16(comm.BFloat16From(f)) }
 	for _, tc := range []struct {
 		name     string
-		dt       ncclDataType
+		dt       cuapi.DataType
 		blocking bool
 		input    func(r, i int) []byte // one element
 		step     func(acc, x []byte) []byte
 	}{
-		{"f32", ncclFloat32, true,
+		{"f32", cuapi.NCCLFloat32, true,
 			func(r, i int) []byte { return ftF32([]float32{float32(100*r+i) + 0.1*float32(r+1)}) },
 			func(a, x []byte) []byte { return ftF32([]float32{ftFromF32(a)[0] + ftFromF32(x)[0]}) }},
-		{"bf16", ncclBfloat16, false,
+		{"bf16", cuapi.NCCLBfloat16, false,
 			func(r, i int) []byte { return ftU16([]uint16{bf(float32((r+1)*(i+3)) / 7)}) },
 			func(a, x []byte) []byte {
 				s := comm.BFloat16(binary.LittleEndian.Uint16(a)).Float32() + comm.BFloat16(binary.LittleEndian.Uint16(x)).Float32()
@@ -400,7 +419,7 @@ func TestFakeAllReduce(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewFake(FakeOptions{})
+			l := newFT(Options{})
 			ranks := ftComms(t, l, n, tc.blocking)
 			var want []byte
 			bufs := make([]uintptr, n)
@@ -419,8 +438,8 @@ func TestFakeAllReduce(t *testing.T) {
 				want = append(want, acc...)
 			}
 			for _, rk := range ranks {
-				r := l.nccl.AllReduce(bufs[rk.rank], bufs[rk.rank], count, tc.dt, ncclSum, rk.comm, rk.stream)
-				if r = ftSettle(t, l, rk.comm, r); r != ncclSuccess {
+				r := l.nccl.AllReduce(bufs[rk.rank], bufs[rk.rank], count, tc.dt, cuapi.NCCLSum, rk.comm, rk.stream)
+				if r = ftSettle(t, l, rk.comm, r); r != cuapi.NCCLSuccess {
 					t.Fatalf("rank %d: AllReduce: %d", rk.rank, r)
 				}
 			}
@@ -438,7 +457,7 @@ func TestFakeAllReduce(t *testing.T) {
 // stack once handed out block r+1).
 func TestFakeReduceScatter(t *testing.T) {
 	const n, recvCount = 4, 3
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, n, true)
 	recv := make([]uintptr, n)
 	for _, rk := range ranks {
@@ -448,7 +467,7 @@ func TestFakeReduceScatter(t *testing.T) {
 		}
 		send := ftUpload(t, l, ftF32(in))
 		recv[rk.rank] = ftUpload(t, l, make([]byte, 4*recvCount))
-		if r := l.nccl.ReduceScatter(send, recv[rk.rank], recvCount, ncclFloat32, ncclSum, rk.comm, rk.stream); r != ncclSuccess {
+		if r := l.nccl.ReduceScatter(send, recv[rk.rank], recvCount, cuapi.NCCLFloat32, cuapi.NCCLSum, rk.comm, rk.stream); r != cuapi.NCCLSuccess {
 			t.Fatalf("ReduceScatter: %d", r)
 		}
 	}
@@ -470,40 +489,40 @@ func TestFakeRootedAndGather(t *testing.T) {
 		count int
 		// call queues rank's operation; input is the rank's data, out its
 		// result buffer (0 where it has none).
-		call func(l *Library, rk *ftRank, input []float32) (out uintptr, r ncclResult)
+		call func(l *ftLib, rk *ftRank, input []float32) (out uintptr, r cuapi.NCCLResult)
 		want func(rank int) []float32 // nil: the rank has no result
 	}{
 		{"AllGather", 2,
-			func(l *Library, rk *ftRank, in []float32) (uintptr, ncclResult) {
+			func(l *ftLib, rk *ftRank, in []float32) (uintptr, cuapi.NCCLResult) {
 				out := ftUploadQuiet(l, make([]byte, 4*2*n))
-				return out, l.nccl.AllGather(ftUploadQuiet(l, ftF32(in)), out, 2, ncclFloat32, rk.comm, rk.stream)
+				return out, l.nccl.AllGather(ftUploadQuiet(l, ftF32(in)), out, 2, cuapi.NCCLFloat32, rk.comm, rk.stream)
 			},
 			func(int) []float32 { return []float32{0, 1, 10, 11, 20, 21, 30, 31} }},
 		{"AllGather in place", 2,
-			func(l *Library, rk *ftRank, in []float32) (uintptr, ncclResult) {
+			func(l *ftLib, rk *ftRank, in []float32) (uintptr, cuapi.NCCLResult) {
 				all := make([]float32, 2*n)
 				copy(all[2*rk.rank:], in)
 				out := ftUploadQuiet(l, ftF32(all))
-				return out, l.nccl.AllGather(out+uintptr(8*rk.rank), out, 2, ncclFloat32, rk.comm, rk.stream)
+				return out, l.nccl.AllGather(out+uintptr(8*rk.rank), out, 2, cuapi.NCCLFloat32, rk.comm, rk.stream)
 			},
 			func(int) []float32 { return []float32{0, 1, 10, 11, 20, 21, 30, 31} }},
 		{"Broadcast root 2", 3,
-			func(l *Library, rk *ftRank, in []float32) (uintptr, ncclResult) {
+			func(l *ftLib, rk *ftRank, in []float32) (uintptr, cuapi.NCCLResult) {
 				var send uintptr // a non-root's send buffer is not read
 				if rk.rank == 2 {
 					send = ftUploadQuiet(l, ftF32(in))
 				}
 				out := ftUploadQuiet(l, make([]byte, 4*3))
-				return out, l.nccl.Broadcast(send, out, 3, ncclFloat32, 2, rk.comm, rk.stream)
+				return out, l.nccl.Broadcast(send, out, 3, cuapi.NCCLFloat32, 2, rk.comm, rk.stream)
 			},
 			func(int) []float32 { return []float32{20, 21, 22} }},
 		{"Reduce root 1", 2,
-			func(l *Library, rk *ftRank, in []float32) (uintptr, ncclResult) {
+			func(l *ftLib, rk *ftRank, in []float32) (uintptr, cuapi.NCCLResult) {
 				var out uintptr // a non-root's recv buffer is not written
 				if rk.rank == 1 {
 					out = ftUploadQuiet(l, make([]byte, 4*2))
 				}
-				return out, l.nccl.Reduce(ftUploadQuiet(l, ftF32(in)), out, 2, ncclFloat32, ncclSum, 1, rk.comm, rk.stream)
+				return out, l.nccl.Reduce(ftUploadQuiet(l, ftF32(in)), out, 2, cuapi.NCCLFloat32, cuapi.NCCLSum, 1, rk.comm, rk.stream)
 			},
 			func(rank int) []float32 {
 				if rank != 1 {
@@ -513,7 +532,7 @@ func TestFakeRootedAndGather(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewFake(FakeOptions{})
+			l := newFT(Options{})
 			ranks := ftComms(t, l, n, true)
 			outs := make([]uintptr, n)
 			for _, rk := range ranks {
@@ -521,14 +540,14 @@ func TestFakeRootedAndGather(t *testing.T) {
 				for i := range in {
 					in[i] = float32(10*rk.rank + i)
 				}
-				var r ncclResult
-				if outs[rk.rank], r = tc.call(l, rk, in); r != ncclSuccess {
+				var r cuapi.NCCLResult
+				if outs[rk.rank], r = tc.call(l, rk, in); r != cuapi.NCCLSuccess {
 					t.Fatalf("rank %d: %d", rk.rank, r)
 				}
 			}
 			for _, rk := range ranks {
 				ftSync(t, l, rk.stream)
-				if s := ftState(t, l, rk.comm); s != ncclSuccess {
+				if s := ftState(t, l, rk.comm); s != cuapi.NCCLSuccess {
 					t.Fatalf("rank %d: state %d: %s", rk.rank, s, l.nccl.GetLastError(rk.comm))
 				}
 				want := tc.want(rk.rank)
@@ -545,9 +564,9 @@ func TestFakeRootedAndGather(t *testing.T) {
 
 // ftUploadQuiet is ftUpload for table closures (which have no *testing.T): a
 // failure leaves 0, which the operation then reports.
-func ftUploadQuiet(l *Library, b []byte) uintptr {
+func ftUploadQuiet(l *ftLib, b []byte) uintptr {
 	var p uintptr
-	if l.drv.MemAlloc(&p, uintptr(len(b))) != cudaSuccess {
+	if l.drv.MemAlloc(&p, uintptr(len(b))) != cuapi.CUDASuccess {
 		return 0
 	}
 	l.drv.MemcpyHtoD(p, unsafe.Pointer(&b[0]), uintptr(len(b)))
@@ -571,7 +590,7 @@ func ftEqualF32(a, b []float32) bool {
 // wrapped sum divided by n, toward zero).
 func TestFakeAvg(t *testing.T) {
 	const n = 3
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, n, true)
 
 	in := [n][]float32{{0.1, 1, 7, 0.7, 1e-3}, {0.2, 1, 11, 0.2, 5e-3}, {0.4, 1, 13, 0.3, 3e-3}}
@@ -603,9 +622,9 @@ func TestFakeAvg(t *testing.T) {
 		}
 		i32[rk.rank] = ftUpload(t, l, b)
 		i8[rk.rank] = ftUpload(t, l, []byte{byte(i8In[rk.rank][0]), byte(i8In[rk.rank][1])})
-		l.nccl.AllReduce(f32[rk.rank], f32[rk.rank], uintptr(len(want)), ncclFloat32, ncclAvg, rk.comm, rk.stream)
-		l.nccl.AllReduce(i32[rk.rank], i32[rk.rank], 3, ncclInt32, ncclAvg, rk.comm, rk.stream)
-		l.nccl.AllReduce(i8[rk.rank], i8[rk.rank], 2, ncclInt8, ncclAvg, rk.comm, rk.stream)
+		l.nccl.AllReduce(f32[rk.rank], f32[rk.rank], uintptr(len(want)), cuapi.NCCLFloat32, cuapi.NCCLAvg, rk.comm, rk.stream)
+		l.nccl.AllReduce(i32[rk.rank], i32[rk.rank], 3, cuapi.NCCLInt32, cuapi.NCCLAvg, rk.comm, rk.stream)
+		l.nccl.AllReduce(i8[rk.rank], i8[rk.rank], 2, cuapi.NCCLInt8, cuapi.NCCLAvg, rk.comm, rk.stream)
 	}
 	for _, rk := range ranks {
 		ftSync(t, l, rk.stream)
@@ -629,12 +648,12 @@ func TestFakeAvg(t *testing.T) {
 
 // TestFakeMaxNaN: NCCL's float Max is fmaxf: a NaN on one rank loses.
 func TestFakeMaxNaN(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, true)
 	nan := float32(math.NaN())
 	bufs := []uintptr{ftUpload(t, l, ftF32([]float32{nan, 1, nan})), ftUpload(t, l, ftF32([]float32{2, nan, nan}))}
 	for _, rk := range ranks {
-		l.nccl.AllReduce(bufs[rk.rank], bufs[rk.rank], 3, ncclFloat32, ncclMax, rk.comm, rk.stream)
+		l.nccl.AllReduce(bufs[rk.rank], bufs[rk.rank], 3, cuapi.NCCLFloat32, cuapi.NCCLMax, rk.comm, rk.stream)
 	}
 	for _, rk := range ranks {
 		ftSync(t, l, rk.stream)
@@ -650,7 +669,7 @@ func TestFakeMaxNaN(t *testing.T) {
 // threads of their own.
 func TestFakeGroupedAllToAll(t *testing.T) {
 	const n, count = 3, 2
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, n, true)
 	recv := make([]uintptr, n)
 	var wg sync.WaitGroup
@@ -666,16 +685,16 @@ func TestFakeGroupedAllToAll(t *testing.T) {
 		wg.Go(func() {
 			runtime.LockOSThread() // NCCL's group state is per thread
 			defer runtime.UnlockOSThread()
-			check := func(what string, r ncclResult) {
-				if r != ncclSuccess {
+			check := func(what string, r cuapi.NCCLResult) {
+				if r != cuapi.NCCLSuccess {
 					t.Errorf("rank %d: %s: %d (%s)", rk.rank, what, r, l.nccl.GetLastError(rk.comm))
 				}
 			}
 			check("GroupStart", l.nccl.GroupStart())
 			for p := range n {
 				off := uintptr(4 * p * count)
-				check("Send", l.nccl.Send(send+off, count, ncclFloat32, int32(p), rk.comm, rk.stream))
-				check("Recv", l.nccl.Recv(recv[rk.rank]+off, count, ncclFloat32, int32(p), rk.comm, rk.stream))
+				check("Send", l.nccl.Send(send+off, count, cuapi.NCCLFloat32, int32(p), rk.comm, rk.stream))
+				check("Recv", l.nccl.Recv(recv[rk.rank]+off, count, cuapi.NCCLFloat32, int32(p), rk.comm, rk.stream))
 			}
 			check("GroupEnd", l.nccl.GroupEnd())
 		})
@@ -692,7 +711,7 @@ func TestFakeGroupedAllToAll(t *testing.T) {
 			}
 		}
 	}
-	if r := l.nccl.GroupEnd(); r != ncclInvalidUsage {
+	if r := l.nccl.GroupEnd(); r != cuapi.NCCLInvalidUsage {
 		t.Errorf("GroupEnd outside a group = %d, want ncclInvalidUsage", r)
 	}
 }
@@ -700,33 +719,33 @@ func TestFakeGroupedAllToAll(t *testing.T) {
 // TestFakeEvents: an event recorded after a collective completes only
 // once every rank has come, and StreamWaitEvent holds another stream.
 func TestFakeEvents(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, true)
 	bufs := []uintptr{ftUpload(t, l, ftF32([]float32{1, 2})), ftUpload(t, l, ftF32([]float32{10, 20}))}
 	var pin unsafe.Pointer
 	l.drv.MemHostAlloc(&pin, 8, 0)
-	l.nccl.AllReduce(bufs[0], bufs[0], 2, ncclFloat32, ncclSum, ranks[0].comm, ranks[0].stream)
+	l.nccl.AllReduce(bufs[0], bufs[0], 2, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[0].comm, ranks[0].stream)
 	e0 := ftRecord(t, l, ranks[0].stream)
-	var s cuStream
-	l.drv.StreamCreate(&s, cuStreamNonBlocking)
+	var s cuapi.Stream
+	l.drv.StreamCreate(&s, cuapi.StreamNonBlocking)
 	l.drv.StreamWaitEvent(s, e0, 0)
 	l.drv.MemcpyDtoHAsync(pin, bufs[0], 8, s)
 	e1 := ftRecord(t, l, s)
-	if r := l.drv.EventQuery(e0); r != cudaErrorNotReady {
+	if r := l.drv.EventQuery(e0); r != cuapi.CUDAErrorNotReady {
 		t.Errorf("before rank 1 came: EventQuery = %d, want CUDA_ERROR_NOT_READY", r)
 	}
-	if r := l.drv.EventQuery(e1); r != cudaErrorNotReady {
+	if r := l.drv.EventQuery(e1); r != cuapi.CUDAErrorNotReady {
 		t.Errorf("a stream waiting for the event: EventQuery = %d, want CUDA_ERROR_NOT_READY", r)
 	}
-	l.nccl.AllReduce(bufs[1], bufs[1], 2, ncclFloat32, ncclSum, ranks[1].comm, ranks[1].stream)
-	ftWaitFor(t, "the event after the AllReduce", func() bool { return l.drv.EventQuery(e1) == cudaSuccess })
-	if r := l.drv.EventQuery(e0); r != cudaSuccess {
+	l.nccl.AllReduce(bufs[1], bufs[1], 2, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[1].comm, ranks[1].stream)
+	ftWaitFor(t, "the event after the AllReduce", func() bool { return l.drv.EventQuery(e1) == cuapi.CUDASuccess })
+	if r := l.drv.EventQuery(e0); r != cuapi.CUDASuccess {
 		t.Errorf("after: EventQuery = %d", r)
 	}
 	if got := ftFromF32(unsafe.Slice((*byte)(pin), 8)); got[0] != 11 || got[1] != 22 {
 		t.Errorf("copied after the event: %v, want [11 22]", got)
 	}
-	if r := l.drv.EventQuery(ftEvent(t, l)); r != cudaSuccess {
+	if r := l.drv.EventQuery(ftEvent(t, l)); r != cuapi.CUDASuccess {
 		t.Errorf("an event never recorded: EventQuery = %d, want CUDA_SUCCESS", r)
 	}
 }
@@ -734,19 +753,19 @@ func TestFakeEvents(t *testing.T) {
 // TestFakeAbort: a peer's abort does not end a rank's pending operation;
 // the rank's own abort does, and the handle is dead after it.
 func TestFakeAbort(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 3, true)
-	ev := make([]cuEvent, 3)
+	ev := make([]cuapi.Event, 3)
 	queue := func(r int) {
 		b := ftUpload(t, l, ftF32([]float32{1}))
-		if res := l.nccl.AllReduce(b, b, 1, ncclFloat32, ncclSum, ranks[r].comm, ranks[r].stream); res != ncclSuccess {
+		if res := l.nccl.AllReduce(b, b, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[r].comm, ranks[r].stream); res != cuapi.NCCLSuccess {
 			t.Fatalf("rank %d: AllReduce: %d", r, res)
 		}
 		ev[r] = ftRecord(t, l, ranks[r].stream)
 	}
 	pending := func(r int) {
 		t.Helper()
-		if got := l.drv.EventQuery(ev[r]); got != cudaErrorNotReady {
+		if got := l.drv.EventQuery(ev[r]); got != cuapi.CUDAErrorNotReady {
 			t.Errorf("rank %d: EventQuery = %d, want still CUDA_ERROR_NOT_READY", r, got)
 		}
 	}
@@ -754,32 +773,32 @@ func TestFakeAbort(t *testing.T) {
 	queue(1)
 	ftWaitFor(t, "ranks 0 and 1 at the AllReduce", func() bool { return ftArrived(l, ranks[0].comm, 0) == 2 })
 	l.nccl.CommAbort(ranks[1].comm)
-	ftWaitFor(t, "the aborted rank's event", func() bool { return l.drv.EventQuery(ev[1]) == cudaSuccess })
+	ftWaitFor(t, "the aborted rank's event", func() bool { return l.drv.EventQuery(ev[1]) == cuapi.CUDASuccess })
 	queue(2) // completes the count, but rank 1 has left
 	time.Sleep(20 * time.Millisecond)
 	pending(0)
 	pending(2)
-	if s := ftState(t, l, ranks[0].comm); s != ncclSuccess {
+	if s := ftState(t, l, ranks[0].comm); s != cuapi.NCCLSuccess {
 		t.Errorf("rank 0 state %d: a peer's abort is not an error NCCL reports", s)
 	}
 	l.nccl.CommAbort(ranks[0].comm)
-	ftWaitFor(t, "rank 0's event after its own abort", func() bool { return l.drv.EventQuery(ev[0]) == cudaSuccess })
+	ftWaitFor(t, "rank 0's event after its own abort", func() bool { return l.drv.EventQuery(ev[0]) == cuapi.CUDASuccess })
 	pending(2)
 	l.nccl.CommAbort(ranks[2].comm)
-	ftWaitFor(t, "rank 2's event after its own abort", func() bool { return l.drv.EventQuery(ev[2]) == cudaSuccess })
+	ftWaitFor(t, "rank 2's event after its own abort", func() bool { return l.drv.EventQuery(ev[2]) == cuapi.CUDASuccess })
 
-	var s ncclResult
-	if r := l.nccl.AllReduce(0, 0, 1, ncclFloat32, ncclSum, ranks[0].comm, ranks[0].stream); r != ncclInvalidUsage {
+	var s cuapi.NCCLResult
+	if r := l.nccl.AllReduce(0, 0, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[0].comm, ranks[0].stream); r != cuapi.NCCLInvalidUsage {
 		t.Errorf("AllReduce after abort = %d, want ncclInvalidUsage", r)
 	}
-	if r := l.nccl.CommGetAsyncError(ranks[0].comm, &s); r != ncclInvalidUsage {
+	if r := l.nccl.CommGetAsyncError(ranks[0].comm, &s); r != cuapi.NCCLInvalidUsage {
 		t.Errorf("CommGetAsyncError after abort = %d, want ncclInvalidUsage", r)
 	}
 }
 
 // ftArrived is how many ranks have arrived at collective #seq of c's
 // communicator (white box: the fake's meeting).
-func ftArrived(l *Library, c ncclComm, seq uint64) int {
+func ftArrived(l *ftLib, c cuapi.Comm, seq uint64) int {
 	w := l.nccl.(fakeNCCL).w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -792,45 +811,45 @@ func ftArrived(l *Library, c ncclComm, seq uint64) int {
 // TestFakeOutOfRange: a collective whose buffer runs past its allocation
 // fails on its rank (no memory written); its peer waits until aborted.
 func TestFakeOutOfRange(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, true)
 	var small uintptr
 	l.drv.MemAlloc(&small, 64)
 	good := ftUpload(t, l, make([]byte, 64))
-	l.nccl.AllReduce(good, small+32, 16, ncclFloat32, ncclSum, ranks[0].comm, ranks[0].stream)
-	l.nccl.AllReduce(good, good, 16, ncclFloat32, ncclSum, ranks[1].comm, ranks[1].stream)
+	l.nccl.AllReduce(good, small+32, 16, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[0].comm, ranks[0].stream)
+	l.nccl.AllReduce(good, good, 16, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[1].comm, ranks[1].stream)
 	e1 := ftRecord(t, l, ranks[1].stream)
 	ftSync(t, l, ranks[0].stream)
-	if s := ftState(t, l, ranks[0].comm); s != ncclUnhandledCudaError {
+	if s := ftState(t, l, ranks[0].comm); s != cuapi.NCCLUnhandledCudaError {
 		t.Errorf("rank 0 state %d, want ncclUnhandledCudaError", s)
 	}
 	if msg := l.nccl.GetLastError(ranks[0].comm); !strings.Contains(msg, "recv pointer") || !strings.Contains(msg, "out of range") {
 		t.Errorf("GetLastError = %q", msg)
 	}
-	if r := l.nccl.AllReduce(good, good, 1, ncclFloat32, ncclSum, ranks[0].comm, ranks[0].stream); r != ncclUnhandledCudaError {
+	if r := l.nccl.AllReduce(good, good, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[0].comm, ranks[0].stream); r != cuapi.NCCLUnhandledCudaError {
 		t.Errorf("a call after the error = %d, want the error", r)
 	}
 	time.Sleep(10 * time.Millisecond)
-	if r := l.drv.EventQuery(e1); r != cudaErrorNotReady {
+	if r := l.drv.EventQuery(e1); r != cuapi.CUDAErrorNotReady {
 		t.Errorf("the peer: EventQuery = %d, want CUDA_ERROR_NOT_READY", r)
 	}
 	l.nccl.CommAbort(ranks[1].comm)
-	ftWaitFor(t, "the peer after its abort", func() bool { return l.drv.EventQuery(e1) == cudaSuccess })
+	ftWaitFor(t, "the peer after its abort", func() bool { return l.drv.EventQuery(e1) == cuapi.CUDASuccess })
 }
 
 // TestFakeMismatch: ranks that disagree on the count both get
-// ncclInvalidUsage, with both calls in the text.
+// cuapi.NCCLInvalidUsage, with both calls in the text.
 func TestFakeMismatch(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, false)
 	buf := ftUpload(t, l, make([]byte, 64))
 	for _, rk := range ranks {
 		count := uintptr(8 - rk.rank)
-		ftSettle(t, l, rk.comm, l.nccl.AllReduce(buf, buf, count, ncclFloat32, ncclSum, rk.comm, rk.stream))
+		ftSettle(t, l, rk.comm, l.nccl.AllReduce(buf, buf, count, cuapi.NCCLFloat32, cuapi.NCCLSum, rk.comm, rk.stream))
 	}
 	for _, rk := range ranks {
 		ftSync(t, l, rk.stream)
-		if s := ftState(t, l, rk.comm); s != ncclInvalidUsage {
+		if s := ftState(t, l, rk.comm); s != cuapi.NCCLInvalidUsage {
 			t.Errorf("rank %d: state %d, want ncclInvalidUsage", rk.rank, s)
 		}
 		msg := l.nccl.GetLastError(rk.comm)
@@ -840,35 +859,35 @@ func TestFakeMismatch(t *testing.T) {
 	}
 }
 
-// TestFakeNonBlockingCalls: a non-blocking call returns ncclInProgress;
+// TestFakeNonBlockingCalls: a non-blocking call returns cuapi.NCCLInProgress;
 // another call before the state settles is refused; the poll launches.
 func TestFakeNonBlockingCalls(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, false)
 	bufs := []uintptr{ftUpload(t, l, ftF32([]float32{1})), ftUpload(t, l, ftF32([]float32{2}))}
 	r0 := ranks[0]
-	if r := l.nccl.AllReduce(bufs[0], bufs[0], 1, ncclFloat32, ncclSum, r0.comm, r0.stream); r != ncclInProgress {
+	if r := l.nccl.AllReduce(bufs[0], bufs[0], 1, cuapi.NCCLFloat32, cuapi.NCCLSum, r0.comm, r0.stream); r != cuapi.NCCLInProgress {
 		t.Fatalf("AllReduce = %d, want ncclInProgress", r)
 	}
-	if r := l.nccl.AllReduce(bufs[0], bufs[0], 1, ncclFloat32, ncclSum, r0.comm, r0.stream); r != ncclInvalidArgument {
+	if r := l.nccl.AllReduce(bufs[0], bufs[0], 1, cuapi.NCCLFloat32, cuapi.NCCLSum, r0.comm, r0.stream); r != cuapi.NCCLInvalidArgument {
 		t.Errorf("a second call before polling = %d, want ncclInvalidArgument", r)
 	}
-	if s := ftSettle(t, l, r0.comm, ncclInProgress); s != ncclSuccess {
+	if s := ftSettle(t, l, r0.comm, cuapi.NCCLInProgress); s != cuapi.NCCLSuccess {
 		t.Fatalf("state %d", s)
 	}
 	e := ftRecord(t, l, r0.stream)
-	if r := l.drv.EventQuery(e); r != cudaErrorNotReady {
+	if r := l.drv.EventQuery(e); r != cuapi.CUDAErrorNotReady {
 		t.Errorf("event after the launch, peer absent: %d", r)
 	}
-	ftSettle(t, l, ranks[1].comm, l.nccl.AllReduce(bufs[1], bufs[1], 1, ncclFloat32, ncclSum, ranks[1].comm, ranks[1].stream))
+	ftSettle(t, l, ranks[1].comm, l.nccl.AllReduce(bufs[1], bufs[1], 1, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[1].comm, ranks[1].stream))
 	ftSync(t, l, r0.stream)
 	if got := ftFromF32(ftDownload(t, l, bufs[0], 4)); got[0] != 3 {
 		t.Errorf("got %v", got)
 	}
-	if r := l.nccl.AllReduce(bufs[0], bufs[0], 1, ncclFloat32, ncclAvg+1, r0.comm, r0.stream); r != ncclInvalidArgument {
+	if r := l.nccl.AllReduce(bufs[0], bufs[0], 1, cuapi.NCCLFloat32, cuapi.NCCLAvg+1, r0.comm, r0.stream); r != cuapi.NCCLInvalidArgument {
 		t.Errorf("bad op = %d, want ncclInvalidArgument", r)
 	}
-	if s := ftState(t, l, r0.comm); s != ncclInvalidArgument {
+	if s := ftState(t, l, r0.comm); s != cuapi.NCCLInvalidArgument {
 		t.Errorf("state after a bad argument on a non-blocking comm = %d, want it sticky", s)
 	}
 }
@@ -877,15 +896,15 @@ func TestFakeNonBlockingCalls(t *testing.T) {
 // handle appears only when the split is done; NOCOLOR gets none.
 func TestFakeSplit(t *testing.T) {
 	const n = 5
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, n, false)
-	children := make([]ncclComm, n)
+	children := make([]cuapi.Comm, n)
 	for _, rk := range ranks {
 		color, key := int32(rk.rank%2), int32(-rk.rank)
 		if rk.rank == 4 {
-			color = ncclSplitNoColor
+			color = cuapi.SplitNoColor
 		}
-		if r := l.nccl.CommSplit(rk.comm, color, key, &children[rk.rank], nil); r != ncclInProgress {
+		if r := l.nccl.CommSplit(rk.comm, color, key, &children[rk.rank], nil); r != cuapi.NCCLInProgress {
 			t.Fatalf("rank %d: CommSplit = %d, want ncclInProgress", rk.rank, r)
 		}
 		if rk.rank < n-1 && children[rk.rank] != 0 {
@@ -893,7 +912,7 @@ func TestFakeSplit(t *testing.T) {
 		}
 	}
 	for _, rk := range ranks {
-		if s := ftSettle(t, l, rk.comm, ncclInProgress); s != ncclSuccess {
+		if s := ftSettle(t, l, rk.comm, cuapi.NCCLInProgress); s != cuapi.NCCLSuccess {
 			t.Fatalf("rank %d: parent state %d", rk.rank, s)
 		}
 	}
@@ -910,7 +929,7 @@ func TestFakeSplit(t *testing.T) {
 		}
 		outs[rk.rank] = ftUpload(t, l, make([]byte, 8))
 		in := ftUpload(t, l, ftF32([]float32{float32(rk.rank)}))
-		ftSettle(t, l, c, l.nccl.AllGather(in, outs[rk.rank], 1, ncclFloat32, c, rk.stream))
+		ftSettle(t, l, c, l.nccl.AllGather(in, outs[rk.rank], 1, cuapi.NCCLFloat32, c, rk.stream))
 	}
 	for _, rk := range ranks[:n-1] {
 		ftSync(t, l, rk.stream)
@@ -927,8 +946,8 @@ func TestFakeSplit(t *testing.T) {
 // TestFakeStreamZero: stream 0 is the calling thread's context's own;
 // ranks on two devices use theirs without waiting for each other.
 func TestFakeStreamZero(t *testing.T) {
-	l := NewFake(FakeOptions{})
-	var id uniqueID
+	l := newFT(Options{})
+	var id cuapi.UniqueID
 	l.nccl.GetUniqueID(&id)
 	got := make([][]float32, 2)
 	var wg sync.WaitGroup
@@ -936,27 +955,27 @@ func TestFakeStreamZero(t *testing.T) {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			var ctx cuContext
-			if l.drv.DevicePrimaryCtxRetain(&ctx, cuDevice(r)) != cudaSuccess || l.drv.CtxSetCurrent(ctx) != cudaSuccess {
+			var ctx cuapi.Context
+			if l.drv.DevicePrimaryCtxRetain(&ctx, cuapi.Device(r)) != cuapi.CUDASuccess || l.drv.CtxSetCurrent(ctx) != cuapi.CUDASuccess {
 				t.Error("no context")
 				return
 			}
-			var c ncclComm
-			cfg := newConfig(true)
-			if res := l.nccl.CommInitRankScalable(&c, 2, int32(r), 1, &id, &cfg); res != ncclSuccess {
+			var c cuapi.Comm
+			cfg := cuapi.NewConfig(true)
+			if res := l.nccl.CommInitRankScalable(&c, 2, int32(r), 1, &id, &cfg); res != cuapi.NCCLSuccess {
 				t.Errorf("rank %d: init %d", r, res)
 				return
 			}
 			defer l.nccl.CommAbort(c)
 			b := ftUploadQuiet(l, ftF32([]float32{float32(r + 1)}))
-			if res := l.nccl.AllReduce(b, b, 1, ncclFloat32, ncclSum, c, 0); res != ncclSuccess {
+			if res := l.nccl.AllReduce(b, b, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, c, 0); res != cuapi.NCCLSuccess {
 				t.Errorf("rank %d: AllReduce %d", r, res)
 			}
 			e := ftRecord(t, l, 0)
-			for l.drv.EventQuery(e) == cudaErrorNotReady {
+			for l.drv.EventQuery(e) == cuapi.CUDAErrorNotReady {
 				runtime.Gosched()
 			}
-			if res := l.drv.StreamSynchronize(0); res != cudaSuccess {
+			if res := l.drv.StreamSynchronize(0); res != cuapi.CUDASuccess {
 				t.Errorf("StreamSynchronize(0) = %d", res)
 			}
 			got[r] = ftFromF32(ftDownload(t, l, b, 4))
@@ -969,14 +988,14 @@ func TestFakeStreamZero(t *testing.T) {
 		}
 	}
 
-	done := make(chan cuResult)
+	done := make(chan cuapi.CUResult)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		l.drv.CtxSetCurrent(0)
 		done <- l.drv.StreamSynchronize(0)
 	}()
-	if r := <-done; r != cudaErrorInvalidContext {
+	if r := <-done; r != cuapi.CUDAErrorInvalidContext {
 		t.Errorf("stream 0 with no current context = %d, want CUDA_ERROR_INVALID_CONTEXT", r)
 	}
 }
@@ -984,42 +1003,42 @@ func TestFakeStreamZero(t *testing.T) {
 // TestFakeFinalizeDestroy: finalize waits for the queued work; a
 // destroyed handle is refused.
 func TestFakeFinalizeDestroy(t *testing.T) {
-	l := NewFake(FakeOptions{})
+	l := newFT(Options{})
 	ranks := ftComms(t, l, 2, false)
 	buf := ftUpload(t, l, make([]byte, 4))
-	ftSettle(t, l, ranks[0].comm, l.nccl.AllReduce(buf, buf, 1, ncclFloat32, ncclSum, ranks[0].comm, ranks[0].stream))
-	if r := l.nccl.CommFinalize(ranks[0].comm); r != ncclInProgress {
+	ftSettle(t, l, ranks[0].comm, l.nccl.AllReduce(buf, buf, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[0].comm, ranks[0].stream))
+	if r := l.nccl.CommFinalize(ranks[0].comm); r != cuapi.NCCLInProgress {
 		t.Fatalf("CommFinalize = %d, want ncclInProgress", r)
 	}
-	if s := ftState(t, l, ranks[0].comm); s != ncclInProgress {
+	if s := ftState(t, l, ranks[0].comm); s != cuapi.NCCLInProgress {
 		t.Errorf("finalizing with an AllReduce waiting for its peer: state %d", s)
 	}
 	other := ftUpload(t, l, make([]byte, 4))
-	ftSettle(t, l, ranks[1].comm, l.nccl.AllReduce(other, other, 1, ncclFloat32, ncclSum, ranks[1].comm, ranks[1].stream))
-	if s := ftSettle(t, l, ranks[0].comm, ncclInProgress); s != ncclSuccess {
+	ftSettle(t, l, ranks[1].comm, l.nccl.AllReduce(other, other, 1, cuapi.NCCLFloat32, cuapi.NCCLSum, ranks[1].comm, ranks[1].stream))
+	if s := ftSettle(t, l, ranks[0].comm, cuapi.NCCLInProgress); s != cuapi.NCCLSuccess {
 		t.Errorf("after the peer came: state %d", s)
 	}
 	for _, rk := range ranks {
-		if r := l.nccl.CommDestroy(rk.comm); r != ncclSuccess {
+		if r := l.nccl.CommDestroy(rk.comm); r != cuapi.NCCLSuccess {
 			t.Errorf("CommDestroy = %d", r)
 		}
 	}
-	var s ncclResult
-	if r := l.nccl.CommGetAsyncError(ranks[0].comm, &s); r != ncclInvalidArgument {
+	var s cuapi.NCCLResult
+	if r := l.nccl.CommGetAsyncError(ranks[0].comm, &s); r != cuapi.NCCLInvalidArgument {
 		t.Errorf("a destroyed comm: %d, want ncclInvalidArgument", r)
 	}
 }
 
 // TestFakeOneRankAvg: before NCCL 2.29.7 a float Avg on one rank leaves
-// the tail that oneRankAvgCovers says unwritten (NVIDIA/nccl issue 1950,
+// the tail that OneRankAvgCovers says unwritten (NVIDIA/nccl issue 1950,
 // seen on an H100 with 2.28.3: the last 3 of 1000003 f64); from 2.29.7
 // it writes every element, and Sum on one rank always did.
 func TestFakeOneRankAvg(t *testing.T) {
 	for _, c := range []struct{ n, size, covers int }{
 		{1000003, 8, 1000000}, {1000003, 4, 1000003}, {100, 8, 100}, {16<<10*32/8 + 31, 8, 16 << 10 * 32 / 8}, {0, 4, 0},
 	} {
-		if got := oneRankAvgCovers(c.n, c.size); got != c.covers {
-			t.Errorf("oneRankAvgCovers(%d, %d) = %d, want %d", c.n, c.size, got, c.covers)
+		if got := OneRankAvgCovers(c.n, c.size); got != c.covers {
+			t.Errorf("OneRankAvgCovers(%d, %d) = %d, want %d", c.n, c.size, got, c.covers)
 		}
 	}
 	const n = 1000003
@@ -1029,14 +1048,14 @@ func TestFakeOneRankAvg(t *testing.T) {
 	}
 	for _, c := range []struct {
 		version int
-		op      ncclRedOp
+		op      cuapi.RedOp
 		written int
-	}{{22803, ncclAvg, 1000000}, {22803, ncclSum, n}, {22907, ncclAvg, n}} {
-		l := NewFake(FakeOptions{Version: c.version})
+	}{{22803, cuapi.NCCLAvg, 1000000}, {22803, cuapi.NCCLSum, n}, {22907, cuapi.NCCLAvg, n}} {
+		l := newFT(Options{Version: c.version})
 		rk := ftComms(t, l, 1, true)[0]
 		src := ftUpload(t, l, in)
 		dst := ftUpload(t, l, make([]byte, len(in)))
-		if r := l.nccl.AllReduce(src, dst, n, ncclFloat64, c.op, rk.comm, rk.stream); r != ncclSuccess {
+		if r := l.nccl.AllReduce(src, dst, n, cuapi.NCCLFloat64, c.op, rk.comm, rk.stream); r != cuapi.NCCLSuccess {
 			t.Fatalf("NCCL %d %s: AllReduce: %v", c.version, fakeOpName(c.op), r)
 		}
 		ftSync(t, l, rk.stream)

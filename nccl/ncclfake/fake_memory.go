@@ -1,8 +1,10 @@
-package nccl
+package ncclfake
 
 import (
 	"sort"
 	"unsafe"
+
+	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
 )
 
 // The fake's memory: device allocations, page-locked host memory, and the
@@ -80,14 +82,14 @@ func (w *fakeWorld) hostRange(p unsafe.Pointer, n uintptr) ([]byte, bool) {
 
 // MemAlloc refuses zero bytes (CUDA_ERROR_INVALID_VALUE), as cuMemAlloc
 // does. The memory holds garbage until written.
-func (d fakeDriver) MemAlloc(ptr *uintptr, bytes uintptr) cuResult {
+func (d fakeDriver) MemAlloc(ptr *uintptr, bytes uintptr) cuapi.CUResult {
 	w := d.w
-	return w.locked(func() cuResult {
+	return w.locked(func() cuapi.CUResult {
 		if ptr == nil || bytes == 0 {
-			return cudaErrorInvalidValue
+			return cuapi.CUDAErrorInvalidValue
 		}
 		if bytes > fakeMemLimit-w.liveBytes {
-			return cudaErrorOutOfMemory
+			return cuapi.CUDAErrorOutOfMemory
 		}
 		mem := make([]byte, bytes)
 		for i := range mem {
@@ -98,36 +100,36 @@ func (d fakeDriver) MemAlloc(ptr *uintptr, bytes uintptr) cuResult {
 		w.allocs = append(w.allocs, a) // addresses only grow: stays sorted
 		w.liveBytes += bytes
 		*ptr = a.base
-		return cudaSuccess
+		return cuapi.CUDASuccess
 	})
 }
 
 // MemFree takes the address MemAlloc returned, nothing else. It does not
 // wait for queued work (see the fake's overview in fake.go).
-func (d fakeDriver) MemFree(ptr uintptr) cuResult {
+func (d fakeDriver) MemFree(ptr uintptr) cuapi.CUResult {
 	w := d.w
-	return w.locked(func() cuResult {
+	return w.locked(func() cuapi.CUResult {
 		i := sort.Search(len(w.allocs), func(i int) bool { return w.allocs[i].base >= ptr })
 		if i == len(w.allocs) || w.allocs[i].base != ptr {
-			return cudaErrorInvalidValue
+			return cuapi.CUDAErrorInvalidValue
 		}
 		w.liveBytes -= uintptr(len(w.allocs[i].mem))
 		w.allocs = append(w.allocs[:i], w.allocs[i+1:]...)
-		return cudaSuccess
+		return cuapi.CUDASuccess
 	})
 }
 
 // MemHostAlloc returns Go memory kept alive until MemFreeHost; it stands
 // for page-locked memory, the only host memory the asynchronous copies
 // accept.
-func (d fakeDriver) MemHostAlloc(p *unsafe.Pointer, bytes uintptr, flags uint32) cuResult {
+func (d fakeDriver) MemHostAlloc(p *unsafe.Pointer, bytes uintptr, flags uint32) cuapi.CUResult {
 	w := d.w
-	return w.locked(func() cuResult {
+	return w.locked(func() cuapi.CUResult {
 		if p == nil || bytes == 0 || flags&^fakeHostAllocFlags != 0 {
-			return cudaErrorInvalidValue
+			return cuapi.CUDAErrorInvalidValue
 		}
 		if bytes > fakeMemLimit {
-			return cudaErrorOutOfMemory
+			return cuapi.CUDAErrorOutOfMemory
 		}
 		mem := make([]byte, bytes)
 		b := &fakeAlloc{base: uintptr(unsafe.Pointer(&mem[0])), mem: mem}
@@ -136,21 +138,21 @@ func (d fakeDriver) MemHostAlloc(p *unsafe.Pointer, bytes uintptr, flags uint32)
 		copy(w.pinned[i+1:], w.pinned[i:])
 		w.pinned[i] = b
 		*p = unsafe.Pointer(&mem[0])
-		return cudaSuccess
+		return cuapi.CUDASuccess
 	})
 }
 
 // MemFreeHost takes the pointer MemHostAlloc returned, nothing else.
-func (d fakeDriver) MemFreeHost(p unsafe.Pointer) cuResult {
+func (d fakeDriver) MemFreeHost(p unsafe.Pointer) cuapi.CUResult {
 	w := d.w
-	return w.locked(func() cuResult {
+	return w.locked(func() cuapi.CUResult {
 		a := uintptr(p)
 		i := sort.Search(len(w.pinned), func(i int) bool { return w.pinned[i].base >= a })
 		if i == len(w.pinned) || w.pinned[i].base != a {
-			return cudaErrorInvalidValue
+			return cuapi.CUDAErrorInvalidValue
 		}
 		w.pinned = append(w.pinned[:i], w.pinned[i+1:]...)
-		return cudaSuccess
+		return cuapi.CUDASuccess
 	})
 }
 
@@ -162,22 +164,22 @@ func hostBytes(p unsafe.Pointer, n uintptr) []byte {
 // fakeLook looks up the ranges an access to memory touches, the one
 // written (to) and the one read (from, nil for a memset), or returns the
 // error of the first range that is not live. The caller holds w.mu.
-type fakeLook func() (to, from []byte, r cuResult)
+type fakeLook func() (to, from []byte, r cuapi.CUResult)
 
 // access is a copy or memset when it runs: it looks the ranges up again
 // (memory freed since the call is an illegal address) and runs do on them
 // under w.memMu. The caller does not hold w.mu.
-func (w *fakeWorld) access(look fakeLook, do func(to, from []byte)) cuResult {
+func (w *fakeWorld) access(look fakeLook, do func(to, from []byte)) cuapi.CUResult {
 	w.mu.Lock()
 	to, from, r := look()
 	w.mu.Unlock()
-	if r != cudaSuccess {
-		return cudaErrorIllegalAddress
+	if r != cuapi.CUDASuccess {
+		return cuapi.CUDAErrorIllegalAddress
 	}
 	w.memMu.Lock()
 	do(to, from)
 	w.memMu.Unlock()
-	return cudaSuccess
+	return cuapi.CUDASuccess
 }
 
 // copyInto is the do of a copy.
@@ -196,15 +198,15 @@ func ends(dev, host []byte, toDev bool) (to, from []byte) {
 // it has a current context (so it comes after the work queued there, as
 // cuMemcpy on the legacy stream does), else at once. The caller holds
 // w.mu, which syncCopy releases while it waits.
-func (w *fakeWorld) syncCopy(copyFn func() cuResult) cuResult {
+func (w *fakeWorld) syncCopy(copyFn func() cuapi.CUResult) cuapi.CUResult {
 	c := w.thread().ctx
 	if c == nil {
 		w.mu.Unlock()
 		defer w.mu.Lock()
 		return copyFn()
 	}
-	op := w.enqueue(c.legacyStream(), func(sticky cuResult) cuResult {
-		if sticky != cudaSuccess {
+	op := w.enqueue(c.legacyStream(), func(sticky cuapi.CUResult) cuapi.CUResult {
+		if sticky != cuapi.CUDASuccess {
 			return sticky
 		}
 		return copyFn()
@@ -217,112 +219,112 @@ func (w *fakeWorld) syncCopy(copyFn func() cuResult) cuResult {
 
 // hostCopy is MemcpyHtoD (toDev) and MemcpyDtoH: a synchronous copy of
 // bytes between device memory at dev and any host memory at host.
-func (w *fakeWorld) hostCopy(dev uintptr, host unsafe.Pointer, bytes uintptr, toDev bool) cuResult {
-	return w.locked(func() cuResult {
+func (w *fakeWorld) hostCopy(dev uintptr, host unsafe.Pointer, bytes uintptr, toDev bool) cuapi.CUResult {
+	return w.locked(func() cuapi.CUResult {
 		if bytes == 0 {
-			return cudaSuccess
+			return cuapi.CUDASuccess
 		}
 		if host == nil {
-			return cudaErrorInvalidValue
+			return cuapi.CUDAErrorInvalidValue
 		}
 		h := hostBytes(host, bytes)
-		look := func() (to, from []byte, r cuResult) {
+		look := func() (to, from []byte, r cuapi.CUResult) {
 			d, ok := w.devRange(dev, bytes)
 			if !ok {
-				return nil, nil, cudaErrorIllegalAddress
+				return nil, nil, cuapi.CUDAErrorIllegalAddress
 			}
 			to, from = ends(d, h, toDev)
-			return to, from, cudaSuccess
+			return to, from, cuapi.CUDASuccess
 		}
-		if _, _, r := look(); r != cudaSuccess {
+		if _, _, r := look(); r != cuapi.CUDASuccess {
 			return r
 		}
-		return w.syncCopy(func() cuResult { return w.access(look, copyInto) })
+		return w.syncCopy(func() cuapi.CUResult { return w.access(look, copyInto) })
 	})
 }
 
 // MemcpyHtoD copies from any host memory; it returns when the copy is
 // done.
-func (d fakeDriver) MemcpyHtoD(dst uintptr, src unsafe.Pointer, bytes uintptr) cuResult {
+func (d fakeDriver) MemcpyHtoD(dst uintptr, src unsafe.Pointer, bytes uintptr) cuapi.CUResult {
 	return d.w.hostCopy(dst, src, bytes, true)
 }
 
 // MemcpyDtoH copies to any host memory; it returns when the copy is done.
-func (d fakeDriver) MemcpyDtoH(dst unsafe.Pointer, src uintptr, bytes uintptr) cuResult {
+func (d fakeDriver) MemcpyDtoH(dst unsafe.Pointer, src uintptr, bytes uintptr) cuapi.CUResult {
 	return d.w.hostCopy(src, dst, bytes, false)
 }
 
 // asyncCopy queues a copy or memset on stream s. The ranges are looked up
 // now (an error is returned at once) and again when it runs (memory freed
 // meanwhile is an illegal address then, and sticks to the stream).
-func (w *fakeWorld) asyncCopy(s cuStream, look fakeLook, do func(to, from []byte)) cuResult {
-	return w.locked(func() cuResult {
+func (w *fakeWorld) asyncCopy(s cuapi.Stream, look fakeLook, do func(to, from []byte)) cuapi.CUResult {
+	return w.locked(func() cuapi.CUResult {
 		st, r := w.stream(s)
-		if r != cudaSuccess {
+		if r != cuapi.CUDASuccess {
 			return r
 		}
-		if _, _, r := look(); r != cudaSuccess {
+		if _, _, r := look(); r != cuapi.CUDASuccess {
 			return r
 		}
-		w.enqueue(st, func(sticky cuResult) cuResult {
-			if sticky != cudaSuccess {
+		w.enqueue(st, func(sticky cuapi.CUResult) cuapi.CUResult {
+			if sticky != cuapi.CUDASuccess {
 				return sticky
 			}
 			return w.access(look, do)
 		})
-		return cudaSuccess
+		return cuapi.CUDASuccess
 	})
 }
 
 // asyncHostCopy is MemcpyHtoDAsync (toDev) and MemcpyDtoHAsync: host must
 // be page-locked (MemHostAlloc); other host memory is
-// cudaErrorInvalidValue here, where CUDA would silently run the copy
+// cuapi.CUDAErrorInvalidValue here, where CUDA would silently run the copy
 // synchronously (a deliberate difference, to catch the misuse).
-func (w *fakeWorld) asyncHostCopy(dev uintptr, host unsafe.Pointer, bytes uintptr, toDev bool, s cuStream) cuResult {
-	return w.asyncCopy(s, func() (to, from []byte, r cuResult) {
+func (w *fakeWorld) asyncHostCopy(dev uintptr, host unsafe.Pointer, bytes uintptr, toDev bool, s cuapi.Stream) cuapi.CUResult {
+	return w.asyncCopy(s, func() (to, from []byte, r cuapi.CUResult) {
 		h, ok := w.hostRange(host, bytes)
 		if !ok {
-			return nil, nil, cudaErrorInvalidValue
+			return nil, nil, cuapi.CUDAErrorInvalidValue
 		}
 		d, ok := w.devRange(dev, bytes)
 		if !ok {
-			return nil, nil, cudaErrorIllegalAddress
+			return nil, nil, cuapi.CUDAErrorIllegalAddress
 		}
 		to, from = ends(d, h, toDev)
-		return to, from, cudaSuccess
+		return to, from, cuapi.CUDASuccess
 	}, copyInto)
 }
 
 // MemcpyHtoDAsync needs page-locked src (see asyncHostCopy).
-func (d fakeDriver) MemcpyHtoDAsync(dst uintptr, src unsafe.Pointer, bytes uintptr, s cuStream) cuResult {
+func (d fakeDriver) MemcpyHtoDAsync(dst uintptr, src unsafe.Pointer, bytes uintptr, s cuapi.Stream) cuapi.CUResult {
 	return d.w.asyncHostCopy(dst, src, bytes, true, s)
 }
 
 // MemcpyDtoHAsync needs page-locked dst, as MemcpyHtoDAsync needs src.
-func (d fakeDriver) MemcpyDtoHAsync(dst unsafe.Pointer, src uintptr, bytes uintptr, s cuStream) cuResult {
+func (d fakeDriver) MemcpyDtoHAsync(dst unsafe.Pointer, src uintptr, bytes uintptr, s cuapi.Stream) cuapi.CUResult {
 	return d.w.asyncHostCopy(src, dst, bytes, false, s)
 }
 
-func (d fakeDriver) MemcpyDtoDAsync(dst, src uintptr, bytes uintptr, s cuStream) cuResult {
+func (d fakeDriver) MemcpyDtoDAsync(dst, src uintptr, bytes uintptr, s cuapi.Stream) cuapi.CUResult {
 	w := d.w
-	return w.asyncCopy(s, func() (to, from []byte, r cuResult) {
+	return w.asyncCopy(s, func() (to, from []byte, r cuapi.CUResult) {
 		to, ok1 := w.devRange(dst, bytes)
 		from, ok2 := w.devRange(src, bytes)
 		if !ok1 || !ok2 {
-			return nil, nil, cudaErrorIllegalAddress
+			return nil, nil, cuapi.CUDAErrorIllegalAddress
 		}
-		return to, from, cudaSuccess
+		return to, from, cuapi.CUDASuccess
 	}, copyInto)
 }
 
-func (d fakeDriver) MemsetD8Async(dst uintptr, v uint8, n uintptr, s cuStream) cuResult {
+func (d fakeDriver) MemsetD8Async(dst uintptr, v uint8, n uintptr, s cuapi.Stream) cuapi.CUResult {
 	w := d.w
-	return w.asyncCopy(s, func() (to, from []byte, r cuResult) {
+	return w.asyncCopy(s, func() (to, from []byte, r cuapi.CUResult) {
 		to, ok := w.devRange(dst, n)
 		if !ok {
-			return nil, nil, cudaErrorIllegalAddress
+			return nil, nil, cuapi.CUDAErrorIllegalAddress
 		}
-		return to, nil, cudaSuccess
+		return to, nil, cuapi.CUDASuccess
 	}, func(to, _ []byte) {
 		for i := range to {
 			to[i] = v

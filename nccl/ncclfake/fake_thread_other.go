@@ -1,6 +1,6 @@
 //go:build !linux
 
-package nccl
+package ncclfake
 
 // fakeThreadID identifies the calling OS thread where the fake can tell
 // threads apart (Linux); elsewhere the whole process is one thread: the

@@ -1,6 +1,6 @@
 //go:build linux
 
-package nccl
+package ncclfake
 
 import "syscall"
 

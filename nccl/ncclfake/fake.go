@@ -1,15 +1,9 @@
-package nccl
-
-import (
-	"fmt"
-	"sync"
-)
-
-// The fake (NewFake): an in-process CUDA driver and NCCL behind the same
-// function table as the real ones (api.go), with host memory standing in
-// for device memory. One NewFake is one machine: every goroutine that uses
-// the Library shares it, and the ranks of a test (goroutines) meet through
-// it the way processes meet through NCCL. It is built to make code that
+// Package ncclfake is an in-process CUDA driver and NCCL (New) behind the
+// function table package nccl calls the real ones through
+// (nccl/internal/cuapi), with host memory standing in for device memory.
+// One New is one machine: every goroutine that uses the Library shares it,
+// and the ranks of a test (goroutines) meet through it the way processes
+// meet through NCCL. It is built to make code that
 // is wrong on a GPU fail here, on machines without one.
 //
 // Faithful to CUDA and NCCL:
@@ -18,8 +12,8 @@ import (
 //     guard gaps between allocations, holding garbage (0xff bytes: NaN in
 //     every float type) until written; every access is checked against
 //     the live allocation it falls in. Pointer arithmetic inside an
-//     allocation works. Driver calls need Init (Load calls it; NewFake
-//     does too, like Load).
+//     allocation works. Driver calls need Init (nccl.Load calls it;
+//     New does too, like Load).
 //   - Streams (fake_stream.go) run their work in order on goroutines of
 //     their own, after the call that queued it has returned; events and
 //     StreamWaitEvent order streams; a failed copy leaves its stream with
@@ -29,9 +23,9 @@ import (
 //     communicator belongs to.
 //   - NCCL (fake_nccl.go, fake_launch.go): ranks meet by unique id; with
 //     the config's blocking = 0, init, split, finalize and every operation
-//     return ncclInProgress and finish in the background, and a call on a
-//     communicator whose state is still ncclInProgress is refused with
-//     ncclInvalidArgument, as ncclCommEnsureReady refuses it; an
+//     return cuapi.NCCLInProgress and finish in the background, and a call on a
+//     communicator whose state is still cuapi.NCCLInProgress is refused with
+//     cuapi.NCCLInvalidArgument, as ncclCommEnsureReady refuses it; an
 //     asynchronous error sticks and later calls return it; a split stores
 //     the child's handle only once the split completes (NCCL's
 //     ncclCommInitRankFunc does), so the caller must poll the parent
@@ -54,15 +48,15 @@ import (
 // or work by luck, the fake reports the bug.
 //   - Ranks that disagree on a collective (kind, count, dtype, op, root)
 //     or on a send/receive pair (count, dtype) all get the asynchronous
-//     error ncclInvalidUsage, with both sides named in ncclGetLastError's
+//     error cuapi.NCCLInvalidUsage, with both sides named in ncclGetLastError's
 //     text (real NCCL hangs or corrupts memory).
 //   - A collective whose buffer is not inside one live allocation, or
 //     whose send and receive buffers overlap other than in NCCL's in-place
-//     form, fails on its rank with ncclUnhandledCudaError or
-//     ncclInvalidUsage, and its peers wait (real NCCL faults the kernel or
+//     form, fails on its rank with cuapi.NCCLUnhandledCudaError or
+//     cuapi.NCCLInvalidUsage, and its peers wait (real NCCL faults the kernel or
 //     computes garbage).
 //   - Asynchronous copies to or from host memory that MemHostAlloc did not
-//     return fail with cudaErrorInvalidValue (CUDA runs them synchronously,
+//     return fail with cuapi.CUDAErrorInvalidValue (CUDA runs them synchronously,
 //     hiding a missing page-locked buffer and its cost).
 //   - A non-blocking operation is queued on its stream only when the
 //     caller first polls ncclCommGetAsyncError (or after a few
@@ -76,15 +70,28 @@ import (
 //   - Several ranks of a communicator may share a device, and device
 //     memory is one address space for every device.
 //   - Where CUDA needs a current context (copies, StreamCreate) the fake
-//     does without one, but to name stream 0: cudaErrorInvalidContext.
+//     does without one, but to name stream 0: cuapi.CUDAErrorInvalidContext.
 //   - ncclGetLastError keeps its text per communicator (NCCL keeps one per
-//     process); a handle used after ncclCommAbort returns ncclInvalidUsage
-//     and after ncclCommDestroy ncclInvalidArgument (use after free in
+//     process); a handle used after ncclCommAbort returns cuapi.NCCLInvalidUsage
+//     and after ncclCommDestroy cuapi.NCCLInvalidArgument (use after free in
 //     NCCL).
+//
+// ncclfake imports comm, nccl and nccl/internal/cuapi. Tests and the
+// examples' -fake-gpu import it; the library packages never do
+// (internal/rules/imports_test.go holds them to that).
+package ncclfake
 
-// FakeOptions configures NewFake. The zero value is a machine with eight
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
+)
+
+// Options configures New. The zero value is a machine with eight
 // devices, NCCL 2.28.3 and a CUDA 12.2 driver.
-type FakeOptions struct {
+type Options struct {
 	// Devices is the number of GPUs; if zero, 8. Negative means none: the
 	// driver is not initialized and Init fails with CUDA_ERROR_NO_DEVICE,
 	// as on a machine with the driver installed and no GPU.
@@ -95,12 +102,12 @@ type FakeOptions struct {
 	DriverVersion int
 }
 
-// NewFake returns a Library whose CUDA driver and NCCL are one in-process
-// fake machine (see the comment above FakeOptions for what it does like
-// the real ones and what it does differently). Like Load, it returns the
+// New returns a Library whose CUDA driver and NCCL are one in-process
+// fake machine (see the package comment for what it does like the real
+// ones and what it does differently). Like nccl.Load, it returns the
 // driver initialized (unless the machine has no device). Every goroutine
 // may use it; it lives as long as it is referenced.
-func NewFake(opt FakeOptions) *Library {
+func New(opt Options) *nccl.Library {
 	switch {
 	case opt.Devices == 0:
 		opt.Devices = 8
@@ -119,28 +126,37 @@ func NewFake(opt FakeOptions) *Library {
 		nextHandle:  fakeHandleBase,
 		nextAddr:    fakeAddrBase,
 		ctxs:        make([]*fakeCtx, opt.Devices),
-		ctxByHandle: map[cuContext]*fakeCtx{},
+		ctxByHandle: map[cuapi.Context]*fakeCtx{},
 		threads:     map[int]*fakeThread{},
-		streams:     map[cuStream]*fakeStream{},
-		events:      map[cuEvent]*fakeEvent{},
-		comms:       map[ncclComm]*fakeComm{},
-		ids:         map[uniqueID]bool{},
-		forming:     map[uniqueID]*fakeClique{},
+		streams:     map[cuapi.Stream]*fakeStream{},
+		events:      map[cuapi.Event]*fakeEvent{},
+		comms:       map[cuapi.Comm]*fakeComm{},
+		ids:         map[cuapi.UniqueID]bool{},
+		forming:     map[cuapi.UniqueID]*fakeClique{},
 	}
-	return &Library{
-		drv:           fakeDriver{w},
-		nccl:          fakeNCCL{w},
-		driverVersion: opt.DriverVersion,
-		ncclVersion:   opt.Version,
-		where:         fmt.Sprintf("fake (%d GPUs, NCCL %s)", opt.Devices, ncclVersionString(opt.Version)),
-		devices:       map[int]*Device{},
-	}
+	return cuapi.NewLibrary(cuapi.Table{
+		Driver:        fakeDriver{w},
+		NCCL:          fakeNCCL{w},
+		DriverVersion: opt.DriverVersion,
+		NCCLVersion:   opt.Version,
+		Where:         fmt.Sprintf("fake (%d GPUs, NCCL %s)", opt.Devices, cuapi.VersionString(opt.Version)),
+	}).(*nccl.Library)
+}
+
+// Events counts the events alive in the fake machine behind lib (a
+// Library that New returned), and how many were ever created: for tests
+// of event reuse.
+func Events(lib *nccl.Library) (live, created int) {
+	w := cuapi.TableOf(lib).Driver.(fakeDriver).w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.events), w.eventsCreated
 }
 
 // fakeWorld is one fake machine: its devices, memory, streams, events and
 // communicators.
 type fakeWorld struct {
-	opt FakeOptions
+	opt Options
 
 	// mu guards every field below, and the mutable fields of every
 	// context, stream, event, communicator and clique of the world. It is
@@ -149,19 +165,19 @@ type fakeWorld struct {
 	initialized bool
 	nextHandle  uintptr // the last handle given out (streams, events, contexts, comms share the space)
 	ctxs        []*fakeCtx
-	ctxByHandle map[cuContext]*fakeCtx
+	ctxByHandle map[cuapi.Context]*fakeCtx
 	threads     map[int]*fakeThread // by fakeThreadID
 	allocs      []*fakeAlloc        // live device allocations, by address
 	nextAddr    uintptr             // where the next allocation starts
 	liveBytes   uintptr             // the sum of the live allocations' sizes
 	pinned      []*fakeAlloc        // live MemHostAlloc buffers, by address
-	streams     map[cuStream]*fakeStream
-	events      map[cuEvent]*fakeEvent
-	// eventsCreated counts EventCreate calls, for tests of event reuse.
+	streams     map[cuapi.Stream]*fakeStream
+	events      map[cuapi.Event]*fakeEvent
+	// eventsCreated counts EventCreate calls (Events).
 	eventsCreated int
-	comms         map[ncclComm]*fakeComm // live ones, and the dead kept as tombstones
-	ids           map[uniqueID]bool      // made by GetUniqueID
-	forming       map[uniqueID]*fakeClique
+	comms         map[cuapi.Comm]*fakeComm // live ones, and the dead kept as tombstones
+	ids           map[cuapi.UniqueID]bool  // made by GetUniqueID
+	forming       map[cuapi.UniqueID]*fakeClique
 	lastErr       string // the text of the last NCCL error, any communicator
 
 	// memMu guards the contents of device memory (the mem of w.allocs).
@@ -200,7 +216,7 @@ func (w *fakeWorld) thread() *fakeThread {
 
 // fail records an NCCL error's text, on c when c is not nil, and returns
 // r. The caller holds w.mu.
-func (w *fakeWorld) fail(c *fakeComm, r ncclResult, format string, args ...any) ncclResult {
+func (w *fakeWorld) fail(c *fakeComm, r cuapi.NCCLResult, format string, args ...any) cuapi.NCCLResult {
 	text := "fake: " + fmt.Sprintf(format, args...)
 	w.lastErr = text
 	if c != nil {

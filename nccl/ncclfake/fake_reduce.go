@@ -1,4 +1,4 @@
-package nccl
+package ncclfake
 
 import (
 	"encoding/binary"
@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
 )
 
 // NCCL's arithmetic, as the fake reproduces it. The ranks are combined in
@@ -16,7 +17,7 @@ import (
 // rounded to the type, which widening to float32 reproduces exactly).
 // Two things are NCCL's own:
 //
-//   - ncclAvg (src/enqueue.cc, hostToDevRedOp, the same from 2.23 to
+//   - cuapi.NCCLAvg (src/enqueue.cc, hostToDevRedOp, the same from 2.23 to
 //     2.30): on floating types it is ncclDevPreMulSum with the scalar
 //     1/nRanks rounded to the type (f32: float(1.0/nRanks); f64:
 //     1.0/nRanks; f16: __float2half(float(1.0/nRanks)); bf16:
@@ -29,7 +30,7 @@ import (
 //     divide). (Symmetric-memory kernels of 2.27+ divide after the sum
 //     for floats too; they need registered windows, which this package
 //     does not use.)
-//   - ncclMin and ncclMax on floating types (reduce_kernel.h, FuncMinMax:
+//   - cuapi.NCCLMin and cuapi.NCCLMax on floating types (reduce_kernel.h, FuncMinMax:
 //     fminf/fmaxf, fmin/fmax, __hmin/__hmax) return the other operand when
 //     one is NaN, and a NaN (the canonical one) only when both are;
 //     comm's kernels propagate NaN. Zeros: -0 < +0 here, as __hmin
@@ -39,42 +40,42 @@ import (
 // is the fake's own table, not launch.go's, so that a wrong entry there
 // shows up here.
 var fakeDTypes = [...]comm.DType{
-	ncclInt8: comm.I8, ncclUint8: comm.U8, ncclInt32: comm.I32, ncclUint32: comm.U32,
-	ncclInt64: comm.I64, ncclUint64: comm.U64, ncclFloat16: comm.F16, ncclFloat32: comm.F32,
-	ncclFloat64: comm.F64, ncclBfloat16: comm.BF16,
+	cuapi.NCCLInt8: comm.I8, cuapi.NCCLUint8: comm.U8, cuapi.NCCLInt32: comm.I32, cuapi.NCCLUint32: comm.U32,
+	cuapi.NCCLInt64: comm.I64, cuapi.NCCLUint64: comm.U64, cuapi.NCCLFloat16: comm.F16, cuapi.NCCLFloat32: comm.F32,
+	cuapi.NCCLFloat64: comm.F64, cuapi.NCCLBfloat16: comm.BF16,
 }
 
 var fakeTypeNames = [...]string{
-	ncclInt8: "ncclInt8", ncclUint8: "ncclUint8", ncclInt32: "ncclInt32", ncclUint32: "ncclUint32",
-	ncclInt64: "ncclInt64", ncclUint64: "ncclUint64", ncclFloat16: "ncclFloat16", ncclFloat32: "ncclFloat32",
-	ncclFloat64: "ncclFloat64", ncclBfloat16: "ncclBfloat16",
+	cuapi.NCCLInt8: "ncclInt8", cuapi.NCCLUint8: "ncclUint8", cuapi.NCCLInt32: "ncclInt32", cuapi.NCCLUint32: "ncclUint32",
+	cuapi.NCCLInt64: "ncclInt64", cuapi.NCCLUint64: "ncclUint64", cuapi.NCCLFloat16: "ncclFloat16", cuapi.NCCLFloat32: "ncclFloat32",
+	cuapi.NCCLFloat64: "ncclFloat64", cuapi.NCCLBfloat16: "ncclBfloat16",
 }
 
-// fakeOps maps NCCL's reduction ops (nccl.h ncclRedOp_t) but ncclAvg to
+// fakeOps maps NCCL's reduction ops (nccl.h ncclRedOp_t) but cuapi.NCCLAvg to
 // comm's.
-var fakeOps = [...]comm.ReduceOp{ncclSum: comm.Sum, ncclProd: comm.Prod, ncclMax: comm.Max, ncclMin: comm.Min}
+var fakeOps = [...]comm.ReduceOp{cuapi.NCCLSum: comm.Sum, cuapi.NCCLProd: comm.Prod, cuapi.NCCLMax: comm.Max, cuapi.NCCLMin: comm.Min}
 
-var fakeOpNames = [...]string{ncclSum: "ncclSum", ncclProd: "ncclProd", ncclMax: "ncclMax", ncclMin: "ncclMin", ncclAvg: "ncclAvg"}
+var fakeOpNames = [...]string{cuapi.NCCLSum: "ncclSum", cuapi.NCCLProd: "ncclProd", cuapi.NCCLMax: "ncclMax", cuapi.NCCLMin: "ncclMin", cuapi.NCCLAvg: "ncclAvg"}
 
-func fakeTypeOK(dt ncclDataType) bool { return dt >= 0 && int(dt) < len(fakeDTypes) }
+func fakeTypeOK(dt cuapi.DataType) bool { return dt >= 0 && int(dt) < len(fakeDTypes) }
 
 // fakeTypeSize is the size of dt in bytes (0 if NCCL has no such type).
-func fakeTypeSize(dt ncclDataType) int {
+func fakeTypeSize(dt cuapi.DataType) int {
 	if !fakeTypeOK(dt) {
 		return 0
 	}
 	return fakeDTypes[dt].Size()
 }
 
-func fakeTypeName(dt ncclDataType) string {
+func fakeTypeName(dt cuapi.DataType) string {
 	if !fakeTypeOK(dt) {
 		return fmt.Sprintf("ncclDataType(%d)", dt)
 	}
 	return fakeTypeNames[dt]
 }
 
-func fakeOpName(op ncclRedOp) string {
-	if op < ncclSum || op > ncclAvg {
+func fakeOpName(op cuapi.RedOp) string {
+	if op < cuapi.NCCLSum || op > cuapi.NCCLAvg {
 		return fmt.Sprintf("ncclRedOp(%d)", op)
 	}
 	return fakeOpNames[op]
@@ -82,7 +83,7 @@ func fakeOpName(op ncclRedOp) string {
 
 // reduceAs returns the reduction of ins (one per rank, in rank order,
 // equal lengths) by op, as NCCL computes it. ins are not modified.
-func reduceAs(dt ncclDataType, op ncclRedOp, ins [][]byte) []byte {
+func reduceAs(dt cuapi.DataType, op cuapi.RedOp, ins [][]byte) []byte {
 	cdt := fakeDTypes[dt]
 	n := len(ins)
 	in := make([][]byte, n)
@@ -90,10 +91,10 @@ func reduceAs(dt ncclDataType, op ncclRedOp, ins [][]byte) []byte {
 		in[r] = slices.Clone(b)
 	}
 	cop := comm.Sum
-	if op != ncclAvg {
+	if op != cuapi.NCCLAvg {
 		cop = fakeOps[op]
 	}
-	if op == ncclAvg && cdt.IsFloat() {
+	if op == cuapi.NCCLAvg && cdt.IsFloat() {
 		for _, b := range in {
 			preMul(cdt, b, n)
 		}
@@ -104,12 +105,12 @@ func reduceAs(dt ncclDataType, op ncclRedOp, ins [][]byte) []byte {
 	}
 	acc := in[0]
 	for _, b := range in[1:] {
-		if (op == ncclMin || op == ncclMax) && cdt.IsFloat() {
+		if (op == cuapi.NCCLMin || op == cuapi.NCCLMax) && cdt.IsFloat() {
 			nanToOther(cdt, acc, b)
 		}
 		f(acc, b)
 	}
-	if op == ncclAvg && !cdt.IsFloat() {
+	if op == cuapi.NCCLAvg && !cdt.IsFloat() {
 		postDiv(cdt, acc, n)
 	}
 	return acc
@@ -248,7 +249,7 @@ func lePut(b []byte, size int, v uint64) {
 	}
 }
 
-// oneRankAvgCovers is how many of nElts elements (of size eltSize) NCCL
+// OneRankAvgCovers is how many of nElts elements (of size eltSize) NCCL
 // before 2.29.7 writes in a float Avg on a communicator of one rank
 // (NVIDIA/nccl issue 1950, fixed in v2.29.7-1): such a call runs the
 // oneRankReduce kernel (src/device/onerank.cu, ncclLaunchOneRank) on
@@ -256,7 +257,7 @@ func lePut(b []byte, size int, v uint64) {
 // up to a 16-byte pack, so the last nElts mod blocks elements may be left
 // as they were. On a GPU (NCCL 2.28.3, H100) an f64 AllReduce of 1000003
 // elements left exactly the last 3 unwritten, as this computes.
-func oneRankAvgCovers(nElts, eltSize int) int {
+func OneRankAvgCovers(nElts, eltSize int) int {
 	if nElts == 0 {
 		return 0
 	}

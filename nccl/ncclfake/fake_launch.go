@@ -1,10 +1,12 @@
-package nccl
+package ncclfake
 
 import (
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
 )
 
 // The fake's NCCL calls: how a call becomes work on a stream (and
@@ -51,10 +53,10 @@ type fakeIssue struct {
 	kind       fakeKind
 	send, recv uintptr // Send's buffer is send, Recv's is recv
 	count      uintptr // per rank: AllGather's send count, ReduceScatter's recv count
-	dt         ncclDataType
-	op         ncclRedOp
+	dt         cuapi.DataType
+	op         cuapi.RedOp
 	root       int // Broadcast's and Reduce's root; Send's and Recv's peer
-	stream     cuStream
+	stream     cuapi.Stream
 	seq        uint64 // set at launch: the collective's number, or the pair's
 }
 
@@ -72,31 +74,31 @@ func (is *fakeIssue) String() string {
 	return s + ")"
 }
 
-func (n fakeNCCL) AllReduce(send, recv uintptr, count uintptr, dt ncclDataType, op ncclRedOp, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) AllReduce(send, recv uintptr, count uintptr, dt cuapi.DataType, op cuapi.RedOp, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeAllReduce, send: send, recv: recv, count: count, dt: dt, op: op, stream: s})
 }
 
-func (n fakeNCCL) Broadcast(send, recv uintptr, count uintptr, dt ncclDataType, root int32, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) Broadcast(send, recv uintptr, count uintptr, dt cuapi.DataType, root int32, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeBroadcast, send: send, recv: recv, count: count, dt: dt, root: int(root), stream: s})
 }
 
-func (n fakeNCCL) Reduce(send, recv uintptr, count uintptr, dt ncclDataType, op ncclRedOp, root int32, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) Reduce(send, recv uintptr, count uintptr, dt cuapi.DataType, op cuapi.RedOp, root int32, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeReduce, send: send, recv: recv, count: count, dt: dt, op: op, root: int(root), stream: s})
 }
 
-func (n fakeNCCL) AllGather(send, recv uintptr, sendCount uintptr, dt ncclDataType, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) AllGather(send, recv uintptr, sendCount uintptr, dt cuapi.DataType, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeAllGather, send: send, recv: recv, count: sendCount, dt: dt, stream: s})
 }
 
-func (n fakeNCCL) ReduceScatter(send, recv uintptr, recvCount uintptr, dt ncclDataType, op ncclRedOp, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) ReduceScatter(send, recv uintptr, recvCount uintptr, dt cuapi.DataType, op cuapi.RedOp, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeReduceScatter, send: send, recv: recv, count: recvCount, dt: dt, op: op, stream: s})
 }
 
-func (n fakeNCCL) Send(buf uintptr, count uintptr, dt ncclDataType, peer int32, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) Send(buf uintptr, count uintptr, dt cuapi.DataType, peer int32, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeSend, send: buf, count: count, dt: dt, root: int(peer), stream: s})
 }
 
-func (n fakeNCCL) Recv(buf uintptr, count uintptr, dt ncclDataType, peer int32, comm ncclComm, s cuStream) ncclResult {
+func (n fakeNCCL) Recv(buf uintptr, count uintptr, dt cuapi.DataType, peer int32, comm cuapi.Comm, s cuapi.Stream) cuapi.NCCLResult {
 	return n.w.issue(comm, &fakeIssue{kind: fakeRecv, recv: buf, count: count, dt: dt, root: int(peer), stream: s})
 }
 
@@ -104,21 +106,21 @@ func (n fakeNCCL) Recv(buf uintptr, count uintptr, dt ncclDataType, peer int32, 
 // calling thread's group. An argument error on a non-blocking
 // communicator also becomes its asynchronous error, as in NCCL; in a
 // group it becomes the group's error too.
-func (w *fakeWorld) issue(h ncclComm, is *fakeIssue) ncclResult {
+func (w *fakeWorld) issue(h cuapi.Comm, is *fakeIssue) cuapi.NCCLResult {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := &w.thread().group
-	note := func(r ncclResult) ncclResult {
-		if g.depth > 0 && g.err == ncclSuccess {
+	note := func(r cuapi.NCCLResult) cuapi.NCCLResult {
+		if g.depth > 0 && g.err == cuapi.NCCLSuccess {
 			g.err = r
 		}
 		return r
 	}
 	c, r := w.ready(h, is.kind.String())
-	if r != ncclSuccess {
+	if r != cuapi.NCCLSuccess {
 		return note(r)
 	}
-	bad := func(r ncclResult, why string) ncclResult {
+	bad := func(r cuapi.NCCLResult, why string) cuapi.NCCLResult {
 		w.fail(c, r, "%v on rank %d: %s", is.kind, c.rank, why)
 		if !c.blocking {
 			c.asyncErr = r
@@ -126,13 +128,13 @@ func (w *fakeWorld) issue(h ncclComm, is *fakeIssue) ncclResult {
 		return note(r)
 	}
 	if why := checkIssue(is, c.clique.nranks); why != "" {
-		return bad(ncclInvalidArgument, why)
+		return bad(cuapi.NCCLInvalidArgument, why)
 	}
 	if _, why := w.opStream(c, is.stream); why != "" {
-		return bad(ncclUnhandledCudaError, why)
+		return bad(cuapi.NCCLUnhandledCudaError, why)
 	}
 	if is.count == 0 && !is.kind.p2p() {
-		return ncclSuccess // empty collectives are discarded (taskAppend)
+		return cuapi.NCCLSuccess // empty collectives are discarded (taskAppend)
 	}
 	if g.depth == 0 {
 		return w.launchOrDefer(c, []*fakeIssue{is})
@@ -145,14 +147,14 @@ func (w *fakeWorld) issue(h ncclComm, is *fakeIssue) ncclResult {
 	case g.blocking == -1:
 		g.blocking = b
 	case g.blocking != b:
-		w.fail(c, ncclInvalidArgument, "%v on rank %d: blocking and nonblocking communicators are not allowed in the same group", is.kind, c.rank)
-		return note(ncclInvalidArgument)
+		w.fail(c, cuapi.NCCLInvalidArgument, "%v on rank %d: blocking and nonblocking communicators are not allowed in the same group", is.kind, c.rank)
+		return note(cuapi.NCCLInvalidArgument)
 	}
 	if _, ok := g.issues[c]; !ok {
 		g.comms = append(g.comms, c)
 	}
 	g.issues[c] = append(g.issues[c], is)
-	return ncclSuccess
+	return cuapi.NCCLSuccess
 }
 
 // checkIssue is NCCL's ArgsCheck: datatype, reduction op, root or peer.
@@ -160,7 +162,7 @@ func checkIssue(is *fakeIssue, nranks int) string {
 	switch {
 	case !fakeTypeOK(is.dt):
 		return fmt.Sprintf("invalid type %d", is.dt)
-	case is.kind.reduces() && (is.op < ncclSum || is.op > ncclAvg):
+	case is.kind.reduces() && (is.op < cuapi.NCCLSum || is.op > cuapi.NCCLAvg):
 		return fmt.Sprintf("invalid reduction operation %d", is.op)
 	case (is.kind.rooted() || is.kind.p2p()) && (is.root < 0 || is.root >= nranks):
 		return fmt.Sprintf("invalid root %d (root should be in the 0..%d range)", is.root, nranks-1)
@@ -171,7 +173,7 @@ func checkIssue(is *fakeIssue, nranks int) string {
 // opStream resolves the stream of an operation on c: stream 0 is stream 0
 // of c's context (NCCL launches on its device), or c's own stand-in when
 // c was made on a thread with no current context. The caller holds w.mu.
-func (w *fakeWorld) opStream(c *fakeComm, s cuStream) (*fakeStream, string) {
+func (w *fakeWorld) opStream(c *fakeComm, s cuapi.Stream) (*fakeStream, string) {
 	if s == 0 || s == fakeStreamLegacy {
 		if c.ctx != nil {
 			return c.ctx.legacyStream(), ""
@@ -194,13 +196,13 @@ func (w *fakeWorld) opStream(c *fakeComm, s cuStream) (*fakeStream, string) {
 // fakeGroup is a thread's group state (NCCL's is thread-local).
 type fakeGroup struct {
 	depth    int
-	err      ncclResult // the first error of a call in the group; GroupEnd returns it
-	blocking int        // -1 until a communicator joins, then its blocking (0 or 1)
+	err      cuapi.NCCLResult // the first error of a call in the group; GroupEnd returns it
+	blocking int              // -1 until a communicator joins, then its blocking (0 or 1)
 	comms    []*fakeComm
 	issues   map[*fakeComm][]*fakeIssue
 }
 
-func (n fakeNCCL) GroupStart() ncclResult {
+func (n fakeNCCL) GroupStart() cuapi.NCCLResult {
 	w := n.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -209,39 +211,39 @@ func (n fakeNCCL) GroupStart() ncclResult {
 		*g = fakeGroup{blocking: -1, issues: map[*fakeComm][]*fakeIssue{}}
 	}
 	g.depth++
-	return ncclSuccess
+	return cuapi.NCCLSuccess
 }
 
 // GroupEnd launches what the group collected when the outermost group
 // ends: each communicator's operations as one stream operation in which
 // they all run at once (so a grouped send and receive never deadlock).
-// Non-blocking communicators return ncclInProgress and launch as their
+// Non-blocking communicators return cuapi.NCCLInProgress and launch as their
 // single calls do.
-func (n fakeNCCL) GroupEnd() ncclResult {
+func (n fakeNCCL) GroupEnd() cuapi.NCCLResult {
 	w := n.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t := w.thread()
 	g := &t.group
 	if g.depth == 0 {
-		return w.fail(nil, ncclInvalidUsage, "ncclGroupEnd: not in a group call (NCCL's group state is per OS thread: call ncclGroupStart, the operations and ncclGroupEnd on one locked thread)")
+		return w.fail(nil, cuapi.NCCLInvalidUsage, "ncclGroupEnd: not in a group call (NCCL's group state is per OS thread: call ncclGroupStart, the operations and ncclGroupEnd on one locked thread)")
 	}
 	g.depth--
 	if g.depth > 0 {
-		return ncclSuccess
+		return cuapi.NCCLSuccess
 	}
 	done := *g
 	t.group = fakeGroup{}
-	if done.err != ncclSuccess {
+	if done.err != cuapi.NCCLSuccess {
 		return done.err
 	}
-	res := ncclSuccess
+	res := cuapi.NCCLSuccess
 	for _, c := range done.comms {
-		if c.dead != ncclSuccess {
+		if c.dead != cuapi.NCCLSuccess {
 			continue
 		}
-		if w.launchOrDefer(c, done.issues[c]) == ncclInProgress {
-			res = ncclInProgress
+		if w.launchOrDefer(c, done.issues[c]) == cuapi.NCCLInProgress {
+			res = cuapi.NCCLInProgress
 		}
 	}
 	return res
@@ -260,11 +262,11 @@ type fakeLaunch struct {
 
 // launchOrDefer launches issues on a blocking communicator; on a
 // non-blocking one it leaves them for the first poll (or fakeLaunchDelay)
-// and returns ncclInProgress. The caller holds w.mu.
-func (w *fakeWorld) launchOrDefer(c *fakeComm, issues []*fakeIssue) ncclResult {
+// and returns cuapi.NCCLInProgress. The caller holds w.mu.
+func (w *fakeWorld) launchOrDefer(c *fakeComm, issues []*fakeIssue) cuapi.NCCLResult {
 	if c.blocking {
 		w.launch(c, issues)
-		return ncclSuccess
+		return cuapi.NCCLSuccess
 	}
 	l := &fakeLaunch{issues: issues}
 	c.launch = l
@@ -275,7 +277,7 @@ func (w *fakeWorld) launchOrDefer(c *fakeComm, issues []*fakeIssue) ncclResult {
 			w.launchNow(c)
 		}
 	})
-	return ncclInProgress
+	return cuapi.NCCLInProgress
 }
 
 // launchNow queues c's deferred launch. The caller holds w.mu.
@@ -293,8 +295,8 @@ func (w *fakeWorld) launch(c *fakeComm, issues []*fakeIssue) {
 	for i, is := range issues {
 		st, why := w.opStream(c, is.stream)
 		if why != "" { // destroyed since the call
-			r := w.fail(c, ncclUnhandledCudaError, "%v on rank %d: %s", is.kind, c.rank, why)
-			if c.asyncErr == ncclSuccess {
+			r := w.fail(c, cuapi.NCCLUnhandledCudaError, "%v on rank %d: %s", is.kind, c.rank, why)
+			if c.asyncErr == cuapi.NCCLSuccess {
 				c.asyncErr = r
 			}
 			return
@@ -323,9 +325,9 @@ func (w *fakeWorld) launch(c *fakeComm, issues []*fakeIssue) {
 		}
 	}
 	c.inflight++
-	op := w.enqueue(streams[0], func(sticky cuResult) cuResult {
+	op := w.enqueue(streams[0], func(sticky cuapi.CUResult) cuapi.CUResult {
 		w.runIssues(c, issues, sticky)
-		return cudaSuccess
+		return cuapi.CUDASuccess
 	}, waits...)
 	for _, st := range others {
 		w.enqueue(st, nil, op)
@@ -334,15 +336,15 @@ func (w *fakeWorld) launch(c *fakeComm, issues []*fakeIssue) {
 
 // runIssues is the stream operation of launched issues: it runs them all
 // at once and records the first failure as c's asynchronous error.
-func (w *fakeWorld) runIssues(c *fakeComm, issues []*fakeIssue, sticky cuResult) {
+func (w *fakeWorld) runIssues(c *fakeComm, issues []*fakeIssue, sticky cuapi.CUResult) {
 	type outcome struct {
-		r    ncclResult
+		r    cuapi.NCCLResult
 		text string
 	}
 	outs := make([]outcome, len(issues))
 	switch {
-	case sticky != cudaSuccess:
-		outs[0] = outcome{ncclUnhandledCudaError, fmt.Sprintf("%v on rank %d: its stream failed earlier (CUresult %d)", issues[0].kind, c.rank, sticky)}
+	case sticky != cuapi.CUDASuccess:
+		outs[0] = outcome{cuapi.NCCLUnhandledCudaError, fmt.Sprintf("%v on rank %d: its stream failed earlier (CUresult %d)", issues[0].kind, c.rank, sticky)}
 	case len(issues) == 1:
 		outs[0].r, outs[0].text = w.run(c, issues[0])
 	default:
@@ -355,7 +357,7 @@ func (w *fakeWorld) runIssues(c *fakeComm, issues []*fakeIssue, sticky cuResult)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, o := range outs {
-		if o.r != ncclSuccess && c.dead == ncclSuccess && c.asyncErr == ncclSuccess {
+		if o.r != cuapi.NCCLSuccess && c.dead == cuapi.NCCLSuccess && c.asyncErr == cuapi.NCCLSuccess {
 			c.asyncErr = w.fail(c, o.r, "%s", o.text)
 		}
 	}
@@ -366,9 +368,9 @@ func (w *fakeWorld) runIssues(c *fakeComm, issues []*fakeIssue, sticky cuResult)
 	}
 }
 
-// run runs one issue on rank c: ncclSuccess with no text if c was
+// run runs one issue on rank c: cuapi.NCCLSuccess with no text if c was
 // aborted.
-func (w *fakeWorld) run(c *fakeComm, is *fakeIssue) (ncclResult, string) {
+func (w *fakeWorld) run(c *fakeComm, is *fakeIssue) (cuapi.NCCLResult, string) {
 	if is.kind.p2p() {
 		return w.runP2P(c, is)
 	}
