@@ -37,7 +37,7 @@ import (
 //     documents (comm's kernels order them so too).
 
 // fakeDTypes maps NCCL's datatypes (nccl.h ncclDataType_t) to comm's. It
-// is the fake's own table, not launch.go's, so that a wrong entry there
+// is the fake's own table, not nccl's (launch.go), so that a wrong entry there
 // shows up here.
 var fakeDTypes = [...]comm.DType{
 	cuapi.NCCLInt8: comm.I8, cuapi.NCCLUint8: comm.U8, cuapi.NCCLInt32: comm.I32, cuapi.NCCLUint32: comm.U32,
