@@ -29,7 +29,7 @@ import (
 //     collective in flight. An abort is announced to every peer (a Notice
 //     with Seq 0), but for a mismatch, which travels as the collectives'
 //     notices (they keep both calls) — unless a composed communicator
-//     chose it for its parts (Abort with outside set).
+//     chose it for its parts (Abort with announce set).
 //   - A mismatch aborts: the ranks no longer agree on what a sequence
 //     number means. It is found wherever two calls meet: a frame or a
 //     probe whose Signature differs from this rank's call for its
@@ -40,12 +40,15 @@ import (
 //     (this rank's, or a peer's through its notice; EndedByDeadline)
 //     aborts the communicator, quietly: the collective's notice has told
 //     every peer already. A later announced abort still announces.
+//   - A peer whose communicator is aborted takes part in nothing again:
+//     its notice (Notice.Aborted) aborts this communicator too, quietly,
+//     once the collective it names ends here.
 //   - Blame: a Notice names the rank a peer failure is blamed on (its
 //     culprit), never the rank that relayed it; a Notice that blames this
 //     rank itself means its peers gave it up.
 //
-// Its zero value is not ready: set Rank, and call Start for the first
-// collective with sequence number 1.
+// Set Rank before the first input; the first collective is Start'ed with
+// sequence number 1.
 type Failure struct {
 	// Rank is this rank's number in the communicator.
 	Rank int
