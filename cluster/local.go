@@ -197,6 +197,15 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 
 // plan validates spec (filling its defaults) and lays out the processes:
 // node by node, with the rank each is started as.
+// Check reports what StartLocal would refuse in spec, without starting
+// anything: a launcher checks its flags with it before it builds what
+// comes first (an emulated network, a program to run). A Fabric, which
+// such a launcher sets up after, is checked by StartLocal.
+func (spec LocalSpec) Check() error {
+	_, err := spec.plan()
+	return err
+}
+
 func (spec *LocalSpec) plan() ([]localProc, error) {
 	bad := func(format string, a ...any) ([]localProc, error) {
 		return nil, fmt.Errorf("cluster.StartLocal: "+format, a...)

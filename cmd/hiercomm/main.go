@@ -169,17 +169,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	// A list of counts gives the number of nodes itself unless --nodes says it.
-	n := 0
+	n, given := 0, false
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "nodes" {
-			n = *nodes
+			n, given = *nodes, true
 		}
 	})
+	if given && n < 1 {
+		fmt.Fprintf(stderr, "hiercomm run: --nodes %d: want at least 1 node\n", n)
+		return 2
+	}
 	if n == 0 && !strings.Contains(*perNode, ",") {
 		n = *nodes
 	}
 	layout, err := cluster.SplitRanksPerNode(n, *perNode)
 	if err != nil {
+		fmt.Fprintln(stderr, "hiercomm run:", err)
+		return 2
+	}
+	spec := cluster.LocalSpec{
+		RanksPerNode: layout,
+		Style:        *style,
+		Placement:    *placement,
+		Network:      *network,
+		JobID:        *jobID,
+		Path:         prog[0],
+		Args:         prog[1:],
+		Stdout:       stdout,
+		Stderr:       stderr,
+		Grace:        *grace,
+		KillAfter:    *killAfter,
+		Notify:       func(line string) { fmt.Fprintln(stderr, "hiercomm run:", line) },
+	}
+	if *grace == 0 {
+		spec.Grace = -1 // none: LocalSpec's zero is its default
+	}
+	// Everything the flags say is checked before anything is built (the
+	// program, the emulated network).
+	if err := spec.Check(); err != nil {
 		fmt.Fprintln(stderr, "hiercomm run:", err)
 		return 2
 	}
@@ -189,6 +216,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer cleanup()
+	spec.Path = path
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -205,23 +233,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
-	spec := cluster.LocalSpec{
-		RanksPerNode: layout,
-		Style:        *style,
-		Placement:    *placement,
-		Network:      *network,
-		JobID:        *jobID,
-		Path:         path,
-		Args:         prog[1:],
-		Stdout:       stdout,
-		Stderr:       stderr,
-		Grace:        *grace,
-		KillAfter:    *killAfter,
-		Notify:       func(line string) { fmt.Fprintln(stderr, "hiercomm run:", line) },
-	}
-	if *grace == 0 {
-		spec.Grace = -1 // none: LocalSpec's zero is its default
-	}
 	if *linkRate != "" {
 		fab, err := netemu.Setup(ctx, netemu.Config{RanksPerNode: layout, Rate: *linkRate, PerNode: *linkPerNode})
 		if err != nil {

@@ -175,6 +175,11 @@ func TestRunSucceedsAndSetsTheEnvironment(t *testing.T) {
 
 func TestRunRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
+		{"--nodes", "0", "--", "true"},
+		{"--nodes", "-1", "--ranks-per-node", "2", "--", "true"},
+		{"--network", "foo", "--", "true"},
+		{"--placement", "diagonal", "--", "true"},
+		{"--env", "kubernetes", "--placement", "cyclic", "--", "true"},
 		{"--nodes", "2", "--ranks-per-node", "1,2,3", "--", "true"},
 		{"--nodes", "2", "--ranks-per-node", "0", "--", "true"},
 		{"--nodes", "2"},
@@ -185,9 +190,24 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--grace", "-1s", "--", "true"},
 		{"--kill-after", "0s", "--", "true"},
 	} {
-		if code := run(args, os.Stdout, os.Stderr); code == 0 {
-			t.Errorf("hiercomm run %v exited 0, want an error", args)
+		var errs strings.Builder
+		if code := run(args, os.Stdout, &errs); code != 2 {
+			t.Errorf("hiercomm run %v exited %d, want 2 (a usage error): %s", args, code, errs.String())
 		}
+	}
+}
+
+// A bad flag is refused before anything is built: --network foo with
+// --link-rate used to set up the emulated network (namespaces, links)
+// and only then reject foo.
+func TestRunChecksFlagsBeforeItBuilds(t *testing.T) {
+	var errs strings.Builder
+	code := run([]string{"--nodes", "2", "--link-rate", "1gbit", "--network", "foo", "--", "true"}, os.Stdout, &errs)
+	if code != 2 || !strings.Contains(errs.String(), `Network "foo": want quic or tcp`) {
+		t.Errorf("exit %d, stderr %q; want 2 and the bad network named", code, errs.String())
+	}
+	if strings.Contains(errs.String(), "emulated network") {
+		t.Errorf("the emulated network was built before the flags were checked: %s", errs.String())
 	}
 }
 
