@@ -76,6 +76,10 @@ type Failure struct {
 // finished its part (it only sent, or its peers' frames came first).
 const RecentCalls = 64
 
+// abortedPrefix comes before the reason of a peer whose communicator is
+// aborted, when it blames no rank.
+const abortedPrefix = "its side of the communicator was aborted: "
+
 // MaxReason is the longest reason a Notice carries.
 const MaxReason = 4096
 
@@ -360,7 +364,7 @@ func (f *Failure) AbortFor(cause error) Effects {
 // refusal of it.
 func (f *Failure) Heard(from int, n Notice) Effects {
 	if n.Seq == 0 {
-		return f.AbortFor(f.noticeError(from, n, "its side of the communicator was aborted: "))
+		return f.AbortFor(f.noticeError(from, n, abortedPrefix))
 	}
 	eff := f.heard(from, n)
 	if n.Aborted && n.Code != FailMismatch && n.Seq <= f.started { // a mismatch aborts by its own rules, keeping both calls
@@ -378,7 +382,7 @@ func (f *Failure) Heard(from int, n Notice) Effects {
 // every rank, and an announcement could reach a rank still in an earlier
 // collective and fail it.
 func (f *Failure) abortAfter(from int, n Notice, seq uint64) Effects {
-	cause := f.noticeError(from, n, "its side of the communicator was aborted: ")
+	cause := f.noticeError(from, n, abortedPrefix)
 	o, ok := f.ops[seq]
 	if !ok {
 		return f.Abort(cause, false, true)
@@ -391,8 +395,7 @@ func (f *Failure) abortAfter(from int, n Notice, seq uint64) Effects {
 }
 
 func (f *Failure) heard(from int, n Notice) Effects {
-	switch {
-	case n.Seq > f.started:
+	if n.Seq > f.started {
 		if a := f.aheadFor(n.Seq); a.fail == nil { // the first notice, as for a running collective
 			a.fail = &heard{from: from, n: n}
 		}
@@ -435,14 +438,28 @@ func (f *Failure) Frame(from int, seq uint64, sig Signature) (keep bool, eff Eff
 // here: a different call aborts, and the sender is told (it may be
 // waiting on a rank that will not come).
 func (f *Failure) late(from int, seq uint64, sig Signature) Effects {
-	r := f.recent[seq%RecentCalls]
-	if r.seq != seq || SigMatch(r.sig, sig) {
+	mine, differ := f.finishedDiffers(seq, sig)
+	if !differ {
 		return Effects{}
 	}
-	err := &MismatchError{Peer: from, Seq: seq, Local: r.sig, Remote: sig}
+	err := &MismatchError{Peer: from, Seq: seq, Local: mine, Remote: sig}
 	eff := f.AbortFor(err)
-	eff.Tell = append(eff.Tell, Tell{To: from, Notice: Notice{Seq: seq, Sig: r.sig, Code: FailMismatch, Culprit: -1, Reason: err.Error()}})
+	eff.Tell = append(eff.Tell, Tell{To: from, Notice: mismatchNotice(seq, mine, err)})
 	return eff
+}
+
+// finishedDiffers reports this rank's call at collective seq, finished
+// here, and whether it differs from sig (false when seq is no longer
+// among the RecentCalls kept).
+func (f *Failure) finishedDiffers(seq uint64, sig Signature) (mine Signature, differ bool) {
+	r := f.recent[seq%RecentCalls]
+	return r.sig, r.seq == seq && !SigMatch(r.sig, sig)
+}
+
+// mismatchNotice tells a peer that this rank's call at seq was mine, and
+// what it found (me).
+func mismatchNotice(seq uint64, mine Signature, me *MismatchError) Notice {
+	return Notice{Seq: seq, Sig: mine, Code: FailMismatch, Culprit: -1, Reason: me.Error()}
 }
 
 // Probe is what a Failure says of a collective a peer asked about.
@@ -470,12 +487,12 @@ func (f *Failure) Probed(from int, seq uint64, sig Signature) (Probe, Effects) {
 	o, ok := f.ops[seq]
 	switch {
 	case !ok:
-		r := f.recent[seq%RecentCalls]
-		if r.seq != seq || SigMatch(r.sig, sig) {
+		mine, differ := f.finishedDiffers(seq, sig)
+		if !differ {
 			return ProbeNothing, Effects{}
 		}
-		reason := (&MismatchError{Peer: f.Rank, Seq: seq, Local: sig, Remote: r.sig}).Error()
-		return ProbeNothing, Effects{Tell: []Tell{{To: from, Notice: Notice{Seq: seq, Sig: r.sig, Code: FailMismatch, Culprit: -1, Reason: reason}}}}
+		me := &MismatchError{Peer: f.Rank, Seq: seq, Local: sig, Remote: mine} // in the asker's words
+		return ProbeNothing, Effects{Tell: []Tell{{To: from, Notice: mismatchNotice(seq, mine, me)}}}
 	case !SigMatch(o.sig, sig):
 		return ProbeNothing, f.Fail(seq, &MismatchError{Peer: from, Seq: seq, Local: o.sig, Remote: sig}, true)
 	}

@@ -116,13 +116,15 @@ func (c *Comm) execute(o *op) error {
 	var refused error
 	c.input(func(f *comm.Failure) comm.Effects {
 		eff := f.Start(o.seq, o.sig, nil)
-		refused = f.Err(o.seq) // the communicator was aborted
+		if refused = f.Err(o.seq); refused != nil { // the communicator was aborted
+			more, _ := f.Finish(o.seq)
+			eff.Add(more)
+		}
 		return eff
 	})
 	if refused != nil {
 		// An aborted rank never posts again; its peers learn from its
 		// state. A bad argument is still named as such.
-		c.input(func(f *comm.Failure) comm.Effects { eff, _ := f.Finish(o.seq); return eff })
 		if o.verr != nil {
 			return c.opError(o, o.verr)
 		}
