@@ -65,7 +65,7 @@ type Failure struct {
 	started uint64
 	ops     map[uint64]failOp // by value: a collective allocates nothing here
 	recent  [RecentCalls]recentCall
-	ahead   map[uint64]*aheadNote
+	ahead   map[uint64]aheadNote
 	aborted *AbortedError
 	quiet   bool           // aborted by the deadline rule, unannounced
 	own     *MismatchError // the mismatch of this communicator's own calls that aborted it
@@ -227,16 +227,16 @@ func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 		refused = f.aborted
 	}
 	f.ops[seq] = failOp{sig: sig, refused: refused != nil}
-	a := f.ahead[seq]
+	a, had := f.ahead[seq]
 	delete(f.ahead, seq)
 	switch {
 	case refused != nil:
 		return f.Fail(seq, refused, true)
-	case a != nil && a.sigFrom >= 0 && !SigMatch(sig, a.sig):
+	case had && a.sigFrom >= 0 && !SigMatch(sig, a.sig):
 		return f.Fail(seq, &MismatchError{Peer: a.sigFrom, Seq: seq, Local: sig, Remote: a.sig}, true)
-	case a != nil && a.otherFrom >= 0 && !SigMatch(sig, a.other):
+	case had && a.otherFrom >= 0 && !SigMatch(sig, a.other):
 		return f.Fail(seq, &MismatchError{Peer: a.otherFrom, Seq: seq, Local: sig, Remote: a.other}, true)
-	case a != nil && a.fail != nil:
+	case had && a.fail != nil:
 		eff := f.Fail(seq, f.remoteFailure(a.fail.from, a.fail.n, seq, sig), true)
 		if n := a.fail.n; n.Aborted && n.Code != FailMismatch {
 			eff.Add(f.abortAfter(a.fail.from, n, seq))
@@ -398,6 +398,7 @@ func (f *Failure) heard(from int, n Notice) Effects {
 	if n.Seq > f.started {
 		if a := f.aheadFor(n.Seq); a.fail == nil { // the first notice, as for a running collective
 			a.fail = &heard{from: from, n: n}
+			f.ahead[n.Seq] = a
 		}
 		return Effects{}
 	}
@@ -499,24 +500,28 @@ func (f *Failure) Probed(from int, seq uint64, sig Signature) (Probe, Effects) {
 	return ProbeRunning, Effects{}
 }
 
-func (f *Failure) aheadFor(seq uint64) *aheadNote {
+// aheadFor is what peers said so far of collective seq, not started
+// here; the caller stores it back. The notes are kept by value, so a
+// frame that comes before its collective starts here (the common case of
+// a small one) allocates nothing.
+func (f *Failure) aheadFor(seq uint64) aheadNote {
 	if f.ahead == nil {
-		f.ahead = map[uint64]*aheadNote{}
+		f.ahead = map[uint64]aheadNote{}
 	}
-	a := f.ahead[seq]
-	if a == nil {
-		a = &aheadNote{sigFrom: -1, otherFrom: -1}
-		f.ahead[seq] = a
+	if a, ok := f.ahead[seq]; ok {
+		return a
 	}
-	return a
+	return aheadNote{sigFrom: -1, otherFrom: -1}
 }
 
 func (f *Failure) aheadSig(from int, seq uint64, sig Signature) {
 	switch a := f.aheadFor(seq); {
 	case a.sigFrom < 0:
 		a.sigFrom, a.sig = from, sig
+		f.ahead[seq] = a
 	case a.otherFrom < 0 && !SigMatch(a.sig, sig):
 		a.otherFrom, a.other = from, sig
+		f.ahead[seq] = a
 	}
 }
 

@@ -45,10 +45,14 @@ type Comm struct {
 	// failure decides how collectives end and when the communicator is
 	// aborted (comm.Failure); fed under mu (input, applyLocked).
 	failure comm.Failure
-	ops     map[uint64]*op      // collectives in flight, by sequence number
-	arrived map[mkey]frame      // frames that arrived before anyone waited for them
-	waiters map[mkey]chan frame // receives waiting for a frame (buffered, capacity 1)
-	posted  map[mkey]*posted    // Recvs started with Start, waiting for their frame (posted.go)
+	ops     map[uint64]*op // collectives in flight, by sequence number
+	// spareOps are finished ops that succeeded, for newOp to reuse: none
+	// is referenced from anywhere else (its watch of the caller's
+	// context was stopped before it ran, its done never closed).
+	spareOps []*op
+	arrived  map[mkey]frame      // frames that arrived before anyone waited for them
+	waiters  map[mkey]chan frame // receives waiting for a frame (buffered, capacity 1)
+	posted   map[mkey]*posted    // Recvs started with Start, waiting for their frame (posted.go)
 	// watching: the watcher of the posted Recvs runs.
 	watching bool
 	sendSeq  map[p2pKey]uint64 // next message number to send, by (peer, tag)

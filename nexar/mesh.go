@@ -85,7 +85,8 @@ type link struct {
 	finished bool          // the goodbye was written; guarded by sem
 	finish   func() error  // ends the outgoing stream after the goodbye; guarded by sem
 
-	r        io.Reader
+	r        io.Reader // or pump, which reads the connection itself
+	pump     *pump
 	onEnd    func()        // called when r ended with a goodbye (QUIC: ack it); may be nil
 	readDone chan struct{} // closed when the read loop returned
 	clean    bool          // r ended with a goodbye; written before readDone closes
@@ -171,16 +172,26 @@ func (m *mesh) linksOf(p *peer) []*link {
 	return ls
 }
 
+// deliverer is how the frames read from l reach the handler.
+func (m *mesh) deliverer(l *link) func(Header, []byte) {
+	return func(h Header, payload []byte) {
+		l.heard.Store(true)
+		if h.Kind != frameHeartbeat {
+			hoptrace.Mark(hoptrace.Read, m.cfg.Rank, l.peer.rank, h.Seq, h.Step)
+			m.h.Deliver(l.peer.rank, h, payload)
+		}
+	}
+}
+
 func (m *mesh) readLoop(l *link) {
 	defer m.loops.Done()
 	p := l.peer
-	err := readFrames(l.r, func(h Header, payload []byte) {
-		l.heard.Store(true)
-		if h.Kind != frameHeartbeat {
-			hoptrace.Mark(hoptrace.Read, m.cfg.Rank, p.rank, h.Seq, h.Step)
-			m.h.Deliver(p.rank, h, payload)
-		}
-	})
+	var err error
+	if l.pump != nil {
+		err = l.pump.run()
+	} else {
+		err = readFrames(l.r, m.deliverer(l))
+	}
 	l.clean = err == nil
 	close(l.readDone)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -37,11 +38,20 @@ type op struct {
 	unwatch  func() bool    // stops watching the caller's context; nil if it cannot end
 	err      error          // the first failure; written under c.mu before done closes
 	behind   map[int]uint64 // peers that said they have not started seq: their last started; guarded by c.mu
+	slots    [4][]byte      // a one-lane schedule's temp slots (run)
 }
 
-// newOp must be called with c.mu held.
+// newOp must be called with c.mu held. It reuses an op that finished
+// (spareOps), so that a collective allocates none.
 func (c *Comm) newOp(parent context.Context, seq uint64, sig comm.Signature) *op {
-	o := &op{c: c, seq: seq, sig: sig, done: make(chan struct{}), deadline: time.Now().Add(c.opt.Timeout)}
+	var o *op
+	if n := len(c.spareOps); n > 0 {
+		o = c.spareOps[n-1]
+		c.spareOps = c.spareOps[:n-1]
+		*o = op{c: c, seq: seq, sig: sig, done: o.done, deadline: time.Now().Add(c.opt.Timeout)}
+	} else {
+		o = &op{c: c, seq: seq, sig: sig, done: make(chan struct{}), deadline: time.Now().Add(c.opt.Timeout)}
+	}
 	if d, ok := parent.Deadline(); ok && d.Before(o.deadline) {
 		o.deadline = d
 	}
@@ -209,13 +219,12 @@ func localFailure(err error) error {
 // (comm.Failure.Finish), unannounced: the collective's failure notice has
 // gone to every member already, and each aborts as it reads it.
 func (o *op) finish() error {
-	if o.unwatch != nil {
-		o.unwatch()
-	}
+	stopped := o.unwatch == nil || o.unwatch() // nothing will fail it from outside any more
 	c := o.c
+	seq, kind := o.seq, o.sig.Kind
 	c.mu.Lock()
-	eff, err := c.failure.Finish(o.seq)
-	delete(c.ops, o.seq)
+	eff, err := c.failure.Finish(seq)
+	delete(c.ops, seq)
 	if err != nil {
 		for k, f := range c.arrived {
 			if k.kind == FrameData && k.seq == o.seq {
@@ -225,6 +234,13 @@ func (o *op) finish() error {
 		}
 	}
 	behind := o.behind
+	if stopped && err == nil && len(c.spareOps) < maxSpareOps {
+		select {
+		case <-o.done: // closed: it cannot serve again
+		default:
+			c.spareOps = append(c.spareOps, o) // o is not read again here
+		}
+	}
 	post := c.applyLocked(eff)
 	c.mu.Unlock()
 	post()
@@ -232,15 +248,19 @@ func (o *op) finish() error {
 		return nil
 	}
 	if errors.Is(err, comm.ErrTimeout) && len(behind) > 0 {
-		late := &comm.LateError{Err: err, Seq: o.seq}
+		late := &comm.LateError{Err: err, Seq: seq}
 		for _, p := range slices.Sorted(maps.Keys(behind)) {
 			late.Ranks = append(late.Ranks, p)
 			late.Last = append(late.Last, behind[p])
 		}
 		err = late
 	}
-	return &comm.OpError{Rank: c.rank, Peer: peerOf(err), Kind: o.sig.Kind, Seq: o.seq, Comm: c.name, Err: err}
+	return &comm.OpError{Rank: c.rank, Peer: peerOf(err), Kind: kind, Seq: seq, Comm: c.name, Err: err}
 }
+
+// maxSpareOps bounds the finished ops a communicator keeps for reuse: as
+// many as collectives usually run at once.
+const maxSpareOps = 8
 
 // The schedule's interface to the runtime.
 
@@ -317,6 +337,11 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 		c.mu.Unlock()
 		return got(<-ch) // delivered while we gave up: it is ours after all
 	}
+	if peer != c.rank {
+		if f, ok := c.spin(ch, peer, ctx.Done()); ok {
+			return got(f)
+		}
+	}
 	var (
 		timer   *time.Timer
 		fire    <-chan time.Time
@@ -378,6 +403,46 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 			}
 			timer.Reset(time.Until(earlier(probeAt, deadline)))
 		}
+	}
+}
+
+// spin is the progress engine's busy wait: before a receive sleeps, it
+// reads the peer's connections itself (poller) for up to Options.Spin,
+// yielding the processor to this process's other goroutines and to other
+// processes between tries, so that a frame that comes soon is taken
+// without the sleep and the wakeup a blocking wait costs (each several
+// microseconds: a small collective is a few such waits). It reports the
+// frame if one came on ch; it gives up at once when quit closes (the
+// collective failed, the caller's context ended).
+func (c *Comm) spin(ch chan frame, peer int, quit <-chan struct{}) (frame, bool) {
+	pl, ok := c.w.tr.(poller)
+	budget := c.opt.Spin
+	if budget == 0 && !c.w.crowded {
+		budget = c.opt.Cost.Latency
+	}
+	if !ok || budget <= 0 {
+		return frame{}, false
+	}
+	wr := c.members[peer]
+	var start time.Time
+	for i := 0; ; i++ {
+		pl.poll(wr)
+		select {
+		case f := <-ch:
+			return f, true
+		case <-quit:
+			return frame{}, false
+		default:
+		}
+		if i%16 == 0 {
+			if now := time.Now(); i == 0 {
+				start = now
+			} else if now.Sub(start) >= budget {
+				return frame{}, false
+			}
+		}
+		runtime.Gosched()
+		yieldCPU()
 	}
 }
 

@@ -24,6 +24,16 @@ type Options struct {
 	// data towards each other are detected rather than waiting for Timeout.
 	// If zero, defaults to 1 s.
 	ProbeAfter time.Duration
+	// Spin is how long a collective's receive reads its peer's
+	// connections itself, yielding the processor between tries, before it
+	// sleeps until its frame comes (the progress engine: pump.go; over
+	// TCP, other transports always sleep). Negative: never spin. If zero,
+	// defaults to the cost model's Latency (α: a frame in flight comes
+	// within about that; a longer wait is a peer still computing, better
+	// slept through), or to no spin when this host runs more than twice
+	// as many ranks of the world as it has cores (by the transport's
+	// addresses), whose spinning would take the cores the others need.
+	Spin time.Duration
 	// SegmentBytes is the pipelining unit of the large-message schedules
 	// (rounded down to whole elements, at most MaxFrame). If zero, defaults
 	// to 256 KiB.

@@ -21,16 +21,31 @@ import (
 // lane's steps come in index order, its one waiter (schedule.Schedule
 // promises one) waits for step i by taking ticks until it sees i or later.
 func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
+	if s.Lanes > 1 {
+		return o.runLanes(s, send, recv, k)
+	}
+	// One lane: the runner stays on this stack and its few temp slots
+	// are the op's (reused with it: Comm.newOp), so a small collective
+	// allocates nothing here.
+	x := runner{o: o, s: s, send: send, recv: recv, k: k}
+	if n := len(s.Temps); n <= len(o.slots) {
+		x.temps = o.slots[:n]
+	} else {
+		x.temps = make([][]byte, n)
+	}
+	defer x.release()
+	for i := range s.Steps {
+		if err := x.step(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runLanes is run for a schedule of several lanes.
+func (o *op) runLanes(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
 	x := &runner{o: o, s: s, send: send, recv: recv, k: k, temps: make([][]byte, len(s.Temps))}
 	defer x.release()
-	if s.Lanes <= 1 {
-		for i := range s.Steps {
-			if err := x.step(i); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	x.ticks = make([]chan int, s.Lanes)
 	x.seen = make([]int, s.Lanes)
 	for l, w := range s.Waited {

@@ -369,7 +369,11 @@ func (t *tcpTransport) acceptorHandshake(c *net.TCPConn) (*peer, int, error) {
 }
 
 func (t *tcpTransport) newLink(c *net.TCPConn, p *peer) *link {
-	l := newLink(p, c, c.CloseWrite, bufio.NewReaderSize(c, 64<<10))
+	l := newLink(p, c, c.CloseWrite, nil)
+	var err error
+	if l.pump, err = newPump(c, t.m.deliverer(l)); err != nil {
+		l.r = bufio.NewReaderSize(c, 64<<10) // no raw socket: the read loop reads it alone
+	}
 	l.abort = func(string) {
 		if t.m.closing.Load() || !t.expel(l, c) {
 			c.Close()

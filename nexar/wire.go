@@ -189,45 +189,128 @@ var errNoGoodbye = errors.New("its connection ended without a goodbye: the proce
 // ended at a frame boundary without one, errGaveUp at an expel record, and
 // otherwise the read or decode error.
 func readFrames(r io.Reader, deliver func(Header, []byte)) error {
-	var hb [HeaderSize]byte
+	fr := newFrameReader()
+	defer fr.release()
 	for {
-		if _, err := io.ReadFull(r, hb[:]); err != nil {
-			if err == io.EOF {
-				return errNoGoodbye
-			}
+		switch err := fr.read(r.Read, deliver); err {
+		case nil:
+		case errEnded:
+			return nil
+		default:
 			return err
 		}
-		if isRecord(hb[:], heartbeatRecord) {
-			deliver(Header{Kind: frameHeartbeat}, nil)
+	}
+}
+
+// frameReader decodes the frames of one byte stream as its bytes arrive,
+// in pieces of any size: readFrames drives it with blocking reads, a TCP
+// link's pump (pump.go) with non-blocking ones, from whichever goroutine
+// holds the link. Small frames are read in bulk into a staging buffer
+// and copied out; the rest of a large payload is read straight into it.
+type frameReader struct {
+	stage   []byte // staging: stage[r:w] is read and not yet decoded
+	r, w    int
+	filling bool   // a frame's payload is being filled
+	h       Header // that frame
+	payload []byte
+	got     int  // bytes of payload filled
+	goodbye bool // the goodbye record came: only the end of the stream may follow
+}
+
+// stageSize is a frameReader's staging buffer: a read takes up to this
+// much, so a burst of small frames costs one system call.
+const stageSize = 64 << 10
+
+func newFrameReader() *frameReader { return &frameReader{stage: getBuf(stageSize)} }
+
+// release gives back the buffers; the reader is not used again.
+func (fr *frameReader) release() {
+	putBuf(fr.stage)
+	putBuf(fr.payload)
+	fr.stage, fr.payload = nil, nil
+}
+
+// read makes one call of src and delivers every frame the bytes
+// complete. It returns src's error as it is (a non-blocking source's
+// "would block" included), except for the end of the stream, which it
+// judges as readFrames says: nil becomes errNoGoodbye or
+// io.ErrUnexpectedEOF, or, after the goodbye, errEnded.
+func (fr *frameReader) read(src func([]byte) (int, error), deliver func(Header, []byte)) error {
+	var n int
+	var err error
+	if fr.filling && len(fr.payload)-fr.got >= stageSize/2 && fr.r == fr.w {
+		n, err = src(fr.payload[fr.got:])
+		fr.got += max(n, 0)
+	} else {
+		if fr.r == fr.w {
+			fr.r, fr.w = 0, 0
+		}
+		n, err = src(fr.stage[fr.w:])
+		fr.w += max(n, 0)
+	}
+	if perr := fr.decode(deliver); perr != nil {
+		return perr
+	}
+	if err == io.EOF {
+		switch {
+		case fr.goodbye:
+			return errEnded
+		case fr.filling || fr.r < fr.w:
+			return io.ErrUnexpectedEOF
+		}
+		return errNoGoodbye
+	}
+	return err
+}
+
+// errEnded is what frameReader.read returns for a stream that ended
+// cleanly: the goodbye record, then the end.
+var errEnded = errors.New("the stream ended with the goodbye record")
+
+// decode delivers the frames complete in the staging buffer and moves
+// the rest of a large payload's bytes into it.
+func (fr *frameReader) decode(deliver func(Header, []byte)) error {
+	for {
+		if fr.filling {
+			k := copy(fr.payload[fr.got:], fr.stage[fr.r:fr.w])
+			fr.r += k
+			fr.got += k
+			if fr.got < len(fr.payload) {
+				return nil
+			}
+			p := fr.payload
+			fr.filling, fr.payload = false, nil
+			deliver(fr.h, p)
 			continue
 		}
-		if isRecord(hb[:], expelRecord) {
-			return errGaveUp
+		if fr.goodbye && fr.r < fr.w {
+			return &HeaderError{"kind", "data after the goodbye record"}
 		}
-		if isGoodbye(hb[:]) {
-			// Nothing may follow the goodbye but the end of the stream.
-			var one [1]byte
-			switch _, err := io.ReadFull(r, one[:]); err {
-			case io.EOF:
-				return nil
-			case nil:
-				return &HeaderError{"kind", "data after the goodbye record"}
-			default:
-				return err
+		if fr.w-fr.r < HeaderSize {
+			if fr.r > 0 && fr.w == len(fr.stage) {
+				fr.w = copy(fr.stage, fr.stage[fr.r:fr.w])
+				fr.r = 0
 			}
+			return nil
 		}
-		h, err := decodeHeader(hb[:])
+		hb := fr.stage[fr.r : fr.r+HeaderSize]
+		switch {
+		case isRecord(hb, heartbeatRecord):
+			fr.r += HeaderSize
+			deliver(Header{Kind: frameHeartbeat}, nil)
+			continue
+		case isRecord(hb, expelRecord):
+			return errGaveUp
+		case isGoodbye(hb):
+			fr.r += HeaderSize
+			fr.goodbye = true
+			continue
+		}
+		h, err := decodeHeader(hb)
 		if err != nil {
 			return err
 		}
-		payload := getBuf(int(h.Len))
-		if _, err := io.ReadFull(r, payload); err != nil {
-			putBuf(payload)
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		deliver(h, payload)
+		fr.r += HeaderSize
+		fr.filling, fr.h, fr.payload, fr.got = true, h, getBuf(int(h.Len)), 0
 	}
 }

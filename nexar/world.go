@@ -19,6 +19,9 @@ type world struct {
 	size int
 	log  *slog.Logger
 	news lastWords // failure news being sent (news.go); the world Comm's Close shuts it
+	// crowded: this host runs many more of the world's ranks than it has
+	// cores, so receives do not spin (Options.Spin); set by attach.
+	crowded bool
 
 	mu      sync.Mutex         // guards everything below (and tr while it is attached)
 	pending []func(Transport)  // what waits for the transport (news.go)
@@ -63,8 +66,9 @@ func newWorld(log *slog.Logger, rank, size int) *world {
 // Handler path reads w.tr only under w.mu (withTransport), and what waited
 // for it runs now.
 func (w *world) attach(tr Transport) {
+	busy := crowded(tr)
 	w.mu.Lock()
-	w.tr = tr
+	w.tr, w.crowded = tr, busy
 	pending := w.pending
 	w.pending = nil
 	w.mu.Unlock()

@@ -1,0 +1,163 @@
+package nexar
+
+import (
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"syscall"
+)
+
+// The progress engine's read side of a TCP link.
+//
+// A link's bytes are read by whoever holds its pump: the link's read loop,
+// parked in the netpoller until the socket is readable, or a receive that
+// waits for a frame from that peer and, before it sleeps, reads the socket
+// itself (poll, with non-blocking reads: Comm.await's spin). Either reads
+// until the socket has nothing more (EAGAIN) and delivers every frame the
+// bytes complete, to whichever receive it is for, so a frame someone
+// already waits for reaches it without the read loop → handler → waiter
+// hop and without a sleeping process being woken for it.
+//
+// Why no byte is left unread: the read loop parks only after it has itself
+// found the socket empty while holding the pump, and the netpoller wakes
+// it for any byte that arrives after that (Go's netpoller is
+// edge-triggered and remembers a readiness that comes before the park). A
+// poll that reads bytes does not change this: it reads until the socket is
+// empty too, and it holds the pump only with TryLock, so it never waits
+// behind the read loop. The end of the stream, or its failure, found by a
+// poll is kept in the pump for the read loop, which wakes for it (the end
+// is a readiness too) and returns it.
+type pump struct {
+	rc      syscall.RawConn
+	deliver func(Header, []byte) // the mesh's delivery of a frame from this link
+
+	mu  sync.Mutex // its holder reads the socket and decodes
+	fr  *frameReader
+	end error // the stream's end (errEnded) or failure, once found; guarded by mu
+	fd  int   // the socket, while the holder reads it
+
+	// Made once, so that a poll allocates nothing.
+	src     func([]byte) (int, error) // reads fd
+	drainFD func(fd uintptr)
+}
+
+// poller is a Transport whose receives can read a peer's connections
+// themselves (the TCP transport's pumps).
+type poller interface {
+	// poll reads what has arrived from peer, without waiting, and
+	// delivers the frames it completes. It returns at once if another
+	// goroutine is reading that peer's connection.
+	poll(peer int)
+}
+
+func newPump(c *net.TCPConn, deliver func(Header, []byte)) (*pump, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	p := &pump{rc: rc, deliver: deliver, fr: newFrameReader()}
+	p.src = func(b []byte) (int, error) { return readFD(p.fd, b) }
+	p.drainFD = func(fd uintptr) { p.drainLocked(int(fd)) }
+	return p, nil
+}
+
+// run is the link's read loop: it reads until the stream ends, and
+// returns as readFrames does.
+func (p *pump) run() error {
+	err := p.rc.Read(func(fd uintptr) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.drainLocked(int(fd)) // the socket is empty: park until it is readable
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fr.release()
+	switch {
+	case err != nil:
+		p.end = err // the connection was closed here
+		return err
+	case p.end == errEnded:
+		return nil
+	}
+	return p.end
+}
+
+// poll reads what has arrived, unless another goroutine holds the pump.
+func (p *pump) poll() {
+	if !p.mu.TryLock() {
+		return
+	}
+	defer p.mu.Unlock()
+	if p.end == nil {
+		p.rc.Control(p.drainFD)
+	}
+}
+
+// drainLocked reads fd until it would block, delivering every frame
+// completed; it reports false once the stream has ended (p.end).
+func (p *pump) drainLocked(fd int) (empty bool) {
+	p.fd = fd
+	for p.end == nil {
+		switch err := p.fr.read(p.src, p.deliver); err {
+		case nil:
+		case syscall.EAGAIN:
+			return true
+		default:
+			p.end = err
+		}
+	}
+	return false
+}
+
+// readFD is a non-blocking read(2) of fd into b: EAGAIN when nothing is
+// there, io.EOF at the end of the stream.
+func readFD(fd int, b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, b)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// poll implements poller.
+func (t *tcpTransport) poll(peer int) {
+	if peer < 0 || peer >= len(t.m.peers) || t.m.peers[peer] == nil {
+		return
+	}
+	for _, l := range t.m.peers[peer].links {
+		if l != nil && l.pump != nil {
+			l.pump.poll()
+		}
+	}
+}
+
+// yieldCPU gives the processor to another process (sched_yield).
+func yieldCPU() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// crowded reports whether this host runs more than twice as many ranks
+// of tr's world as it has cores, by the transport's addresses: then no
+// receive spins (Options.Spin).
+func crowded(tr Transport) bool {
+	host := func(r int) string {
+		h, _, err := net.SplitHostPort(tr.PeerAddr(r))
+		if err != nil {
+			return ""
+		}
+		return h
+	}
+	me, here := host(tr.Rank()), 0
+	for r := range tr.Size() {
+		if host(r) == me {
+			here++
+		}
+	}
+	return here > 2*runtime.NumCPU()
+}
