@@ -13,21 +13,23 @@ import (
 // A link's bytes are read by whoever holds its pump: the link's read loop,
 // parked in the netpoller until the socket is readable, or a receive that
 // waits for a frame from that peer and, before it sleeps, reads the socket
-// itself (poll, with non-blocking reads: Comm.await's spin). Either reads
-// until the socket has nothing more (EAGAIN) and delivers every frame the
-// bytes complete, to whichever receive it is for, so a frame someone
-// already waits for reaches it without the read loop → handler → waiter
-// hop and without a sleeping process being woken for it.
+// itself (poll, with non-blocking reads: Comm.await's spin). Either
+// delivers every frame the bytes it reads complete, to whichever receive
+// it is for, so a frame someone already waits for reaches it without the
+// read loop → handler → waiter hop and without a sleeping process being
+// woken for it. The read loop reads until the socket is empty; a poll
+// makes a few reads at most (pollReads).
 //
 // Why no byte is left unread: the read loop parks only after it has itself
 // found the socket empty while holding the pump, and the netpoller wakes
 // it for any byte that arrives after that (Go's netpoller is
 // edge-triggered and remembers a readiness that comes before the park). A
-// poll that reads bytes does not change this: it reads until the socket is
-// empty too, and it holds the pump only with TryLock, so it never waits
-// behind the read loop. The end of the stream, or its failure, found by a
-// poll is kept in the pump for the read loop, which wakes for it (the end
-// is a readiness too) and returns it.
+// poll does not change this, whatever it reads or leaves: the bytes in
+// the socket all came after the read loop last found it empty. A poll
+// holds the pump only with TryLock, so it never waits behind the read
+// loop. The end of the stream, or its failure, found by a poll is kept in
+// the pump for the read loop, which wakes for it (the end is a readiness
+// too) and returns it.
 type pump struct {
 	rc      syscall.RawConn
 	deliver func(Header, []byte) // the mesh's delivery of a frame from this link
@@ -58,7 +60,7 @@ func newPump(c *net.TCPConn, deliver func(Header, []byte)) (*pump, error) {
 	}
 	p := &pump{rc: rc, deliver: deliver, fr: newFrameReader()}
 	p.src = func(b []byte) (int, error) { return readFD(p.fd, b) }
-	p.drainFD = func(fd uintptr) { p.drainLocked(int(fd)) }
+	p.drainFD = func(fd uintptr) { p.drainLocked(int(fd), pollReads) }
 	return p, nil
 }
 
@@ -68,7 +70,7 @@ func (p *pump) run() error {
 	err := p.rc.Read(func(fd uintptr) bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return !p.drainLocked(int(fd)) // the socket is empty: park until it is readable
+		return !p.drainLocked(int(fd), -1) // the socket is empty: park until it is readable
 	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -95,10 +97,12 @@ func (p *pump) poll() {
 }
 
 // drainLocked reads fd until it would block, delivering every frame
-// completed; it reports false once the stream has ended (p.end).
-func (p *pump) drainLocked(fd int) (empty bool) {
+// completed, or, with reads ≥ 0, until it has made that many reads; it
+// reports whether it found the socket empty (false also once the stream
+// has ended: p.end).
+func (p *pump) drainLocked(fd int, reads int) (empty bool) {
 	p.fd = fd
-	for p.end == nil {
+	for ; p.end == nil && reads != 0; reads-- {
 		switch err := p.fr.read(p.src, p.deliver); err {
 		case nil:
 		case syscall.EAGAIN:
@@ -109,6 +113,15 @@ func (p *pump) drainLocked(fd int) (empty bool) {
 	}
 	return false
 }
+
+// pollReads bounds the reads of one poll: a receive reads what came
+// for it and the frames that came with it, but it does not take over a
+// stream that keeps coming (a large message to another receive) — the
+// read loop, which the netpoller wakes for those bytes, reads them.
+// Stopping early leaves nothing behind: every byte in the socket came
+// after the read loop last found it empty, so the netpoller has woken
+// the read loop for it.
+const pollReads = 4
 
 // readFD is a non-blocking read(2) of fd into b: EAGAIN when nothing is
 // there, io.EOF at the end of the stream.
