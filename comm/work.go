@@ -15,6 +15,17 @@ type Work struct {
 	// is, and its error is mapErr of inner's.
 	inner  *Work
 	mapErr func(error) error
+
+	spin func(done <-chan struct{}) // NewSpinningWork's; nil: Wait only sleeps
+}
+
+// NewSpinningWork is NewWork for an operation that its waiter can move
+// on itself, as a transport's progress engine does: before Wait sleeps,
+// it calls spin with the Work's Done channel, and spin returns when that
+// closes or when it gives up (it must be bounded: a short busy wait that
+// reads the network, say). Only Wait spins; Test and Done do not.
+func NewSpinningWork(spin func(done <-chan struct{})) *Work {
+	return &Work{done: make(chan struct{}), spin: spin}
 }
 
 // NewWork returns a Work that is running until Complete is called.
@@ -39,7 +50,7 @@ func Succeeded() *Work { return succeeded }
 // communicator hands on a part's operation in its own terms without a
 // goroutine to wait for it. The returned Work's Complete has no effect.
 func (w *Work) Map(f func(error) error) *Work {
-	return &Work{done: w.done, inner: w, mapErr: f}
+	return &Work{done: w.done, inner: w, mapErr: f, spin: w.spin}
 }
 
 // Complete marks w done with err. Only the first call has an effect.
@@ -57,6 +68,13 @@ func (w *Work) Complete(err error) {
 // operation ends by itself: on success, or on an error that its context's
 // deadline, a peer's failure or the communicator's failure timeout raised.
 func (w *Work) Wait() error {
+	if w.spin != nil {
+		select {
+		case <-w.done:
+		default:
+			w.spin(w.done)
+		}
+	}
 	<-w.done
 	return w.result()
 }

@@ -337,10 +337,23 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 		c.mu.Unlock()
 		return got(<-ch) // delivered while we gave up: it is ours after all
 	}
-	if peer != c.rank {
-		if f, ok := c.spin(ch, peer, ctx.Done()); ok {
-			return got(f)
+	var (
+		spun frame
+		took bool
+	)
+	c.spin(peer, func() bool {
+		select {
+		case spun = <-ch:
+			took = true
+			return true
+		case <-ctx.Done(): // the wait below ends it
+			return true
+		default:
+			return false
 		}
+	})
+	if took {
+		return got(spun)
 	}
 	var (
 		timer   *time.Timer
@@ -406,39 +419,36 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	}
 }
 
-// spin is the progress engine's busy wait: before a receive sleeps, it
-// reads the peer's connections itself (poller) for up to Options.Spin,
-// yielding the processor to this process's other goroutines and to other
-// processes between tries, so that a frame that comes soon is taken
-// without the sleep and the wakeup a blocking wait costs (each several
-// microseconds: a small collective is a few such waits). It reports the
-// frame if one came on ch; it gives up at once when quit closes (the
-// collective failed, the caller's context ended).
-func (c *Comm) spin(ch chan frame, peer int, quit <-chan struct{}) (frame, bool) {
+// spin is the progress engine's busy wait: before a receive from peer
+// sleeps, it reads the peer's connections itself (poller) for up to
+// Options.Spin, yielding the processor to this process's other goroutines
+// and to other processes between tries, so that a frame that comes soon
+// is taken without the sleep and the wakeup a blocking wait costs (each
+// several microseconds: a small collective is a few such waits). It
+// returns as soon as ready reports true (the frame came, or the wait is
+// over for another reason), and reports that; false when it gave up or
+// cannot spin.
+func (c *Comm) spin(peer int, ready func() bool) bool {
 	pl, ok := c.w.tr.(poller)
 	budget := c.opt.Spin
 	if budget == 0 && !c.w.crowded {
 		budget = c.opt.Cost.Latency
 	}
-	if !ok || budget <= 0 {
-		return frame{}, false
+	if !ok || budget <= 0 || peer == c.rank {
+		return false
 	}
 	wr := c.members[peer]
 	var start time.Time
 	for i := 0; ; i++ {
 		pl.poll(wr)
-		select {
-		case f := <-ch:
-			return f, true
-		case <-quit:
-			return frame{}, false
-		default:
+		if ready() {
+			return true
 		}
 		if i%16 == 0 {
 			if now := time.Now(); i == 0 {
 				start = now
 			} else if now.Sub(start) >= budget {
-				return frame{}, false
+				return false
 			}
 		}
 		runtime.Gosched()

@@ -29,6 +29,7 @@ import (
 
 // posted is a Recv of one frame waiting in Comm.posted.
 type posted struct {
+	c        *Comm
 	call     comm.Call
 	num      uint64
 	key      mkey
@@ -43,7 +44,7 @@ const postedLinger = time.Second
 
 // postRecv starts message num of a Recv of one frame.
 func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.Work {
-	p := &posted{call: call, num: num, key: p2pFrameKey(call, num, 0), deadline: time.Now().Add(c.opt.Timeout)}
+	p := &posted{c: c, call: call, num: num, key: p2pFrameKey(call, num, 0), deadline: time.Now().Add(c.opt.Timeout)}
 	c.mu.Lock()
 	if f, ok := c.arrived[p.key]; ok {
 		delete(c.arrived, p.key)
@@ -58,7 +59,7 @@ func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.W
 		c.mu.Unlock()
 		return comm.Failed(c.p2pError(call, err))
 	}
-	p.work = comm.NewWork()
+	p.work = comm.NewSpinningWork(p.spin)
 	c.posted[p.key] = p
 	if !c.watching {
 		c.watching = true
@@ -89,6 +90,19 @@ func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.W
 		}
 	}
 	return p.work
+}
+
+// spin is the Recv's Work's: its Wait reads the peer's connections
+// before it sleeps (Comm.spin).
+func (p *posted) spin(done <-chan struct{}) {
+	p.c.spin(p.call.Peer, func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
 }
 
 // takePostedLocked removes the Recv posted for k, if any, for its caller
