@@ -215,6 +215,11 @@ type frameReader struct {
 	payload []byte
 	got     int  // bytes of payload filled
 	goodbye bool // the goodbye record came: only the end of the stream may follow
+	// bulk: the last frame was large. Large frames come in runs (a
+	// pipelined message), so the next read takes a header alone, and
+	// the payload after it, if large too, goes straight into its buffer
+	// rather than through the staging buffer.
+	bulk bool
 }
 
 // stageSize is a frameReader's staging buffer: a read takes up to this
@@ -245,7 +250,11 @@ func (fr *frameReader) read(src func([]byte) (int, error), deliver func(Header, 
 		if fr.r == fr.w {
 			fr.r, fr.w = 0, 0
 		}
-		n, err = src(fr.stage[fr.w:])
+		into := fr.stage[fr.w:]
+		if fr.bulk && !fr.filling && fr.w == 0 {
+			into = into[:HeaderSize]
+		}
+		n, err = src(into)
 		fr.w += max(n, 0)
 	}
 	if perr := fr.decode(deliver); perr != nil {
@@ -312,5 +321,6 @@ func (fr *frameReader) decode(deliver func(Header, []byte)) error {
 		}
 		fr.r += HeaderSize
 		fr.filling, fr.h, fr.payload, fr.got = true, h, getBuf(int(h.Len)), 0
+		fr.bulk = h.Len >= stageSize/2
 	}
 }
