@@ -227,7 +227,7 @@ func (o *op) finish() error {
 	delete(c.ops, seq)
 	if err != nil {
 		for k, f := range c.arrived {
-			if k.kind == FrameData && k.seq == o.seq {
+			if k.kind == FrameData && k.seq == seq {
 				putBuf(f.payload)
 				delete(c.arrived, k)
 			}

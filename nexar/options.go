@@ -24,10 +24,11 @@ type Options struct {
 	// data towards each other are detected rather than waiting for Timeout.
 	// If zero, defaults to 1 s.
 	ProbeAfter time.Duration
-	// Spin is how long a collective's receive reads its peer's
-	// connections itself, yielding the processor between tries, before it
-	// sleeps until its frame comes (the progress engine: pump.go; over
-	// TCP, other transports always sleep). Negative: never spin. If zero,
+	// Spin is how long a receive — a collective's, a Recv, the Wait of a
+	// started Recv — reads its peer's connections itself, yielding the
+	// processor between tries, before it sleeps until its frame comes
+	// (the progress engine: pump.go; over TCP, other transports always
+	// sleep). Negative: never spin. If zero,
 	// defaults to the cost model's Latency (α: a frame in flight comes
 	// within about that; a longer wait is a peer still computing, better
 	// slept through), or to no spin when this host runs more than twice
