@@ -27,6 +27,17 @@ var netKinds = []struct {
 }{
 	{"quic", "udp", NewQUIC},
 	{"tcp", "tcp", NewTCP},
+	{"tls", "tcp", dialTLSLane},
+	{"lanes", "udp+tcp", NewLanes},
+}
+
+// dialTLSLane is newTLSLane as a Transport constructor.
+func dialTLSLane(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) {
+	t, err := newTLSLane(ctx, cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // recorder is a Handler that counts frames per source, checks each with an
@@ -364,7 +375,8 @@ func TestNetConnectCanceled(t *testing.T) {
 			}
 			if cfgs[0].PacketConn != nil {
 				cfgs[0].PacketConn.Close()
-			} else {
+			}
+			if cfgs[0].Listener != nil {
 				cfgs[0].Listener.Close()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -522,23 +534,34 @@ func TestNetChildProcess(t *testing.T) {
 	cfg.Rank = 1
 	cfg.Addrs = strings.Split(os.Getenv(childEnv+"_ADDRS"), ",")
 	cfg.FailureTimeout = time.Second
-	f := os.NewFile(3, "socket from the parent")
+	// The parent hands over the UDP socket, the TCP listener or both, in
+	// that order, from file descriptor 3.
+	fd := uintptr(3)
 	var dial func(context.Context, NetConfig, Handler) (Transport, error)
-	switch kind {
-	case "quic":
+	for _, k := range netKinds {
+		if k.name == kind {
+			dial = k.dial
+		}
+	}
+	if strings.HasPrefix(netKindOf(kind), "udp") {
+		f := os.NewFile(fd, "UDP socket from the parent")
 		pc, err := net.FilePacketConn(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.PacketConn, dial = pc, NewQUIC
-	case "tcp":
+		f.Close()
+		cfg.PacketConn = pc
+		fd++
+	}
+	if strings.HasSuffix(netKindOf(kind), "tcp") {
+		f := os.NewFile(fd, "TCP listener from the parent")
 		ln, err := net.FileListener(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Listener, dial = ln, NewTCP
+		f.Close()
+		cfg.Listener = ln
 	}
-	f.Close()
 	tr, err := dial(context.Background(), cfg, newRecorder())
 	if err != nil {
 		t.Fatal(err)
@@ -546,6 +569,40 @@ func TestNetChildProcess(t *testing.T) {
 	fmt.Println("ready")
 	time.Sleep(30 * time.Second) // until killed
 	tr.Close()
+}
+
+// netKindOf is the socket kind of the transport named kind.
+func netKindOf(kind string) string {
+	for _, k := range netKinds {
+		if k.name == kind {
+			return k.network
+		}
+	}
+	return ""
+}
+
+// socketFiles returns the files of cfg's UDP socket and TCP listener (those
+// it has, in that order), for a child process, and closes the sockets.
+func socketFiles(t *testing.T, cfg NetConfig) []*os.File {
+	t.Helper()
+	var files []*os.File
+	if pc, ok := cfg.PacketConn.(*net.UDPConn); ok {
+		f, err := pc.File()
+		pc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	if ln, ok := cfg.Listener.(*net.TCPListener); ok {
+		f, err := ln.File()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
 }
 
 // TestNetPeerDeath: a peer process killed with SIGKILL is reported failed
@@ -559,20 +616,10 @@ func TestNetPeerDeath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var f *os.File
-			if pc, ok := cfgs[1].PacketConn.(*net.UDPConn); ok {
-				f, err = pc.File()
-				pc.Close()
-			} else {
-				f, err = cfgs[1].Listener.(*net.TCPListener).File()
-				cfgs[1].Listener.Close()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			files := socketFiles(t, cfgs[1])
 			cmd := exec.Command(os.Args[0], "-test.run=^TestNetChildProcess$", "-test.v")
 			cmd.Env = append(os.Environ(), childEnv+"="+k.name, childEnv+"_ADDRS="+strings.Join(cfgs[0].Addrs, ","))
-			cmd.ExtraFiles = []*os.File{f}
+			cmd.ExtraFiles = files
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -581,7 +628,9 @@ func TestNetPeerDeath(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			f.Close()
+			for _, f := range files {
+				f.Close()
+			}
 			defer cmd.Wait()
 			defer cmd.Process.Kill()
 			ready := make(chan struct{})
