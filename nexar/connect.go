@@ -34,17 +34,7 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 		cfg.Net.Logger = opt.Logger
 	}
 	w := newWorld(opt.Logger, cfg.Net.Rank, len(cfg.Net.Addrs))
-	var tr Transport
-	switch cfg.Network {
-	case "", "quic":
-		tr, err = NewLanes(ctx, cfg.Net, w)
-	case "quic-only":
-		tr, err = NewQUIC(ctx, cfg.Net, w)
-	case "tcp":
-		tr, err = NewTCP(ctx, cfg.Net, w)
-	default:
-		return nil, fmt.Errorf("nexar.Connect: unknown network %q (want %s)", cfg.Network, Networks)
-	}
+	tr, err := NewNetwork(ctx, cfg.Network, cfg.Net, w)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +45,26 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// NewNetwork joins the mesh over the network named network (Config.Network;
+// empty is "quic"): NewLanes, NewQUIC or NewTCP.
+func NewNetwork(ctx context.Context, network string, cfg NetConfig, h Handler) (Transport, error) {
+	switch network {
+	case "", "quic":
+		return NewLanes(ctx, cfg, h)
+	case "quic-only":
+		return NewQUIC(ctx, cfg, h)
+	case "tcp":
+		return NewTCP(ctx, cfg, h)
+	}
+	if cfg.PacketConn != nil {
+		cfg.PacketConn.Close()
+	}
+	if cfg.Listener != nil {
+		cfg.Listener.Close()
+	}
+	return nil, fmt.Errorf("nexar: unknown network %q (want %s)", network, Networks)
 }
 
 // NewLocalWorld returns n communicators, one per rank, joined over a real

@@ -3,6 +3,7 @@ package nexar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -44,6 +45,9 @@ import (
 // SegmentBytes pieces (256 KiB by default), so every piece of a large
 // collective goes on the TLS lane.
 const BulkFrameMin = 16 << 10
+
+// laneNames names the lanes, for messages.
+var laneNames = [2]string{"QUIC", "TLS"}
 
 // lanes is the transport of the default network.
 type lanes struct {
@@ -102,39 +106,49 @@ func NewLanes(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		wg         sync.WaitGroup
-		qerr, terr error
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  [2]error // QUIC's, the TLS lane's
+		first = -1     // the lane that failed first
 	)
+	failed := func(lane int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs[lane] = err
+		if first < 0 {
+			first = lane
+			cancel() // the other lane cannot form either
+		}
+	}
 	wg.Go(func() {
-		var t Transport
-		if t, qerr = NewQUIC(ctx, qcfg, laneHandler{d, 0}); qerr == nil {
-			d.small = t.(*quicTransport)
+		if t, err := NewQUIC(ctx, qcfg, laneHandler{d, 0}); err != nil {
+			failed(0, err)
 		} else {
-			cancel()
+			d.small = t.(*quicTransport)
 		}
 	})
 	wg.Go(func() {
-		if d.bulk, terr = newTLSLane(ctx, tcfg, laneHandler{d, 1}); terr != nil {
-			cancel()
+		if t, err := newTLSLane(ctx, tcfg, laneHandler{d, 1}); err != nil {
+			failed(1, err)
+		} else {
+			d.bulk = t
 		}
 	})
 	wg.Wait()
-	if qerr != nil || terr != nil {
+	if first >= 0 {
 		if d.small != nil {
 			d.small.Close()
 		}
 		if d.bulk != nil {
 			d.bulk.Close()
 		}
-		// The lane that failed first says why; the other one's error is
-		// then our own cancellation.
-		switch {
-		case qerr == nil:
-			return nil, terr
-		case terr == nil, !errors.Is(qerr, comm.ErrCanceled) && !errors.Is(qerr, context.Canceled):
-			return nil, qerr
+		// The lane that failed first says why; the other one adds what
+		// it saw unless it only stopped because of the first.
+		err := errs[first]
+		if o := errs[1-first]; o != nil && !errors.Is(o, comm.ErrCanceled) && !errors.Is(o, context.Canceled) {
+			err = fmt.Errorf("%w; the %s lane: %v", err, laneNames[1-first], o)
 		}
-		return nil, terr
+		return nil, err
 	}
 	d.mu.Lock()
 	d.formed = true

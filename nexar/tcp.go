@@ -395,14 +395,8 @@ func (t *tcpTransport) acceptorHandshake(c *net.TCPConn) (*peer, int, error) {
 // newLink makes a link of a connection: c carries the frames (raw itself,
 // or the TLS connection over it), raw is the socket.
 func (t *tcpTransport) newLink(c net.Conn, raw *net.TCPConn, p *peer) *link {
-	finish := raw.CloseWrite
-	if c != net.Conn(raw) {
-		// TLS: close_notify, then the socket's FIN.
-		finish = func() error {
-			c.(interface{ CloseWrite() error }).CloseWrite()
-			return raw.CloseWrite()
-		}
-	}
+	// TLS (laneConn): close_notify, then the socket's FIN.
+	finish := c.(interface{ CloseWrite() error }).CloseWrite
 	l := newLink(p, c, finish, bufio.NewReaderSize(c, 64<<10))
 	l.abort = func(string) {
 		if t.m.closing.Load() || !t.expel(l, c, raw) {

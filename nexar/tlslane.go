@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // The TLS lane: the TCP transport (tcp.go) with every connection in TLS 1.3,
@@ -68,7 +70,8 @@ func (s *tlsLane) dial(ctx context.Context, t *tcpTransport, c *net.TCPConn, p *
 		vmu  sync.Mutex
 		verr error
 	)
-	tc := tls.Client(c, bulk(s.ca.clientTLS(s.leaf, p.rank, func(err error) {
+	cc := &corkConn{TCPConn: c}
+	tc := tls.Client(cc, bulk(s.ca.clientTLS(s.leaf, p.rank, func(err error) {
 		vmu.Lock()
 		verr = err
 		vmu.Unlock()
@@ -98,7 +101,7 @@ func (s *tlsLane) dial(ctx context.Context, t *tcpTransport, c *net.TCPConn, p *
 		return nil, tlsSetupError(err)
 	}
 	t.tune(c)
-	return t.newLink(tc, c, p), nil
+	return t.newLink(laneConn{tc, cc}, c, p), nil
 }
 
 // tlsSetupError marks the errors of a connection attempt that retrying
@@ -116,14 +119,18 @@ func tlsSetupError(err error) error {
 func (s *tlsLane) accept(ctx context.Context, t *tcpTransport, c *net.TCPConn) error {
 	conf := bulk(s.ca.serverTLS(s.leaf, t.m.wantDialer, nil))
 	conf.SessionTicketsDisabled = true // no resumption: nothing to send after the handshake
-	tc := tls.Server(c, conf)
+	cc := &corkConn{TCPConn: c}
+	tc := tls.Server(cc, conf)
 	me, conns := t.m.cfg.Rank, t.m.cfg.ConnsPerPeer
 	done := within(ctx, c)
 	rank, hi, err := func() (int, hello, error) {
 		if err := tc.HandshakeContext(ctx); err != nil {
 			var op *net.OpError
-			if errors.As(err, &op) && op.Op == "remote error" {
+			switch {
+			case errors.As(err, &op) && op.Op == "remote error":
 				return -1, hello{}, fmt.Errorf("the dialer refused our certificate (%v): it runs with a different job key or job id", err)
+			case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
+				return -1, hello{}, fmt.Errorf("the dialer hung up during the TLS handshake (%v): did it refuse our certificate (a different job key or job id)?", err)
 			}
 			return -1, hello{}, err
 		}
@@ -145,8 +152,93 @@ func (s *tlsLane) accept(ctx context.Context, t *tcpTransport, c *net.TCPConn) e
 		return err
 	}
 	t.tune(c)
-	return t.m.registerAnswering(t.newLink(tc, c, t.m.peers[rank]), hi.idx, func() error {
+	return t.m.registerAnswering(t.newLink(laneConn{tc, cc}, c, t.m.peers[rank]), hi.idx, func() error {
 		_, err := tc.Write(hello{from: me, to: rank, idx: hi.idx, conns: conns}.encode())
 		return err
 	})
+}
+
+// corkSize is the most a TLS lane's connection gathers into one write to
+// the socket while it writes a frame.
+const corkSize = 256 << 10
+
+// laneConn is a TLS lane's connection as its link uses it: a frame is
+// written with the socket corked, so that TLS's records (16 KiB each, one
+// write each) reach the kernel in writes of up to corkSize, and its
+// outgoing direction ends with TLS's close_notify and then the socket's
+// FIN.
+type laneConn struct {
+	*tls.Conn
+	cork *corkConn
+}
+
+// Write writes p (a frame, or its header or payload) and flushes it.
+func (c laneConn) Write(p []byte) (int, error) {
+	c.cork.corked(true)
+	n, err := c.Conn.Write(p)
+	if ferr := c.cork.corked(false); err == nil && ferr != nil {
+		n, err = 0, ferr
+	}
+	return n, err
+}
+
+// CloseWrite sends close_notify and ends the socket's outgoing direction.
+func (c laneConn) CloseWrite() error {
+	c.Conn.CloseWrite()
+	return c.cork.CloseWrite()
+}
+
+// corkConn is the socket under a TLS lane's connection. While corked, the
+// records TLS writes are gathered in a buffer (from the frame pool, held
+// only while corked) and written when it is full or when uncorked.
+// crypto/tls serializes its writes; the mutex keeps a record that TLS
+// writes from its reading side (an alert) in order with the buffer.
+type corkConn struct {
+	*net.TCPConn
+	mu   sync.Mutex
+	cork bool
+	buf  []byte
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.cork {
+		return c.TCPConn.Write(p)
+	}
+	if c.buf == nil {
+		c.buf = getBuf(corkSize)[:0]
+	}
+	if len(c.buf)+len(p) > cap(c.buf) {
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) > cap(c.buf) {
+		return c.TCPConn.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
+
+// corked corks or uncorks the socket; uncorking writes what was gathered
+// and returns the buffer to the pool.
+func (c *corkConn) corked(on bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cork = on
+	if on || c.buf == nil {
+		return nil
+	}
+	err := c.flush()
+	putBuf(c.buf)
+	c.buf = nil
+	return err
+}
+
+// flush writes the buffer; c.mu is held.
+func (c *corkConn) flush() error {
+	_, err := c.TCPConn.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
 }
