@@ -67,8 +67,9 @@ type laneState struct {
 }
 
 type laneReport struct {
-	peer int
-	err  error
+	lane, peer int
+	err        error
+	failed     bool // not a close: the other lane is cut
 }
 
 // laneHandler is the Handler one lane is given.
@@ -156,7 +157,7 @@ func NewLanes(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) 
 	d.pending = nil
 	d.mu.Unlock()
 	for _, r := range pending {
-		h.PeerFailed(r.peer, r.err)
+		d.report(r)
 	}
 	return d, nil
 }
@@ -178,17 +179,29 @@ func (d *lanes) laneFailed(lane, peer int, err error) {
 		}
 	}
 	st.reported = true
+	r := laneReport{lane, peer, err, !closed}
 	if !d.formed {
-		d.pending = append(d.pending, laneReport{peer, err})
+		// The lanes may not both exist yet.
+		d.pending = append(d.pending, r)
 		d.mu.Unlock()
 		return
 	}
 	d.mu.Unlock()
-	d.h.PeerFailed(peer, err)
-	if !closed {
-		// The other lane's report of the cut is dropped above.
-		d.other(lane).DropPeer(peer, err)
+	d.report(r)
+}
+
+// report cuts the other lane to a failed peer, so that no send to it
+// succeeds once the handler knows (the other lane's report of the cut is
+// dropped by laneFailed), and tells the handler.
+func (d *lanes) report(r laneReport) {
+	if r.failed {
+		cause := r.err
+		if pe := (*comm.PeerError)(nil); errors.As(cause, &pe) {
+			cause = pe.Err // the other lane names the peer itself
+		}
+		d.other(r.lane).DropPeer(r.peer, cause)
 	}
+	d.h.PeerFailed(r.peer, r.err)
 }
 
 // other returns the lane that is not lane.

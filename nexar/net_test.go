@@ -319,49 +319,63 @@ func TestNetAllToAll(t *testing.T) {
 	}
 }
 
-// TestNetWrongKey: a rank with another job key cannot join; both sides
-// fail, the dialer at once, the acceptor at its ConnectTimeout, and both
-// say why.
+// TestNetWrongKey: a rank with another job key, or of another job (the
+// same key, another job id), cannot join; both sides fail, the dialer at
+// once, the acceptor at its ConnectTimeout, and both say why.
 func TestNetWrongKey(t *testing.T) {
 	for _, k := range netKinds {
-		t.Run(k.name, func(t *testing.T) {
-			cfg := baseConfig()
-			cfg.ConnectTimeout = 1500 * time.Millisecond
-			cfgs, err := LocalConfigs(k.network, 2, cfg)
-			if err != nil {
-				t.Fatal(err)
+		for _, other := range []string{"key", "job"} {
+			t.Run(k.name+"/"+other, func(t *testing.T) { wrongKey(t, k.network, k.dial, other) })
+		}
+	}
+}
+
+// wrongKey is a case of TestNetWrongKey: rank 1 has another job key
+// (other "key") or job id ("job").
+func wrongKey(t *testing.T, network string, dial func(context.Context, NetConfig, Handler) (Transport, error), other string) {
+	cfg := baseConfig()
+	cfg.ConnectTimeout = 1500 * time.Millisecond
+	cfgs, err := LocalConfigs(network, 2, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the dialer's error says: the certificate's job (QUIC, TLS),
+	// or that the key or the job id differs (plain TCP cannot tell which).
+	says := []string{"job key"}
+	if other == "key" {
+		cfgs[1].JobKey = []byte("not the job key, but long enough")
+	} else {
+		cfgs[1].JobID = "another-job"
+		says = []string{`this is job "another-job"`, "job id"}
+	}
+	errs := make([]error, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			start := time.Now()
+			tr, err := dial(context.Background(), cfgs[i], newRecorder())
+			took[i] = time.Since(start)
+			if tr != nil {
+				tr.Close()
 			}
-			cfgs[1].JobKey = []byte("not the job key, but long enough")
-			errs := make([]error, 2)
-			took := make([]time.Duration, 2)
-			var wg sync.WaitGroup
-			for i := range 2 {
-				wg.Go(func() {
-					start := time.Now()
-					tr, err := k.dial(context.Background(), cfgs[i], newRecorder())
-					took[i] = time.Since(start)
-					if tr != nil {
-						tr.Close()
-					}
-					errs[i] = err
-				})
-			}
-			wg.Wait()
-			t.Logf("acceptor (rank 0): %v", errs[0])
-			t.Logf("dialer (rank 1): %v", errs[1])
-			if !errors.Is(errs[1], ErrAuth) || !strings.Contains(errs[1].Error(), "job key") {
-				t.Errorf("dialer: %v, want an ErrAuth that names the job key", errs[1])
-			}
-			if took[1] >= cfg.ConnectTimeout {
-				t.Errorf("dialer took %v to refuse: it should fail at once, not at its ConnectTimeout (%v)", took[1], cfg.ConnectTimeout)
-			}
-			if !errors.Is(errs[0], comm.ErrTimeout) || !strings.Contains(errs[0].Error(), "rank(s) [1]") || !strings.Contains(errs[0].Error(), "different job key") {
-				t.Errorf("acceptor: %v, want a timeout naming rank 1", errs[0])
-			}
-			if took[0] > cfg.ConnectTimeout+2*time.Second {
-				t.Errorf("acceptor took %v, ConnectTimeout is %v", took[0], cfg.ConnectTimeout)
-			}
+			errs[i] = err
 		})
+	}
+	wg.Wait()
+	t.Logf("acceptor (rank 0): %v", errs[0])
+	t.Logf("dialer (rank 1): %v", errs[1])
+	if !errors.Is(errs[1], ErrAuth) || !slices.ContainsFunc(says, func(s string) bool { return strings.Contains(errs[1].Error(), s) }) {
+		t.Errorf("dialer: %v, want an ErrAuth that says one of %q", errs[1], says)
+	}
+	if took[1] >= cfg.ConnectTimeout {
+		t.Errorf("dialer took %v to refuse: it should fail at once, not at its ConnectTimeout (%v)", took[1], cfg.ConnectTimeout)
+	}
+	if !errors.Is(errs[0], comm.ErrTimeout) || !strings.Contains(errs[0].Error(), "rank(s) [1]") || !strings.Contains(errs[0].Error(), "different job key") {
+		t.Errorf("acceptor: %v, want a timeout naming rank 1", errs[0])
+	}
+	if took[0] > cfg.ConnectTimeout+2*time.Second {
+		t.Errorf("acceptor took %v, ConnectTimeout is %v", took[0], cfg.ConnectTimeout)
 	}
 }
 
