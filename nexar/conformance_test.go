@@ -50,8 +50,9 @@ func TestConformanceMemory(t *testing.T) {
 
 // TestConformanceQUIC runs the suite over QUIC alone (quic-only) and over
 // the default network's two lanes (quic), where the counts put frames on
-// both sides of nexar.BulkFrameMin (65537 elements: pieces of 16 KiB and
-// more take the TLS lane, the rest and every control frame QUIC).
+// both sides of nexar.BulkFrameMin (65537 elements: pieces from
+// BulkFrameMin up take the TLS lane, smaller ones and the control frames
+// QUIC).
 func TestConformanceQUIC(t *testing.T) {
 	for _, network := range []string{"quic-only", "quic"} {
 		counts := []int{0, 1, 7, 4099}

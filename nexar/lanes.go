@@ -31,20 +31,25 @@ import (
 // for its idle timeout: the lane is also the pair's death notice.
 
 // BulkFrameMin is the payload size from which the default network sends a
-// frame on its TLS lane rather than on QUIC. It is the same on every rank
-// (a constant of the protocol, not a measurement made at start-up), though
-// nothing breaks if it is not: a receiver takes frames from both lanes.
+// frame on its TLS lane rather than on QUIC. It is a constant, the same on
+// every rank (though nothing breaks if it is not: a receiver takes frames
+// from both lanes).
 //
-// It is the crossover of the two lanes' α-β models measured with
-// BenchmarkLaneFrame (net_bench_test.go: one frame at a time, one way,
-// each size's time per frame on each lane, 2-core machine, loopback):
-// below it a frame is latency (QUIC's α, 40–60 µs one way, is no worse
-// than what TLS adds to TCP's, and a small frame on QUIC never waits behind
-// a bulk frame on the TCP connection); above it bytes (QUIC's 1/β is
-// 3–4 times the TLS lane's). The schedules cut large messages into
-// SegmentBytes pieces (256 KiB by default), so every piece of a large
-// collective goes on the TLS lane.
-const BulkFrameMin = 16 << 10
+// It comes from the two lanes' α-β models, measured with
+// BenchmarkLaneFrame (net_bench_test.go: one frame at a time, half a round
+// trip, 2-core machine, loopback): QUIC α ≈ 25 µs, 1/β ≈ 4.1 µs per KiB
+// (240 MB/s); the TLS lane α ≈ 13 µs, 1/β ≈ 1.1 µs per KiB. The TLS lane
+// is the faster at every size there, so the switch is not a crossover: it
+// is QUIC's half-performance length n½ = α·β ≈ 6 KB, rounded up to a power
+// of two. Below it a frame's time is mostly latency, and it takes QUIC,
+// where it never waits behind a bulk frame on a TCP connection (a
+// 256 KiB piece holds the TLS lane's connection for ~300 µs) and where
+// control frames (probes, failure notices, the close of a Split child)
+// travel; above it a frame's time is mostly bytes, which the TLS lane
+// moves at 3–4 times QUIC's rate per CPU-second. The schedules cut large
+// messages into SegmentBytes pieces (256 KiB by default), so every piece
+// of a large collective goes on the TLS lane.
+const BulkFrameMin = 8 << 10
 
 // laneNames names the lanes, for messages.
 var laneNames = [2]string{"QUIC", "TLS"}
