@@ -397,7 +397,11 @@ func (t *tcpTransport) acceptorHandshake(c *net.TCPConn) (*peer, int, error) {
 func (t *tcpTransport) newLink(c net.Conn, raw *net.TCPConn, p *peer) *link {
 	// TLS (laneConn): close_notify, then the socket's FIN.
 	finish := c.(interface{ CloseWrite() error }).CloseWrite
-	l := newLink(p, c, finish, bufio.NewReaderSize(c, 64<<10))
+	var r io.Reader = c
+	if c == net.Conn(raw) {
+		r = bufio.NewReaderSize(c, 64<<10)
+	} // TLS buffers what it decrypted, and laneConn reads the socket through a buffer
+	l := newLink(p, c, finish, r)
 	l.abort = func(string) {
 		if t.m.closing.Load() || !t.expel(l, c, raw) {
 			raw.Close()

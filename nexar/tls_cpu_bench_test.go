@@ -1,10 +1,14 @@
 package nexar
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // Bytes per CPU-second of one direction of one pair over the TLS lane, as
@@ -96,4 +100,44 @@ func mustRaw(b *testing.B, c *net.TCPConn) syscall.RawConn {
 		b.Fatal(err)
 	}
 	return rc
+}
+
+// BenchmarkAllReduceCPU is a 4-rank AllReduce of 4 MiB over each network,
+// all ranks in this process, with its bus bandwidth per CPU-second
+// (2(P−1)/P of the buffer per iteration, over the process's CPU time):
+// what encryption costs a collective where the CPU, not the link, is the
+// bound, as on loopback.
+//
+//	go test -run '^$' -bench 'AllReduceCPU' -benchtime 30x -count 3 ./nexar/
+func BenchmarkAllReduceCPU(b *testing.B) {
+	const ranks, n = 4, 4 << 20 / 4 // 4 MiB of f32
+	bus := 2 * (ranks - 1) * 4 * n / ranks
+	for _, network := range []string{"tcp", "quic", "quic-only"} {
+		b.Run(network, func(b *testing.B) {
+			cs, err := NewLocalWorld(context.Background(), ranks, network, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer CloseAll(cs)
+			bufs := make([][]float32, ranks)
+			for r := range bufs {
+				bufs[r] = make([]float32, n)
+			}
+			b.SetBytes(int64(bus))
+			cpu := startCPU()
+			b.ResetTimer()
+			for range b.N {
+				var wg sync.WaitGroup
+				for r, c := range cs {
+					wg.Go(func() {
+						if err := c.AllReduce(context.Background(), comm.Host(bufs[r]), comm.Host(bufs[r]), comm.Sum); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			cpu.report(b, bus)
+		})
+	}
 }

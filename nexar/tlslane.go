@@ -1,6 +1,7 @@
 package nexar
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -70,7 +71,7 @@ func (s *tlsLane) dial(ctx context.Context, t *tcpTransport, c *net.TCPConn, p *
 		vmu  sync.Mutex
 		verr error
 	)
-	cc := &corkConn{TCPConn: c}
+	cc := &corkConn{TCPConn: c, r: bufio.NewReaderSize(c, 64<<10)}
 	tc := tls.Client(cc, bulk(s.ca.clientTLS(s.leaf, p.rank, func(err error) {
 		vmu.Lock()
 		verr = err
@@ -119,7 +120,7 @@ func tlsSetupError(err error) error {
 func (s *tlsLane) accept(ctx context.Context, t *tcpTransport, c *net.TCPConn) error {
 	conf := bulk(s.ca.serverTLS(s.leaf, t.m.wantDialer, nil))
 	conf.SessionTicketsDisabled = true // no resumption: nothing to send after the handshake
-	cc := &corkConn{TCPConn: c}
+	cc := &corkConn{TCPConn: c, r: bufio.NewReaderSize(c, 64<<10)}
 	tc := tls.Server(cc, conf)
 	me, conns := t.m.cfg.Rank, t.m.cfg.ConnsPerPeer
 	done := within(ctx, c)
@@ -195,10 +196,13 @@ func (c laneConn) CloseWrite() error {
 // writes from its reading side (an alert) in order with the buffer.
 type corkConn struct {
 	*net.TCPConn
+	r    *bufio.Reader // reads the socket for TLS, 64 KiB at a time: TLS asks for a record's worth
 	mu   sync.Mutex
 	cork bool
 	buf  []byte
 }
+
+func (c *corkConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
