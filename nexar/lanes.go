@@ -123,7 +123,11 @@ func NewLanes(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) 
 		errs[lane] = err
 		if first < 0 {
 			first = lane
-			cancel() // the other lane cannot form either
+		}
+		if !errors.Is(err, comm.ErrTimeout) {
+			// The other lane cannot form either. (At the deadline
+			// both end by themselves, and each says what it saw.)
+			cancel()
 		}
 	}
 	wg.Go(func() {

@@ -246,3 +246,50 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// TestNetworkMismatch: a rank of network tcp and one of network quic
+// never join (each waits for its ConnectTimeout), and the acceptor's error
+// says that the networks differ.
+func TestNetworkMismatch(t *testing.T) {
+	for _, tcpDials := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tcp-dials=%v", tcpDials), func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.ConnectTimeout = time.Second
+			cfgs, err := LocalConfigs("udp+tcp", 2, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tcpRank := 0
+			if tcpDials {
+				tcpRank = 1
+			}
+			cfgs[tcpRank].PacketConn.Close()
+			cfgs[tcpRank].PacketConn = nil
+			errs := make([]error, 2)
+			done := make(chan struct{})
+			for i := range 2 {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					network := "quic"
+					if i == tcpRank {
+						network = "tcp"
+					}
+					tr, err := NewNetwork(context.Background(), network, cfgs[i], newRecorder())
+					if tr != nil {
+						tr.Close()
+					}
+					errs[i] = err
+				}()
+			}
+			<-done
+			<-done
+			want := "it speaks TLS: it runs with network quic"
+			if tcpDials {
+				want = "it runs with network tcp, this rank with quic"
+			}
+			if !strings.Contains(fmt.Sprint(errs[0]), want) || errs[1] == nil {
+				t.Errorf("acceptor: %v; dialer: %v; want the acceptor to say %q", errs[0], errs[1], want)
+			}
+		})
+	}
+}

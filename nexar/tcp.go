@@ -209,6 +209,9 @@ func (t *tcpTransport) encodeHello(from, to, idx int, nonce []byte) []byte {
 
 func decodeTCPHello(b []byte) (h hello, nonce []byte, err error) {
 	if [4]byte(b[:4]) != tcpMagic {
+		if b[0] == 0x16 && b[1] == 0x03 { // a TLS handshake record
+			return hello{}, nil, permanent{fmt.Errorf("it speaks TLS: it runs with network quic (whose TLS lane is on TCP), this rank with tcp; every rank must use the same network")}
+		}
 		return hello{}, nil, permanent{fmt.Errorf("its hello is not hiercomm's (%q): a different program or version", b[:4])}
 	}
 	return hello{

@@ -2,6 +2,7 @@ package nexar
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -126,10 +127,15 @@ func (s *tlsLane) accept(ctx context.Context, t *tcpTransport, c *net.TCPConn) e
 	done := within(ctx, c)
 	rank, hi, err := func() (int, hello, error) {
 		if err := tc.HandshakeContext(ctx); err != nil {
-			var op *net.OpError
+			var (
+				op *net.OpError
+				rh tls.RecordHeaderError
+			)
 			switch {
 			case errors.As(err, &op) && op.Op == "remote error":
 				return -1, hello{}, fmt.Errorf("the dialer refused our certificate (%v): it runs with a different job key or job id", err)
+			case errors.As(err, &rh) && bytes.HasPrefix(rh.RecordHeader[:], tcpMagic[:]):
+				return -1, hello{}, errors.New("the dialer sent plain TCP's hello: it runs with network tcp, this rank with quic; every rank must use the same network")
 			case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
 				return -1, hello{}, fmt.Errorf("the dialer hung up during the TLS handshake (%v): did it refuse our certificate (a different job key or job id)?", err)
 			}
