@@ -37,11 +37,12 @@ import (
 //
 // It comes from the two lanes' α-β models, measured with
 // BenchmarkLaneFrame (net_bench_test.go: one frame at a time, half a round
-// trip, 2-core machine, loopback): QUIC α ≈ 25 µs, 1/β ≈ 4.1 µs per KiB
-// (240 MB/s); the TLS lane α ≈ 13 µs, 1/β ≈ 1.1 µs per KiB. The TLS lane
-// is the faster at every size there, so the switch is not a crossover: it
-// is QUIC's half-performance length n½ = α·β ≈ 6 KB, rounded up to a power
-// of two. Below it a frame's time is mostly latency, and it takes QUIC,
+// trip, 2-core machine, loopback, medians of 3 runs in two sessions): QUIC
+// α ≈ 18–25 µs, 1/β ≈ 2.8–4.1 µs per KiB (250–365 MB/s); the TLS lane α ≈
+// 13–17 µs, 1/β ≈ 0.8–1.1 µs per KiB. The TLS lane is the faster at every
+// size there, so the switch is not a crossover: it is QUIC's
+// half-performance length n½ = α·β ≈ 6–7 KB, rounded up to a power of
+// two. Below it a frame's time is mostly latency, and it takes QUIC,
 // where it never waits behind a bulk frame on a TCP connection (a
 // 256 KiB piece holds the TLS lane's connection for ~300 µs) and where
 // control frames (probes, failure notices, the close of a Split child)
