@@ -23,8 +23,8 @@ type Config struct {
 	// (cluster.StartLocal: node n is 127.0.0.(n+1)); Ranks must be a
 	// multiple of it. Ignored in process. If zero, 1.
 	Nodes int `json:"nodes"`
-	// Network is the transport between the ranks: "quic" or "tcp" ("memory"
-	// for ranks in one process only).
+	// Network is the transport between the ranks: "quic", "quic-only" or
+	// "tcp" ("memory" for ranks in one process only).
 	Network string `json:"network"`
 	// Conns is the number of data connections between each pair of
 	// processes (cluster.Launch.ConnsPerPeer, HIERCOMM_CONNS_PER_PEER):

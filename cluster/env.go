@@ -221,8 +221,8 @@ func (e env) own(l *Launch) error {
 		return err
 	}
 	if n := e.get(EnvNetwork); n != "" {
-		if n != "quic" && n != "tcp" {
-			return e.errorf(EnvNetwork, "%s=%s: use quic (encrypted, the default) or tcp (trusted fabrics)", EnvNetwork, n)
+		if !knownNetwork(n) {
+			return e.errorf(EnvNetwork, "%s=%s: use %s", EnvNetwork, n, networkNames)
 		}
 		l.Network = n
 	}

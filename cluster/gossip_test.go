@@ -218,13 +218,17 @@ func TestBindGossip(t *testing.T) {
 }
 
 func TestBindData(t *testing.T) {
-	for _, network := range []string{"quic", "tcp"} {
+	for _, network := range []string{"quic", "quic-only", "tcp"} {
 		d, err := BindData(network, "127.0.0.1", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (d.Packet != nil) != (network == "quic") || (d.Listener != nil) != (network == "tcp") || !strings.HasPrefix(d.Addr, "127.0.0.1:") {
+		if (d.Packet != nil) != (network != "tcp") || (d.Listener != nil) != (network != "quic-only") || !strings.HasPrefix(d.Addr, "127.0.0.1:") {
 			t.Errorf("BindData(%q) = %+v", network, d)
+		}
+		// Network quic: QUIC and its TLS lane on the same port.
+		if d.Packet != nil && d.Listener != nil && d.Packet.LocalAddr().String() != d.Listener.Addr().String() {
+			t.Errorf("BindData(quic): UDP on %v, TCP on %v; want the same port", d.Packet.LocalAddr(), d.Listener.Addr())
 		}
 		d.Close()
 	}

@@ -10,15 +10,17 @@ import (
 const (
 	fdGossipTCP = 3
 	fdGossipUDP = 4
-	fdData      = 5
+	fdData      = 5 // the UDP socket (quic, quic-only) or the TCP listener (tcp)
+	fdDataTCP   = 6 // network quic: the TCP listener of its TLS lane
 )
 
 // IsLocalChild reports whether this process was started by StartLocal
-// (its launcher sockets are on file descriptors 3 to 5).
+// (its launcher sockets are on file descriptors 3 to 5, or 6).
 func IsLocalChild() bool { return os.Getenv(EnvLauncherSockets) == "1" }
 
 // LauncherSockets returns the sockets a local job's launcher handed this
-// process (file descriptors 3, 4 and 5), for network "quic" or "tcp". It is
+// process (file descriptors 3, 4, 5 and, for network "quic", 6), for
+// network "quic", "quic-only" or "tcp". It is
 // called only when the environment says they are there
 // (HIERCOMM_LAUNCHER_SOCKETS=1).
 func LauncherSockets(network string) (Sockets, DataSocket, error) {
@@ -67,18 +69,30 @@ func LauncherSockets(network string) (Sockets, DataSocket, error) {
 	}
 	defer f.Close()
 	switch network {
-	case "quic":
+	case "quic", "quic-only":
 		if d.Packet, err = net.FilePacketConn(f); err != nil {
-			return fail(fmt.Errorf("cluster: fd %d is not the launcher's UDP data socket (network quic): %w", fdData, err))
+			return fail(fmt.Errorf("cluster: fd %d is not the launcher's UDP data socket (network %s): %w", fdData, network, err))
 		}
 		d.Addr = d.Packet.LocalAddr().String()
+		if network == "quic-only" {
+			break
+		}
+		ft, err := file(fdDataTCP, "data TCP socket")
+		if err != nil {
+			return fail(err)
+		}
+		d.Listener, err = net.FileListener(ft)
+		ft.Close()
+		if err != nil {
+			return fail(fmt.Errorf("cluster: fd %d is not the launcher's TCP data socket (network quic, its TLS lane): %w", fdDataTCP, err))
+		}
 	case "tcp":
 		if d.Listener, err = net.FileListener(f); err != nil {
 			return fail(fmt.Errorf("cluster: fd %d is not the launcher's TCP data socket (network tcp): %w", fdData, err))
 		}
 		d.Addr = d.Listener.Addr().String()
 	default:
-		return fail(fmt.Errorf("cluster: network %q, want quic or tcp", network))
+		return fail(fmt.Errorf("cluster: network %q, want %s", network, networkNames))
 	}
 	return g, d, nil
 }

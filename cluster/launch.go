@@ -66,7 +66,9 @@ type Launch struct {
 	// Key is the secret every process of the job shares, at least
 	// MinKeyLen bytes. Required when WorldSize > 1.
 	Key []byte
-	// Network is the data-plane transport: "quic" (encrypted) or "tcp"
+	// Network is the data-plane transport: "quic" (encrypted: QUIC, with
+	// a TLS 1.3 lane over TCP on the same port for large frames),
+	// "quic-only" (QUIC alone, for networks that pass only UDP) or "tcp"
 	// (authenticated, not encrypted; for trusted fabrics). If empty,
 	// defaults to "quic".
 	Network string
@@ -75,7 +77,8 @@ type Launch struct {
 	JoinTimeout time.Duration
 	// Inherited reports that the sockets were bound by the parent (the local
 	// launcher, `hiercomm run`) and are open in this process as file
-	// descriptors 3 (gossip TCP), 4 (gossip UDP) and 5 (data); the caller
+	// descriptors 3 (gossip TCP), 4 (gossip UDP), 5 (data) and, for
+	// network quic, 6 (its TLS lane's TCP listener); the caller
 	// takes them with LauncherSockets instead of binding. GossipPort is then
 	// informational.
 	Inherited bool
@@ -141,6 +144,12 @@ const (
 	// StyleSingle: no launcher found; a world of one process.
 	StyleSingle = "single"
 )
+
+// networkNames lists the data-plane networks, for messages.
+const networkNames = "quic (encrypted, the default: QUIC and a TLS lane over TCP on the same port), quic-only (QUIC alone: only UDP) or tcp (trusted fabrics)"
+
+// knownNetwork reports whether n names a data-plane network.
+func knownNetwork(n string) bool { return n == "quic" || n == "quic-only" || n == "tcp" }
 
 // Defaults and limits of Launch.
 const (
@@ -334,9 +343,10 @@ func (l Launch) Resolve() (Launch, error) {
 	switch l.Network {
 	case "":
 		l.Network = DefaultNetwork
-	case "quic", "tcp":
 	default:
-		return bad("Network %q: use quic (encrypted, the default) or tcp (trusted fabrics)", l.Network)
+		if !knownNetwork(l.Network) {
+			return bad("Network %q: use %s", l.Network, networkNames)
+		}
 	}
 	switch l.Intra {
 	case "":

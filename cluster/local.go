@@ -22,7 +22,8 @@ import (
 // variables a real launcher would set (torchrun's, Slurm's or a Kubernetes
 // indexed Job's). The launcher binds every process's sockets itself, on
 // ports the kernel picks, and hands them over as file descriptors 3
-// (gossip TCP), 4 (gossip UDP) and 5 (data), so no two processes or jobs
+// (gossip TCP), 4 (gossip UDP), 5 (data) and 6 (network quic: its TLS
+// lane's TCP listener), so no two processes or jobs
 // ever race for a port. Everything after that is the real path: the
 // children read the environment with LoadLaunch, join through memberlist and
 // get their ranks from the topology.
@@ -47,8 +48,8 @@ type LocalSpec struct {
 	// Slurm's -m cyclic). Kubernetes style assigns ranks in the cluster
 	// layer and accepts only "block".
 	Placement string
-	// Network is the data plane: "quic" or "tcp". If empty, defaults to
-	// "quic".
+	// Network is the data plane: "quic", "quic-only" or "tcp" (see
+	// Launch.Network). If empty, defaults to "quic".
 	Network string
 	// JobID is the job's id. If empty, a random "local-…" id.
 	JobID string
@@ -243,9 +244,10 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	switch spec.Network {
 	case "":
 		spec.Network = "quic"
-	case "quic", "tcp":
 	default:
-		return bad("Network %q: want quic or tcp", spec.Network)
+		if !knownNetwork(spec.Network) {
+			return bad("Network %q: want %s", spec.Network, networkNames)
+		}
 	}
 	if spec.Path == "" {
 		return bad("Path is empty: which program should run?")
@@ -420,7 +422,8 @@ func (spec *LocalSpec) styleEnv(p localProc, n int, seed *net.TCPAddr) []string 
 	}
 }
 
-// files are p's sockets as the child's descriptors 3, 4 and 5.
+// files are p's sockets as the child's descriptors 3, 4, 5 and (network
+// quic) 6.
 func (p *localProc) files() ([]*os.File, error) {
 	var files []*os.File
 	fail := func(err error) ([]*os.File, error) {
@@ -441,17 +444,19 @@ func (p *localProc) files() ([]*os.File, error) {
 	if err := add(p.gossip.UDP.File()); err != nil {
 		return fail(err)
 	}
-	switch {
-	case p.data.Packet != nil:
+	if p.data.Packet == nil && p.data.Listener == nil {
+		return fail(errors.New("no data socket bound"))
+	}
+	// The UDP socket, then the TCP listener: those the network has.
+	if p.data.Packet != nil {
 		if err := add(p.data.Packet.(*net.UDPConn).File()); err != nil {
 			return fail(err)
 		}
-	case p.data.Listener != nil:
+	}
+	if p.data.Listener != nil {
 		if err := add(p.data.Listener.(*net.TCPListener).File()); err != nil {
 			return fail(err)
 		}
-	default:
-		return fail(errors.New("no data socket bound"))
 	}
 	return files, nil
 }

@@ -37,20 +37,9 @@ func BindGossip(ip string, port int) (Sockets, error) {
 	case port < 0 || port > 65535:
 		return Sockets{}, fmt.Errorf("cluster: BindGossip: port %d is not in [0, 65535]", port)
 	}
-	attempts := 1
-	if port == 0 {
-		attempts = maxBindAttempts
-	}
-	var err error
-	for range attempts {
-		var s Sockets
-		s, err = bindGossipOnce(addr, port)
-		if err == nil {
-			return s, nil
-		}
-		if port != 0 || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
+	s, err := bindPair(addr, port)
+	if err == nil {
+		return s, nil
 	}
 	hint := ""
 	if errors.Is(err, syscall.EADDRINUSE) && port != 0 {
@@ -61,7 +50,28 @@ func BindGossip(ip string, port int) (Sockets, error) {
 	return Sockets{}, fmt.Errorf("cluster: BindGossip %s: %w%s", net.JoinHostPort(ip, strconv.Itoa(port)), err, hint)
 }
 
-func bindGossipOnce(ip net.IP, port int) (Sockets, error) {
+// bindPair binds a TCP listener and a UDP socket on ip and the same port,
+// retrying (port 0) until the kernel's pick is free for both.
+func bindPair(ip net.IP, port int) (Sockets, error) {
+	attempts := 1
+	if port == 0 {
+		attempts = maxBindAttempts
+	}
+	var err error
+	for range attempts {
+		var s Sockets
+		s, err = bindPairOnce(ip, port)
+		if err == nil {
+			return s, nil
+		}
+		if port != 0 || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	return Sockets{}, err
+}
+
+func bindPairOnce(ip net.IP, port int) (Sockets, error) {
 	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
 	if err != nil {
 		return Sockets{}, err
@@ -97,16 +107,17 @@ func (s Sockets) Close() error {
 }
 
 // DataSocket is the bound data-plane socket of one process: a UDP socket
-// for QUIC (Packet) or a TCP listener (Listener), exactly one of them set,
-// and the address the other members dial (Addr, published in the member
-// metadata).
+// for QUIC (Packet), a TCP listener (Listener), or both on the same port
+// (network quic: QUIC and its TLS lane), and the address the other members
+// dial (Addr, published in the member metadata).
 type DataSocket struct {
 	Packet   net.PacketConn
 	Listener net.Listener
 	Addr     string
 }
 
-// BindData binds the data-plane socket for network "quic" (a UDP socket) or
+// BindData binds the data-plane sockets for network "quic" (a UDP socket
+// and a TCP listener on the same port), "quic-only" (a UDP socket) or
 // "tcp" (a TCP listener) on ip and port; port 0 lets the kernel pick. ip
 // must be an IP address; as for BindGossip, it is the address the other
 // members reach this process at.
@@ -122,6 +133,12 @@ func BindData(network, ip string, port int) (DataSocket, error) {
 	}
 	switch network {
 	case "quic":
+		s, err := bindPair(addr, port)
+		if err != nil {
+			return DataSocket{}, fmt.Errorf("cluster: BindData: %w", err)
+		}
+		return DataSocket{Packet: s.UDP, Listener: s.TCP, Addr: s.Addr()}, nil
+	case "quic-only":
 		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr, Port: port})
 		if err != nil {
 			return DataSocket{}, fmt.Errorf("cluster: BindData: %w", err)
@@ -134,7 +151,7 @@ func BindData(network, ip string, port int) (DataSocket, error) {
 		}
 		return DataSocket{Listener: ln, Addr: ln.Addr().String()}, nil
 	}
-	return DataSocket{}, fmt.Errorf("cluster: BindData: network %q, want \"quic\" or \"tcp\" (HIERCOMM_NETWORK)", network)
+	return DataSocket{}, fmt.Errorf("cluster: BindData: network %q, want %s (HIERCOMM_NETWORK)", network, networkNames)
 }
 
 // Close closes the socket.

@@ -48,18 +48,29 @@ func TestConformanceMemory(t *testing.T) {
 	}
 }
 
+// TestConformanceQUIC runs the suite over QUIC alone (quic-only) and over
+// the default network's two lanes (quic), where the counts put frames on
+// both sides of nexar.BulkFrameMin (65537 elements: pieces from
+// BulkFrameMin up take the TLS lane, smaller ones and the control frames
+// QUIC).
 func TestConformanceQUIC(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			cs, err := nexar.NewLocalWorld(ctx, n, "quic", nexar.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nexar.CloseAll(cs)
-			commtest.Run(t, asComms(cs), commtest.Options{Counts: []int{0, 1, 7, 4099}})
-		})
+	for _, network := range []string{"quic-only", "quic"} {
+		counts := []int{0, 1, 7, 4099}
+		if network == "quic" {
+			counts = append(counts, 65537)
+		}
+		for _, n := range []int{2, 3, 4} {
+			t.Run(fmt.Sprintf("%s/ranks=%d", network, n), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				cs, err := nexar.NewLocalWorld(ctx, n, network, nexar.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nexar.CloseAll(cs)
+				commtest.Run(t, asComms(cs), commtest.Options{Counts: counts})
+			})
+		}
 	}
 }
 

@@ -11,7 +11,12 @@ import (
 type Config struct {
 	// Net says where the ranks are and how they authenticate.
 	Net NetConfig
-	// Network is "quic" or "tcp". If empty, defaults to "quic".
+	// Network is "quic" (QUIC, with a TLS-over-TCP lane for large
+	// frames: NewLanes; it needs Net.PacketConn and Net.Listener, or both
+	// UDP and TCP free on every address), "quic-only" (QUIC alone: NewQUIC,
+	// for networks that pass only UDP or need QUIC's connection migration)
+	// or "tcp" (plain TCP, for trusted fabrics: NewTCP). If empty, defaults
+	// to "quic".
 	Network string
 	// Options tune the collectives.
 	Options
@@ -29,15 +34,7 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 		cfg.Net.Logger = opt.Logger
 	}
 	w := newWorld(opt.Logger, cfg.Net.Rank, len(cfg.Net.Addrs))
-	var tr Transport
-	switch cfg.Network {
-	case "", "quic":
-		tr, err = NewQUIC(ctx, cfg.Net, w)
-	case "tcp":
-		tr, err = NewTCP(ctx, cfg.Net, w)
-	default:
-		return nil, fmt.Errorf("nexar.Connect: unknown network %q (want quic or tcp)", cfg.Network)
-	}
+	tr, err := NewNetwork(ctx, cfg.Network, cfg.Net, w)
 	if err != nil {
 		return nil, err
 	}
@@ -50,8 +47,28 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 	return c, nil
 }
 
-// NewLocalWorld returns n communicators, one per rank, joined over real
-// QUIC or TCP on 127.0.0.1 inside this process (tests, examples). Close them
+// NewNetwork joins the mesh over the network named network (Config.Network;
+// empty is "quic"): NewLanes, NewQUIC or NewTCP.
+func NewNetwork(ctx context.Context, network string, cfg NetConfig, h Handler) (Transport, error) {
+	switch network {
+	case "", "quic":
+		return NewLanes(ctx, cfg, h)
+	case "quic-only":
+		return NewQUIC(ctx, cfg, h)
+	case "tcp":
+		return NewTCP(ctx, cfg, h)
+	}
+	if cfg.PacketConn != nil {
+		cfg.PacketConn.Close()
+	}
+	if cfg.Listener != nil {
+		cfg.Listener.Close()
+	}
+	return nil, fmt.Errorf("nexar: unknown network %q (want %s)", network, Networks)
+}
+
+// NewLocalWorld returns n communicators, one per rank, joined over a real
+// network (Config.Network: quic, quic-only or tcp) on 127.0.0.1 inside this process (tests, examples). Close them
 // together with CloseAll.
 func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*Comm, error) {
 	if n < 1 {
@@ -60,7 +77,7 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 	if network == "" {
 		network = "quic"
 	}
-	sock, err := socketNetwork(network)
+	sock, err := SocketNetwork(network)
 	if err != nil {
 		return nil, err
 	}
@@ -86,13 +103,20 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 	return comms, nil
 }
 
-// socketNetwork is the socket type a transport network runs on.
-func socketNetwork(network string) (string, error) {
+// Networks lists the names of Config.Network, for messages.
+const Networks = "quic, quic-only or tcp"
+
+// SocketNetwork is the kind of socket a network (Config.Network) runs on,
+// as LocalConfigs names it: "udp+tcp" for "quic" (both lanes, on one
+// port), "udp" for "quic-only", "tcp" for "tcp".
+func SocketNetwork(network string) (string, error) {
 	switch network {
 	case "quic":
+		return "udp+tcp", nil
+	case "quic-only":
 		return "udp", nil
 	case "tcp":
 		return "tcp", nil
 	}
-	return "", fmt.Errorf("nexar: unknown network %q (want quic or tcp)", network)
+	return "", fmt.Errorf("nexar: unknown network %q (want %s)", network, Networks)
 }

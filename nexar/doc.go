@@ -1,6 +1,7 @@
 // Package nexar is hiercomm's inter-node runtime: a world of ranks joined by
-// a Transport (QUIC by default, TCP for trusted fabrics, in-memory for tests
-// and simulation), and every collective as a schedule executed over it. On
+// a Transport (by default QUIC with a TLS-over-TCP lane for large frames,
+// QUIC alone, TCP for trusted fabrics, in-memory for tests and simulation),
+// and every collective as a schedule executed over it. On
 // its own, a nexar Comm is the flat comm.Communicator.
 //
 // Algorithms never touch sockets: a schedule knows its rank, its size and its

@@ -42,7 +42,7 @@ func BenchmarkSmallLatency(b *testing.B) {
 			if network == "quic" {
 				dial, net = NewQUIC, "udp"
 			}
-			pingPong(b, dial, net)
+			pingPong(b, dial, net, 8)
 			reportRTT(b, ref, 1)
 		})
 		b.Run(network+"/sendrecv", func(b *testing.B) {

@@ -152,6 +152,23 @@ func (m *mesh) register(l *link, idx int) error {
 	return nil
 }
 
+// registerAnswering registers l, a link this rank accepted as link idx,
+// and writes the acceptor's answer with answer before any frame can go out
+// on it: it holds the link meanwhile, since once the last link is
+// registered the constructor returns and frames may be sent. A failure to
+// answer is then the peer's failure, the link being the mesh's.
+func (m *mesh) registerAnswering(l *link, idx int, answer func() error) error {
+	l.sem <- struct{}{}
+	defer func() { <-l.sem }()
+	if err := m.register(l, idx); err != nil {
+		return err
+	}
+	if err := answer(); err != nil {
+		m.fail(l.peer, err, false)
+	}
+	return nil
+}
+
 // has reports whether p's link idx is registered.
 func (m *mesh) has(p *peer, idx int) bool {
 	m.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,8 +165,13 @@ func TestConformanceMultiProcess(t *testing.T) {
 	}
 }
 
+// TestKilledRankIsReportedByEverySurvivor: rank 1 is killed (SIGKILL) in
+// the middle of AllReduces; every survivor's call fails naming it. Where a
+// TCP connection carries the pair (tcp, and quic's TLS lane), the kernel
+// ends it with the process, so the survivors know within a second, long
+// before the failure timeout (2 s) that is QUIC's only sign (quic-only).
 func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
-	for _, network := range []string{"quic", "tcp"} {
+	for _, network := range []string{"quic", "quic-only", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			var out procgroup.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -193,6 +199,13 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 			if got := strings.Count(out.String(), "SURVIVOR-ERROR"); got != 3 {
 				t.Errorf("%d survivors reported the failure, want 3", got)
 			}
+			if network != "quic-only" {
+				for _, m := range regexp.MustCompile(`SURVIVOR-ERROR after ([^:]+):`).FindAllStringSubmatch(out.String(), -1) {
+					if d, err := time.ParseDuration(m[1]); err != nil || d >= time.Second {
+						t.Errorf("a survivor's AllReduce failed %s after it began: over %s the death should be seen within a second (the TCP connection's end), not at the failure timeout", m[1], network)
+					}
+				}
+			}
 			t.Logf("\n%s", out.String())
 		})
 	}
@@ -203,10 +216,11 @@ func TestKilledRankIsReportedByEverySurvivor(t *testing.T) {
 // the one that failed (stalled, expelled), not blame a peer whose
 // connection happened to time out first.
 func TestStalledRankLearnsItWasExpelled(t *testing.T) {
-	// Over QUIC the peers' idle timeout sees the stall; over TCP, whose
+	// Over QUIC the peers' idle timeout sees the stall (network quic: or
+	// its TLS lane's heartbeats, whichever first); over TCP, whose
 	// kernel still acknowledges a stopped process's data and keepalives,
 	// the transport's heartbeats do.
-	for _, network := range []string{"quic", "tcp"} {
+	for _, network := range []string{"quic", "quic-only", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			text := runWithAStall(t, network, "stall", 3)
 			for r := range 3 {

@@ -37,6 +37,9 @@ var benchTransports = []struct {
 	{"quic-conns4", "udp", 4, NewQUIC},
 	{"tcp", "tcp", 1, NewTCP},
 	{"tcp-conns2", "tcp", 2, NewTCP},
+	{"tls", "tcp", 1, dialTLSLane},
+	{"lanes", "udp+tcp", 1, NewLanes},
+	{"lanes-conns2", "udp+tcp", 2, NewLanes},
 }
 
 // counter is a Handler that counts delivered bytes and wakes a waiter when
@@ -162,25 +165,45 @@ func BenchmarkPingPong(b *testing.B) {
 			continue
 		}
 		b.Run(bt.name, func(b *testing.B) {
-			pingPong(b, bt.dial, bt.network)
+			pingPong(b, bt.dial, bt.network, 8)
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "one-way-µs")
 		})
 	}
 }
 
-// pingPong sends 8 bytes back and forth b.N times between the two ends of
-// a mesh of dial's transport.
-func pingPong(b *testing.B, dial func(context.Context, NetConfig, Handler) (Transport, error), network string) {
+// BenchmarkLaneFrame measures the one-way time of a frame (half a round
+// trip, one frame at a time) on each lane of the default network, QUIC and
+// the TLS lane, by size: the α-β of each lane, whose crossover is where
+// BulkFrameMin puts the switch.
+//
+//	go test -run '^$' -bench 'LaneFrame' -benchtime 2000x -count 3 ./nexar/
+func BenchmarkLaneFrame(b *testing.B) {
+	for _, lane := range []struct {
+		name, network string
+		dial          func(context.Context, NetConfig, Handler) (Transport, error)
+	}{{"quic", "udp", NewQUIC}, {"tls", "tcp", dialTLSLane}} {
+		for _, size := range []int{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10} {
+			b.Run(fmt.Sprintf("%s/%d", lane.name, size), func(b *testing.B) {
+				pingPong(b, lane.dial, lane.network, size)
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/2, "one-way-µs")
+			})
+		}
+	}
+}
+
+// pingPong sends size bytes back and forth b.N times between the two ends
+// of a mesh of dial's transport.
+func pingPong(b *testing.B, dial func(context.Context, NetConfig, Handler) (Transport, error), network string, size int) {
 	cs := []*counter{{}, {}}
 	cfg := baseConfig()
 	cfg.FailureTimeout = 30 * time.Second
 	trs := startMesh(b, dial, network, 2, cfg, []Handler{cs[0], cs[1]})
 	ctx := context.Background()
-	msg := make([]byte, 8)
+	msg := make([]byte, size)
 	b.ResetTimer()
 	for range b.N {
-		got1 := cs[1].expect(8)
-		got0 := cs[0].expect(8)
+		got1 := cs[1].expect(int64(size))
+		got0 := cs[0].expect(int64(size))
 		if err := trs[0].Send(ctx, 1, Header{Kind: FrameP2P}, msg); err != nil {
 			b.Fatal(err)
 		}

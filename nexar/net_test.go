@@ -27,6 +27,17 @@ var netKinds = []struct {
 }{
 	{"quic", "udp", NewQUIC},
 	{"tcp", "tcp", NewTCP},
+	{"tls", "tcp", dialTLSLane},
+	{"lanes", "udp+tcp", NewLanes},
+}
+
+// dialTLSLane is newTLSLane as a Transport constructor.
+func dialTLSLane(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) {
+	t, err := newTLSLane(ctx, cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // recorder is a Handler that counts frames per source, checks each with an
@@ -308,49 +319,63 @@ func TestNetAllToAll(t *testing.T) {
 	}
 }
 
-// TestNetWrongKey: a rank with another job key cannot join; both sides
-// fail, the dialer at once, the acceptor at its ConnectTimeout, and both
-// say why.
+// TestNetWrongKey: a rank with another job key, or of another job (the
+// same key, another job id), cannot join; both sides fail, the dialer at
+// once, the acceptor at its ConnectTimeout, and both say why.
 func TestNetWrongKey(t *testing.T) {
 	for _, k := range netKinds {
-		t.Run(k.name, func(t *testing.T) {
-			cfg := baseConfig()
-			cfg.ConnectTimeout = 1500 * time.Millisecond
-			cfgs, err := LocalConfigs(k.network, 2, cfg)
-			if err != nil {
-				t.Fatal(err)
+		for _, other := range []string{"key", "job"} {
+			t.Run(k.name+"/"+other, func(t *testing.T) { wrongKey(t, k.network, k.dial, other) })
+		}
+	}
+}
+
+// wrongKey is a case of TestNetWrongKey: rank 1 has another job key
+// (other "key") or job id ("job").
+func wrongKey(t *testing.T, network string, dial func(context.Context, NetConfig, Handler) (Transport, error), other string) {
+	cfg := baseConfig()
+	cfg.ConnectTimeout = 1500 * time.Millisecond
+	cfgs, err := LocalConfigs(network, 2, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the dialer's error says: the certificate's job (QUIC, TLS),
+	// or that the key or the job id differs (plain TCP cannot tell which).
+	says := []string{"job key"}
+	if other == "key" {
+		cfgs[1].JobKey = []byte("not the job key, but long enough")
+	} else {
+		cfgs[1].JobID = "another-job"
+		says = []string{`this is job "another-job"`, "job id"}
+	}
+	errs := make([]error, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			start := time.Now()
+			tr, err := dial(context.Background(), cfgs[i], newRecorder())
+			took[i] = time.Since(start)
+			if tr != nil {
+				tr.Close()
 			}
-			cfgs[1].JobKey = []byte("not the job key, but long enough")
-			errs := make([]error, 2)
-			took := make([]time.Duration, 2)
-			var wg sync.WaitGroup
-			for i := range 2 {
-				wg.Go(func() {
-					start := time.Now()
-					tr, err := k.dial(context.Background(), cfgs[i], newRecorder())
-					took[i] = time.Since(start)
-					if tr != nil {
-						tr.Close()
-					}
-					errs[i] = err
-				})
-			}
-			wg.Wait()
-			t.Logf("acceptor (rank 0): %v", errs[0])
-			t.Logf("dialer (rank 1): %v", errs[1])
-			if !errors.Is(errs[1], ErrAuth) || !strings.Contains(errs[1].Error(), "job key") {
-				t.Errorf("dialer: %v, want an ErrAuth that names the job key", errs[1])
-			}
-			if took[1] >= cfg.ConnectTimeout {
-				t.Errorf("dialer took %v to refuse: it should fail at once, not at its ConnectTimeout (%v)", took[1], cfg.ConnectTimeout)
-			}
-			if !errors.Is(errs[0], comm.ErrTimeout) || !strings.Contains(errs[0].Error(), "rank(s) [1]") || !strings.Contains(errs[0].Error(), "different job key") {
-				t.Errorf("acceptor: %v, want a timeout naming rank 1", errs[0])
-			}
-			if took[0] > cfg.ConnectTimeout+2*time.Second {
-				t.Errorf("acceptor took %v, ConnectTimeout is %v", took[0], cfg.ConnectTimeout)
-			}
+			errs[i] = err
 		})
+	}
+	wg.Wait()
+	t.Logf("acceptor (rank 0): %v", errs[0])
+	t.Logf("dialer (rank 1): %v", errs[1])
+	if !errors.Is(errs[1], ErrAuth) || !slices.ContainsFunc(says, func(s string) bool { return strings.Contains(errs[1].Error(), s) }) {
+		t.Errorf("dialer: %v, want an ErrAuth that says one of %q", errs[1], says)
+	}
+	if took[1] >= cfg.ConnectTimeout {
+		t.Errorf("dialer took %v to refuse: it should fail at once, not at its ConnectTimeout (%v)", took[1], cfg.ConnectTimeout)
+	}
+	if !errors.Is(errs[0], comm.ErrTimeout) || !strings.Contains(errs[0].Error(), "rank(s) [1]") || !strings.Contains(errs[0].Error(), "different job key") {
+		t.Errorf("acceptor: %v, want a timeout naming rank 1", errs[0])
+	}
+	if took[0] > cfg.ConnectTimeout+2*time.Second {
+		t.Errorf("acceptor took %v, ConnectTimeout is %v", took[0], cfg.ConnectTimeout)
 	}
 }
 
@@ -364,7 +389,8 @@ func TestNetConnectCanceled(t *testing.T) {
 			}
 			if cfgs[0].PacketConn != nil {
 				cfgs[0].PacketConn.Close()
-			} else {
+			}
+			if cfgs[0].Listener != nil {
 				cfgs[0].Listener.Close()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -522,23 +548,34 @@ func TestNetChildProcess(t *testing.T) {
 	cfg.Rank = 1
 	cfg.Addrs = strings.Split(os.Getenv(childEnv+"_ADDRS"), ",")
 	cfg.FailureTimeout = time.Second
-	f := os.NewFile(3, "socket from the parent")
+	// The parent hands over the UDP socket, the TCP listener or both, in
+	// that order, from file descriptor 3.
+	fd := uintptr(3)
 	var dial func(context.Context, NetConfig, Handler) (Transport, error)
-	switch kind {
-	case "quic":
+	for _, k := range netKinds {
+		if k.name == kind {
+			dial = k.dial
+		}
+	}
+	if strings.HasPrefix(netKindOf(kind), "udp") {
+		f := os.NewFile(fd, "UDP socket from the parent")
 		pc, err := net.FilePacketConn(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.PacketConn, dial = pc, NewQUIC
-	case "tcp":
+		f.Close()
+		cfg.PacketConn = pc
+		fd++
+	}
+	if strings.HasSuffix(netKindOf(kind), "tcp") {
+		f := os.NewFile(fd, "TCP listener from the parent")
 		ln, err := net.FileListener(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Listener, dial = ln, NewTCP
+		f.Close()
+		cfg.Listener = ln
 	}
-	f.Close()
 	tr, err := dial(context.Background(), cfg, newRecorder())
 	if err != nil {
 		t.Fatal(err)
@@ -546,6 +583,40 @@ func TestNetChildProcess(t *testing.T) {
 	fmt.Println("ready")
 	time.Sleep(30 * time.Second) // until killed
 	tr.Close()
+}
+
+// netKindOf is the socket kind of the transport named kind.
+func netKindOf(kind string) string {
+	for _, k := range netKinds {
+		if k.name == kind {
+			return k.network
+		}
+	}
+	return ""
+}
+
+// socketFiles returns the files of cfg's UDP socket and TCP listener (those
+// it has, in that order), for a child process, and closes the sockets.
+func socketFiles(t *testing.T, cfg NetConfig) []*os.File {
+	t.Helper()
+	var files []*os.File
+	if pc, ok := cfg.PacketConn.(*net.UDPConn); ok {
+		f, err := pc.File()
+		pc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	if ln, ok := cfg.Listener.(*net.TCPListener); ok {
+		f, err := ln.File()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
 }
 
 // TestNetPeerDeath: a peer process killed with SIGKILL is reported failed
@@ -559,20 +630,10 @@ func TestNetPeerDeath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var f *os.File
-			if pc, ok := cfgs[1].PacketConn.(*net.UDPConn); ok {
-				f, err = pc.File()
-				pc.Close()
-			} else {
-				f, err = cfgs[1].Listener.(*net.TCPListener).File()
-				cfgs[1].Listener.Close()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			files := socketFiles(t, cfgs[1])
 			cmd := exec.Command(os.Args[0], "-test.run=^TestNetChildProcess$", "-test.v")
 			cmd.Env = append(os.Environ(), childEnv+"="+k.name, childEnv+"_ADDRS="+strings.Join(cfgs[0].Addrs, ","))
-			cmd.ExtraFiles = []*os.File{f}
+			cmd.ExtraFiles = files
 			cmd.Stderr = os.Stderr
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -581,7 +642,9 @@ func TestNetPeerDeath(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			f.Close()
+			for _, f := range files {
+				f.Close()
+			}
 			defer cmd.Wait()
 			defer cmd.Process.Kill()
 			ready := make(chan struct{})

@@ -1,12 +1,14 @@
 package nexar
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -132,7 +134,8 @@ func (c NetConfig) linger() time.Duration { return min(c.FailureTimeout, 5*time.
 // LocalConfigs binds n sockets on 127.0.0.1 with ports chosen by the kernel
 // and returns one NetConfig per rank: base with Rank, Addrs and the bound
 // socket filled in (PacketConn for network "udp", the QUIC transport;
-// Listener for "tcp"). It is for tests and for launchers that start several
+// Listener for "tcp"; both, on the same port, for "udp+tcp", the default
+// network's two lanes: NewLanes). It is for tests and for launchers that start several
 // ranks on one host; a launcher that starts child processes passes each
 // socket's file (net.UDPConn.File, net.TCPListener.File) to its child. On
 // error, every socket bound so far is closed.
@@ -169,14 +172,49 @@ func LocalConfigs(network string, n int, base NetConfig) ([]NetConfig, error) {
 			closers = append(closers, ln)
 			cfgs[i].Listener = ln
 			addrs[i] = ln.Addr().String()
+		case "udp+tcp":
+			ln, pc, err := ListenBoth(net.IPv4(127, 0, 0, 1), 0)
+			if err != nil {
+				return fail(fmt.Errorf("nexar: LocalConfigs: %w", err))
+			}
+			closers = append(closers, ln, pc)
+			cfgs[i].Listener, cfgs[i].PacketConn = ln, pc
+			addrs[i] = ln.Addr().String()
 		default:
-			return fail(fmt.Errorf("nexar: LocalConfigs: network %q, want \"udp\" or \"tcp\"", network))
+			return fail(fmt.Errorf("nexar: LocalConfigs: network %q, want \"udp\", \"tcp\" or \"udp+tcp\"", network))
 		}
 	}
 	for i := range cfgs {
 		cfgs[i].Addrs = addrs
 	}
 	return cfgs, nil
+}
+
+// ListenBoth binds a TCP listener and a UDP socket on ip and the same port,
+// the sockets of the default network's two lanes (NewLanes). If port is 0
+// the kernel picks it, and ListenBoth retries (up to 64 times) until a
+// port is free for both.
+func ListenBoth(ip net.IP, port int) (*net.TCPListener, *net.UDPConn, error) {
+	attempts := 1
+	if port == 0 {
+		attempts = 64
+	}
+	var err error
+	for range attempts {
+		var ln *net.TCPListener
+		if ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port}); err != nil {
+			break
+		}
+		var pc *net.UDPConn
+		if pc, err = net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: ln.Addr().(*net.TCPAddr).Port}); err == nil {
+			return ln, pc, nil
+		}
+		ln.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	return nil, nil, fmt.Errorf("bind TCP and UDP on %s: %w", net.JoinHostPort(ip.String(), strconv.Itoa(port)), err)
 }
 
 // Socket buffers.

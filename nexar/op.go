@@ -429,12 +429,12 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 // over for another reason), and reports that; false when it gave up or
 // cannot spin.
 func (c *Comm) spin(peer int, ready func() bool) bool {
-	pl, ok := c.w.tr.(poller)
+	pl := c.w.pl
 	budget := c.opt.Spin
 	if budget == 0 && !c.w.crowded {
 		budget = c.opt.Cost.Latency
 	}
-	if !ok || budget <= 0 || peer == c.rank {
+	if pl == nil || budget <= 0 || peer == c.rank {
 		return false
 	}
 	wr := c.members[peer]

@@ -51,6 +51,9 @@ type poller interface {
 	// delivers the frames it completes. It returns at once if another
 	// goroutine is reading that peer's connection.
 	poll(peer int)
+	// pollable reports whether poll reads anything at all (the TLS
+	// lane's connections are read by their read loops alone).
+	pollable() bool
 }
 
 func newPump(c *net.TCPConn, deliver func(Header, []byte)) (*pump, error) {
@@ -139,6 +142,9 @@ func readFD(fd int, b []byte) (int, error) {
 		return n, nil
 	}
 }
+
+// pollable implements poller: plain TCP's links have pumps.
+func (t *tcpTransport) pollable() bool { return t.sec == nil }
 
 // poll implements poller.
 func (t *tcpTransport) poll(peer int) {

@@ -369,20 +369,10 @@ func (t *quicTransport) acceptConn(ctx context.Context, conn *quic.Conn) error {
 	if err != nil {
 		return err
 	}
-	l := t.newLink(conn, p, s, rs)
-	// Hold the link while registering it and answering: once the last link
-	// is registered the constructor returns, and no frame may go out before
-	// our hello.
-	l.sem <- struct{}{}
-	defer func() { <-l.sem }()
-	if err := t.m.register(l, hi.idx); err != nil {
+	return t.m.registerAnswering(t.newLink(conn, p, s, rs), hi.idx, func() error {
+		_, err := s.Write(hello{from: me, to: rank, idx: hi.idx, conns: conns}.encode())
 		return err
-	}
-	// From here the link is the mesh's: a failure is the peer's.
-	if _, err := s.Write(hello{from: me, to: rank, idx: hi.idx, conns: conns}.encode()); err != nil {
-		t.m.fail(p, err, false)
-	}
-	return nil
+	})
 }
 
 // newLink makes a link of the connection's two streams. The only stream

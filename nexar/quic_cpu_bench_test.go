@@ -14,9 +14,9 @@ import (
 
 // Bytes per CPU-second of one direction of one pair over QUIC: nexar's
 // transport (its frames on its streams), and a communicator's Send and
-// Recv over it (matching, the copy into the posted buffer), against
-// quic-go alone on one
-// stream with the same TLS, windows and sockets, both sides in this
+// Recv over it (network quic-only: matching, the copy into the posted
+// buffer), against quic-go alone on one stream with the same TLS, windows
+// and sockets, both sides in this
 // process. CPU time is the process's (user + system, getrusage), so the
 // figure holds on a busy machine better than a rate does:
 //
@@ -46,85 +46,48 @@ func BenchmarkQUICCPU(b *testing.B) {
 		if _, err := io.ReadFull(rs, make([]byte, 1)); err != nil {
 			b.Fatal(err)
 		}
-		msg := make([]byte, chunk)
-		got := make(chan error, 1)
-		b.SetBytes(chunk)
-		cpu := startCPU()
-		b.ResetTimer()
-		go func() {
-			buf := make([]byte, chunk)
-			var err error
-			for range b.N {
-				if _, err = io.ReadFull(rs, buf); err != nil {
-					break
-				}
-			}
-			got <- err
-		}()
+		streamCPU(b, s, rs, chunk)
+	})
+	b.Run("nexar", func(b *testing.B) { transportCPU(b, NewQUIC, "udp", chunk) })
+	b.Run("sendrecv", func(b *testing.B) { sendRecvCPU(b, "quic-only", chunk) })
+}
+
+// sendRecvCPU measures the bytes per CPU-second of a communicator's
+// chunk-sized Send and Recv between two ranks over network.
+func sendRecvCPU(b *testing.B, network string, chunk int) {
+	ctx := context.Background()
+	cs, err := NewLocalWorld(ctx, 2, network, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	send, recv := make([]byte, chunk), make([]byte, chunk)
+	b.SetBytes(int64(chunk))
+	cpu := startCPU()
+	b.ResetTimer()
+	got := make(chan error, 1)
+	go func() {
+		var err error
 		for range b.N {
-			if _, err := s.Write(msg); err != nil {
-				b.Fatal(err)
+			if err = cs[1].Recv(ctx, comm.Host(recv), 0, 0); err != nil {
+				break
 			}
 		}
-		if err := <-got; err != nil {
+		got <- err
+	}()
+	for range b.N {
+		if err := cs[0].Send(ctx, comm.Host(send), 1, 0); err != nil {
 			b.Fatal(err)
 		}
-		cpu.report(b, chunk)
-	})
-	b.Run("nexar", func(b *testing.B) {
-		cs := []*counter{{}, {}}
-		cfg := baseConfig()
-		cfg.FailureTimeout = 30 * time.Second
-		trs := startMesh(b, NewQUIC, "udp", 2, cfg, []Handler{cs[0], cs[1]})
-		msg := make([]byte, chunk)
-		ctx := context.Background()
-		b.SetBytes(chunk)
-		done := cs[1].expect(int64(b.N) * chunk)
-		cpu := startCPU()
-		b.ResetTimer()
-		for i := range b.N {
-			if err := trs[0].Send(ctx, 1, Header{Kind: FrameData, Step: uint32(i)}, msg); err != nil {
-				b.Fatal(err)
-			}
-		}
-		<-done
-		cpu.report(b, chunk)
-	})
-	b.Run("sendrecv", func(b *testing.B) {
-		ctx := context.Background()
-		cs, err := NewLocalWorld(ctx, 2, "quic", Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() {
-			for _, c := range cs {
-				c.Close()
-			}
-		}()
-		send, recv := make([]byte, chunk), make([]byte, chunk)
-		b.SetBytes(chunk)
-		cpu := startCPU()
-		b.ResetTimer()
-		got := make(chan error, 1)
-		go func() {
-			var err error
-			for range b.N {
-				if err = cs[1].Recv(ctx, comm.Host(recv), 0, 0); err != nil {
-					break
-				}
-			}
-			got <- err
-		}()
-		for range b.N {
-			if err := cs[0].Send(ctx, comm.Host(send), 1, 0); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := <-got; err != nil {
-			b.Fatal(err)
-		}
-		cpu.report(b, chunk)
-	})
+	}
+	if err := <-got; err != nil {
+		b.Fatal(err)
+	}
+	cpu.report(b, chunk)
 }
 
 // rawQUIC is a quic-go connection between two endpoints of this process
@@ -181,6 +144,57 @@ func rawQUIC(b *testing.B) (*quic.Conn, <-chan *quic.Conn) {
 	}
 	b.Cleanup(func() { conn.CloseWithError(0, "") })
 	return conn, accepted
+}
+
+// streamCPU measures the bytes per CPU-second of chunk-sized writes on w
+// read from r, on a goroutine of their own.
+func streamCPU(b *testing.B, w io.Writer, r io.Reader, chunk int) {
+	msg := make([]byte, chunk)
+	got := make(chan error, 1)
+	b.SetBytes(int64(chunk))
+	cpu := startCPU()
+	b.ResetTimer()
+	go func() {
+		buf := make([]byte, chunk)
+		var err error
+		for range b.N {
+			if _, err = io.ReadFull(r, buf); err != nil {
+				break
+			}
+		}
+		got <- err
+	}()
+	for range b.N {
+		if _, err := w.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-got; err != nil {
+		b.Fatal(err)
+	}
+	cpu.report(b, chunk)
+}
+
+// transportCPU measures the bytes per CPU-second of chunk-sized frames
+// from rank 0 to rank 1 of a transport of two ranks.
+func transportCPU(b *testing.B, dial func(context.Context, NetConfig, Handler) (Transport, error), network string, chunk int) {
+	cs := []*counter{{}, {}}
+	cfg := baseConfig()
+	cfg.FailureTimeout = 30 * time.Second
+	trs := startMesh(b, dial, network, 2, cfg, []Handler{cs[0], cs[1]})
+	msg := make([]byte, chunk)
+	ctx := context.Background()
+	b.SetBytes(int64(chunk))
+	done := cs[1].expect(int64(b.N) * int64(chunk))
+	cpu := startCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := trs[0].Send(ctx, 1, Header{Kind: FrameData, Step: uint32(i)}, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-done
+	cpu.report(b, chunk)
 }
 
 // cpuClock reads this process's CPU time (user + system).

@@ -57,7 +57,8 @@ var tcpMagic = [4]byte{'h', 'c', 't', '1'}
 
 type tcpTransport struct {
 	m       *mesh
-	authKey []byte
+	authKey []byte   // plain TCP: the key of the challenge-response
+	sec     *tlsLane // the TLS lane (tlslane.go): connections in TLS 1.3 with the job CA's certificates; nil for plain TCP
 	ln      net.Listener
 
 	closeOnce sync.Once
@@ -67,6 +68,15 @@ type tcpTransport struct {
 // what it waits for. The transport takes over cfg.Listener, even when it
 // returns an error, and closes it once the mesh is formed.
 func NewTCP(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) {
+	t, err := newTCP(ctx, cfg, h, false)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// newTCP is NewTCP, or with secure the TLS lane (newTLSLane).
+func newTCP(ctx context.Context, cfg NetConfig, h Handler, secure bool) (*tcpTransport, error) {
 	vcfg, err := cfg.validate()
 	if err != nil {
 		if cfg.Listener != nil {
@@ -79,11 +89,15 @@ func NewTCP(ctx context.Context, cfg NetConfig, h Handler) (Transport, error) {
 	t.m = newMesh(cfg, h, t.describe)
 	t.m.beating = true
 	t.m.gaveUp = func(err error) bool { return errors.Is(err, errGaveUp) }
-	fail := func(err error) (Transport, error) {
+	fail := func(err error) (*tcpTransport, error) {
 		t.teardown()
 		return nil, err
 	}
-	if t.authKey, err = tcpAuthKey(cfg.JobKey, cfg.JobID); err != nil {
+	if secure {
+		if t.sec, err = newTLSLaneKeys(t.m); err != nil {
+			return fail(err)
+		}
+	} else if t.authKey, err = tcpAuthKey(cfg.JobKey, cfg.JobID); err != nil {
 		return fail(err)
 	}
 	if t.ln == nil {
@@ -195,6 +209,9 @@ func (t *tcpTransport) encodeHello(from, to, idx int, nonce []byte) []byte {
 
 func decodeTCPHello(b []byte) (h hello, nonce []byte, err error) {
 	if [4]byte(b[:4]) != tcpMagic {
+		if b[0] == 0x16 && b[1] == 0x03 { // a TLS handshake record
+			return hello{}, nil, permanent{fmt.Errorf("it speaks TLS: it runs with network quic (whose TLS lane is on TCP), this rank with tcp; every rank must use the same network")}
+		}
 		return hello{}, nil, permanent{fmt.Errorf("its hello is not hiercomm's (%q): a different program or version", b[:4])}
 	}
 	return hello{
@@ -237,6 +254,9 @@ func (t *tcpTransport) dial(ctx context.Context, p *peer, idx int) (*link, error
 		return nil, err
 	}
 	c := nc.(*net.TCPConn)
+	if t.sec != nil {
+		return t.sec.dial(ctx, t, c, p, idx)
+	}
 	done := within(ctx, c)
 	err = t.dialerHandshake(c, p, idx)
 	done()
@@ -245,7 +265,7 @@ func (t *tcpTransport) dial(ctx context.Context, p *peer, idx int) (*link, error
 		return nil, err
 	}
 	t.tune(c)
-	return t.newLink(c, p), nil
+	return t.newLink(c, c, p), nil
 }
 
 func (t *tcpTransport) dialerHandshake(c *net.TCPConn, p *peer, idx int) error {
@@ -307,12 +327,19 @@ func (t *tcpTransport) accept(ctx context.Context) {
 				nc.Close()
 				return
 			}
+			if t.sec != nil {
+				if err := t.sec.accept(ctx, t, c); err != nil {
+					t.m.note("a connection from %v: %v", c.RemoteAddr(), err)
+					c.Close()
+				}
+				return
+			}
 			done := within(ctx, c)
 			p, idx, err := t.acceptorHandshake(c)
 			done()
 			if err == nil {
 				t.tune(c)
-				err = t.m.register(t.newLink(c, p), idx)
+				err = t.m.register(t.newLink(c, c, p), idx)
 			}
 			if err != nil {
 				t.m.note("a connection from %v: %v", c.RemoteAddr(), err)
@@ -368,15 +395,24 @@ func (t *tcpTransport) acceptorHandshake(c *net.TCPConn) (*peer, int, error) {
 	return t.m.peers[got.from], got.idx, nil
 }
 
-func (t *tcpTransport) newLink(c *net.TCPConn, p *peer) *link {
-	l := newLink(p, c, c.CloseWrite, nil)
-	var err error
-	if l.pump, err = newPump(c, t.m.deliverer(l)); err != nil {
-		l.r = bufio.NewReaderSize(c, 64<<10) // no raw socket: the read loop reads it alone
+// newLink makes a link of a connection: c carries the frames (raw itself,
+// or the TLS connection over it), raw is the socket. A plain connection's
+// read side is a pump (pump.go) that waiting receives drive too; TLS
+// buffers what it decrypted, and laneConn reads the socket through a
+// buffer, so the TLS lane's read loop reads it alone.
+func (t *tcpTransport) newLink(c net.Conn, raw *net.TCPConn, p *peer) *link {
+	// TLS (laneConn): close_notify, then the socket's FIN.
+	finish := c.(interface{ CloseWrite() error }).CloseWrite
+	l := newLink(p, c, finish, c)
+	if c == net.Conn(raw) {
+		var err error
+		if l.pump, err = newPump(raw, t.m.deliverer(l)); err != nil {
+			l.r = bufio.NewReaderSize(c, 64<<10) // no raw socket: the read loop reads it alone
+		}
 	}
 	l.abort = func(string) {
-		if t.m.closing.Load() || !t.expel(l, c) {
-			c.Close()
+		if t.m.closing.Load() || !t.expel(l, c, raw) {
+			raw.Close()
 		}
 	}
 	return l
@@ -388,7 +424,7 @@ func (t *tcpTransport) newLink(c *net.TCPConn, p *peer) *link {
 // closed a little later, because closing it at once, with the peer's
 // data unread, would reset it and could drop the record. It reports
 // whether it took the link over.
-func (t *tcpTransport) expel(l *link, c *net.TCPConn) bool {
+func (t *tcpTransport) expel(l *link, c net.Conn, raw *net.TCPConn) bool {
 	select {
 	case l.sem <- struct{}{}:
 	default:
@@ -399,9 +435,9 @@ func (t *tcpTransport) expel(l *link, c *net.TCPConn) bool {
 		l.finished = true
 		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 		c.Write(expelRecord)
-		c.CloseWrite()
+		l.finish()
 	}
-	time.AfterFunc(time.Second, func() { c.Close() })
+	time.AfterFunc(time.Second, func() { raw.Close() })
 	return true
 }
 

@@ -20,8 +20,11 @@ type world struct {
 	log  *slog.Logger
 	news lastWords // failure news being sent (news.go); the world Comm's Close shuts it
 	// crowded: this host runs many more of the world's ranks than it has
-	// cores, so receives do not spin (Options.Spin); set by attach.
+	// cores, so receives do not spin (Options.Spin); set by attach, with
+	// pl, the transport if its receives can read its connections
+	// themselves (nil: they cannot, and do not spin).
 	crowded bool
+	pl      poller
 
 	mu      sync.Mutex         // guards everything below (and tr while it is attached)
 	pending []func(Transport)  // what waits for the transport (news.go)
@@ -67,8 +70,12 @@ func newWorld(log *slog.Logger, rank, size int) *world {
 // for it runs now.
 func (w *world) attach(tr Transport) {
 	busy := crowded(tr)
+	pl, ok := tr.(poller)
+	if ok && !pl.pollable() {
+		pl = nil
+	}
 	w.mu.Lock()
-	w.tr, w.crowded = tr, busy
+	w.tr, w.crowded, w.pl = tr, busy, pl
 	pending := w.pending
 	w.pending = nil
 	w.mu.Unlock()

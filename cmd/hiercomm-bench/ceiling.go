@@ -67,7 +67,7 @@ const (
 // the run goes on without them).
 func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topology, network string, log *slog.Logger) (*rawTransport, error) {
 	P, me := c.Size(), c.Rank()
-	if P < 2 || (network != "quic" && network != "tcp") {
+	if _, err := nexar.SocketNetwork(network); P < 2 || err != nil {
 		return nil, nil
 	}
 	a, b := 0, 1
@@ -141,8 +141,8 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 }
 
 // bound is a port a rank bound on its data address's host for a bare
-// transport: a UDP socket (QUIC) or a TCP listener, and its number (0 when
-// nothing is bound).
+// transport: a UDP socket (quic-only), a TCP listener (tcp) or both on one
+// port (quic: its two lanes), and its number (0 when nothing is bound).
 type bound struct {
 	pc   net.PacketConn
 	ln   net.Listener
@@ -157,6 +157,12 @@ func bindPort(topo *topology.Topology, me int, network string) (bound, error) {
 	case err != nil:
 		return b, fmt.Errorf("rank %d's address %q: %w", me, topo.Member(me).Addr, err)
 	case network == "quic":
+		var ln *net.TCPListener
+		var pc *net.UDPConn
+		if ln, pc, err = nexar.ListenBoth(net.ParseIP(host), 0); err == nil {
+			b.ln, b.pc, b.port = ln, pc, int64(ln.Addr().(*net.TCPAddr).Port)
+		}
+	case network == "quic-only":
 		if b.pc, err = net.ListenPacket("udp", net.JoinHostPort(host, "0")); err == nil {
 			b.port = int64(b.pc.LocalAddr().(*net.UDPAddr).Port)
 		}
@@ -204,11 +210,7 @@ func measureDoubling(ctx context.Context, c comm.Communicator, topo *topology.To
 	for r := range h.got {
 		h.got[r] = make(chan uint32, 8)
 	}
-	dial := nexar.NewQUIC
-	if network == "tcp" {
-		dial = nexar.NewTCP
-	}
-	tr, err := dial(ctx, cfg, h)
+	tr, err := nexar.NewNetwork(ctx, network, cfg, h)
 	if err != nil {
 		return 0, err
 	}
@@ -301,11 +303,7 @@ func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first 
 	if first {
 		h.got = make(chan uint32, 4)
 	}
-	dial := nexar.NewQUIC
-	if network == "tcp" {
-		dial = nexar.NewTCP
-	}
-	tr, err := dial(ctx, cfg, h)
+	tr, err := nexar.NewNetwork(ctx, network, cfg, h)
 	if err != nil {
 		return nil, err
 	}

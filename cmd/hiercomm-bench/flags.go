@@ -12,6 +12,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/nexar"
 )
 
 // options is what the command line says beyond the Config.
@@ -70,7 +71,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	configFile := fs.String("config", "", "JSON `file` with the fields of the embedded default (default.json); flags override it")
 	np := fs.Int("np", d.Ranks, "number of ranks (processes) of the local job")
 	nodes := fs.Int("nodes", d.Nodes, "number of emulated nodes the local job's ranks are spread over (-np must be a multiple)")
-	network := fs.String("network", d.Network, "transport: quic or tcp (memory with -inprocess)")
+	network := fs.String("network", d.Network, "transport: quic (QUIC and its TLS lane for large frames), quic-only or tcp (memory with -inprocess)")
 	conns := fs.Int("conns", d.Conns, "data connections between each pair of processes, frames spread over them (HIERCOMM_CONNS_PER_PEER); 0: the transport's default, 1")
 	ops := fs.String("ops", strings.Join(d.Ops, ","), "comma-separated operations: "+strings.Join(bench.OpNames(), ", ")+" (nccl-tests' names, e.g. all_reduce, work too)")
 	repeats := fs.Int("repeats", d.Repeats, "timed repeats per size and form; the median is reported")
@@ -242,8 +243,8 @@ func (o options) check() error {
 		return fmt.Errorf("-np %d on -nodes %d: the ranks must split evenly over the nodes", c.Ranks, c.Nodes)
 	case c.Network == "memory" && !c.InProcess && !inChild:
 		return errors.New("-network memory needs -inprocess (processes need quic or tcp)")
-	case c.Network != "quic" && c.Network != "tcp" && c.Network != "memory":
-		return fmt.Errorf("-network %q: want quic or tcp (or memory with -inprocess)", c.Network)
+	case c.Network != "memory" && !knownNetwork(c.Network):
+		return fmt.Errorf("-network %q: want %s (or memory with -inprocess)", c.Network, nexar.Networks)
 	case c.Conns < 0 || c.Conns > cluster.MaxConnsPerPeer:
 		return fmt.Errorf("-conns %d: want 1 to %d (0: the transport's default, 1)", c.Conns, cluster.MaxConnsPerPeer)
 	case c.Conns > 1 && c.InProcess:
@@ -316,4 +317,10 @@ func averageFlag(c bench.Config) int {
 		return 1
 	}
 	return a.NCCL()
+}
+
+// knownNetwork reports whether n names one of nexar's networks.
+func knownNetwork(n string) bool {
+	_, err := nexar.SocketNetwork(n)
+	return err == nil
 }

@@ -133,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	perNode := fs.String("ranks-per-node", "1", "processes per node: one count, or a comma list with one count per node")
 	style := fs.String("env", "torchrun", "launcher variables the processes get: torchrun, slurm or kubernetes")
 	placement := fs.String("placement", "block", "rank placement: block (node-major) or cyclic (round-robin over nodes)")
-	network := fs.String("network", "quic", "data plane: quic or tcp")
+	network := fs.String("network", "quic", "data plane: quic (QUIC and its TLS lane for large frames), quic-only or tcp")
 	jobID := fs.String("job-id", "", "job id (default: a random local-… id)")
 	linkRate := fs.String("link-rate", "", "emulate the nodes in network namespaces, with links limited to this rate each way (tc syntax: 1gbit, 500mbit); needs root")
 	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")

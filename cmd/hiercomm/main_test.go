@@ -203,7 +203,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 func TestRunChecksFlagsBeforeItBuilds(t *testing.T) {
 	var errs strings.Builder
 	code := run([]string{"--nodes", "2", "--link-rate", "1gbit", "--network", "foo", "--", "true"}, os.Stdout, &errs)
-	if code != 2 || !strings.Contains(errs.String(), `Network "foo": want quic or tcp`) {
+	if code != 2 || !strings.Contains(errs.String(), `Network "foo": want quic (`) {
 		t.Errorf("exit %d, stderr %q; want 2 and the bad network named", code, errs.String())
 	}
 	if strings.Contains(errs.String(), "emulated network") {

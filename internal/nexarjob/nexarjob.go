@@ -94,8 +94,10 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 		return nil, err
 	}
 	defer func() {
-		for _, f := range files {
-			f.Close()
+		for _, fs := range files {
+			for _, f := range fs {
+				f.Close()
+			}
 		}
 	}()
 	key := make([]byte, 32)
@@ -112,7 +114,7 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 				envLocalAddrs+"="+strings.Join(addrs, ","),
 				envLocalNetwork+"="+spec.Network,
 				envLocalKey+"="+hex.EncodeToString(key)),
-			Files:  []*os.File{files[i]},
+			Files:  files[i],
 			Prefix: fmt.Sprintf("[rank %d] ", i),
 			Name:   fmt.Sprintf("rank %d", i),
 		})
@@ -152,36 +154,44 @@ func (j *Job) Signal(rank int, sig os.Signal) error {
 	return p.Signal(sig)
 }
 
-// prebind binds n loopback sockets on kernel-chosen ports
-// (nexar.LocalConfigs) and returns them as files, to hand to child
-// processes.
-func prebind(network string, n int) ([]*os.File, []string, error) {
-	// The socket each transport runs on.
-	sock, ok := map[string]string{"quic": "udp", "tcp": "tcp"}[network]
-	if !ok {
-		return nil, nil, fmt.Errorf("nexarjob: unknown network %q (want quic or tcp)", network)
+// prebind binds n loopback sockets (or pairs: network quic) on
+// kernel-chosen ports (nexar.LocalConfigs) and returns each rank's as
+// files, to hand to child processes: the UDP socket, then the TCP
+// listener, those the network has.
+func prebind(network string, n int) ([][]*os.File, []string, error) {
+	sock, err := nexar.SocketNetwork(network)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nexarjob: %w", err)
 	}
 	cfgs, err := nexar.LocalConfigs(sock, n, nexar.NetConfig{})
 	if err != nil {
 		return nil, nil, err
 	}
-	files := make([]*os.File, 0, n)
-	for _, cfg := range cfgs {
-		var f *os.File
+	files := make([][]*os.File, n)
+	var errs []error
+	for i, cfg := range cfgs {
 		if cfg.PacketConn != nil {
-			f, err = cfg.PacketConn.(*net.UDPConn).File()
+			f, err := cfg.PacketConn.(*net.UDPConn).File()
 			cfg.PacketConn.Close()
-		} else {
-			f, err = cfg.Listener.(*net.TCPListener).File()
+			errs = append(errs, err)
+			files[i] = append(files[i], f)
+		}
+		if cfg.Listener != nil {
+			f, err := cfg.Listener.(*net.TCPListener).File()
 			cfg.Listener.Close()
+			errs = append(errs, err)
+			files[i] = append(files[i], f)
 		}
-		if err != nil {
-			for _, f := range files {
-				f.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, fs := range files {
+			for _, f := range fs {
+				if f != nil {
+					f.Close()
+				}
 			}
-			return nil, nil, fmt.Errorf("nexarjob: handing a bound socket to a child: %w", err)
 		}
-		files = append(files, f)
+		return nil, nil, fmt.Errorf("nexarjob: handing a bound socket to a child: %w", err)
 	}
 	return files, cfgs[0].Addrs, nil
 }
@@ -204,26 +214,42 @@ func Config(getenv func(string) string, opt nexar.Options) (nexar.Config, error)
 	}
 	cfg := nexar.Config{Network: getenv(envLocalNetwork), Options: opt}
 	cfg.Net = nexar.NetConfig{Rank: rank, Addrs: addrs, JobKey: key, JobID: "local"}
-	f := os.NewFile(localSocketFD, "hiercomm-socket")
-	if f == nil {
-		return nexar.Config{}, errors.New("nexarjob: file descriptor 3 (the socket from the launcher) is not open")
+	sock, err := nexar.SocketNetwork(cfg.Network)
+	if err != nil {
+		return nexar.Config{}, fmt.Errorf("nexarjob: %s: %w", envLocalNetwork, err)
 	}
-	defer f.Close()
-	switch cfg.Network {
-	case "quic":
-		pc, err := net.FilePacketConn(f)
-		if err != nil {
-			return nexar.Config{}, fmt.Errorf("nexarjob: fd 3 is not the UDP socket from the launcher: %w", err)
+	// The UDP socket, then the TCP listener, from fd 3: those the network
+	// has (prebind).
+	fd := uintptr(localSocketFD)
+	open := func(what string) (*os.File, error) {
+		f := os.NewFile(fd, "hiercomm-socket")
+		if f == nil {
+			return nil, fmt.Errorf("nexarjob: file descriptor %d (the %s from the launcher) is not open", fd, what)
 		}
-		cfg.Net.PacketConn = pc
-	case "tcp":
-		ln, err := net.FileListener(f)
+		fd++
+		return f, nil
+	}
+	if strings.HasPrefix(sock, "udp") {
+		f, err := open("UDP socket")
 		if err != nil {
-			return nexar.Config{}, fmt.Errorf("nexarjob: fd 3 is not the TCP socket from the launcher: %w", err)
+			return nexar.Config{}, err
 		}
-		cfg.Net.Listener = ln
-	default:
-		return nexar.Config{}, fmt.Errorf("nexarjob: %s=%q, want quic or tcp", envLocalNetwork, cfg.Network)
+		cfg.Net.PacketConn, err = net.FilePacketConn(f)
+		f.Close()
+		if err != nil {
+			return nexar.Config{}, fmt.Errorf("nexarjob: fd %d is not the UDP socket from the launcher: %w", fd-1, err)
+		}
+	}
+	if strings.HasSuffix(sock, "tcp") {
+		f, err := open("TCP listener")
+		if err != nil {
+			return nexar.Config{}, err
+		}
+		cfg.Net.Listener, err = net.FileListener(f)
+		f.Close()
+		if err != nil {
+			return nexar.Config{}, fmt.Errorf("nexarjob: fd %d is not the TCP socket from the launcher: %w", fd-1, err)
+		}
 	}
 	return cfg, nil
 }
