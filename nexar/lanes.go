@@ -70,6 +70,7 @@ type lanes struct {
 type laneState struct {
 	closed   [2]bool // the lane saw the peer close
 	reported bool
+	err      error // what was reported: a send to the peer on either lane fails with it
 }
 
 type laneReport struct {
@@ -188,7 +189,7 @@ func (d *lanes) laneFailed(lane, peer int, err error) {
 			return // the other lane may still carry its last frames
 		}
 	}
-	st.reported = true
+	st.reported, st.err = true, err
 	r := laneReport{lane, peer, err, !closed}
 	if !d.formed {
 		// The lanes may not both exist yet.
@@ -237,13 +238,31 @@ func (d *lanes) PeerAddr(peer int) string { return d.small.PeerAddr(peer) }
 // Send writes one frame to peer on the lane its size chooses; see
 // Transport.
 func (d *lanes) Send(ctx context.Context, peer int, h Header, payload []byte) error {
-	return d.lane(len(payload)).Send(ctx, peer, h, payload)
+	return d.failure(peer, d.lane(len(payload)).Send(ctx, peer, h, payload))
 }
 
 // SendNow is Send without waiting for a connection that is busy
 // (nowSender).
 func (d *lanes) SendNow(peer int, h Header, payload []byte) (bool, error) {
-	return d.lane(len(payload)).(nowSender).SendNow(peer, h, payload)
+	sent, err := d.lane(len(payload)).(nowSender).SendNow(peer, h, payload)
+	return sent, d.failure(peer, err)
+}
+
+// failure is a lane's error err of a send to peer, in the pair's words: a
+// peer reported failed or closed fails every send with what was
+// reported, whichever lane saw it first — the other lane may have seen
+// the consequence instead (cut by the peer, which heard of the drop on
+// the first lane before this rank cut the second).
+func (d *lanes) failure(peer int, err error) error {
+	if err == nil || peer < 0 || peer >= len(d.peers) {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if first := d.peers[peer].err; first != nil {
+		return first
+	}
+	return err
 }
 
 // Close runs both lanes' close protocols at once, so that it waits at most
