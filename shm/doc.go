@@ -22,7 +22,8 @@
 //   - reduce.go, move.go: the schedules: direct AllReduce, Reduce and
 //     ReduceScatter (each rank reduces its own slice from everyone's staged
 //     input), Scan and ExScan, staged Broadcast, AllGather, Gather, Scatter,
-//     AllToAll and AllToAllV. copy.go: how they move bytes (steps sized for
+//     AllToAll and AllToAllV; eager.go: eager small Broadcasts (the root
+//     writes a slot and returns). copy.go: how they move bytes (steps sized for
 //     the caches, staging copies that stay in them, non-temporal stores
 //     for the results of large collectives).
 //   - split.go: Split; p2p.go, p2pengine.go, ring.go: Send and Recv over a

@@ -37,6 +37,9 @@ func (c *Comm) schedule(s *stepper) error {
 	case comm.KindExScan:
 		return scan(s, send, recv, k, true)
 	case comm.KindBroadcast:
+		if c.eager(s.o.sig) {
+			return eagerBroadcast(s, recv, call.Root)
+		}
 		return broadcast(s, recv, call.Root, es)
 	case comm.KindAllGather:
 		return allGather(s, send, recv, es, -1)
