@@ -69,10 +69,11 @@ type Config struct {
 	// segment (rank 0, or the first member of a Split's group) decides:
 	// the others take its value from the segment.
 	StepBytes int
-	// EagerBytes is the largest Broadcast that goes eager (eager.go):
-	// its root copies the message into one of its eagerSlots slots and
-	// returns, without waiting for the readers, who copy it out when they
-	// come; back-to-back broadcasts pipeline through the slots. If zero,
+	// EagerBytes is the largest Broadcast (or Scatter, every rank's block
+	// together) that goes eager (eager.go): its root copies the message
+	// into one of its eagerSlots slots and returns, without waiting for
+	// the readers, who copy it out when they come; back-to-back broadcasts
+	// pipeline through the slots. If zero,
 	// DefaultEagerBytes; negative: no eager broadcasts. It is capped at
 	// SlotBytes/64, so a rank's eagerSlots slots take at most a quarter of
 	// what its staging slot does. The creator of a segment decides, as for StepBytes:

@@ -18,13 +18,13 @@
 //     heartbeat, a peer's closed or aborted state).
 //   - exec.go, step.go: the executor that runs collectives in the order
 //     they were started, and the header step that opens every collective
-//     (but an eager Broadcast: eager.go) with its sequence number,
+//     (but an eager Broadcast or Scatter: eager.go) with its sequence number,
 //     Signature and status.
 //   - reduce.go, move.go: the schedules: direct AllReduce, Reduce and
 //     ReduceScatter (each rank reduces its own slice from everyone's staged
 //     input), Scan and ExScan, staged Broadcast, AllGather, Gather, Scatter,
-//     AllToAll and AllToAllV; eager.go: eager small Broadcasts (the root
-//     writes a slot and returns). copy.go: how they move bytes (steps sized for
+//     AllToAll and AllToAllV; eager.go: eager small Broadcasts and Scatters
+//     (the root writes a slot and returns). copy.go: how they move bytes (steps sized for
 //     the caches, staging copies that stay in them, non-temporal stores
 //     for the results of large collectives).
 //   - split.go: Split; p2p.go, p2pengine.go, ring.go: Send and Recv over a

@@ -12,7 +12,9 @@ import (
 // Eager broadcasts. A Broadcast of at most the segment's eagerBytes
 // (Config.EagerBytes, the creator's) takes no step: its root copies the
 // message into a slot of its own and returns; each other rank waits for
-// that slot alone, copies the message out and says it is done. Back-to-back
+// that slot alone, copies the message out and says it is done. A Scatter
+// whose blocks take at most eagerBytes together goes the same way: the
+// root stages every block, each reader copies its own. Back-to-back
 // broadcasts pipeline: every rank has eagerSlots slots, collective #s in
 // slot s % eagerSlots of its root, so a root runs up to eagerSlots
 // broadcasts ahead of its slowest reader before it waits.
@@ -61,14 +63,23 @@ const eagerWild = 1 << 31
 // collective it is done with (u64); the meta's fields come before it.
 const eDone = mReason
 
-// eager reports whether sig is a call that goes eager: a Broadcast of at
-// most eagerBytes, on a communicator of two ranks or more. It looks at the
+// eager reports whether sig is a call that goes eager: a Broadcast, or a
+// Scatter, whose root stages at most eagerBytes (the message; every
+// rank's block), on a communicator of two ranks or more. It looks at the
 // Signature alone, so every rank that agrees on the call chooses alike, a
 // rank that refuses its call (eagerRefuse) included.
 func (c *Comm) eager(sig comm.Signature) bool {
 	l := &c.seg.l
-	return l.eagerBytes > 0 && c.size > 1 && sig.Kind == comm.KindBroadcast && sig.DType.Valid() &&
-		sig.Count >= 0 && sig.Count <= int64(l.eagerBytes/sig.DType.Size())
+	blocks := 1
+	switch {
+	case l.eagerBytes == 0 || c.size < 2 || !sig.DType.Valid() || sig.Count < 0:
+		return false
+	case sig.Kind == comm.KindScatter:
+		blocks = c.size
+	case sig.Kind != comm.KindBroadcast:
+		return false
+	}
+	return sig.Count <= int64(l.eagerBytes/sig.DType.Size()/blocks)
 }
 
 // eagerLine is rank q's eager line.
@@ -130,19 +141,24 @@ func (x *execState) eagerHeader(seq uint64) {
 	x.eagerSeen, x.eagerSum, x.header = 0, 0, seq
 }
 
-// eagerBroadcast is an eager Broadcast of buf from root.
-func eagerBroadcast(s *stepper, buf []byte, root int) error {
+// eagerRooted is an eager Broadcast or Scatter from root: the root stages
+// msg (its buffer; every rank's block), and every rank's result, recv, is
+// msg[at:at+len(recv)] (the whole message; its own block).
+func eagerRooted(s *stepper, msg, recv []byte, at, root int) error {
 	c := s.c
 	s.enterEager(statusGo)
 	if c.rank == root {
-		if err := s.eagerPut(&s.b, statusGo, buf, ""); err != nil {
+		if err := s.eagerPut(&s.b, statusGo, msg, ""); err != nil {
 			s.broken = true
 			return err
+		}
+		if own := msg[at : at+len(recv)]; len(recv) > 0 && &own[0] != &recv[0] {
+			copy(recv, own)
 		}
 		s.leaveEager(false)
 		return nil
 	}
-	err := s.eagerGet(buf, root)
+	err := s.eagerGet(recv, at, root)
 	if err == nil || !s.broken {
 		s.leaveEager(false)
 	}
@@ -206,8 +222,8 @@ func (s *stepper) eagerPut(b *bound, status uint32, msg []byte, reason string) e
 }
 
 // eagerGet waits for root's slot of the collective of s and copies its
-// message into buf.
-func (s *stepper) eagerGet(buf []byte, root int) error {
+// message, from byte at on, into buf.
+func (s *stepper) eagerGet(buf []byte, at, root int) error {
 	c, o := s.c, s.o
 	slot := c.eagerSlot(root, o.seq)
 	seq := u64At(slot, mSeq)
@@ -227,7 +243,7 @@ func (s *stepper) eagerGet(buf []byte, root int) error {
 		s.broken = true
 		return &comm.MismatchError{Peer: root, Seq: o.seq, Local: o.sig, Remote: m.sig}
 	}
-	copy(buf, slot[mReason:])
+	copy(buf, slot[mReason+at:])
 	return nil
 }
 

@@ -25,15 +25,16 @@ func bcastData(root, i, n int) []byte {
 	return b
 }
 
-// Back-to-back broadcasts from every root, of sizes on both sides of the
-// eager limit, with AllReduces and Barriers in between: every rank gets
-// every root's bytes, to the bit.
+// Back-to-back broadcasts and scatters from every root, of sizes on both
+// sides of the eager limit, with AllReduces and Barriers in between: every
+// rank gets every root's bytes, to the bit.
 func TestEagerBroadcastBackToBack(t *testing.T) {
 	cs := localWorld(t, 4, eagerCfg)
-	if !cs[0].eager(comm.Signature{Kind: comm.KindBroadcast, DType: comm.U8, Count: 1024}) {
-		t.Fatal("a 1 KiB Broadcast does not go eager with these slots")
+	if !cs[0].eager(comm.Signature{Kind: comm.KindBroadcast, DType: comm.U8, Count: 1024}) ||
+		!cs[0].eager(comm.Signature{Kind: comm.KindScatter, DType: comm.U8, Count: 256}) {
+		t.Fatal("a 1 KiB Broadcast, or a Scatter of 4 × 256 B, does not go eager with these slots")
 	}
-	sizes := []int{0, 1, 8, 63, 64, 65, 200, 1024, 1025, 3000}
+	sizes := []int{0, 1, 8, 63, 64, 65, 200, 1024, 1025, 3000, 4096, 4100}
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		ctx := context.Background()
 		for i := range 200 {
@@ -51,6 +52,20 @@ func TestEagerBroadcastBackToBack(t *testing.T) {
 			}
 			if want := bcastData(root, i, n); string(buf) != string(want) {
 				return fmt.Errorf("call %d (root %d, %d B): got %v, want %v", i, root, n, buf[:min(n, 8)], want[:min(n, 8)])
+			}
+			// A Scatter of the same root: eager up to 1 KiB of blocks
+			// together (n/4 bytes each), staged above.
+			m := n / 4
+			var send []byte
+			if r == root {
+				send = bcastData(root+7, i, m*len(cs))
+			}
+			recv := make([]byte, m)
+			if err := c.Scatter(ctx, comm.Host(send), comm.Host(recv), root); err != nil {
+				return fmt.Errorf("Scatter %d (root %d, %d B blocks): %w", i, root, m, err)
+			}
+			if want := bcastData(root+7, i, m*len(cs))[r*m : (r+1)*m]; string(recv) != string(want) {
+				return fmt.Errorf("Scatter %d (root %d, %d B blocks): got %v, want %v", i, root, m, recv[:min(m, 8)], want[:min(m, 8)])
 			}
 			switch i % 13 {
 			case 5:
@@ -180,8 +195,9 @@ func TestEagerRootDies(t *testing.T) {
 
 // Ranks that disagree on an eager broadcast are told, each call or the
 // next: roots that differ (every rank returns, the mismatch is in the
-// next header), counts that differ (the reader sees it in the slot), and a
-// root that calls a Barrier where its readers broadcast.
+// next header), counts that differ and a Scatter against Broadcasts (the
+// readers see it in the slot), and a root that calls a Barrier where its
+// readers broadcast.
 func TestEagerMismatch(t *testing.T) {
 	cases := []struct {
 		name string
@@ -192,6 +208,12 @@ func TestEagerMismatch(t *testing.T) {
 		}},
 		{"counts differ", func(r int, c *Comm) error {
 			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8+r)), 0)
+		}},
+		{"the root scatters, the others broadcast", func(r int, c *Comm) error {
+			if r == 0 {
+				return c.Scatter(context.Background(), comm.Host(make([]byte, 24)), comm.Host(make([]byte, 8)), 0)
+			}
+			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8)), 0)
 		}},
 		{"the root calls a Barrier", func(r int, c *Comm) error {
 			if r == 0 {
