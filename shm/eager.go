@@ -272,15 +272,15 @@ func (s *stepper) eagerProbe(root int, ready func(int) bool) error {
 		if q == root {
 			r = ready
 		}
-		if err := s.eagerAt(q, r); err != nil {
+		if err := s.eagerPeer(q, r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// eagerAt is eagerProbe for peer q; ready is nil unless q is the root.
-func (s *stepper) eagerAt(q int, ready func(int) bool) error {
+// eagerPeer is eagerProbe for peer q; ready is nil unless q is the root.
+func (s *stepper) eagerPeer(q int, ready func(int) bool) error {
 	c, o := s.c, s.o
 	e, ok := c.eagerLineOf(q)
 	h := s.meta(q, 0)
