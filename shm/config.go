@@ -75,8 +75,9 @@ type Config struct {
 	// the readers, who copy it out when they come; back-to-back broadcasts
 	// pipeline through the slots. If zero,
 	// DefaultEagerBytes; negative: no eager broadcasts. It is capped at
-	// SlotBytes/64, so a rank's eagerSlots slots take at most a quarter of
-	// what its staging slot does. The creator of a segment decides, as for StepBytes:
+	// SlotBytes/64, so a rank's eagerSlots large slots take at most a
+	// quarter of what its staging slot does (its small slots, for
+	// messages up to eagerSmall bytes, take 32 KiB). The creator of a segment decides, as for StepBytes:
 	// the others take its value from the segment, so every rank chooses
 	// the same schedule for the same call.
 	EagerBytes int

@@ -34,7 +34,7 @@ func TestEagerBroadcastBackToBack(t *testing.T) {
 		!cs[0].eager(comm.Signature{Kind: comm.KindScatter, DType: comm.U8, Count: 256}) {
 		t.Fatal("a 1 KiB Broadcast, or a Scatter of 4 × 256 B, does not go eager with these slots")
 	}
-	sizes := []int{0, 1, 8, 63, 64, 65, 200, 1024, 1025, 3000, 4096, 4100}
+	sizes := []int{0, 1, 8, 63, 64, 65, eagerSmall, eagerSmall + 1, 200, 1024, 1025, 3000, 4096, 4100}
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		ctx := context.Background()
 		for i := range 200 {
@@ -86,16 +86,22 @@ func TestEagerBroadcastBackToBack(t *testing.T) {
 	}
 }
 
-// A root runs ahead of readers that have not come: its first eagerSlots
-// broadcasts return without them, the next waits for a slot to be read,
-// and the readers, arriving late, get every message intact (none was
-// overwritten before it was read).
+// A root runs ahead of readers that have not come: its first broadcasts,
+// as many as it has slots for the size (tiny messages have more), return
+// without them, the next waits for a slot to be read, and the readers,
+// arriving late, get every message intact (none was overwritten before it
+// was read).
 func TestEagerRootRunsAhead(t *testing.T) {
+	for _, tc := range []struct{ n, slots int }{{eagerSmall, eagerSmallSlots}, {eagerSmall + 1, eagerSlots}} {
+		t.Run(fmt.Sprintf("%dB", tc.n), func(t *testing.T) { rootRunsAhead(t, tc.n, tc.slots) })
+	}
+}
+
+func rootRunsAhead(t *testing.T, n, slots int) {
 	cs := localWorld(t, 3, eagerCfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	const calls = 3 * eagerSlots
-	const n = 100
+	calls := 3 * slots
 	ahead := make(chan int, calls) // the root's returned calls
 	rootErr := make(chan error, 1)
 	go func() {
@@ -108,7 +114,7 @@ func TestEagerRootRunsAhead(t *testing.T) {
 		}
 		rootErr <- nil
 	}()
-	for i := range eagerSlots {
+	for i := range slots {
 		select {
 		case <-ahead:
 		case err := <-rootErr:

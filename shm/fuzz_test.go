@@ -67,7 +67,8 @@ func FuzzSegmentHeader(f *testing.F) {
 						t.Fatalf("ring %d→%d is out of place in %+v", r, q, l)
 					}
 				}
-				if l.eagerBytes > 0 && (l.eagerLine(r) < l.eagerOff || l.eagerAt(r, eagerSlots-1)+l.eagerSlot > l.eagerLine(r)+l.eagerRank ||
+				if l.eagerBytes > 0 && (l.eagerLine(r) < l.eagerOff || l.eagerAt(r, eagerSlots-1, false)+l.eagerSlot > l.eagerLine(r)+l.eagerRank ||
+					l.eagerAt(r, eagerSmallSlots-1, true)+eagerSmallSlot > l.eagerAt(r, 0, false) ||
 					l.eagerLine(r)+l.eagerRank > l.end || mReason+l.eagerBytes > l.eagerSlot) {
 					t.Fatalf("rank %d's eager area is out of place in %+v", r, l)
 				}

@@ -18,8 +18,9 @@ import (
 //	slots[P]      per rank: two parts of SlotBytes/2, the staging of steps
 //	rings[P×P]    per (sender, receiver): the bytes of Send/Recv messages
 //	eager[P]      per rank: its eager line (the eager collective it is in,
-//	              the last one it is done with), then eagerSlots slots of
-//	              small broadcasts it roots (eager.go); none when eager
+//	              the last one it is done with), then eagerSmallSlots
+//	              slots of tiny messages and eagerSlots of larger ones, for
+//	              the eager broadcasts it roots (eager.go); none when eager
 //	              broadcasts are off
 //
 // Every word is written by one rank only (its owner: the rank of the
@@ -123,7 +124,7 @@ type layout struct {
 	slotBytes, ringBytes    int
 	stepBytes               int // see copy.go
 	eagerBytes              int // the largest eager broadcast (Config.EagerBytes); 0: none
-	eagerSlot, eagerRank    int // bytes of an eager slot, and of a rank's eager area
+	eagerSlot, eagerRank    int // bytes of an eager slot (a large one), and of a rank's eager area
 	eagerOff                int
 	metaBytes, ctlBytes     int
 	ctlOff, ringCtlOff      int
@@ -158,7 +159,7 @@ func (l *layout) placeEager() {
 	l.eagerSlot, l.eagerRank = 0, 0
 	if l.eagerBytes > 0 {
 		l.eagerSlot = alignUp(mReason+l.eagerBytes, lineBytes)
-		l.eagerRank = lineBytes + eagerSlots*l.eagerSlot
+		l.eagerRank = lineBytes + eagerSmallSlots*eagerSmallSlot + eagerSlots*l.eagerSlot
 	}
 	l.end = l.eagerOff + l.P*l.eagerRank
 }
@@ -209,8 +210,16 @@ func (l layout) slot(r int) int              { return l.slotsOff + r*l.slotBytes
 func (l layout) ringCtl(src, dst int) int    { return l.ringCtlOff + (src*l.P+dst)*2*lineBytes }
 func (l layout) ring(src, dst int) int       { return l.ringsOff + (src*l.P+dst)*l.ringBytes }
 func (l layout) eagerLine(r int) int         { return l.eagerOff + r*l.eagerRank }
-func (l layout) eagerAt(r int, seq uint64) int {
-	return l.eagerLine(r) + lineBytes + int(seq%eagerSlots)*l.eagerSlot
+
+// eagerAt is the offset of rank r's slot for collective #seq: a small
+// slot (eagerSmallSlot bytes) for a message of at most eagerSmall bytes,
+// else a large one (eagerSlot).
+func (l layout) eagerAt(r int, seq uint64, small bool) int {
+	base := l.eagerLine(r) + lineBytes
+	if small {
+		return base + int(seq%eagerSmallSlots)*eagerSmallSlot
+	}
+	return base + eagerSmallSlots*eagerSmallSlot + int(seq%eagerSlots)*l.eagerSlot
 }
 
 // rankWords are the shared words of one rank's control block.
