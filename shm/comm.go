@@ -138,7 +138,7 @@ func attach(ctx context.Context, cfg Config, path, name string) (*Comm, error) {
 	var seg *segment
 	var err error
 	if cfg.Rank == 0 {
-		seg, err = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), cfg.StepBytes, me, cfg.Logger)
+		seg, err = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), cfg.StepBytes, cfg.eagerBytes(), me, cfg.Logger)
 	} else {
 		seg, err = openSegment(ctx, path, cfg.Size)
 	}
@@ -206,7 +206,7 @@ func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
 		c.words[r] = wordsOf(seg.mem, seg.l, r)
 	}
 	c.mine = c.words[c.rank]
-	c.x = execState{watch: newWatch(c.size)}
+	c.x = execState{watch: newWatch(c.size), done: make([]uint64, c.size)}
 	c.exec = c.newExec()
 	c.p2p = newP2P(c)
 	c.users.Add(1)

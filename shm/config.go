@@ -69,6 +69,18 @@ type Config struct {
 	// segment (rank 0, or the first member of a Split's group) decides:
 	// the others take its value from the segment.
 	StepBytes int
+	// EagerBytes is the largest Broadcast (or Scatter, every rank's block
+	// together) that goes eager (eager.go): its root copies the message
+	// into one of its eagerSlots slots and returns, without waiting for
+	// the readers, who copy it out when they come; back-to-back broadcasts
+	// pipeline through the slots. If zero,
+	// DefaultEagerBytes; negative: no eager broadcasts. It is capped at
+	// SlotBytes/64, so a rank's eagerSlots large slots take at most a
+	// quarter of what its staging slot does (its small slots, for
+	// messages up to eagerSmall bytes, take 32 KiB). The creator of a segment decides, as for StepBytes:
+	// the others take its value from the segment, so every rank chooses
+	// the same schedule for the same call.
+	EagerBytes int
 	// Cost is the α-β model (a Direct one: Latency is a step's, BytesPerSec
 	// the copy rate) that chooses whether an AllReduce or Reduce takes one
 	// step, in which every rank (the root, for Reduce) reduces the whole
@@ -124,8 +136,16 @@ const (
 	// 16 MiB one on 2 ranks with non-temporal ones.
 	DefaultNonTemporalBytes = 16 << 20
 
-	minSlotBytes = 8 << 10
-	maxSize      = 4096
+	// Measured on 2 cores, 4 processes (hiercomm-bench, the slowest
+	// rank's time): an eager Broadcast of 32 KiB took 6 µs and one of
+	// 64 KiB 9.5 µs, against 14–17 and 16–19 staged; at 128 KiB both
+	// took 20–25 µs. 64 KiB keeps the eager slots at a quarter of the
+	// default staging slot.
+	DefaultEagerBytes = 64 << 10
+
+	minSlotBytes  = 8 << 10
+	maxEagerBytes = 1 << 20
+	maxSize       = 4096
 )
 
 // withDefaults returns a copy of c with its zero fields filled, or an error
@@ -149,6 +169,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Name = cmp.Or(c.Name, "world")
 	c.Ranks = slices.Clone(c.Ranks)
 	c.StepBytes = cmp.Or(c.StepBytes, DefaultStepBytes)
+	c.EagerBytes = cmp.Or(c.EagerBytes, DefaultEagerBytes)
 	c.Cost = c.Cost.Or(DefaultCost)
 	c.NonTemporalBytes = cmp.Or(c.NonTemporalBytes, DefaultNonTemporalBytes)
 	if err := checkNamespace(c.Namespace); err != nil {
@@ -175,6 +196,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm.Config: ConnectTimeout %v is negative", c.ConnectTimeout)
 	case c.StepBytes < 0:
 		return c, fmt.Errorf("shm.Config: StepBytes %d is negative", c.StepBytes)
+	case c.EagerBytes > maxEagerBytes:
+		return c, fmt.Errorf("shm.Config: EagerBytes %d is above the maximum %d", c.EagerBytes, maxEagerBytes)
 	case c.HostProcs < 0:
 		return c, fmt.Errorf("shm.Config: HostProcs %d is negative", c.HostProcs)
 	}
@@ -182,6 +205,12 @@ func (c Config) withDefaults() (Config, error) {
 	// every dtype and two ranks never write the same line.
 	c.SlotBytes &^= 2*lineBytes - 1
 	return c, nil
+}
+
+// eagerBytes is the EagerBytes a segment made with c gets: 0 (none) when
+// EagerBytes is negative, at most SlotBytes/(4·eagerSlots).
+func (c Config) eagerBytes() int {
+	return max(0, min(c.EagerBytes, c.SlotBytes/(4*eagerSlots)))
 }
 
 // checkNamespace accepts 1..100 bytes of letters, digits, '.', '_' and '-',

@@ -18,11 +18,13 @@
 //     heartbeat, a peer's closed or aborted state).
 //   - exec.go, step.go: the executor that runs collectives in the order
 //     they were started, and the header step that opens every collective
-//     with its sequence number, Signature and status.
+//     (but an eager Broadcast or Scatter: eager.go) with its sequence number,
+//     Signature and status.
 //   - reduce.go, move.go: the schedules: direct AllReduce, Reduce and
 //     ReduceScatter (each rank reduces its own slice from everyone's staged
 //     input), Scan and ExScan, staged Broadcast, AllGather, Gather, Scatter,
-//     AllToAll and AllToAllV. copy.go: how they move bytes (steps sized for
+//     AllToAll and AllToAllV; eager.go: eager small Broadcasts and Scatters
+//     (the root writes a slot and returns). copy.go: how they move bytes (steps sized for
 //     the caches, staging copies that stay in them, non-temporal stores
 //     for the results of large collectives).
 //   - split.go: Split; p2p.go, p2pengine.go, ring.go: Send and Recv over a
@@ -42,7 +44,10 @@
 // aborts the communicator, since the ranks may no longer agree on the next
 // step: the peers learn it from this rank's abort record at once, a dead
 // peer is named by every survivor (*comm.PeerError) within FailureTimeout,
-// and later calls fail fast with comm.ErrAborted.
+// and later calls fail fast with comm.ErrAborted. An eager Broadcast's
+// root returns before its readers read (a local completion, as MPI
+// allows): their failure there, a mismatch included, reaches it at its
+// next call (eager.go).
 //
 // shm imports comm, comm/schedule (Config.Cost) and internal/hoptrace of
 // hiercomm, and the standard library (syscall for mmap, futex, kill and

@@ -28,6 +28,20 @@ type execState struct {
 	g     uint64 // the last step this rank posted
 	seen  uint64 // the last step every peer is known to have posted
 	watch *watch
+	// The eager collectives since the last header (eager.go): how many
+	// (and eagerWild if this rank refused one), their digest, and that
+	// header's collective.
+	eagerSeen uint32
+	eagerSum  uint64
+	header    uint64
+	// eagerFirst is the first of them.
+	eagerFirst uint64
+	// eagerLast and eagerSig: this rank's last eager collective and its
+	// call, for a mismatch found after it returned (stepper.elsewhere).
+	eagerLast uint64
+	eagerSig  comm.Signature
+	// done caches each peer's eDone, as an eager root last read it.
+	done []uint64
 }
 
 // newExec is the communicator's executor: one collective at a time, in

@@ -27,6 +27,7 @@ func segmentHeader(l layout, creator procID) []byte {
 	binary.LittleEndian.PutUint64(h[hRingBytes:], uint64(l.ringBytes))
 	binary.LittleEndian.PutUint64(h[hTotal:], uint64(l.end))
 	binary.LittleEndian.PutUint64(h[hStepBytes:], uint64(l.stepBytes))
+	binary.LittleEndian.PutUint64(h[hEagerBytes:], uint64(l.eagerBytes))
 	binary.LittleEndian.PutUint64(h[hCreator:], creator.pid)
 	binary.LittleEndian.PutUint64(h[hCreator+8:], creator.start)
 	binary.LittleEndian.PutUint64(h[hCreator+16:], creator.ns)
@@ -40,12 +41,12 @@ func segmentHeader(l layout, creator procID) []byte {
 // /dev/shm, read one with that header and any size without a panic.
 func FuzzSegmentHeader(f *testing.F) {
 	self := selfIdentity()
-	for _, g := range []struct{ P, slot, step int }{{1, minSlotBytes, DefaultStepBytes}, {2, minSlotBytes, 1}, {3, 3 * minSlotBytes, 4096}} {
-		l := newLayout(g.P, g.slot, g.step)
+	for _, g := range []struct{ P, slot, step, eager int }{{1, minSlotBytes, DefaultStepBytes, 0}, {2, minSlotBytes, 1, 512}, {3, 3 * minSlotBytes, 4096, 1536}} {
+		l := newLayout(g.P, g.slot, g.step, g.eager)
 		f.Add(segmentHeader(l, self), uint16(l.end/pageBytes), uint16(g.P))
 		f.Add(segmentHeader(l, procID{pid: 1 << 30, start: 1, ns: self.ns}), uint16(l.end/pageBytes), uint16(g.P))
 	}
-	bad := newLayout(2, minSlotBytes, 1)
+	bad := newLayout(2, minSlotBytes, 1, 0)
 	bad.ringBytes = -pageBytes // a negative size once made end look small
 	f.Add(segmentHeader(bad, procID{pid: 1 << 30, start: 1, ns: self.ns}), uint16(3), uint16(2))
 	f.Add([]byte("HIERSHM1"), uint16(1), uint16(1))
@@ -62,9 +63,14 @@ func FuzzSegmentHeader(f *testing.F) {
 					t.Fatalf("rank %d's parts overlap in %+v", r, l)
 				}
 				for q := range l.P {
-					if l.ringCtl(r, q)+2*lineBytes > l.slotsOff || l.ring(r, q)+l.ringBytes > l.end {
+					if l.ringCtl(r, q)+2*lineBytes > l.slotsOff || l.ring(r, q)+l.ringBytes > l.eagerOff {
 						t.Fatalf("ring %d→%d is out of place in %+v", r, q, l)
 					}
+				}
+				if l.eagerBytes > 0 && (l.eagerLine(r) < l.eagerOff || l.eagerAt(r, eagerSlots-1, false)+l.eagerSlot > l.eagerLine(r)+l.eagerRank ||
+					l.eagerAt(r, eagerSmallSlots-1, true)+eagerSmallSlot > l.eagerAt(r, 0, false) ||
+					l.eagerLine(r)+l.eagerRank > l.end || mReason+l.eagerBytes > l.eagerSlot) {
+					t.Fatalf("rank %d's eager area is out of place in %+v", r, l)
 				}
 			}
 			if l.end > size {
@@ -98,7 +104,7 @@ func FuzzAbortRecord(f *testing.F) {
 	f.Add(uint32(comm.FailPeer), int32(0), uint32(5), []byte("rank 0 failed: gone"), []byte{})
 	f.Add(uint32(comm.FailTimeout), int32(-1), uint32(0xffffffff), []byte("deadline"), make([]byte, 600))
 	f.Add(uint32(99), int32(1), uint32(3), []byte("abc"), []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80})
-	l := newLayout(2, minSlotBytes, DefaultStepBytes)
+	l := newLayout(2, minSlotBytes, DefaultStepBytes, 0)
 	f.Fuzz(func(t *testing.T, code uint32, peer int32, n uint32, text, meta []byte) {
 		mem := alignedMem(l.end)
 		c := &Comm{rank: 0, size: 2, seg: &segment{mem: mem, l: l}}

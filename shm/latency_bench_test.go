@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 )
 
@@ -58,4 +59,37 @@ func atomicRoundTrip(n int) time.Duration {
 	}
 	<-done
 	return time.Since(start) / time.Duration(n)
+}
+
+// BenchmarkSmallBroadcast times back-to-back 8-byte Broadcasts from rank 0
+// among 4 ranks, goroutines of this process, as the bench's broadcast does
+// (the time per call is the slowest rank's): eager (the default) and
+// staged (Config.EagerBytes negative).
+//
+//	go test -run '^$' -bench SmallBroadcast -benchtime 20000x -count 5 ./shm/
+func BenchmarkSmallBroadcast(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		eager int
+	}{{"eager", 0}, {"staged", -1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cs := localWorld(b, 4, Config{EagerBytes: tc.eager})
+			ctx := context.Background()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, c := range cs {
+				wg.Go(func() {
+					buf := make([]byte, 8)
+					for range b.N {
+						if err := c.Broadcast(ctx, comm.Host(buf), 0); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/call")
+		})
+	}
 }

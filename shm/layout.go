@@ -17,6 +17,11 @@ import (
 //	ringCtl[P×P]  per (sender, receiver): tail (sender's line), head (receiver's)
 //	slots[P]      per rank: two parts of SlotBytes/2, the staging of steps
 //	rings[P×P]    per (sender, receiver): the bytes of Send/Recv messages
+//	eager[P]      per rank: its eager line (the eager collective it is in,
+//	              the last one it is done with), then eagerSmallSlots
+//	              slots of tiny messages and eagerSlots of larger ones, for
+//	              the eager broadcasts it roots (eager.go); none when eager
+//	              broadcasts are off
 //
 // Every word is written by one rank only (its owner: the rank of the
 // control block, the sender for a tail, the receiver for a head), except
@@ -27,20 +32,21 @@ const (
 	pageBytes = 4096
 
 	segMagic   = 0x314d485352454948 // "HIERSHM1", little-endian
-	segVersion = 2
+	segVersion = 3
 )
 
 // Header fields. hMagic and hCreator keep their places in every version, so
 // that a stale file of another version can still be judged.
 const (
-	hMagic     = 0  // u64
-	hVersion   = 8  // u32
-	hSize      = 12 // u32
-	hSlotBytes = 16 // u64
-	hRingBytes = 24 // u64
-	hTotal     = 32 // u64
-	hStepBytes = 40 // u64: stepBytes of the creator; every rank's schedules use it
-	hCreator   = 64 // procID: pid, start, pid namespace (3 × u64)
+	hMagic      = 0  // u64
+	hVersion    = 8  // u32
+	hSize       = 12 // u32
+	hSlotBytes  = 16 // u64
+	hRingBytes  = 24 // u64
+	hTotal      = 32 // u64
+	hStepBytes  = 40 // u64: stepBytes of the creator; every rank's schedules use it
+	hEagerBytes = 48 // u64: eagerBytes of the creator (0: no eager broadcasts); every rank's choice of schedule uses it
+	hCreator    = 64 // procID: pid, start, pid namespace (3 × u64)
 )
 
 // Control block fields, from the start of a rank's block.
@@ -92,6 +98,8 @@ const (
 	mReasonLen = 32 // u32
 	mOuter     = 36 // u8 kind, u8 dtype, u8 op of Sig.Outer
 	mOuterHash = 40 // u32
+	mEagerSeen = 44 // u32: a header's eager collectives since the last header, plus eagerWild if this rank refused one
+	mEagerSum  = 48 // u64: a header's digest of those eager collectives (eager.go)
 	mReason    = 64 // up to maxReason bytes
 	mCounts    = 512
 	maxReason  = mCounts - mReason
@@ -115,6 +123,9 @@ type layout struct {
 	P                       int
 	slotBytes, ringBytes    int
 	stepBytes               int // see copy.go
+	eagerBytes              int // the largest eager broadcast (Config.EagerBytes); 0: none
+	eagerSlot, eagerRank    int // bytes of an eager slot (a large one), and of a rank's eager area
+	eagerOff                int
 	metaBytes, ctlBytes     int
 	ctlOff, ringCtlOff      int
 	slotsOff, ringsOff, end int
@@ -123,13 +134,14 @@ type layout struct {
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
 // newLayout computes the geometry; slotBytes is a multiple of 2·lineBytes,
-// stepBytes is Config.StepBytes (see copy.go).
+// stepBytes is Config.StepBytes (see copy.go), eagerBytes
+// Config.EagerBytes (0: no eager area; see eager.go).
 // A ring gets a share of a slot's size (at most a quarter of it, at least a
 // page), so that the rings of all P² pairs take half what the slots do: 8
 // ranks with the default slots need 48 MiB, inside Docker's default 64 MiB
 // /dev/shm.
-func newLayout(P, slotBytes, stepBytes int) layout {
-	l := layout{P: P, slotBytes: slotBytes, stepBytes: stepBytes}
+func newLayout(P, slotBytes, stepBytes, eagerBytes int) layout {
+	l := layout{P: P, slotBytes: slotBytes, stepBytes: stepBytes, eagerBytes: eagerBytes}
 	l.ringBytes = max(pageBytes, min(slotBytes/4, slotBytes/(2*P))&^(pageBytes-1))
 	l.metaBytes = alignUp(mCounts+16*P, lineBytes)
 	l.ctlBytes = alignUp(cMeta+2*l.metaBytes, pageBytes)
@@ -137,8 +149,19 @@ func newLayout(P, slotBytes, stepBytes int) layout {
 	l.ringCtlOff = l.ctlOff + P*l.ctlBytes
 	l.slotsOff = alignUp(l.ringCtlOff+P*P*2*lineBytes, pageBytes)
 	l.ringsOff = l.slotsOff + P*slotBytes
-	l.end = l.ringsOff + P*P*l.ringBytes
+	l.placeEager()
 	return l
+}
+
+// placeEager sizes and places the eager areas, after the rings.
+func (l *layout) placeEager() {
+	l.eagerOff = l.ringsOff + l.P*l.P*l.ringBytes
+	l.eagerSlot, l.eagerRank = 0, 0
+	if l.eagerBytes > 0 {
+		l.eagerSlot = alignUp(mReason+l.eagerBytes, lineBytes)
+		l.eagerRank = lineBytes + eagerSmallSlots*eagerSmallSlot + eagerSlots*l.eagerSlot
+	}
+	l.end = l.eagerOff + l.P*l.eagerRank
 }
 
 // fits reports whether l, as layoutOf read it from a segment's header, is
@@ -148,7 +171,7 @@ func newLayout(P, slotBytes, stepBytes int) layout {
 // by a number it has not checked: the sizes are bounded (by size and P)
 // before anything is computed from them, so nothing overflows.
 func (l layout) fits(size int64) bool {
-	if l.P < 1 || l.P > maxSize || l.stepBytes < 1 ||
+	if l.P < 1 || l.P > maxSize || l.stepBytes < 1 || l.eagerBytes < 0 || l.eagerBytes > maxEagerBytes ||
 		l.slotBytes < minSlotBytes&^(2*lineBytes-1) || l.slotBytes%(2*lineBytes) != 0 ||
 		l.ringBytes < pageBytes || l.ringBytes%pageBytes != 0 {
 		return false
@@ -167,10 +190,14 @@ func layoutOf(mem []byte) layout {
 	if P < 1 || P > maxSize {
 		return layout{P: P} // newLayout divides by P; fits refuses it
 	}
-	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))), int(atomic.LoadUint64(u64At(mem, hStepBytes))))
+	eager := atomic.LoadUint64(u64At(mem, hEagerBytes))
+	if eager > maxEagerBytes {
+		return layout{P: P, eagerBytes: -1} // fits refuses it
+	}
+	l := newLayout(P, int(atomic.LoadUint64(u64At(mem, hSlotBytes))), int(atomic.LoadUint64(u64At(mem, hStepBytes))), int(eager))
 	l.ringBytes = int(atomic.LoadUint64(u64At(mem, hRingBytes)))
 	l.ringsOff = l.slotsOff + P*l.slotBytes
-	l.end = l.ringsOff + P*P*l.ringBytes
+	l.placeEager()
 	return l
 }
 
@@ -182,6 +209,18 @@ func (l layout) meta(r int, part uint64) int { return l.ctl(r) + cMeta + int(par
 func (l layout) slot(r int) int              { return l.slotsOff + r*l.slotBytes }
 func (l layout) ringCtl(src, dst int) int    { return l.ringCtlOff + (src*l.P+dst)*2*lineBytes }
 func (l layout) ring(src, dst int) int       { return l.ringsOff + (src*l.P+dst)*l.ringBytes }
+func (l layout) eagerLine(r int) int         { return l.eagerOff + r*l.eagerRank }
+
+// eagerAt is the offset of rank r's slot for collective #seq: a small
+// slot (eagerSmallSlot bytes) for a message of at most eagerSmall bytes,
+// else a large one (eagerSlot).
+func (l layout) eagerAt(r int, seq uint64, small bool) int {
+	base := l.eagerLine(r) + lineBytes
+	if small {
+		return base + int(seq%eagerSmallSlots)*eagerSmallSlot
+	}
+	return base + eagerSmallSlots*eagerSmallSlot + int(seq%eagerSlots)*l.eagerSlot
+}
 
 // rankWords are the shared words of one rank's control block.
 type rankWords struct {

@@ -37,12 +37,18 @@ func (c *Comm) schedule(s *stepper) error {
 	case comm.KindExScan:
 		return scan(s, send, recv, k, true)
 	case comm.KindBroadcast:
+		if c.eager(s.o.sig) {
+			return eagerRooted(s, recv, recv, 0, call.Root)
+		}
 		return broadcast(s, recv, call.Root, es)
 	case comm.KindAllGather:
 		return allGather(s, send, recv, es, -1)
 	case comm.KindGather:
 		return allGather(s, send, recv, es, call.Root)
 	case comm.KindScatter:
+		if c.eager(s.o.sig) {
+			return eagerRooted(s, send, recv, c.rank*len(recv), call.Root)
+		}
 		return scatter(s, send, recv, call.Root, es)
 	case comm.KindAllToAll:
 		counts := make([]int, c.size)

@@ -61,11 +61,12 @@ func Segments(namespace string) ([]string, error) {
 var tmpSeq atomic.Uint64
 
 // createSegment makes the segment file at path for P ranks, with slots of
-// slotBytes and steps of stepBytes, replacing a stale one (logged); a live
-// one is an error that names its process.
-func createSegment(path string, P, slotBytes, stepBytes int, me procID, log *slog.Logger) (*segment, error) {
+// slotBytes, steps of stepBytes and eager broadcasts up to eagerBytes,
+// replacing a stale one (logged); a live one is an error that names its
+// process.
+func createSegment(path string, P, slotBytes, stepBytes, eagerBytes int, me procID, log *slog.Logger) (*segment, error) {
 	removeStaleTemps(path, log)
-	l := newLayout(P, slotBytes, stepBytes)
+	l := newLayout(P, slotBytes, stepBytes, eagerBytes)
 	for attempt := 0; ; attempt++ {
 		seg, err := createOnce(path, l, me)
 		if err == nil || !errors.Is(err, fs.ErrExist) {
@@ -122,6 +123,7 @@ func createOnce(path string, l layout, me procID) (*segment, error) {
 	atomic.StoreUint64(u64At(mem, hRingBytes), uint64(l.ringBytes))
 	atomic.StoreUint64(u64At(mem, hTotal), uint64(l.end))
 	atomic.StoreUint64(u64At(mem, hStepBytes), uint64(l.stepBytes))
+	atomic.StoreUint64(u64At(mem, hEagerBytes), uint64(l.eagerBytes))
 	writeProc(mem, hCreator, me)
 	atomic.StoreUint64(u64At(mem, hMagic), segMagic)
 	if tmp == "" {

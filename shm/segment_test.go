@@ -51,7 +51,7 @@ func (s *syncLog) String() string {
 func TestLayoutIsAlignedAndDisjoint(t *testing.T) {
 	for _, P := range []int{1, 2, 3, 8, 64} {
 		for _, slot := range []int{minSlotBytes, DefaultSlotBytes} {
-			l := newLayout(P, max(slot, 256*P), DefaultStepBytes)
+			l := newLayout(P, max(slot, 256*P), DefaultStepBytes, DefaultEagerBytes)
 			if l.ringBytes%pageBytes != 0 || l.ringBytes < pageBytes || l.ringBytes > l.slotBytes/4 && l.ringBytes != pageBytes {
 				t.Errorf("P=%d slot=%d: ring of %d bytes", P, slot, l.ringBytes)
 			}
@@ -113,7 +113,7 @@ func TestStaleSegmentIsReplaced(t *testing.T) {
 	ns := testNamespace()
 	path := segmentPath(ns, "world")
 	gone := deadPid(t)
-	stale, err := createSegment(path, 2, minSlotBytes, DefaultStepBytes, gone, slog.Default())
+	stale, err := createSegment(path, 2, minSlotBytes, DefaultStepBytes, 0, gone, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestStaleSegmentIsReplaced(t *testing.T) {
 func TestLiveSegmentIsAnError(t *testing.T) {
 	ns := testNamespace()
 	path := segmentPath(ns, "world")
-	live, err := createSegment(path, 2, minSlotBytes, DefaultStepBytes, selfIdentity(), slog.Default())
+	live, err := createSegment(path, 2, minSlotBytes, DefaultStepBytes, 0, selfIdentity(), slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestLiveSegmentIsAnError(t *testing.T) {
 func TestAttachChecksSizeAndRank(t *testing.T) {
 	ns := testNamespace()
 	path := segmentPath(ns, "world")
-	seg, err := createSegment(path, 3, minSlotBytes, DefaultStepBytes, selfIdentity(), slog.Default())
+	seg, err := createSegment(path, 3, minSlotBytes, DefaultStepBytes, 0, selfIdentity(), slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func (c *Comm) splitSchedule(s *stepper) error {
 	var seg *segment
 	var createErr error
 	if creator == c.rank {
-		seg, createErr = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), cfg.StepBytes, c.me, c.cfg.Logger)
+		seg, createErr = createSegment(path, cfg.Size, max(cfg.SlotBytes, 256*cfg.Size), cfg.StepBytes, cfg.eagerBytes(), c.me, c.cfg.Logger)
 	}
 	if err := s.step(func(p []byte) {
 		p[0] = 0

@@ -94,7 +94,14 @@ func (s *stepper) step(write func(part []byte)) error {
 	c.post(g)
 	c.mark(hoptrace.ShmPosted, g)
 	x.g = g
-	if err := c.waitAll(&s.b, g, x.watch); err != nil {
+	on := waitOn{ready: func(q int) bool { return atomic.LoadUint64(c.words[q].posted) >= g }, only: -1, step: g}
+	if !s.header {
+		// A peer in an eager collective of this sequence number, or
+		// past it, will not post this header: a mismatch (eager.go).
+		on.probe = func() error { return s.eagerPast(g) }
+	}
+	err := c.wait(&s.b, x.watch, on)
+	if err != nil {
 		s.broken = true
 		if !s.header && errors.Is(err, comm.ErrTimeout) {
 			err = s.late(g, err)
@@ -105,9 +112,10 @@ func (s *stepper) step(write func(part []byte)) error {
 	x.seen = g
 	if !s.header {
 		s.header = true
-		return s.checkHeaders(g)
+		err = s.checkHeaders(g)
+		x.eagerHeader(s.o.seq)
 	}
-	return nil
+	return err
 }
 
 // refuse runs the header step of a collective this rank refuses, with the
@@ -116,6 +124,9 @@ func (s *stepper) step(write func(part []byte)) error {
 // here, with the refused call's context if it is still alive.
 func (s *stepper) refuse(why error) error {
 	c, x := s.c, &s.c.x
+	if c.eager(s.o.sig) {
+		return s.eagerRefuse(why)
+	}
 	if x.seen < x.g {
 		b := &s.b
 		if b.ctx.Err() != nil {
@@ -130,6 +141,7 @@ func (s *stepper) refuse(why error) error {
 	s.writeMeta(g, uint32(comm.FailCodeOf(why)), why.Error())
 	c.post(g)
 	x.g = g
+	x.eagerHeader(s.o.seq)
 	return why
 }
 
@@ -164,21 +176,31 @@ func (s *stepper) late(g uint64, err error) error {
 	return le
 }
 
-// writeMeta fills this rank's meta part of step g. Plain stores: the post
-// that follows publishes them.
+// writeMeta fills this rank's meta part of step g, with the eager
+// collectives since the last header (eagerSeen, eagerSum). Plain stores:
+// the post that follows publishes them.
 func (s *stepper) writeMeta(g uint64, status uint32, reason string) {
-	l := &s.c.seg.l
+	l, x := &s.c.seg.l, &s.c.x
 	off := l.meta(s.c.rank, g%2)
 	m := s.c.seg.mem[off : off+l.metaBytes]
-	sig := s.o.sig
 	binary.LittleEndian.PutUint64(m[mSeq:], s.o.seq)
+	s.fillMeta(m, status, reason)
+	binary.LittleEndian.PutUint32(m[mEagerSeen:], x.eagerSeen)
+	binary.LittleEndian.PutUint64(m[mEagerSum:], x.eagerSum)
+}
+
+// fillMeta writes what this rank says about its collective, all but the
+// sequence number, into m, a meta part or an eager slot or line (eager.go),
+// whose reason is cut to what m holds.
+func (s *stepper) fillMeta(m []byte, status uint32, reason string) {
+	sig := s.o.sig
 	binary.LittleEndian.PutUint32(m[mStatus:], status)
 	m[mKind], m[mKind+1], m[mKind+2] = byte(sig.Kind), byte(sig.DType), byte(sig.Op)
 	binary.LittleEndian.PutUint32(m[mRoot:], uint32(sig.Root))
 	binary.LittleEndian.PutUint64(m[mCount:], uint64(sig.Count))
 	m[mOuter], m[mOuter+1], m[mOuter+2] = byte(sig.Outer.Kind), byte(sig.Outer.DType), byte(sig.Outer.Op)
 	binary.LittleEndian.PutUint32(m[mOuterHash:], sig.Outer.Hash)
-	n := copy(m[mReason:mReason+maxReason], reason)
+	n := copy(m[mReason:min(len(m), mReason+maxReason)], reason)
 	binary.LittleEndian.PutUint32(m[mReasonLen:], uint32(n))
 	for i, v := range s.counts {
 		binary.LittleEndian.PutUint64(m[mCounts+8*i:], uint64(v))
@@ -191,13 +213,22 @@ type peerMeta struct {
 	status uint32
 	sig    comm.Signature
 	reason string
+	// eagerSeen and eagerSum: the eager collectives q took part in
+	// since its last header (eager.go); headers only.
+	eagerSeen uint32
+	eagerSum  uint64
 }
 
 func (s *stepper) meta(q int, g uint64) peerMeta {
 	l := &s.c.seg.l
 	off := l.meta(q, g%2)
-	m := s.c.seg.mem[off : off+l.metaBytes]
-	n := min(int(binary.LittleEndian.Uint32(m[mReasonLen:])), maxReason)
+	return readMeta(s.c.seg.mem[off : off+l.metaBytes])
+}
+
+// readMeta reads what fillMeta and writeMeta wrote into m; a reason is
+// cut to what m holds.
+func readMeta(m []byte) peerMeta {
+	n := min(int(binary.LittleEndian.Uint32(m[mReasonLen:])), maxReason, len(m)-mReason)
 	return peerMeta{
 		seq:    binary.LittleEndian.Uint64(m[mSeq:]),
 		status: binary.LittleEndian.Uint32(m[mStatus:]),
@@ -205,7 +236,9 @@ func (s *stepper) meta(q int, g uint64) peerMeta {
 			Root: int32(binary.LittleEndian.Uint32(m[mRoot:])), Count: int64(binary.LittleEndian.Uint64(m[mCount:])),
 			Outer: comm.Outer{Kind: comm.Kind(m[mOuter]), DType: comm.DType(m[mOuter+1]), Op: comm.ReduceOp(m[mOuter+2]),
 				Hash: binary.LittleEndian.Uint32(m[mOuterHash:])}},
-		reason: string(m[mReason : mReason+n]),
+		reason:    string(m[mReason : mReason+n]),
+		eagerSeen: binary.LittleEndian.Uint32(m[mEagerSeen:]),
+		eagerSum:  binary.LittleEndian.Uint64(m[mEagerSum:]),
 	}
 }
 
@@ -234,8 +267,7 @@ func (s *stepper) checkHeaders(g uint64) error {
 		switch {
 		case m.seq != s.o.seq:
 			if mismatch == nil {
-				mismatch = &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig,
-					Reported: fmt.Sprintf("rank %d was at collective #%d when this rank was at #%d", q, m.seq, s.o.seq)}
+				mismatch = s.elsewhere(q, m.seq)
 			}
 		case m.status != statusGo:
 			return s.c.named(comm.FailCode(m.status).Remote(q, m.reason))
@@ -255,10 +287,29 @@ func (s *stepper) checkHeaders(g uint64) error {
 	if left != nil {
 		return left
 	}
+	if err := s.checkEager(g); err != nil {
+		return err
+	}
 	if s.o.sig.Kind == comm.KindAllToAllV {
 		return s.checkCounts(g)
 	}
 	return nil
+}
+
+// elsewhere is the mismatch of rank q, which was at collective #seq
+// when this rank was at its own. It is of the earlier of the two: a rank
+// behind did something else at the collective this rank passed (an eager
+// one, which waits for no header: eager.go).
+func (s *stepper) elsewhere(q int, seq uint64) error {
+	me := &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig,
+		Reported: fmt.Sprintf("rank %d was at collective #%d when this rank was at #%d", q, seq, s.o.seq)}
+	if x := &s.c.x; seq < s.o.seq {
+		me.Seq, me.Local = seq, comm.Signature{}
+		if x.eagerLast == seq {
+			me.Local = x.eagerSig
+		}
+	}
+	return me
 }
 
 // checkCounts checks that what every rank sends every other is what that

@@ -136,20 +136,54 @@ func (c *Comm) local() error {
 // waitAll waits until every peer has posted step g. It fails when b ends,
 // this rank closes, or a peer fails or gives up (see peerState, checkPeer).
 func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
-	q := 0 // peers below q are known to have posted g
-	// failed is p's failure, unless p posted g meanwhile: a peer may post
+	return c.wait(b, w, waitOn{ready: func(q int) bool { return atomic.LoadUint64(c.words[q].posted) >= g }, only: -1, step: g})
+}
+
+// waitOn is what a wait waits for: a step (waitAll), or a peer's eager
+// slot or the release of this rank's (eager.go).
+type waitOn struct {
+	// ready reports whether peer q has done what the wait needs.
+	ready func(q int) bool
+	// only is the one peer waited for, or -1: every peer.
+	only int
+	// step is a step wait's step: its end is recorded (abortPassed), a
+	// peer that aborted in it has left (leftIn), and the flight recorder
+	// names it. 0: not a step wait.
+	step uint64
+	// probe, if set, is news that ends the wait (a mismatch a peer's
+	// words show): asked with every liveness check and before a peer's
+	// failure is returned, which it explains better.
+	probe func() error
+}
+
+// wait waits until every peer that on names is ready. It fails when b
+// ends, this rank closes, a peer fails or gives up (see peerState,
+// checkPeer), or on's probe has news.
+func (c *Comm) wait(b *bound, w *watch, on waitOn) error {
+	q, end := 0, c.size // peers below q are known to be ready
+	if on.only >= 0 {
+		q, end = on.only, on.only+1
+	}
+	// failed is p's failure, unless p is ready meanwhile: a peer may post
 	// g, see a mismatch or a failure there, abort, close or even exit
 	// between the read of its counter and the look at its state, and its
-	// post, not its later state, is what this step is owed.
+	// post, not its later state, is what this step is owed. A probe's
+	// news comes first: a peer that aborted on a mismatch it saw is
+	// reported as the mismatch this rank sees too.
 	failed := func(err error, p int) error {
-		if err != nil && atomic.LoadUint64(c.words[p].posted) >= g {
+		if err == nil || on.ready(p) {
 			return nil
+		}
+		if on.probe != nil {
+			if perr := on.probe(); perr != nil {
+				return perr
+			}
 		}
 		return err
 	}
 	behind := func() (bool, error) {
-		for ; q < c.size; q++ {
-			if q == c.rank || atomic.LoadUint64(c.words[q].posted) >= g {
+		for ; q < end; q++ {
+			if q == c.rank || on.ready(q) {
 				continue
 			}
 			if err := failed(c.peerState(q), q); err != nil {
@@ -167,8 +201,8 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 	noted := false
 	for i := 0; ; i++ {
 		if wait, err := behind(); err != nil || !wait {
-			if err == nil {
-				c.passed.Store(g)
+			if err == nil && on.step != 0 {
+				c.passed.Store(on.step)
 			}
 			return err
 		}
@@ -179,7 +213,7 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 			continue
 		}
 		if i < yielded && (i-spin)%8 != 0 {
-			c.pause(q, g, &spun)
+			c.pause(q, end, on.ready, &spun)
 			continue
 		}
 		now := time.Now()
@@ -191,38 +225,46 @@ func (c *Comm) waitAll(b *bound, g uint64, w *watch) error {
 		}
 		if now.Sub(start) < c.yieldTime {
 			yielded = i + 8
-			c.pause(q, g, &spun)
+			c.pause(q, end, on.ready, &spun)
 			continue
 		}
-		if c.rec != nil && !noted {
-			noted = true
-			c.noteWait(g)
+		if on.probe != nil {
+			if err := on.probe(); err != nil {
+				return err
+			}
 		}
-		// A peer that posted g and then aborted in it (its context ended
-		// while it waited here too) has left the collective: the ranks
-		// that still wait for another learn it now, not when that one
-		// comes. (It cannot have passed g: q has not posted it.)
-		if err := c.leftIn(g); err != nil {
-			return err
+		if on.step != 0 {
+			if c.rec != nil && !noted {
+				noted = true
+				c.noteWait(on.step)
+			}
+			// A peer that posted g and then aborted in it (its context
+			// ended while it waited here too) has left the collective:
+			// the ranks that still wait for another learn it now, not
+			// when that one comes. (It cannot have passed g: q has not
+			// posted it.)
+			if err := c.leftIn(on.step); err != nil {
+				return err
+			}
 		}
 		// Any peer still behind may be the one that failed, not only q.
 		check := c.due(w, now)
-		for p := q + 1; p < c.size; p++ {
-			if p != c.rank && atomic.LoadUint64(c.words[p].posted) < g {
+		for p := q + 1; p < end; p++ {
+			if p != c.rank && !on.ready(p) {
 				if err := failed(c.peerState(p), p); err != nil {
 					return err
 				}
 			}
 		}
-		for p := q; check && p < c.size; p++ {
-			if p != c.rank && atomic.LoadUint64(c.words[p].posted) < g {
+		for p := q; check && p < end; p++ {
+			if p != c.rank && !on.ready(p) {
 				if err := failed(c.checkPeer(w, p, now), p); err != nil {
 					return err
 				}
 			}
 		}
 		c.sleepOn(c.words[q].bell, c.words[q].sleepers, sleep, func() bool {
-			return atomic.LoadUint64(c.words[q].posted) >= g || atomic.LoadUint32(c.words[q].state) != stateAttached
+			return on.ready(q) || atomic.LoadUint32(c.words[q].state) != stateAttached
 		})
 		sleep = min(2*sleep, sleepMax)
 	}
@@ -270,14 +312,14 @@ func (c *Comm) yield() {
 	osYield()
 }
 
-// pause is one turn of the yielding phase of a wait for step g, in which
-// the peers from q on may still be behind: a yield when a peer still
-// behind last ran on this CPU (or on one it did not know), or when the rank
-// has spun spinYields turns since its last yield; else nothing, and the
-// wait goes on spinning (see the comment at the top).
-func (c *Comm) pause(q int, g uint64, spun *int) {
+// pause is one turn of the yielding phase of a wait, in which the peers
+// in [q, end) that are not ready may still be behind: a yield when a peer
+// still behind last ran on this CPU (or on one it did not know), or when
+// the rank has spun spinYields turns since its last yield; else nothing,
+// and the wait goes on spinning (see the comment at the top).
+func (c *Comm) pause(q, end int, ready func(int) bool, spun *int) {
 	if !c.inProcess {
-		if here := c.noteCPU(); here != 0 && *spun < spinYields && !c.behindOn(here, q, g) {
+		if here := c.noteCPU(); here != 0 && *spun < spinYields && !c.behindOn(here, q, end, ready) {
 			*spun++
 			return
 		}
@@ -296,11 +338,11 @@ func (c *Comm) noteCPU() uint32 {
 	return cpu
 }
 
-// behindOn reports whether a peer from q on that has not posted step g
-// last ran on CPU here, or on a CPU it did not know.
-func (c *Comm) behindOn(here uint32, q int, g uint64) bool {
-	for p := q; p < c.size; p++ {
-		if p == c.rank || atomic.LoadUint64(c.words[p].posted) >= g {
+// behindOn reports whether a peer in [q, end) that is not ready last ran
+// on CPU here, or on a CPU it did not know.
+func (c *Comm) behindOn(here uint32, q, end int, ready func(int) bool) bool {
+	for p := q; p < end; p++ {
+		if p == c.rank || ready(p) {
 			continue
 		}
 		if cpu := atomic.LoadUint32(c.words[p].cpu); cpu == 0 || cpu == here {

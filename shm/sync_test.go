@@ -259,6 +259,9 @@ func TestBehindOnFollowsThePeersCPUs(t *testing.T) {
 	cs := localWorld(t, 4, Config{SlotBytes: minSlotBytes})
 	c := cs[1]
 	g := c.x.g + 1 // no rank has posted it
+	posted := func(g uint64) func(int) bool {
+		return func(q int) bool { return atomic.LoadUint64(c.words[q].posted) >= g }
+	}
 	set := func(cpus ...uint32) {
 		for r, cpu := range cpus {
 			atomic.StoreUint32(c.words[r].cpu, cpu)
@@ -277,12 +280,12 @@ func TestBehindOnFollowsThePeersCPUs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		set(tc.cpus...)
-		if got := c.behindOn(5, tc.q, g); got != tc.want {
+		if got := c.behindOn(5, tc.q, c.size, posted(g)); got != tc.want {
 			t.Errorf("CPUs %v, peers from %d on: behindOn = %v, want %v", tc.cpus, tc.q, got, tc.want)
 		}
 	}
 	set(0, 0, 0, 0)
-	if c.behindOn(5, 0, c.x.g) {
+	if c.behindOn(5, 0, c.size, posted(c.x.g)) {
 		t.Error("behindOn counts peers that have posted the step")
 	}
 }

@@ -1,0 +1,286 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+)
+
+// eagerCfg: eager broadcasts up to 1 KiB, bounded waits.
+var eagerCfg = Config{SlotBytes: 64 << 10, Timeout: 30 * time.Second, FailureTimeout: time.Second}
+
+// bcastData is what root puts in call i of n bytes: distinct per root,
+// call and byte.
+func bcastData(root, i, n int) []byte {
+	b := make([]byte, n)
+	for k := range b {
+		b[k] = byte(root*131 + i*31 + k*7 + 1)
+	}
+	return b
+}
+
+// Back-to-back broadcasts and scatters from every root, of sizes on both
+// sides of the eager limit, with AllReduces and Barriers in between: every
+// rank gets every root's bytes, to the bit.
+func TestEagerBroadcastBackToBack(t *testing.T) {
+	cs := localWorld(t, 4, eagerCfg)
+	if !cs[0].eager(comm.Signature{Kind: comm.KindBroadcast, DType: comm.U8, Count: 1024}) ||
+		!cs[0].eager(comm.Signature{Kind: comm.KindScatter, DType: comm.U8, Count: 256}) {
+		t.Fatal("a 1 KiB Broadcast, or a Scatter of 4 × 256 B, does not go eager with these slots")
+	}
+	sizes := []int{0, 1, 8, 63, 64, 65, eagerSmall, eagerSmall + 1, 200, 1024, 1025, 3000, 4096, 4100}
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		ctx := context.Background()
+		for i := range 200 {
+			root, n := (i*7)%len(cs), sizes[i%len(sizes)]
+			buf := make([]byte, n)
+			if r == root {
+				copy(buf, bcastData(root, i, n))
+			} else {
+				for k := range buf {
+					buf[k] = byte(r) // rank-distinct until overwritten
+				}
+			}
+			if err := c.Broadcast(ctx, comm.Host(buf), root); err != nil {
+				return fmt.Errorf("call %d (root %d, %d B): %w", i, root, n, err)
+			}
+			if want := bcastData(root, i, n); string(buf) != string(want) {
+				return fmt.Errorf("call %d (root %d, %d B): got %v, want %v", i, root, n, buf[:min(n, 8)], want[:min(n, 8)])
+			}
+			// A Scatter of the same root: eager up to 1 KiB of blocks
+			// together (n/4 bytes each), staged above.
+			m := n / 4
+			var send []byte
+			if r == root {
+				send = bcastData(root+7, i, m*len(cs))
+			}
+			recv := make([]byte, m)
+			if err := c.Scatter(ctx, comm.Host(send), comm.Host(recv), root); err != nil {
+				return fmt.Errorf("Scatter %d (root %d, %d B blocks): %w", i, root, m, err)
+			}
+			if want := bcastData(root+7, i, m*len(cs))[r*m : (r+1)*m]; string(recv) != string(want) {
+				return fmt.Errorf("Scatter %d (root %d, %d B blocks): got %v, want %v", i, root, m, recv[:min(m, 8)], want[:min(m, 8)])
+			}
+			switch i % 13 {
+			case 5:
+				x := []int64{int64(r)}
+				if err := c.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err != nil || x[0] != 6 {
+					return fmt.Errorf("AllReduce after call %d: %v, %v", i, x, err)
+				}
+			case 9:
+				if err := c.Barrier(ctx); err != nil {
+					return fmt.Errorf("Barrier after call %d: %w", i, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A root runs ahead of readers that have not come: its first broadcasts,
+// as many as it has slots for the size (tiny messages have more), return
+// without them, the next waits for a slot to be read, and the readers,
+// arriving late, get every message intact (none was overwritten before it
+// was read).
+func TestEagerRootRunsAhead(t *testing.T) {
+	for _, tc := range []struct{ n, slots int }{{eagerSmall, eagerSmallSlots}, {eagerSmall + 1, eagerSlots}} {
+		t.Run(fmt.Sprintf("%dB", tc.n), func(t *testing.T) { rootRunsAhead(t, tc.n, tc.slots) })
+	}
+}
+
+func rootRunsAhead(t *testing.T, n, slots int) {
+	cs := localWorld(t, 3, eagerCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	calls := 3 * slots
+	ahead := make(chan int, calls) // the root's returned calls
+	rootErr := make(chan error, 1)
+	go func() {
+		for i := range calls {
+			if err := cs[0].Broadcast(ctx, comm.Host(bcastData(0, i, n)), 0); err != nil {
+				rootErr <- fmt.Errorf("call %d: %w", i, err)
+				return
+			}
+			ahead <- i
+		}
+		rootErr <- nil
+	}()
+	for i := range slots {
+		select {
+		case <-ahead:
+		case err := <-rootErr:
+			t.Fatalf("the root stopped before its readers came: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the root's broadcast %d did not return without its readers", i)
+		}
+	}
+	// Every slot holds a message no reader has read: the next call must
+	// wait. (If it returned, it overwrote call 0's unread slot, which
+	// the readers' check below catches too.)
+	select {
+	case i := <-ahead:
+		t.Fatalf("the root's broadcast %d returned with every slot unread", i)
+	case <-time.After(50 * time.Millisecond):
+	}
+	errs := onEveryRank(cs[1:], func(r int, c *Comm) error {
+		for i := range calls {
+			buf := make([]byte, n)
+			if err := c.Broadcast(ctx, comm.Host(buf), 0); err != nil {
+				return fmt.Errorf("rank %d, call %d: %w", r+1, i, err)
+			}
+			if want := bcastData(0, i, n); string(buf) != string(want) {
+				return fmt.Errorf("rank %d, call %d: got %v…, want %v…", r+1, i, buf[:8], want[:8])
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(append(errs, <-rootErr)...); err != nil {
+		t.Fatal(err)
+	}
+	allReduceWorks(t, cs)
+}
+
+// A reader that dies while the root streams broadcasts: the root, whose
+// slots fill, and the other reader, which stops hearing from the root
+// once the root fails, both return an error naming a peer failure, in
+// bounded time.
+func TestEagerReaderDies(t *testing.T) {
+	cs := localWorld(t, 3, eagerCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		buf := make([]byte, 16)
+		for i := 0; ; i++ {
+			if r == 2 && i == 5 {
+				c.kill()
+				return nil
+			}
+			if err := c.Broadcast(ctx, comm.Host(buf), 0); err != nil {
+				return err
+			}
+		}
+	})
+	took := time.Since(start)
+	for r, err := range errs[:2] {
+		if !errors.Is(err, comm.ErrPeerFailed) {
+			t.Errorf("rank %d: %v; want a peer failure (comm.ErrPeerFailed)", r, err)
+		}
+	}
+	if limit := eagerCfg.FailureTimeout + 3*time.Second; took > limit {
+		t.Errorf("the survivors took %v to fail, beyond %v", took, limit)
+	}
+}
+
+// A root that dies before it writes: its readers return an error naming
+// it, in bounded time.
+func TestEagerRootDies(t *testing.T) {
+	cs := localWorld(t, 3, eagerCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs[0].kill()
+	errs := onEveryRank(cs[1:], func(r int, c *Comm) error {
+		return c.Broadcast(ctx, comm.Host(make([]byte, 8)), 0)
+	})
+	for r, err := range errs {
+		var pe *comm.PeerError
+		if !errors.As(err, &pe) || pe.Peer != 0 {
+			t.Errorf("rank %d: %v; want a *comm.PeerError naming rank 0", r+1, err)
+		}
+	}
+}
+
+// Ranks that disagree on an eager broadcast are told, each call or the
+// next: roots that differ (every rank returns, the mismatch is in the
+// next header), counts that differ and a Scatter against Broadcasts (the
+// readers see it in the slot), and a root that calls a Barrier where its
+// readers broadcast.
+func TestEagerMismatch(t *testing.T) {
+	cases := []struct {
+		name string
+		call func(r int, c *Comm) error
+	}{
+		{"roots differ, each rank its own", func(r int, c *Comm) error {
+			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8)), r)
+		}},
+		{"counts differ", func(r int, c *Comm) error {
+			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8+r)), 0)
+		}},
+		{"the root scatters, the others broadcast", func(r int, c *Comm) error {
+			if r == 0 {
+				return c.Scatter(context.Background(), comm.Host(make([]byte, 24)), comm.Host(make([]byte, 8)), 0)
+			}
+			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8)), 0)
+		}},
+		{"the root calls a Barrier", func(r int, c *Comm) error {
+			if r == 0 {
+				return c.Barrier(context.Background())
+			}
+			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8)), 0)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := localWorld(t, 3, eagerCfg)
+			allReduceWorks(t, cs)
+			errs := onEveryRank(cs, func(r int, c *Comm) error {
+				err := tc.call(r, c)
+				if err == nil { // it finished first: its next call says it
+					err = c.Barrier(context.Background())
+				}
+				return err
+			})
+			// A root that returned first and hears of its readers'
+			// mismatch from their abort records gets it as news
+			// (comm.ErrMismatch); one that sees it itself, a
+			// *comm.MismatchError of the mismatched call.
+			for r, err := range errs {
+				var me *comm.MismatchError
+				switch {
+				case !errors.Is(err, comm.ErrMismatch):
+					t.Errorf("rank %d: %v; want the mismatch (comm.ErrMismatch)", r, err)
+				case errors.As(err, &me) && me.Seq != 2:
+					t.Errorf("rank %d: %v; want the mismatch of collective #2", r, err)
+				}
+			}
+		})
+	}
+}
+
+// A refusal: a reader's bad argument concerns only it (the root and the
+// other reader finish); the root's reaches its readers as a
+// *comm.RemoteError; either way the communicator goes on, and its next
+// header does not take the refused call for a mismatch.
+func TestEagerRefusal(t *testing.T) {
+	cs := localWorld(t, 3, eagerCfg)
+	for _, bad := range []int{2, 0} {
+		errs := onEveryRank(cs, func(r int, c *Comm) error {
+			buf := make([]byte, 8)
+			root := 0
+			if r == bad {
+				root = -1
+			}
+			return c.Broadcast(context.Background(), comm.Host(buf), root)
+		})
+		for r, err := range errs {
+			switch {
+			case r == bad && !errors.Is(err, comm.ErrInvalidArgument):
+				t.Errorf("bad rank %d: %v; want comm.ErrInvalidArgument", r, err)
+			case r != bad && bad == 0 && !errors.Is(err, comm.ErrPeerAbandoned):
+				t.Errorf("rank %d, root refused: %v; want comm.ErrPeerAbandoned", r, err)
+			case r != bad && bad != 0 && err != nil:
+				t.Errorf("rank %d, a reader refused: %v; want nil", r, err)
+			}
+		}
+		allReduceWorks(t, cs)
+	}
+}
