@@ -8,7 +8,7 @@ SOAK        ?= 3m
 # gpu-test's binaries without symbol tables or local paths: 77 MB in all
 # instead of 105, to carry to a GPU host (panics still name functions).
 GPUFLAGS    ?= -trimpath -ldflags='-s -w'
-.PHONY: test bench demo lint fuzz soak soak-init faults gpu-test
+.PHONY: test bench demo peers lint fuzz soak soak-init faults gpu-test
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
@@ -25,6 +25,9 @@ bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 
 demo: ## the main job: 4 local processes over QUIC, nccl-tests style tables
 	$(GO) run ./cmd/hiercomm-bench
+
+peers: ## hiercomm beside OpenMPI on this machine (TCP loopback 2 and 4 ranks, shared memory 4 ranks; 3 alternating rounds): markdown tables and goals (docs/benchmarks.md); installs OpenMPI with apt-get when missing; PEERS=-quick for few sizes
+	GO=$(GO) bench/peers/run.sh $(PEERS)
 
 lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
 	@test -z "$$(gofmt -l .)" || { echo "gofmt -l:"; gofmt -l .; exit 1; }

@@ -75,7 +75,7 @@ type Result struct {
 	// the caller knows ("tbf on veth, one 1gbit NIC per rank", "wrapper …",
 	// "none").
 	Limiter string `json:",omitempty"`
-	// RawRTTUS is the round trip of an 8-byte frame over the bare
+	// RawRTTUS is the round trip of an 8-byte frame over nexar's bare
 	// transport between two nodes, measured in the same run, when the
 	// caller measured it: the small-message ceiling.
 	RawRTTUS float64 `json:",omitempty"`
@@ -84,6 +84,13 @@ type Result struct {
 	// when the caller measured it: a small AllReduce's messages with every
 	// rank busy.
 	RawDoublingUS float64 `json:",omitempty"`
+	// FloorRTTUS and FloorDoublingUS are the machine's floor under the
+	// two above, measured in the same run when the caller measured them:
+	// the same round trip and doubling exchange over plain sockets (no
+	// frames). The summary judges small calls against them, and nexar's
+	// frames (RawRTTUS, RawDoublingUS) as ours.
+	FloorRTTUS      float64 `json:",omitempty"`
+	FloorDoublingUS float64 `json:",omitempty"`
 }
 
 // Wrong is the number of wrong elements over every checked row, or -1 when

@@ -46,14 +46,23 @@ type Summary struct {
 	HasIntra8B   bool
 	Intra8BUS    float64
 	IntraWhy     string
-	// Raw: with the bare transport's round trip measured, the smallest
+	// Raw: with the machine's floor measured (Result.FloorRTTUS: plain
+	// sockets), or else nexar's bare transport's round trip, the smallest
 	// AllReduce and sendrecv (≤ LatencyUpTo bytes) of every communicator
 	// the run compared, each against it.
 	Raw []RawLatency
+	// HasFrames: both were measured, and nexar's frames (ours) are set
+	// beside the floor: FramesRTTUS ÷ FloorRTTUS, and the doubling
+	// exchanges' FramesDoublingUS ÷ FloorDoublingUS when both were
+	// measured (else 0).
+	HasFrames                         bool
+	FramesRTTUS, FloorRTTUS           float64
+	FramesDoublingUS, FloorDoublingUS float64
 }
 
-// RawLatency is one communicator's smallest Op against the bare
-// transport's round trip: US ÷ RTTUS = Ratio, at most Goal.
+// RawLatency is one communicator's smallest Op against a round trip: the
+// machine's floor's (Floor: plain sockets) or nexar's bare transport's.
+// US ÷ RTTUS = Ratio, at most Goal.
 type RawLatency struct {
 	Comm      string
 	Op        string
@@ -61,8 +70,9 @@ type RawLatency struct {
 	US, RTTUS float64
 	Ratio     float64
 	Goal      float64
-	// Doubling: RTTUS is the bare recursive-doubling exchange among all
-	// ranks (Result.RawDoublingUS), not the pair's round trip; with
+	Floor     bool
+	// Doubling: RTTUS is the recursive-doubling exchange among all ranks
+	// (Result.FloorDoublingUS, or RawDoublingUS), not the pair's round trip; with
 	// PerRound, one of its log₂ N rounds (every rank swaps one frame with
 	// a partner while all do: a sendrecv's ceiling with every rank busy,
 	// where the pair's round trip was measured with the others idle).
@@ -101,26 +111,38 @@ func Summarize(r Result) Summary {
 		s.BandwidthWhy = ""
 	}
 
-	if r.RawRTTUS > 0 {
+	rtt, dbl := r.RawRTTUS, r.RawDoublingUS
+	if r.FloorRTTUS > 0 {
+		rtt, dbl = r.FloorRTTUS, r.FloorDoublingUS
+	}
+	if rtt > 0 {
 		comms := r.Comms
 		if len(comms) == 0 {
 			comms = []string{""}
 		}
+		floor := r.FloorRTTUS > 0
 		for _, name := range comms {
 			for _, op := range []string{"allreduce", "sendrecv"} {
-				if l, ok := rawLatency(r, name, op); ok {
+				if l, ok := rawLatency(r, name, op, rtt, floor); ok {
 					s.Raw = append(s.Raw, l)
 				}
 			}
-			if l, ok := rawLatency(r, name, "allreduce"); ok && r.RawDoublingUS > 0 {
-				l.RTTUS, l.Ratio, l.Goal, l.Doubling = r.RawDoublingUS, l.US/r.RawDoublingUS, DoublingGoal, true
+			if l, ok := rawLatency(r, name, "allreduce", rtt, floor); ok && dbl > 0 {
+				l.RTTUS, l.Ratio, l.Goal, l.Doubling = dbl, l.US/dbl, DoublingGoal, true
 				s.Raw = append(s.Raw, l)
 			}
-			if l, ok := rawLatency(r, name, "sendrecv"); ok && r.RawDoublingUS > 0 && r.Ranks > 1 {
-				round := r.RawDoublingUS / float64(bits.Len(uint(r.Ranks-1)))
+			if l, ok := rawLatency(r, name, "sendrecv", rtt, floor); ok && dbl > 0 && r.Ranks > 1 {
+				round := dbl / float64(bits.Len(uint(r.Ranks-1)))
 				l.RTTUS, l.Ratio, l.Goal, l.Doubling, l.PerRound = round, l.US/round, DoublingGoal, true, true
 				s.Raw = append(s.Raw, l)
 			}
+		}
+	}
+	if r.FloorRTTUS > 0 && r.RawRTTUS > 0 {
+		s.HasFrames = true
+		s.FramesRTTUS, s.FloorRTTUS = r.RawRTTUS, r.FloorRTTUS
+		if r.FloorDoublingUS > 0 && r.RawDoublingUS > 0 {
+			s.FramesDoublingUS, s.FloorDoublingUS = r.RawDoublingUS, r.FloorDoublingUS
 		}
 	}
 	s.summarizeIntra(r, ar)
@@ -128,9 +150,10 @@ func Summarize(r Result) Summary {
 }
 
 // rawLatency judges the smallest op (≤ LatencyUpTo bytes) on communicator
-// name against the bare transport's round trip.
-func rawLatency(r Result, name, op string) (RawLatency, bool) {
-	l := RawLatency{Comm: name, Op: op, RTTUS: r.RawRTTUS, Goal: RawGoal(op, r.Ranks)}
+// name against the round trip rtt: the machine's floor's (floor) or the
+// bare transport's.
+func rawLatency(r Result, name, op string, rtt float64, floor bool) (RawLatency, bool) {
+	l := RawLatency{Comm: name, Op: op, RTTUS: rtt, Goal: RawGoal(op, r.Ranks), Floor: floor}
 	found := false
 	for _, row := range r.rowsOn(op, name) {
 		if row.Bytes <= LatencyUpTo && row.TimeUS > 0 && (!found || row.Bytes < l.Bytes) {
@@ -221,15 +244,26 @@ func (s Summary) Format(w io.Writer) error {
 		if l.Comm != "" {
 			on = " on " + l.Comm
 		}
-		against := "the bare transport's round trip"
+		against, bare := "the bare transport's round trip", "bare"
+		if l.Floor {
+			against, bare = "the floor's round trip (raw sockets)", "raw-socket"
+		}
 		switch {
 		case l.PerRound:
-			against = fmt.Sprintf("one round of a bare doubling exchange among all %d ranks", s.Ranks)
+			against = fmt.Sprintf("one round of a %s doubling exchange among all %d ranks", bare, s.Ranks)
 		case l.Doubling:
-			against = fmt.Sprintf("a bare doubling exchange among all %d ranks", s.Ranks)
+			against = fmt.Sprintf("a %s doubling exchange among all %d ranks", bare, s.Ranks)
 		}
 		out += fmt.Sprintf("#   raw latency: %s at %d B%s / %s = %.2f / %.2f us = %.2f (goal ≤ %.1f)  %s\n",
 			l.Op, l.Bytes, on, against, l.US, l.RTTUS, l.Ratio, l.Goal, label(l.Met()))
+	}
+	if s.HasFrames {
+		out += fmt.Sprintf("#   ours: nexar's frames' round trip / the floor's = %.2f / %.2f us = %.2f", s.FramesRTTUS, s.FloorRTTUS, s.FramesRTTUS/s.FloorRTTUS)
+		if s.FloorDoublingUS > 0 {
+			out += fmt.Sprintf("; their doubling exchange among all %d ranks / the floor's = %.2f / %.2f us = %.2f",
+				s.Ranks, s.FramesDoublingUS, s.FloorDoublingUS, s.FramesDoublingUS/s.FloorDoublingUS)
+		}
+		out += "\n"
 	}
 	switch {
 	case s.HasIntra:

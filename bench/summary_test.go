@@ -200,3 +200,70 @@ func TestSummaryRawLatency(t *testing.T) {
 		t.Errorf("no round trip measured: %v\n%s", err, b.String())
 	}
 }
+
+// TestSummaryFloor: with the machine's floor measured (plain sockets), the
+// small calls are judged against it instead of nexar's frames, and a line
+// sets nexar's frames (ours) beside it.
+func TestSummaryFloor(t *testing.T) {
+	res := Result{Ranks: 4, RawRTTUS: 40, RawDoublingUS: 100, FloorRTTUS: 20, FloorDoublingUS: 80, Comms: []string{"flat"}}
+	res.Rows = []Row{
+		{Op: "allreduce", Comm: "flat", Bytes: 8, Timing: Timing{TimeUS: 60}},
+		{Op: "sendrecv", Comm: "flat", Bytes: 8, Timing: Timing{TimeUS: 44}},
+	}
+	s := Summarize(res)
+	// allreduce 60/20 = 3 (> 2.5), sendrecv 44/20 = 2.2 (> 1.2); against
+	// the doubling exchange 60/80 = 0.75, and one of its 2 rounds 44/40 = 1.1.
+	want := []RawLatency{
+		{Op: "allreduce", RTTUS: 20, Ratio: 3, Goal: 2.5},
+		{Op: "sendrecv", RTTUS: 20, Ratio: 2.2, Goal: 1.2},
+		{Op: "allreduce", RTTUS: 80, Ratio: 0.75, Goal: DoublingGoal, Doubling: true},
+		{Op: "sendrecv", RTTUS: 40, Ratio: 1.1, Goal: DoublingGoal, Doubling: true, PerRound: true},
+	}
+	if len(s.Raw) != len(want) {
+		t.Fatalf("raw latency: %+v, want %+v", s.Raw, want)
+	}
+	for i, w := range want {
+		g := s.Raw[i]
+		if g.Op != w.Op || g.RTTUS != w.RTTUS || math.Abs(g.Ratio-w.Ratio) > 1e-12 || g.Goal != w.Goal || !g.Floor ||
+			g.Doubling != w.Doubling || g.PerRound != w.PerRound {
+			t.Errorf("raw latency %d: %+v, want %+v with Floor", i, g, w)
+		}
+	}
+	if !s.HasFrames || s.FramesRTTUS != 40 || s.FloorRTTUS != 20 || s.FramesDoublingUS != 100 || s.FloorDoublingUS != 80 {
+		t.Errorf("frames against the floor: %+v", s)
+	}
+	var b bytes.Buffer
+	if err := s.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#   raw latency: allreduce at 8 B on flat / the floor's round trip (raw sockets) = 60.00 / 20.00 us = 3.00 (goal ≤ 2.5)  BELOW",
+		"#   raw latency: sendrecv at 8 B on flat / the floor's round trip (raw sockets) = 44.00 / 20.00 us = 2.20 (goal ≤ 1.2)  BELOW",
+		"#   raw latency: allreduce at 8 B on flat / a raw-socket doubling exchange among all 4 ranks = 60.00 / 80.00 us = 0.75 (goal ≤ 1.2)  PASS",
+		"#   raw latency: sendrecv at 8 B on flat / one round of a raw-socket doubling exchange among all 4 ranks = 44.00 / 40.00 us = 1.10 (goal ≤ 1.2)  PASS",
+		"#   ours: nexar's frames' round trip / the floor's = 40.00 / 20.00 us = 2.00; their doubling exchange among all 4 ranks / the floor's = 100.00 / 80.00 us = 1.25\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("Format output lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "bare") {
+		t.Errorf("judged against nexar's frames with the floor measured:\n%s", b.String())
+	}
+
+	// The floor's round trip alone: no doubling lines, and the frames'
+	// line without its doubling part.
+	res.FloorDoublingUS = 0
+	s = Summarize(res)
+	b.Reset()
+	s.Format(&b)
+	if len(s.Raw) != 2 || !strings.Contains(b.String(), "= 2.00\n") || strings.Contains(b.String(), "doubling") {
+		t.Errorf("floor without its doubling exchange: %+v\n%s", s.Raw, b.String())
+	}
+	// Nexar's frames alone: judged against them, as before the floor.
+	res.FloorRTTUS = 0
+	s = Summarize(res)
+	if s.HasFrames || len(s.Raw) != 4 || s.Raw[0].Floor || s.Raw[0].RTTUS != 40 {
+		t.Errorf("without the floor: %+v", s)
+	}
+}

@@ -17,10 +17,11 @@ import (
 	"github.com/hiercomm/hiercomm/topology"
 )
 
-// rawTransport is the ceiling a small collective is judged against: nexar's
-// bare transport (QUIC or TCP frames, no communicator, no collective)
-// between rank 0 and the first rank of another node, over the same network
-// and links as the run, measured in the same run.
+// rawTransport is nexar's bare transport (QUIC or TCP frames, no
+// communicator, no collective) between rank 0 and the first rank of
+// another node, over the same network and links as the run, measured in
+// the same run: what our own frames cost, beside the machine's floor
+// (socketFloor), which a small collective is judged against.
 type rawTransport struct {
 	Network string `json:"network"`
 	From    int    `json:"from_rank"`
@@ -70,13 +71,7 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 	if _, err := nexar.SocketNetwork(network); P < 2 || err != nil {
 		return nil, nil
 	}
-	a, b := 0, 1
-	for r := range P {
-		if topo.NodeOf(r) != topo.NodeOf(0) {
-			b = r
-			break
-		}
-	}
+	a, b := measuredPair(topo)
 	key := make([]byte, 32)
 	if me == a {
 		rand.Read(key)
@@ -138,6 +133,18 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 		}
 	}
 	return out, c.Barrier(ctx)
+}
+
+// measuredPair is the pair the round trips are measured between: rank 0
+// and the first rank of another node (rank 1 on one node).
+func measuredPair(topo *topology.Topology) (a, b int) {
+	a, b = 0, 1
+	for r := range topo.Size() {
+		if topo.NodeOf(r) != topo.NodeOf(0) {
+			return a, r
+		}
+	}
+	return a, b
 }
 
 // bound is a port a rank bound on its data address's host for a bare

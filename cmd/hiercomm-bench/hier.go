@@ -246,15 +246,21 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 			return bench.Result{}, fmt.Errorf("measuring the bare transport: %w", err)
 		}
 		info.Raw = raw
+		if network == "quic" || network == "tcp" {
+			a, b := measuredPair(topo)
+			floor, err := measureFloor(ctx, world, topo, a, b, log)
+			if err != nil {
+				return bench.Result{}, fmt.Errorf("measuring the machine's floor: %w", err)
+			}
+			info.Floor = floor
+		}
 	}
 	if to != nil {
 		to.start(info)
 		spec.Progress = to.row
 	}
 	res, err := bench.RunCompare(ctx, cts, spec)
-	if info.Raw != nil {
-		res.RawRTTUS, res.RawDoublingUS = info.Raw.RTTUS, info.Raw.DoublingUS
-	}
+	info.fill(&res)
 	if err != nil || o.cfg.SwitchFrom == 0 || !isLayered || o.split != "" || !slices.ContainsFunc(cts, func(c bench.Contender) bool { return c.Name == commHier }) {
 		return res, err
 	}

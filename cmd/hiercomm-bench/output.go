@@ -30,7 +30,19 @@ type runInfo struct {
 	LinkBits uint64             `json:"link_bits,omitempty"`
 	Copy     []bench.CopyRow    `json:"copy,omitempty"`
 	Raw      *rawTransport      `json:"raw_transport,omitempty"`
+	Floor    *socketFloor       `json:"raw_socket,omitempty"`
 	Started  time.Time          `json:"started"`
+}
+
+// fill copies the run's ceilings into res: nexar's frames and the
+// machine's floor, as the summary judges them.
+func (r runInfo) fill(res *bench.Result) {
+	if r.Raw != nil {
+		res.RawRTTUS, res.RawDoublingUS = r.Raw.RTTUS, r.Raw.DoublingUS
+	}
+	if r.Floor != nil {
+		res.FloorRTTUS, res.FloorDoublingUS = r.Floor.RTTUS, r.Floor.DoublingUS
+	}
 }
 
 // commInfo names one measured communicator and says what it is.
@@ -208,9 +220,7 @@ func (p *printer) finish(runErr error) int {
 	res := bench.Result{Rows: p.rows}
 	if p.info != nil {
 		res.Ranks, res.Spec, res.Comms, res.Nodes, res.Copy, res.Limiter = p.info.Measured, p.info.Spec, p.info.names(), p.info.Nodes, p.info.Copy, p.info.Links
-		if p.info.Raw != nil {
-			res.RawRTTUS, res.RawDoublingUS = p.info.Raw.RTTUS, p.info.Raw.DoublingUS
-		}
+		p.info.fill(&res)
 	}
 	complete := runErr == nil && p.res != nil
 	if complete {
@@ -298,11 +308,19 @@ func writeHeader(b *strings.Builder, info runInfo) {
 	if info.Links != "" {
 		fmt.Fprintf(b, "# Inter-node links: %s\n", info.Links)
 	}
+	if f := info.Floor; f != nil {
+		fmt.Fprintf(b, "# The machine's floor: raw TCP sockets (8 bytes by blocking write(2) and read(2), no frames) between rank %d and rank %d: round trip %.1f us (median of %d)\n",
+			f.From, f.To, f.RTTUS, rawPings)
+		if f.DoublingUS > 0 {
+			fmt.Fprintf(b, "# The machine's floor among all %d ranks at once: an 8-byte recursive-doubling exchange over raw sockets (log2 %d rounds) %.1f us (median of %d)\n",
+				f.DoublingRanks, f.DoublingRanks, f.DoublingUS, rawPings)
+		}
+	}
 	if r := info.Raw; r != nil {
-		fmt.Fprintf(b, "# Bare transport (%s frames, no communicator) between rank %d and rank %d: 8-byte round trip %.1f us (median of %d), one way %.3f GB/s (1 MiB frames)\n",
+		fmt.Fprintf(b, "# nexar's own frames (%s, no communicator) between rank %d and rank %d: 8-byte round trip %.1f us (median of %d), one way %.3f GB/s (1 MiB frames)\n",
 			r.Network, r.From, r.To, r.RTTUS, rawPings, r.StreamGBs)
 		if r.DoublingUS > 0 {
-			fmt.Fprintf(b, "# Bare transport among all %d ranks at once: an 8-byte recursive-doubling exchange (log2 %d rounds) %.1f us (median of %d)\n",
+			fmt.Fprintf(b, "# nexar's own frames among all %d ranks at once: an 8-byte recursive-doubling exchange (log2 %d rounds) %.1f us (median of %d)\n",
 				r.DoublingRanks, r.DoublingRanks, r.DoublingUS, rawPings)
 		}
 	}

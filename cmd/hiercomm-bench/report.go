@@ -94,9 +94,13 @@ type reportCeilings struct {
 	// SendRecvBusBWGBs is the best sendrecv busbw of each communicator in
 	// this run: what its transport moves point to point.
 	SendRecvBusBWGBs map[string]float64 `json:"sendrecv_busbw_gbs"`
-	// RawTransport is the bare transport between two nodes (no
-	// communicator): an 8-byte round trip and a one-way stream.
+	// RawTransport is nexar's bare transport between two nodes (no
+	// communicator): an 8-byte round trip and a one-way stream, and the
+	// doubling exchange among all ranks.
 	RawTransport *rawTransport `json:"raw_transport,omitempty"`
+	// RawSocket is the machine's floor: the same round trip, and the
+	// doubling exchange among all ranks, over plain TCP sockets.
+	RawSocket *socketFloor `json:"raw_socket,omitempty"`
 }
 
 type reportCopy struct {
@@ -186,6 +190,7 @@ func newReport(info runInfo, res bench.Result, o options, complete bool, runErr 
 		r.Ceilings.LinkRateGBs = &gbs
 	}
 	r.Ceilings.RawTransport = info.Raw
+	r.Ceilings.RawSocket = info.Floor
 	r.Ceilings.MemoryCopy = []reportCopy{}
 	for _, c := range info.Copy {
 		r.Ceilings.MemoryCopy = append(r.Ceilings.MemoryCopy, reportCopy{c.Bytes, c.GBs})

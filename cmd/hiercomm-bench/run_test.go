@@ -293,7 +293,13 @@ func TestLocalJobChoices(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-impl", "flat"}, []string{"#   flat   nexar over tcp, every rank", "# 4 ranks;", "# Avg bus bandwidth    : "}},
+		{[]string{"-impl", "flat"}, []string{"#   flat   nexar over tcp, every rank", "# 4 ranks;", "# Avg bus bandwidth    : ",
+			"# The machine's floor: raw TCP sockets (8 bytes by blocking write(2) and read(2), no frames) between rank 0 and rank 2: round trip ",
+			"# The machine's floor among all 4 ranks at once: an 8-byte recursive-doubling exchange over raw sockets (log2 4 rounds) ",
+			"# nexar's own frames (tcp, no communicator) between rank 0 and rank 2: 8-byte round trip ",
+			"# nexar's own frames among all 4 ranks at once: ",
+			"#   raw latency: allreduce at 8 B on flat / the floor's round trip (raw sockets) = ",
+			"#   ours: nexar's frames' round trip / the floor's = "}},
 		{[]string{"-split", "inter"}, []string{"# Split: measuring only across nodes", "#   inter  nexar over tcp, one rank per node", "# 2 ranks;"}},
 		{[]string{"-split", "intra"}, []string{"#   intra  shared memory between the processes of a node", "# 2 ranks;"}},
 		{[]string{"-nodes", "4", "-split", "inter"}, []string{"#   inter  nexar over tcp, one rank per node", "# 4 ranks;"}}, // a flat world, split by the topology

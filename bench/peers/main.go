@@ -1,0 +1,76 @@
+// Command peers sets hiercomm beside OpenMPI: it reads the runs
+// bench/peers/run.sh left in a directory (DIR/CONFIG/openmpi-N.csv and
+// DIR/CONFIG/hiercomm-N.csv, round N of configuration CONFIG) and prints,
+// per configuration, operation and size, both sides' medians over the
+// rounds, hiercomm ÷ OpenMPI, and issue 29's goals met or not, as markdown
+// (docs/benchmarks.md, "Side by side with OpenMPI").
+//
+//	go run ./bench/peers -dir bench/peers/out [-configs tcp2,tcp4,shm4] [-when "2026-11-28, 2 cores, load 0.4"]
+//
+// The C side, bench/peers/mpi/coll.c, is built by run.sh with mpicc.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	dir := flag.String("dir", "bench/peers/out", "the directory run.sh wrote")
+	configs := flag.String("configs", "tcp2,tcp4,shm4", "the configurations to read, in this order")
+	when := flag.String("when", "", "where and when the runs were measured, printed above the tables")
+	flag.Parse()
+	var lines []Line
+	for _, c := range strings.Split(*configs, ",") {
+		l, err := readConfig(*dir, c)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+		lines = append(lines, l...)
+	}
+	if err := Markdown(os.Stdout, *when, lines); err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(1)
+	}
+}
+
+// readConfig compares the rounds of one configuration under dir.
+func readConfig(dir, config string) ([]Line, error) {
+	var openmpi, ours [][]Sample
+	for n := 1; ; n++ {
+		a, errA := readCSV(filepath.Join(dir, config, "openmpi-"+strconv.Itoa(n)+".csv"))
+		b, errB := readCSV(filepath.Join(dir, config, "hiercomm-"+strconv.Itoa(n)+".csv"))
+		if os.IsNotExist(errA) && os.IsNotExist(errB) {
+			break
+		}
+		if errA != nil {
+			return nil, errA
+		}
+		if errB != nil {
+			return nil, errB
+		}
+		openmpi, ours = append(openmpi, a), append(ours, b)
+	}
+	if len(openmpi) == 0 {
+		return nil, fmt.Errorf("%s: no rounds (openmpi-1.csv, hiercomm-1.csv)", filepath.Join(dir, config))
+	}
+	return Compare(config, openmpi, ours), nil
+}
+
+func readCSV(path string) ([]Sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s, err := ParseCSV(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The testdata are real runs of run.sh -quick (2 cores, a loaded machine):
+// testdata/CONFIG/openmpi-N.csv is coll's output under mpirun, two sweeps
+// appended (8–512 B, 1–64 MiB), and hiercomm-N.csv hiercomm-bench's -csv
+// files of the same sweeps.
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+func readTestdata(t *testing.T, path string) []Sample {
+	t.Helper()
+	s, err := readCSV(filepath.Join("testdata", path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestParseCSV reads both sides' files: the columns by the header's names,
+// the second sweep's header and coll's "#" lines skipped, hiercomm's empty
+// wrong column (not checked) as 0.
+func TestParseCSV(t *testing.T) {
+	for _, tc := range []struct {
+		path  string
+		first Sample
+		last  Sample
+	}{
+		{"tcp4/openmpi-1.csv", Sample{"allreduce", 8, 91.366, 0}, Sample{"broadcast", 64 << 20, 112245.294, 0}},
+		{"tcp4/hiercomm-1.csv", Sample{"allreduce", 8, 155.40465248226948, 0}, Sample{}},
+	} {
+		s := readTestdata(t, tc.path)
+		// allreduce and broadcast at 8, 64 and 512 B, reducescatter at 64
+		// and 512 (8 B is under one float per rank), each at 1, 8, 64 MiB.
+		if len(s) != 17 {
+			t.Errorf("%s: %d rows, want 17: %+v", tc.path, len(s), s)
+			continue
+		}
+		if s[0] != tc.first {
+			t.Errorf("%s: first row %+v, want %+v", tc.path, s[0], tc.first)
+		}
+		if tc.last.Op != "" && s[16] != tc.last {
+			t.Errorf("%s: last row %+v, want %+v", tc.path, s[16], tc.last)
+		}
+	}
+	s, err := ParseCSV(strings.NewReader("op,size_bytes,time_us,wrong\nallreduce,8,1.5,3\n"))
+	if err != nil || len(s) != 1 || s[0] != (Sample{"allreduce", 8, 1.5, 3}) {
+		t.Errorf("wrong column: %+v, %v", s, err)
+	}
+}
+
+func TestParseCSVErrors(t *testing.T) {
+	for _, tc := range []struct{ name, text, want string }{
+		{"empty", "", "no header"},
+		{"comments only", "# Open MPI\n", "no header"},
+		{"row first", "allreduce,8,2,1.0\nop,size_bytes,time_us\n", "a row before the header"},
+		{"no size", "op,count,time_us\nallreduce,2,1.0\n", "no size_bytes column"},
+		{"bad size", "op,size_bytes,time_us\nallreduce,8B,1.0\n", "size_bytes"},
+		{"no time", "op,size_bytes,time_us\nallreduce,8,\n", "not a positive time"},
+		{"zero time", "op,size_bytes,time_us\nallreduce,8,0\n", "not a positive time"},
+		{"bad wrong", "op,size_bytes,time_us,wrong\nallreduce,8,1,x\n", "wrong"},
+	} {
+		if _, err := ParseCSV(strings.NewReader(tc.text)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	if m := Median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("odd: %v", m)
+	}
+	if m := Median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("even: %v", m)
+	}
+	if m := Median(nil); !math.IsNaN(m) {
+		t.Errorf("none: %v", m)
+	}
+	v := []float64{3, 1, 2}
+	Median(v)
+	if v[0] != 3 {
+		t.Error("Median sorted its argument")
+	}
+}
+
+// TestCompare pairs the testdata's rounds: medians per side, the ratio of
+// the medians, the rounds' own ratios, and each line's goal.
+func TestCompare(t *testing.T) {
+	lines, err := readConfig("testdata", "tcp4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 17 {
+		t.Fatalf("%d lines, want 17", len(lines))
+	}
+	// allreduce 8 B: hiercomm 155.40, 146.95, 153.97 µs; OpenMPI 91.366,
+	// 237.237, 196.591.
+	l := lines[0]
+	want := Line{Config: "tcp4", Op: "allreduce", Bytes: 8, OpenMPIUS: 196.591, OursUS: 153.96864220183485, Rounds: 3, Goal: 0,
+		Low: 146.94537037037037 / 237.237, High: 155.40465248226948 / 91.366}
+	want.Ratio = want.OursUS / want.OpenMPIUS
+	if l.Config != want.Config || l.Op != want.Op || l.Bytes != want.Bytes || !near(l.OpenMPIUS, want.OpenMPIUS) || !near(l.OursUS, want.OursUS) ||
+		!near(l.Ratio, want.Ratio) || !near(l.Low, want.Low) || !near(l.High, want.High) || l.Rounds != 3 || l.Goal != 0 || !l.Met() {
+		t.Errorf("allreduce 8 B: %+v, want %+v (met)", l, want)
+	}
+	goals := map[[2]string]int{}
+	for _, l := range lines {
+		goals[[2]string{l.Op, FormatSize(l.Bytes)}] = l.Goal
+	}
+	for k, g := range map[[2]string]int{
+		{"allreduce", "8 B"}: 0, {"allreduce", "64 B"}: -1, {"broadcast", "8 B"}: -1, {"reducescatter", "512 B"}: -1,
+		{"allreduce", "1 MiB"}: 1, {"reducescatter", "64 MiB"}: 1, {"broadcast", "8 MiB"}: 1,
+	} {
+		if goals[k] != g {
+			t.Errorf("%v: goal %d, want %d", k, goals[k], g)
+		}
+	}
+	shm, err := readConfig("testdata", "shm4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range shm {
+		if l.Goal != 2 {
+			t.Errorf("shm4 %s %d: goal %d, want 2 (every op and size)", l.Op, l.Bytes, l.Goal)
+		}
+	}
+}
+
+// TestCompareMissing: a size one side lacks in a round is left out of that
+// round; a size never on both sides has no line; extra rounds of one side
+// are ignored.
+func TestCompareMissing(t *testing.T) {
+	mpi := [][]Sample{{{"allreduce", 8, 10, 0}, {"allreduce", 64, 10, 0}}, {{"allreduce", 8, 20, 0}}, {{"allreduce", 8, 30, 0}}}
+	ours := [][]Sample{{{"allreduce", 8, 20, 0}, {"broadcast", 8, 1, 0}}, {{"allreduce", 8, 20, 2}, {"allreduce", 64, 5, 0}}}
+	lines := Compare("tcp2", mpi, ours)
+	if len(lines) != 1 {
+		t.Fatalf("lines %+v, want allreduce 8 B only", lines)
+	}
+	l := lines[0]
+	if l.Rounds != 2 || l.OpenMPIUS != 15 || l.OursUS != 20 || l.Low != 1 || l.High != 2 || l.Wrong != 2 || l.Goal != 0 || l.Met() {
+		t.Errorf("%+v", l)
+	}
+}
+
+// TestJudgeAndMarkdown: the testdata's verdicts, and the markdown that
+// run.sh prints (the tables and the goals).
+func TestJudgeAndMarkdown(t *testing.T) {
+	var lines []Line
+	for _, c := range []string{"tcp4", "shm4"} {
+		l, err := readConfig("testdata", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l...)
+	}
+	v := Judge(lines)
+	if len(v) != 3 {
+		t.Fatalf("%d verdicts", len(v))
+	}
+	// tcp4: allreduce 8 B met (0.78×); of the 9 large sizes only
+	// broadcast 64 MiB is over (1.13×). shm4: broadcast 8 and 64 B and
+	// allreduce 8 B over.
+	if v[0].Lines != 1 || !v[0].AllMet() {
+		t.Errorf("goal 1: %+v", v[0])
+	}
+	if v[1].Lines != 9 || v[1].Met != 8 || v[1].AllMet() || v[1].Worst.Op != "broadcast" || v[1].Worst.Bytes != 64<<20 {
+		t.Errorf("goal 2: %+v", v[1])
+	}
+	if v[2].Lines != 17 || v[2].Met != 14 || v[2].Worst.Op != "broadcast" || v[2].Worst.Bytes != 8 {
+		t.Errorf("goal 3: %+v", v[2])
+	}
+	var b bytes.Buffer
+	if err := Markdown(&b, "2026-11-28, 2 cores", lines); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Measured 2026-11-28, 2 cores.\n",
+		"**TCP loopback, 4 ranks** (3 rounds)\n\n| size | allreduce | reducescatter | broadcast |\n|---:|---|---|---|\n",
+		"| 8 B | 0.78× ✓ 154 / 197 [0.62–1.70] | | 1.18× 18.0 / 15.2 [0.69–1.83] |\n",
+		"| 64 MiB | 0.45× ✓ 228518 / 512529 [0.32–0.79] | 0.33× ✓ 107948 / 330072 [0.26–0.52] | 1.13× ✗ 126462 / 112245 [0.88–1.13] |\n",
+		"**shared memory, 4 ranks on one node (OpenMPI's vader)** (3 rounds)",
+		"| 8 B | 1.15× ✗ 10.3 / 9.02 [0.88–1.15] | | 13.24× ✗ 6.82 / 0.52 [11.44–25.92] |\n",
+		"- **met**: AllReduce at 8 B, TCP loopback, 2 and 4 ranks ≤ 1.0×: 1 of 1 met; the worst 0.78× (allreduce at 8 B, TCP loopback, 4 ranks)\n",
+		"- **not met**: AllReduce, ReduceScatter and Broadcast from 512 KiB to 64 MiB, TCP loopback ≤ 1.0×: 8 of 9 met; the worst 1.13× (broadcast at 64 MiB, TCP loopback, 4 ranks)\n",
+		"- **not met**: shared memory, 4 ranks, every op and size ≤ 1.0×: 14 of 17 met; the worst 13.24× (broadcast at 8 B, shared memory, 4 ranks on one node (OpenMPI's vader))\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "wrong") {
+		t.Errorf("wrong elements reported where every check passed:\n%s", out)
+	}
+	// A goal no line falls under says so.
+	b.Reset()
+	Markdown(&b, "", lines[:1])
+	if !strings.Contains(b.String(), "- shared memory, 4 ranks, every op and size ≤ 1.0×: not measured\n") {
+		t.Errorf("unmeasured goal:\n%s", b.String())
+	}
+}
+
+func TestReadConfigErrors(t *testing.T) {
+	if _, err := readConfig("testdata", "tcp2"); err == nil || !strings.Contains(err.Error(), "no rounds") {
+		t.Errorf("no files: %v", err)
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "tcp4"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tcp4", "openmpi-1.csv"), []byte("op,size_bytes,time_us\nallreduce,8,1\n"), 0o644)
+	if _, err := readConfig(dir, "tcp4"); err == nil || !strings.Contains(err.Error(), "hiercomm-1.csv") {
+		t.Errorf("a round without hiercomm's file: %v", err)
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	for b, want := range map[int64]string{8: "8 B", 1000: "1000 B", 512 << 10: "512 KiB", 64 << 20: "64 MiB", 3 << 19: "1536 KiB"} {
+		if got := FormatSize(b); got != want {
+			t.Errorf("%d: %q, want %q", b, got, want)
+		}
+	}
+}
