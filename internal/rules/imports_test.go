@@ -110,6 +110,9 @@ var importRules = []rule{
 		tests: []string{"nexar"},
 		why:   "bench imports comm and comm/schedule only: it measures whatever Communicator it is given (its tests use nexar's in-memory world)"},
 
+	{pkg: "bench/peers", imports: nil,
+		why: "bench/peers, the command that tabulates OpenMPI beside hiercomm-bench, reads their CSV files: it imports nothing of ours"},
+
 	// On top: the root package, the only place that wires the parts, and the
 	// commands.
 	{pkg: "", imports: []string{"cluster", "comm", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
