@@ -32,6 +32,9 @@ func FlatSchedule(op string, p, r int, bytes int64, es int) (schedule.Schedule, 
 	case "allgather":
 		return schedule.RingAllGather(p, r, n/p, seg), nil
 	case "reducescatter":
+		if schedule.DefaultCost.AllReduce(int(bytes), p) == schedule.Doubling {
+			return schedule.DoublingReduceScatter(p, r, n/p, seg), nil
+		}
 		return schedule.RingReduceScatter(p, r, n/p, seg), nil
 	case "broadcast":
 		if schedule.DefaultCost.Broadcast(int(bytes), p, seg*es) == schedule.Tree {

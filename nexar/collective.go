@@ -52,7 +52,11 @@ func runCollective(o *op, c comm.Call) error {
 	case comm.KindAllGather:
 		s = schedule.RingAllGather(P, r, len(send)/es, seg)
 	case comm.KindReduceScatter:
-		s = schedule.RingReduceScatter(P, r, len(recv)/es, seg)
+		if o.c.opt.Cost.AllReduce(len(send), P) == schedule.Doubling {
+			s = schedule.DoublingReduceScatter(P, r, len(recv)/es, seg)
+		} else {
+			s = schedule.RingReduceScatter(P, r, len(recv)/es, seg)
+		}
 	case comm.KindAllToAll:
 		counts := make([]int, P)
 		for i := range counts {

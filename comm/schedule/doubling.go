@@ -12,10 +12,31 @@ package schedule
 // elements.
 func DoublingAllReduce(P, r, n, seg int) Schedule {
 	b := newBuilder(2 + 2*Segments(n, seg)*(log2Floor(P)+1))
-	buf := whole(RecvBuf, n)
+	b.doubling(P, r, whole(RecvBuf, n), seg)
+	return b.done()
+}
+
+// DoublingReduceScatter is the ReduceScatter of P·n elements into blocks
+// of n for small messages: recursive doubling (DoublingAllReduce) of the
+// whole send buffer into a temp slot, then this rank's block r copied
+// into recv. It takes ⌈log₂ P⌉ rounds where the ring takes P−1, each
+// moving the whole vector rather than one block: the cost model picks it
+// where an AllReduce of the same bytes would be done by doubling.
+func DoublingReduceScatter(P, r, n, seg int) Schedule {
+	b := newBuilder(3 + 2*Segments(P*n, seg)*(log2Floor(P)+1))
+	slot := b.temp(P * n)
+	b.doubling(P, r, Range{Buf: TempBuf, Slot: slot, Len: P * n}, seg)
+	b.local(0, -1, whole(RecvBuf, n), Range{Buf: TempBuf, Slot: slot, Off: r * n, Len: n}, Copy, true)
+	return b.done()
+}
+
+// doubling adds recursive doubling's steps on lane 0: the send buffer,
+// all of buf's length, reduced across the ranks into buf.
+func (b *builder) doubling(P, r int, buf Range, seg int) {
+	n := buf.Len
 	b.local(0, -1, buf, whole(SendBuf, n), Copy, false)
 	if P == 1 {
-		return b.done()
+		return
 	}
 	pcs := uint32(Segments(n, seg))
 	pof2 := 1
@@ -63,5 +84,4 @@ func DoublingAllReduce(P, r, n, seg int) Schedule {
 			b.recvMsg(0, -1, r+1, last, buf, seg, Copy)
 		}
 	}
-	return b.done()
 }

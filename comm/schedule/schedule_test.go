@@ -98,6 +98,19 @@ var collectives = []collective{
 		},
 	},
 	{
+		name:  "DoublingReduceScatter",
+		lens:  func(P, r, n int) (int, int) { return P * n, n },
+		build: func(P, r, n, seg, root int) Schedule { return DoublingReduceScatter(P, r, n, seg) },
+		want: func(w *world, r, n, root int) error {
+			for i, x := range w.ranks[r].recv {
+				if err := reduced(x, r*n+i, fullMask(w.P), w.P > 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	},
+	{
 		name:  "RingAllGather",
 		lens:  func(P, r, n int) (int, int) { return n, P * n },
 		build: func(P, r, n, seg, root int) Schedule { return RingAllGather(P, r, n, seg) },
