@@ -32,7 +32,7 @@ func FlatSchedule(op string, p, r int, bytes int64, es int) (schedule.Schedule, 
 	case "allgather":
 		return schedule.RingAllGather(p, r, n/p, seg), nil
 	case "reducescatter":
-		if schedule.DefaultCost.AllReduce(int(bytes), p) == schedule.Doubling {
+		if schedule.DefaultCost.ReduceScatter(int(bytes), p) == schedule.Doubling {
 			return schedule.DoublingReduceScatter(p, r, n/p, seg), nil
 		}
 		return schedule.RingReduceScatter(p, r, n/p, seg), nil

@@ -52,7 +52,7 @@ func runCollective(o *op, c comm.Call) error {
 	case comm.KindAllGather:
 		s = schedule.RingAllGather(P, r, len(send)/es, seg)
 	case comm.KindReduceScatter:
-		if o.c.opt.Cost.AllReduce(len(send), P) == schedule.Doubling {
+		if o.c.opt.Cost.ReduceScatter(len(send), P) == schedule.Doubling {
 			s = schedule.DoublingReduceScatter(P, r, len(recv)/es, seg)
 		} else {
 			s = schedule.RingReduceScatter(P, r, len(recv)/es, seg)

@@ -109,7 +109,8 @@ type Algorithm uint8
 const (
 	// Ring is RingAllReduce.
 	Ring Algorithm = iota + 1
-	// Doubling is DoublingAllReduce.
+	// Doubling is DoublingAllReduce (DoublingReduceScatter for a
+	// ReduceScatter).
 	Doubling
 	// Tree is TreeBroadcast.
 	Tree
@@ -155,6 +156,25 @@ func (m CostModel) allReduceTimes(n, p int) (ring, doubling float64) {
 		steps += 2
 	}
 	return ring, m.Time(steps, steps*N, steps*N)
+}
+
+// ReduceScatter picks the ReduceScatter schedule for n bytes of send
+// buffer on p ranks: Doubling (DoublingReduceScatter: the rounds of a
+// doubling AllReduce of all n bytes) when it is predicted no slower than
+// Ring (p−1 steps of n/p bytes, (p−1)/p · n reduced). The ring moves and
+// reduces a quarter of what the AllReduce ring does per byte of result,
+// so its crossover comes at a smaller size than AllReduce's.
+func (m CostModel) ReduceScatter(n, p int) Algorithm {
+	if p <= 1 {
+		return Doubling
+	}
+	N, P := float64(n), float64(p)
+	ring := m.Time(P-1, (P-1)/P*N, (P-1)/P*N)
+	_, doubling := m.allReduceTimes(n, p)
+	if doubling <= ring {
+		return Doubling
+	}
+	return Ring
 }
 
 // Broadcast picks the Broadcast schedule for n bytes on p ranks cut into

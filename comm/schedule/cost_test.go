@@ -40,6 +40,43 @@ func TestCostAllReduceBoundaries(t *testing.T) {
 	}
 }
 
+// TestCostReduceScatterBoundaries: Doubling just below each switch point,
+// Ring just above it; the ring's steps move a block each, so the switch
+// comes well before AllReduce's.
+func TestCostReduceScatterBoundaries(t *testing.T) {
+	for _, c := range []struct {
+		p, below, above int
+		why             string
+	}{
+		// doubling 1000+2N, ring 1000+N: Doubling only when empty.
+		{2, 0, 1, "P=2"},
+		// doubling 2000+4N, ring 3000+1.5N: equal at N = 400.
+		{4, 400, 401, "P=4"},
+		// doubling 3000+6N, ring 7000+1.75N: equal at 941.2.
+		{8, 941, 942, "P=8"},
+	} {
+		if got := unit.ReduceScatter(c.below, c.p); got != Doubling {
+			t.Errorf("%s: ReduceScatter(%d bytes) = %v, want doubling", c.why, c.below, got)
+		}
+		if got := unit.ReduceScatter(c.above, c.p); got != Ring {
+			t.Errorf("%s: ReduceScatter(%d bytes) = %v, want ring", c.why, c.above, got)
+		}
+		if unit.AllReduce(c.above, c.p) != Doubling && c.p > 2 {
+			t.Errorf("%s: AllReduce(%d bytes) is no longer doubling: the ReduceScatter's switch should come first", c.why, c.above)
+		}
+	}
+	// P=3: doubling needs 3 steps with the fold (3000+6N), the ring 2
+	// (2000+1.33N): always Ring.
+	for _, n := range []int{0, 1, 1 << 20} {
+		if got := unit.ReduceScatter(n, 3); got != Ring {
+			t.Errorf("P=3: ReduceScatter(%d) = %v, want ring", n, got)
+		}
+	}
+	if got := unit.ReduceScatter(1<<30, 1); got != Doubling {
+		t.Errorf("one rank: ReduceScatter = %v, want doubling (no step at all)", got)
+	}
+}
+
 // TestCostBroadcastBoundaries: Chain on two ranks, Tree for messages of
 // one piece, and the switch to Chain where its pipeline pays.
 func TestCostBroadcastBoundaries(t *testing.T) {

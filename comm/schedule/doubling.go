@@ -20,8 +20,8 @@ func DoublingAllReduce(P, r, n, seg int) Schedule {
 // of n for small messages: recursive doubling (DoublingAllReduce) of the
 // whole send buffer into a temp slot, then this rank's block r copied
 // into recv. It takes ⌈log₂ P⌉ rounds where the ring takes P−1, each
-// moving the whole vector rather than one block: the cost model picks it
-// where an AllReduce of the same bytes would be done by doubling.
+// moving the whole vector rather than one block: CostModel.ReduceScatter
+// says where it is the faster.
 func DoublingReduceScatter(P, r, n, seg int) Schedule {
 	b := newBuilder(3 + 2*Segments(P*n, seg)*(log2Floor(P)+1))
 	slot := b.temp(P * n)
