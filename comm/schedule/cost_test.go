@@ -10,13 +10,33 @@ import (
 // from the formulas in cost.go (times in ns, N in bytes).
 var unit = CostModel{Latency: time.Microsecond, BytesPerSec: 1e9, ReduceBytesPerSec: 1e9}
 
-// TestCostAllReduceBoundaries: just below each switch point the model picks
-// Doubling, just above it Ring.
+// boundary is a switch point of a pick: below is the largest size that
+// still picks Doubling, above the smallest that picks Ring.
+type boundary struct {
+	p, below, above int
+	why             string
+}
+
+// checkBoundaries: just below each switch point pick says Doubling, just
+// above it Ring; on one rank, Doubling (no step at all).
+func checkBoundaries(t *testing.T, name string, pick func(n, p int) Algorithm, bs []boundary) {
+	t.Helper()
+	for _, c := range bs {
+		if got := pick(c.below, c.p); got != Doubling {
+			t.Errorf("%s: %s(%d bytes) = %v, want doubling", c.why, name, c.below, got)
+		}
+		if got := pick(c.above, c.p); got != Ring {
+			t.Errorf("%s: %s(%d bytes) = %v, want ring", c.why, name, c.above, got)
+		}
+	}
+	if got := pick(1<<30, 1); got != Doubling {
+		t.Errorf("one rank: %s = %v, want doubling (no step at all)", name, got)
+	}
+}
+
+// TestCostAllReduceBoundaries: the AllReduce's switch points.
 func TestCostAllReduceBoundaries(t *testing.T) {
-	for _, c := range []struct {
-		p, below, above int
-		why             string
-	}{
+	checkBoundaries(t, "AllReduce", unit.AllReduce, []boundary{
 		// doubling 1000+2N, ring 2000+1.5N: equal at N = 2000.
 		{2, 1999, 2001, "P=2"},
 		// 3 steps with the fold: doubling 3000+6N, ring 4000+2N: equal at 250.
@@ -27,53 +47,26 @@ func TestCostAllReduceBoundaries(t *testing.T) {
 		{8, 3259, 3260, "P=8"},
 		// 5 steps with the fold: doubling 5000+10N, ring 22000+2.75N: equal at 2344.8.
 		{12, 2344, 2345, "P=12"},
-	} {
-		if got := unit.AllReduce(c.below, c.p); got != Doubling {
-			t.Errorf("%s: AllReduce(%d bytes) = %v, want doubling", c.why, c.below, got)
-		}
-		if got := unit.AllReduce(c.above, c.p); got != Ring {
-			t.Errorf("%s: AllReduce(%d bytes) = %v, want ring", c.why, c.above, got)
-		}
-	}
-	if got := unit.AllReduce(1<<30, 1); got != Doubling {
-		t.Errorf("one rank: AllReduce = %v, want doubling (no step at all)", got)
-	}
+	})
 }
 
-// TestCostReduceScatterBoundaries: Doubling just below each switch point,
-// Ring just above it; the ring's steps move a block each, so the switch
-// comes well before AllReduce's.
+// TestCostReduceScatterBoundaries: the ReduceScatter's; its ring moves a
+// block a step, so the switch comes well before the AllReduce's.
 func TestCostReduceScatterBoundaries(t *testing.T) {
-	for _, c := range []struct {
-		p, below, above int
-		why             string
-	}{
+	checkBoundaries(t, "ReduceScatter", unit.ReduceScatter, []boundary{
 		// doubling 1000+2N, ring 1000+N: Doubling only when empty.
 		{2, 0, 1, "P=2"},
 		// doubling 2000+4N, ring 3000+1.5N: equal at N = 400.
 		{4, 400, 401, "P=4"},
 		// doubling 3000+6N, ring 7000+1.75N: equal at 941.2.
 		{8, 941, 942, "P=8"},
-	} {
-		if got := unit.ReduceScatter(c.below, c.p); got != Doubling {
-			t.Errorf("%s: ReduceScatter(%d bytes) = %v, want doubling", c.why, c.below, got)
-		}
-		if got := unit.ReduceScatter(c.above, c.p); got != Ring {
-			t.Errorf("%s: ReduceScatter(%d bytes) = %v, want ring", c.why, c.above, got)
-		}
-		if unit.AllReduce(c.above, c.p) != Doubling && c.p > 2 {
-			t.Errorf("%s: AllReduce(%d bytes) is no longer doubling: the ReduceScatter's switch should come first", c.why, c.above)
-		}
-	}
+	})
 	// P=3: doubling needs 3 steps with the fold (3000+6N), the ring 2
 	// (2000+1.33N): always Ring.
 	for _, n := range []int{0, 1, 1 << 20} {
 		if got := unit.ReduceScatter(n, 3); got != Ring {
 			t.Errorf("P=3: ReduceScatter(%d) = %v, want ring", n, got)
 		}
-	}
-	if got := unit.ReduceScatter(1<<30, 1); got != Doubling {
-		t.Errorf("one rank: ReduceScatter = %v, want doubling (no step at all)", got)
 	}
 }
 
