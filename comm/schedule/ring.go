@@ -90,7 +90,8 @@ func RingAllReduce(P, r, n, seg int) Schedule {
 // Partials travel in temp slots that a runtime fills by adopting the
 // received frames, reduced in place, so the schedule needs no scratch
 // memory and never writes send. Blocks are cut into segments and pipelined
-// like RingAllReduce.
+// like RingAllReduce; a block of one segment has nothing to pipeline and
+// takes one lane.
 func RingReduceScatter(P, r, n, seg int) Schedule {
 	S := Segments(n, seg)
 	b := newBuilder(3*(P-1)*S + 2*S)
@@ -103,6 +104,27 @@ func RingReduceScatter(P, r, n, seg int) Schedule {
 	part := func(buf Buf, block, s int) Range {
 		so, sl := BlockRange(n, S, s)
 		return Range{Buf: buf, Off: block*n + so, Len: sl}
+	}
+	if S == 1 {
+		// Nothing to pipeline: one lane, in the order the stages take
+		// (send, then receive, reduce and pass on), so a small call runs
+		// on the caller's goroutine alone.
+		b.send(recvLane, -1, right, 0, part(SendBuf, mod(r-1, P), 0))
+		for t := range P - 1 {
+			k := b.temp(n)
+			tmp := Range{Buf: TempBuf, Slot: k, Len: n}
+			b.recv(recvLane, -1, left, uint32(t), tmp, Copy)
+			b.local(recvLane, -1, tmp, part(SendBuf, mod(r-t-2, P), 0), Reduce, false)
+			if t == P-2 {
+				dst := whole(RecvBuf, n)
+				b.local(recvLane, -1, dst, tmp, Copy, true)
+				b.finish(recvLane, dst)
+				break
+			}
+			i := b.send(recvLane, -1, right, uint32(t+1), tmp)
+			b.s.Steps[i].Free = true
+		}
+		return b.done()
 	}
 	handled := make([]int, (P-1)*S)
 	slots := make([]int, (P-1)*S)
