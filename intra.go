@@ -158,6 +158,13 @@ func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topo
 	if topo.NumNodes() > 1 {
 		cfg.Name = cmp.Or(cfg.Name, fmt.Sprintf("node %d shm", topo.NodeOf(rank)))
 		cfg.Ranks = node.Ranks
+		// A part runs without eager broadcasts: the hierarchy refuses a
+		// part's call without its buffers once the collective failed
+		// elsewhere (comm.Call.WithoutBuffers), and shared memory
+		// chooses the eager or the staged way by the call's size, so a
+		// refusing rank and its node-mates would choose apart
+		// (shm.Config.EagerBytes).
+		cfg.EagerBytes = -1
 	}
 	if cfg.HostProcs == 0 {
 		cfg.HostProcs = l.HostProcs

@@ -88,7 +88,7 @@ func build(t testing.TB, l layout, intra string, cfg hierarchy.Config) []comm.Co
 			ns := fmt.Sprintf("hiertest-%d-%d-%d", os.Getpid(), nsSeq.Add(1), n)
 			// Ranks as Init gives them: the node part names ranks by their
 			// global rank first.
-			cs, err := shm.NewLocal(ctx, ns, len(node.Ranks), shm.Config{Timeout: time.Minute, FailureTimeout: 10 * time.Second, Ranks: node.Ranks})
+			cs, err := shm.NewLocal(ctx, ns, len(node.Ranks), shm.Config{Timeout: time.Minute, FailureTimeout: 10 * time.Second, Ranks: node.Ranks, EagerBytes: -1})
 			if err != nil {
 				nexar.CloseAll(ws)
 				t.Fatal(err)

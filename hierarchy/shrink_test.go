@@ -97,7 +97,7 @@ func shmIntra(ctx context.Context, t *topology.Topology, rank int, generation st
 	h := fnv.New64a()
 	h.Write([]byte(generation))
 	ns := fmt.Sprintf("hiertest-%d-%x-%d", os.Getpid(), h.Sum64(), t.NodeOf(rank))
-	return shm.New(ctx, shm.Config{Namespace: ns, Rank: t.LocalRank(rank), Size: t.LocalSize(rank), Timeout: time.Minute, FailureTimeout: 10 * time.Second})
+	return shm.New(ctx, shm.Config{Namespace: ns, Rank: t.LocalRank(rank), Size: t.LocalSize(rank), Timeout: time.Minute, FailureTimeout: 10 * time.Second, EagerBytes: -1})
 }
 
 // Two failures one after the other on 2 nodes x 4 with shared memory:

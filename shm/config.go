@@ -79,7 +79,12 @@ type Config struct {
 	// quarter of what its staging slot does (its small slots, for
 	// messages up to eagerSmall bytes, take 32 KiB). The creator of a segment decides, as for StepBytes:
 	// the others take its value from the segment, so every rank chooses
-	// the same schedule for the same call.
+	// the same schedule for the same call. A communicator that is a part
+	// of a composed one must not go eager (set it negative, as
+	// hiercomm.Init does for a hierarchy's nodes): a composer refuses a
+	// part's call without its buffers (comm.Call.WithoutBuffers) once the
+	// collective failed elsewhere, and the refusing rank, its call empty,
+	// would take the staged way where its peers take the eager one.
 	EagerBytes int
 	// Cost is the α-β model (a Direct one: Latency is a step's, BytesPerSec
 	// the copy rate) that chooses whether an AllReduce or Reduce takes one

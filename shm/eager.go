@@ -320,6 +320,12 @@ func (s *stepper) eagerPeer(q int, ready func(int) bool) error {
 	switch {
 	case ok && e.seq == o.seq && e.status == statusGo && e.sig != o.sig:
 		return &comm.MismatchError{Peer: q, Seq: o.seq, Local: o.sig, Remote: e.sig}
+	case h.seq == o.seq && h.status != statusGo:
+		// q refused this collective, and its refusal went the staged
+		// way: a refused call may say anything (a composer refuses its
+		// part's call with empty buffers), so q's call did not go eager
+		// where this rank's did. It is q's refusal, not a mismatch.
+		return c.named(comm.FailCode(h.status).Remote(q, h.reason))
 	case h.seq == o.seq:
 		return &comm.MismatchError{Peer: q, Seq: o.seq, Local: o.sig, Remote: h.sig}
 	case ready == nil || ready(q): // a reader goes on; a root wrote its slot, then went on
