@@ -163,7 +163,8 @@ func RingReduceScatter(P, r, n, seg int) Schedule {
 // (n elements), in P−1 stages after rank r has copied its own send into
 // block r: at stage t rank r sends block r−t to the right and receives
 // block r−t−1 from the left, each block cut into segments and pipelined
-// (segment s of stage t leaves once segment s of stage t−1 has arrived).
+// (segment s of stage t leaves once segment s of stage t−1 has arrived);
+// a block of one segment has nothing to pipeline and takes one lane.
 func RingAllGather(P, r, n, seg int) Schedule {
 	S := Segments(n, seg)
 	b := newBuilder(1 + 2*(P-1)*S)
@@ -175,6 +176,16 @@ func RingAllGather(P, r, n, seg int) Schedule {
 	part := func(block, s int) Range {
 		so, sl := BlockRange(n, S, s)
 		return Range{Buf: RecvBuf, Off: block*n + so, Len: sl}
+	}
+	if S == 1 {
+		// Nothing to pipeline: one lane, stage by stage (send block r−t,
+		// then receive block r−t−1), so a small call runs on the
+		// caller's goroutine alone.
+		for t := range P - 1 {
+			b.send(recvLane, -1, right, uint32(t), part(mod(r-t, P), 0))
+			b.recv(recvLane, -1, left, uint32(t), part(mod(r-t-1, P), 0), Copy)
+		}
+		return b.done()
 	}
 	handled := make([]int, (P-1)*S)
 	for t := range P - 1 {
