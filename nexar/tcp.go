@@ -403,12 +403,13 @@ func (t *tcpTransport) acceptorHandshake(c *net.TCPConn) (*peer, int, error) {
 func (t *tcpTransport) newLink(c net.Conn, raw *net.TCPConn, p *peer) *link {
 	// TLS (laneConn): close_notify, then the socket's FIN.
 	finish := c.(interface{ CloseWrite() error }).CloseWrite
-	l := newLink(p, c, finish, c)
-	if c == net.Conn(raw) {
-		var err error
-		if l.pump, err = newPump(raw, t.m.deliverer(l)); err != nil {
-			l.r = bufio.NewReaderSize(c, 64<<10) // no raw socket: the read loop reads it alone
-		}
+	l := newLink(p, c, finish, nil)
+	if c != net.Conn(raw) {
+		l.r = c
+	} else if pmp, err := newPump(raw, t.m.deliverer(l)); err == nil {
+		l.pump = pmp // the read loop reads through the pump, not l.r
+	} else {
+		l.r = bufio.NewReaderSize(c, 64<<10) // no raw socket: the read loop reads it alone
 	}
 	l.abort = func(string) {
 		if t.m.closing.Load() || !t.expel(l, c, raw) {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/bits"
 	"net"
@@ -212,7 +213,7 @@ func connectPeers(ctx context.Context, topo *topology.Topology, ln *net.TCPListe
 		}
 		conn.SetReadDeadline(time.Now().Add(socketTimeout))
 		who := make([]byte, 8)
-		if _, err := readFull(conn, who); err != nil {
+		if _, err := io.ReadFull(conn, who); err != nil {
 			conn.Close()
 			return nil, files, err
 		}
@@ -226,18 +227,6 @@ func connectPeers(ctx context.Context, topo *topology.Topology, ln *net.TCPListe
 		}
 	}
 	return fds, files, nil
-}
-
-func readFull(conn net.Conn, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		m, err := conn.Read(b[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // sysWrite writes all of b to fd and sysRead fills b from it, by plain
