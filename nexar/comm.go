@@ -697,17 +697,22 @@ func (c *Comm) note(f func()) { c.notes.run(f) }
 // lastWords runs sends of control frames on goroutines of their own (the
 // caller may be a transport's read loop, which must not block), and lets
 // the closer wait for them, so that a rank's last word reaches its peers.
-// Once shut, no send starts. Its zero value is ready.
+// Once shut, no send starts, except under a hold taken before: a hold
+// says that sends are about to start (news of a failure already visible
+// to the calls that it fails, news.go), and shut waits for it too. Its
+// zero value is ready.
 type lastWords struct {
-	mu     sync.Mutex // guards closed and orders wg.Add before shut's wg.Wait
+	mu     sync.Mutex // guards closed and held, and orders wg.Add before shut's wg.Wait
 	closed bool
+	held   int // holds not yet released: runs are still admitted
 	wg     sync.WaitGroup
 }
 
-// run runs f on a goroutine of its own, unless shut was called.
+// run runs f on a goroutine of its own, unless shut was called and no
+// hold is outstanding.
 func (l *lastWords) run(f func()) {
 	l.mu.Lock()
-	if l.closed {
+	if l.closed && l.held == 0 {
 		l.mu.Unlock()
 		return
 	}
@@ -717,6 +722,27 @@ func (l *lastWords) run(f func()) {
 		defer l.wg.Done()
 		f()
 	}()
+}
+
+// hold makes shut wait until release, and admits the runs started
+// meanwhile; it reports false, holding nothing, once shut was called.
+func (l *lastWords) hold() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.held++
+	l.wg.Add(1)
+	return true
+}
+
+// release ends a hold.
+func (l *lastWords) release() {
+	l.mu.Lock()
+	l.held--
+	l.mu.Unlock()
+	l.wg.Done()
 }
 
 // shut lets no more sends start and waits for those running.

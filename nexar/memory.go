@@ -50,9 +50,12 @@ func (t *memoryTransport) Send(ctx context.Context, peer int, h Header, payload 
 		return err
 	}
 	t.net.mu.Lock()
-	dead := t.net.closed[peer] || t.net.closed[t.rank]
+	closed, dead := t.net.closed[t.rank], t.net.closed[peer]
 	hd := t.net.handlers[peer]
 	t.net.mu.Unlock()
+	if closed {
+		return errTransportClosed
+	}
 	if dead {
 		return &comm.PeerError{Peer: peer, Addr: t.PeerAddr(peer), Err: fmt.Errorf("connection closed")}
 	}

@@ -49,11 +49,20 @@ const maxNews = 4096
 // communicator that includes peer is aborted; those aborts are not
 // announced per communicator, the news covers them all.
 func (w *world) learned(peer int, err error, observer, from int) {
+	closed := errors.Is(err, ErrPeerClosed)
+	b, ok := comm.CulpritOf(err)
+	news := !closed && ok && !b.Outside && b.Rank == peer
 	w.mu.Lock()
 	if _, ok := w.dead[peer]; ok {
 		w.mu.Unlock()
 		return
 	}
+	// The news is held before the failure is visible: a call that the
+	// failure fails may return, and its caller close the world, at once;
+	// the world Comm's Close then waits for this news to go out (a peer
+	// still waiting on this rank would otherwise see its close instead of
+	// the failure).
+	held := news && w.news.hold()
 	w.dead[peer] = err
 	close(w.deathCh)
 	w.deathCh = make(chan struct{})
@@ -64,7 +73,7 @@ func (w *world) learned(peer int, err error, observer, from int) {
 		}
 	}
 	w.mu.Unlock()
-	if errors.Is(err, ErrPeerClosed) {
+	if closed {
 		// A clean close delivered every frame the peer sent, so nothing
 		// is aborted: an operation fails only if it waits for a frame that
 		// will now never come, or sends to the peer.
@@ -72,20 +81,18 @@ func (w *world) learned(peer int, err error, observer, from int) {
 		return
 	}
 	w.log.Warn("nexar: peer failed", "rank", w.rank, "peer", peer, "err", err)
-	b, ok := comm.CulpritOf(err)
-	news := ok && !b.Outside && b.Rank == peer
+	if held {
+		if observer < 0 {
+			observer = w.rank
+		}
+		w.spread(peer, observer, b.How, from)
+		w.news.release()
+	}
 	for _, c := range hit {
 		// Without news (this rank blames itself) each communicator
 		// announces its abort, so its peers hear this rank's account.
 		c.abortAs(c.ownPeerError(err), !news, false)
 	}
-	if !news {
-		return
-	}
-	if observer < 0 {
-		observer = w.rank
-	}
-	w.spread(peer, observer, b.How, from)
 }
 
 // expelled handles news that names this rank: a peer (src) heard that

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +164,86 @@ func TestExpelledRankBlamesItself(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A send that finds a peer's connection broken is this rank's own
+// sighting of the failure: the news is out before the send's error
+// reaches the caller, so a caller that closes at once (a trainer that
+// exits on the error) still tells every rank what it saw. Before, the
+// transport's report of a broken write came later on another goroutine,
+// and a rank waiting on the closer blamed its close instead of the dead
+// rank (TestKilledRankIsReportedByEverySurvivor, once in CI).
+func TestBrokenSendIsNewsBeforeTheCallerCanClose(t *testing.T) {
+	cs := memWorld(t, 3, Options{Timeout: time.Minute})
+	w := cs[0].w
+	if err := w.sendError(1, &comm.PeerError{Peer: 1, Err: ErrPeerClosed}); !errors.Is(err, ErrPeerClosed) {
+		t.Fatalf("a clean close: %v", err)
+	}
+	if _, err := w.peerState(1); err != nil {
+		t.Fatalf("a close seen on one send is not yet the end of the peer (other connections may carry frames): %v", err)
+	}
+	err := w.sendError(1, &comm.PeerError{Peer: 1, Addr: "memory:1", Err: errors.New("its connection was reset")})
+	if !strings.Contains(err.Error(), "its connection was reset") {
+		t.Fatalf("the send's error: %v", err)
+	}
+	if cs[0].AbortCause() == nil {
+		t.Error("the world communicator was not aborted by its own sighting")
+	}
+	cs[0].Close() // at once, as a trainer exits on the error
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := cs[2].w.peerState(1)
+		if err != nil {
+			if want := "rank 1 (memory:1) failed: its connection was reset (seen by world rank 0"; !strings.Contains(err.Error(), want) {
+				t.Errorf("rank 2 heard %q, want %q", err, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 2 never heard that rank 1 failed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A rank that sees a failure itself tells the world before any call of
+// its own fails on it: a call the failure aborts returns, its caller
+// closes at once, and the news still reaches every rank. (Before, the
+// news went out after the aborts, and a Close that came between shut
+// the sends that had not started.) Rank 0 waits in an AllReduce when its
+// transport reports rank 1 failed; the others take no part.
+func TestFailureNewsGoesOutBeforeTheAbortedCallReturns(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range 20 {
+		cs := memWorld(t, 4, Options{Timeout: time.Minute, Logger: quiet})
+		done := make(chan error, 1)
+		go func() {
+			x := make([]float32, 8)
+			err := cs[0].AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
+			cs[0].Close() // at once, as a trainer exits on the error
+			done <- err
+		}()
+		time.Sleep(time.Millisecond)
+		cs[0].w.PeerFailed(1, &comm.PeerError{Peer: 1, Addr: "memory:1", Err: errors.New("its connection was reset")})
+		if err := <-done; blames(err, 1, "rank 1 ") != nil {
+			t.Fatalf("round %d: rank 0's AllReduce: %v", i, err)
+		}
+		for _, r := range []int{2, 3} {
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				_, err := cs[r].w.peerState(1)
+				if err != nil {
+					if want := "its connection was reset (seen by world rank 0"; !strings.Contains(err.Error(), want) {
+						t.Fatalf("round %d: rank %d heard %q, want %q", i, r, err, want)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: rank %d never heard that rank 1 failed", i, r)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 	}
 }

@@ -195,11 +195,28 @@ func (w *world) sendNow(peer int, h Header, payload []byte) (bool, error) {
 
 // sendError is the error of a failed send to peer: the peer's failure
 // when it is known, else err as a PeerError.
+//
+// A transport that fails a send with a *comm.PeerError found the peer's
+// connection broken: this rank saw the peer fail, and the world learns it
+// here (news.go), before the operation that sent can fail and return. The
+// transport's own report of the same failure comes later, from another
+// goroutine (a broken write is reported asynchronously); had the world
+// waited for it, a caller could Close on the send's error first, and the
+// news that this rank saw the failure would never go out (a peer still
+// waiting on this rank would then blame its close instead of the dead
+// rank). A clean close is left to the transport's report: a peer's close
+// seen on one connection is not yet the end of what it sent on the others.
 func (w *world) sendError(peer int, err error) error {
 	if _, err2 := w.peerState(peer); err2 != nil {
 		return err2
 	}
 	if errors.As(err, new(*comm.PeerError)) {
+		if !errors.Is(err, ErrPeerClosed) {
+			w.learned(peer, err, -1, -1)
+			if _, err2 := w.peerState(peer); err2 != nil {
+				return err2
+			}
+		}
 		return err
 	}
 	return &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: err}
