@@ -2,13 +2,12 @@ package hierarchy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -456,29 +455,79 @@ func Build(ctx context.Context, world comm.Communicator, t *topology.Topology, i
 }
 
 // agree makes every rank's choice of routes the same: the ranks exchange
-// what the choice is computed from; they must have been given the same
-// Cost (but for RanksPerCore), SmallBytes, ChunkBytes, NodeP2PViaWorld and
-// NodeP2PViaWorldWhenCrowded (a node-mate's Send must go where its Recv
-// waits), and they take
-// the largest RanksPerCore (the most crowded host sets the pace), which
-// each rank computes from its own host.
+// what the choice is computed from (agreed, field by field); they must
+// have been given the same Cost (but for RanksPerCore), SmallBytes,
+// ChunkBytes, NodeP2PViaWorld and NodeP2PViaWorldWhenCrowded (a
+// node-mate's Send must go where its Recv waits), and they take the
+// largest RanksPerCore (the most crowded host sets the pace), which each
+// rank computes from its own host. A rank that differs is named with
+// every field it differs in, its value and this rank's.
 func agree(ctx context.Context, world comm.Communicator, cfg *Config) error {
-	mine := cfg.Cost
-	mine.RanksPerCore = 0
-	key := fmt.Sprintf("%+v small %d chunk %d node-p2p-via-world %t when crowded %t", mine, cfg.SmallBytes, cfg.ChunkBytes, cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded)
-	sum := sha256.Sum256([]byte(key))
-	send := []uint64{binary.LittleEndian.Uint64(sum[:]), math.Float64bits(cfg.Cost.RanksPerCore)}
-	all := make([]uint64, 2*world.Size())
+	fields := agreed(cfg)
+	send := make([]uint64, len(fields)+1)
+	for i, f := range fields {
+		send[i] = f.bits
+	}
+	send[len(fields)] = math.Float64bits(cfg.Cost.RanksPerCore)
+	all := make([]uint64, len(send)*world.Size())
 	if err := world.AllGather(ctx, comm.Host(send), comm.Host(all)); err != nil {
 		return fmt.Errorf("agreeing on the cost model: %w", err)
 	}
 	for r := range world.Size() {
-		if all[2*r] != send[0] {
-			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes, ChunkBytes, NodeP2PViaWorld or NodeP2PViaWorldWhenCrowded (this rank's: %s): every rank must pick the same routes", world.Rank(), r, key)
+		theirs := all[r*len(send) : (r+1)*len(send)]
+		var diff []string
+		for i, f := range fields {
+			if theirs[i] != f.bits {
+				diff = append(diff, fmt.Sprintf("%s: %s here, %s there", f.name, f.show(f.bits), f.show(theirs[i])))
+			}
 		}
-		cfg.Cost.RanksPerCore = max(cfg.Cost.RanksPerCore, math.Float64frombits(all[2*r+1]))
+		if len(diff) > 0 {
+			return fmt.Errorf("rank %d and rank %d were given different Config.Cost, SmallBytes, ChunkBytes, NodeP2PViaWorld or NodeP2PViaWorldWhenCrowded (%s): every rank must pick the same routes",
+				world.Rank(), r, strings.Join(diff, "; "))
+		}
+		cfg.Cost.RanksPerCore = max(cfg.Cost.RanksPerCore, math.Float64frombits(theirs[len(fields)]))
 	}
 	return nil
+}
+
+// agreedField is one value the ranks of a hierarchy must agree on, as
+// the bits they exchange.
+type agreedField struct {
+	name string
+	bits uint64
+	show func(uint64) string
+}
+
+// agreed lists the values of cfg every rank must share, named as Config
+// names them.
+func agreed(cfg *Config) []agreedField {
+	dur := func(b uint64) string { return time.Duration(int64(b)).String() }
+	rate := func(b uint64) string { return strconv.FormatFloat(math.Float64frombits(b), 'g', -1, 64) }
+	num := func(b uint64) string { return strconv.FormatInt(int64(b), 10) }
+	flag := func(b uint64) string { return strconv.FormatBool(b != 0) }
+	bit := func(v bool) uint64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	var fs []agreedField
+	model := func(name string, m schedule.CostModel) {
+		fs = append(fs,
+			agreedField{name + ".Latency", uint64(m.Latency), dur},
+			agreedField{name + ".BytesPerSec", math.Float64bits(m.BytesPerSec), rate},
+			agreedField{name + ".ReduceBytesPerSec", math.Float64bits(m.ReduceBytesPerSec), rate},
+			agreedField{name + ".CPUBytesPerSec", math.Float64bits(m.CPUBytesPerSec), rate},
+			agreedField{name + ".Direct", bit(m.Direct), flag})
+	}
+	model("Cost.Intra", cfg.Cost.Intra)
+	model("Cost.Inter", cfg.Cost.Inter)
+	return append(fs,
+		agreedField{"Cost.Wake", uint64(cfg.Cost.Wake), dur},
+		agreedField{"SmallBytes", uint64(cfg.SmallBytes), num},
+		agreedField{"ChunkBytes", uint64(cfg.ChunkBytes), num},
+		agreedField{"NodeP2PViaWorld", bit(cfg.NodeP2PViaWorld), flag},
+		agreedField{"NodeP2PViaWorldWhenCrowded", bit(cfg.NodeP2PViaWorldWhenCrowded), flag})
 }
 
 // Rank implements comm.Communicator.

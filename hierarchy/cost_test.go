@@ -105,5 +105,13 @@ func TestBuildAgreesOnCost(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "different Config.Cost") {
 			t.Errorf("rank %d: Build = %v, want an error about different models", r, err)
 		}
+		// The field, with both values, on the rank given it and on the others.
+		want := "Cost.Inter.Latency: 0s here, 1ms there"
+		if r == 2 {
+			want = "Cost.Inter.Latency: 1ms here, 0s there"
+		}
+		if err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: Build = %v, want it to say %q", r, err, want)
+		}
 	}
 }
