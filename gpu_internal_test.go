@@ -16,7 +16,7 @@ import (
 )
 
 // TestConnectGPUWiring builds, in one process, what Init builds on GPU
-// nodes (connectGPU over a flat world, NCCL among each node's ranks over
+// nodes (compose over a flat world, NCCL among each node's ranks over
 // their shared memory) on the fake library, for 2×2 (the hierarchy with
 // NCCL inside nodes), 1×3 (one node: NCCL alone) and 3×1 (single-GPU
 // nodes: the staged world), and runs the conformance suite on device
@@ -59,7 +59,7 @@ func TestConnectGPUWiring(t *testing.T) {
 			errs := make(chan error, size)
 			for r := range size {
 				go func() {
-					c, _, err := connectGPU(ctx, worlds[r], l, topo, r, dev, opt)
+					c, err := composeOver(ctx, l, topo, r, dev, opt, worlds[r])
 					comms[r] = c
 					errs <- err
 				}()

@@ -9,10 +9,11 @@
 // Init reads the launch environment (hiercomm run, torchrun, Slurm,
 // Kubernetes; see docs/environment.md) through cluster.LoadLaunch, has
 // cluster choose the interface and bind the sockets, joins the job's
-// encrypted membership, computes the topology every rank agrees on, and
-// builds the communicator that layout calls for (see Init). The World it
-// returns is that comm.Communicator plus the topology: which ranks share a
-// node, this rank's local rank, the leads.
+// encrypted membership, computes the topology every rank agrees on,
+// decides what to build for that layout (a Plan: NewPlan, printed by rank
+// 0 at start), and builds it (see Init). The World it returns is that
+// comm.Communicator plus the topology (which ranks share a node, this
+// rank's local rank, the leads) and the Plan.
 //
 // On a GPU node (HIERCOMM_INTRA auto or nccl, NCCL and the driver found,
 // a GPU visible) the World moves device memory: NCCL among the ranks of a
@@ -39,10 +40,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
@@ -137,14 +140,19 @@ type World struct {
 	device  *nccl.Device     // nil without the GPU tier
 	launch  cluster.Launch
 	log     *slog.Logger
+	plan    Plan
 }
 
 // Init joins this process to its job and returns its World. It fails
 // within the launch's join timeout (membership) plus ConnectTimeout (data
 // mesh), or when ctx ends, with an error that says what was missing.
 //
-// The World's communicator depends on the layout the topology shows and
-// on the launch's Intra (HIERCOMM_INTRA):
+// Init reads the launch, joins the membership, and then decides, before
+// it builds anything, what this rank's World is made of: a Plan
+// (NewPlan), which rank 0 writes to the log at Info and World.Plan
+// returns. It then builds what the Plan says (build, below). The World's
+// communicator depends on the layout the topology shows and on the
+// launch's Intra (HIERCOMM_INTRA):
 //
 //   - one process: a *nexar.Comm world of one (in memory, without sockets,
 //     unless `hiercomm run` handed it some); with a GPU, an *nccl.Comm over
@@ -163,6 +171,7 @@ type World struct {
 // node is a split of the node's communicator (shared memory stays shared
 // memory), and a child with one rank per node a split of the flat world.
 func Init(ctx context.Context, opt Options) (*World, error) {
+	// Where the logs go, and the Options as every tier gets them.
 	getenv := opt.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -183,6 +192,8 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	}
 	opt = opt.withDefaults(log)
 	dumpOnSIGUSR1(log)
+
+	// Who this process is: the launch, and the GPU it runs on, if any.
 	var l cluster.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch
@@ -200,97 +211,254 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
+	gpu := -1
+	if dev != nil {
+		gpu = dev.Ordinal()
+	}
+
+	// Who the others are: the membership and the topology every rank
+	// agrees on (a world of one has neither sockets nor membership).
+	in := setup{launch: l, dev: dev, opt: opt}
+	var cl *cluster.Cluster
 	if l.WorldSize == 1 && !l.Inherited {
-		return initSingle(ctx, l, dev, opt, log)
-	}
-	gossip, data, err := l.Bind(log)
-	if err != nil {
-		return nil, fmt.Errorf("hiercomm.Init: %w", err)
-	}
-	log.Debug("hiercomm: joining", "style", l.Style, "job", l.JobID, "world_size", l.WorldSize,
-		"gossip", gossip.TCP.Addr().String(), "data", data.Addr, "seeds", l.Seeds)
-	cl, err := cluster.Join(ctx, cluster.Config{
-		JobID:       l.JobID,
-		Key:         l.Key,
-		Self:        topology.Member{Rank: l.Rank, Host: l.Host, Local: l.LocalRank, Device: l.Device, Addr: data.Addr},
-		WorldSize:   l.WorldSize,
-		Seeds:       l.Seeds,
-		Gossip:      gossip,
-		JoinTimeout: l.JoinTimeout,
-		Detector:    opt.Detector,
-		Logger:      log,
-	})
-	if err != nil {
-		data.Close()
-		return nil, fmt.Errorf("hiercomm.Init: %w", err)
-	}
-	topo, rank := cl.Topology(), cl.Rank()
-	if topo.NumNodes() == 1 && topo.Size() > 1 && (dev != nil || useSHM(l, topo)) {
-		data.Close() // published, but no one dials it: every rank is here
-		var c comm.Communicator
-		c, err = connectIntraHost(ctx, l, topo, rank, opt)
-		via := "shm"
-		if err == nil && dev != nil {
-			c, err = nccl.New(ctx, c, opt.ncclConfig(dev, ""))
-			via = "nccl"
+		if l.Style == "single" {
+			log.Info("hiercomm: no launcher environment found (torchrun, Slurm, Kubernetes or hiercomm run); running as a world of 1")
 		}
+		in.topo, err = topology.New([]topology.Member{{Rank: 0, Host: l.Host, Local: l.LocalRank, Device: l.Device, Name: l.Host}})
 		if err != nil {
-			_ = leave(cl)
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
-		return ready(c, cl, topo, rank, l, log, via).withDevice(dev), nil
-	}
-	addrs := make([]string, topo.Size())
-	for r, m := range topo.Members() {
-		addrs[r] = m.Addr
-	}
-	c, err := nexar.Connect(ctx, nexar.Config{
-		Net: nexar.NetConfig{
-			Rank:           rank,
-			Addrs:          addrs,
-			JobKey:         l.Key,
-			JobID:          l.JobID,
-			FailureTimeout: opt.FailureTimeout,
-			ConnectTimeout: opt.ConnectTimeout,
-			ConnsPerPeer:   l.ConnsPerPeer,
-			PacketConn:     data.Packet,
-			Listener:       data.Listener,
-			Logger:         log,
-		},
-		Network: l.Network,
-		Options: opt.Nexar,
-	})
-	if err != nil {
-		_ = leave(cl)
-		return nil, fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", rank, err)
-	}
-	if dev != nil {
-		g, via, err := connectGPU(ctx, c, l, topo, rank, dev, opt)
+	} else {
+		var gossip cluster.Sockets
+		gossip, in.data, err = l.Bind(log)
 		if err != nil {
-			_ = leave(cl)
-			return nil, err
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
-		return ready(g, cl, topo, rank, l, log, via).withDevice(dev), nil
+		log.Debug("hiercomm: joining", "style", l.Style, "job", l.JobID, "world_size", l.WorldSize,
+			"gossip", gossip.TCP.Addr().String(), "data", in.data.Addr, "seeds", l.Seeds)
+		cl, err = cluster.Join(ctx, cluster.Config{
+			JobID:       l.JobID,
+			Key:         l.Key,
+			Self:        topology.Member{Rank: l.Rank, Host: l.Host, Local: l.LocalRank, Device: l.Device, Addr: in.data.Addr},
+			WorldSize:   l.WorldSize,
+			Seeds:       l.Seeds,
+			Gossip:      gossip,
+			JoinTimeout: l.JoinTimeout,
+			Detector:    opt.Detector,
+			Logger:      log,
+		})
+		if err != nil {
+			in.data.Close()
+			return nil, fmt.Errorf("hiercomm.Init: %w", err)
+		}
+		in.topo, in.rank = cl.Topology(), cl.Rank()
 	}
-	if !hierarchical(topo) {
-		return ready(c, cl, topo, rank, l, log, l.Network), nil
+
+	// What to build, decided before anything is built.
+	plan, err := NewPlan(l, in.topo, in.rank, gpu, opt)
+	if err == nil {
+		if plan.Rank == 0 {
+			for line := range strings.SplitSeq(plan.String(), "\n") {
+				log.Info("hiercomm: plan: " + line)
+			}
+		}
+		var c comm.Communicator
+		var via string
+		if c, via, err = build(ctx, plan, in); err == nil {
+			w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan}
+			if cl != nil {
+				w.ready(cl, via)
+			}
+			return w, nil
+		}
 	}
-	h, via, err := buildHierarchy(ctx, c, l, topo, rank, opt)
-	if err != nil {
-		c.Close()
+	if cl != nil {
 		_ = leave(cl)
-		return nil, err
 	}
-	return ready(h, cl, topo, rank, l, log, via), nil
+	return nil, err
 }
 
-// ready wires membership failures into c, writes the topology dump, and
-// returns the World.
-func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, rank int, l cluster.Launch, log *slog.Logger, via string) *World {
+// setup is what build needs beside the Plan: the launch, the topology,
+// this rank, its GPU (nil: host memory), the Options (after their
+// defaults) and the data-plane sockets bound for it (none for a world of
+// one).
+type setup struct {
+	launch cluster.Launch
+	topo   *topology.Topology
+	rank   int
+	dev    *nccl.Device
+	opt    Options
+	data   cluster.DataSocket
+}
+
+// build makes the communicator p describes, in three steps: the data
+// plane between processes (p.Network), the tier among the ranks of a node
+// (p.Intra), and their composition (p.Layout). It returns the
+// communicator and the account of it for the log. On failure everything
+// it made is closed, in one place.
+func build(ctx context.Context, p Plan, in setup) (comm.Communicator, string, error) {
+	var world comm.Communicator
+	switch p.Network {
+	case "":
+		// Published, but no one dials it: every rank is on this node.
+		in.data.Close()
+	case "memory":
+		cs, err := nexar.NewMemoryWorld(1, in.opt.Nexar)
+		if err != nil {
+			return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
+		}
+		world = cs[0]
+	default:
+		addrs := make([]string, in.topo.Size())
+		for r, m := range in.topo.Members() {
+			addrs[r] = m.Addr
+		}
+		c, err := nexar.Connect(ctx, nexar.Config{
+			Net: nexar.NetConfig{
+				Rank:           p.Rank,
+				Addrs:          addrs,
+				JobKey:         in.launch.Key,
+				JobID:          in.launch.JobID,
+				FailureTimeout: in.opt.FailureTimeout,
+				ConnectTimeout: in.opt.ConnectTimeout,
+				ConnsPerPeer:   in.launch.ConnsPerPeer,
+				PacketConn:     in.data.Packet,
+				Listener:       in.data.Listener,
+				Logger:         in.opt.Nexar.Logger,
+			},
+			Network: p.Network,
+			Options: in.opt.Nexar,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("hiercomm.Init: connecting rank %d to the data mesh: %w", p.Rank, err)
+		}
+		world = c
+	}
+	return compose(ctx, p, in, world)
+}
+
+// compose builds the node tier of p and composes it with world, the data
+// plane (nil where p has none), which it owns from then on: on failure it
+// closes what it made and world.
+func compose(ctx context.Context, p Plan, in setup, world comm.Communicator) (c comm.Communicator, via string, err error) {
+	var intra comm.Communicator
+	defer func() {
+		if err != nil {
+			for _, c := range []comm.Communicator{intra, world} {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}
+	}()
+	if p.Staged {
+		world = nccl.NewStaged(world, in.dev) // it owns the world
+	}
+	node := func(name string) (comm.Communicator, error) {
+		control := world // NCCL over a world of one itself
+		if p.Layout == LayoutSingle {
+			world = nil
+		} else {
+			var err error
+			if control, err = connectIntraHost(ctx, in.launch, in.topo, p.Rank, in.opt); err != nil {
+				return nil, err
+			}
+		}
+		if p.Intra == "shm" {
+			return control, nil
+		}
+		c, err := nccl.New(ctx, control, in.opt.ncclConfig(in.dev, name)) // closes control on failure
+		if err != nil {
+			return nil, fmt.Errorf("hiercomm.Init: rank %d: NCCL among the ranks of node %d: %w", p.Rank, p.Node, err)
+		}
+		return c, nil
+	}
+	switch p.Intra {
+	case "shm":
+		intra, err = node("")
+	case "nccl":
+		name := ""
+		if p.Layout == LayoutHierarchy {
+			name = fmt.Sprintf("node %d nccl", p.Node)
+		}
+		intra, err = node(name)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	switch p.Layout {
+	case LayoutSingle:
+		if intra != nil {
+			return intra, p.Via(), nil
+		}
+		return world, p.Via(), nil
+	case LayoutNode:
+		if world != nil {
+			// A GPU world of one that the launcher gave sockets: NCCL
+			// carries everything.
+			world.Close()
+		}
+		return intra, p.Via(), nil
+	case LayoutFlat:
+		return world, p.Via(), nil
+	}
+	return composeHierarchy(ctx, p, in, world, intra)
+}
+
+// composeHierarchy builds the hierarchical communicator of p over world
+// and intra (nil: a split of the world within each node, Intra "nexar").
+// On success it owns both; on failure it closes neither.
+func composeHierarchy(ctx context.Context, p Plan, in setup, world, intra comm.Communicator) (comm.Communicator, string, error) {
+	host := p.GPU < 0
+	intraCost := in.opt.Nexar.Cost
+	switch p.Intra {
+	case "shm":
+		intraCost = in.opt.Shm.Cost.Or(shm.DefaultCost)
+	case "nccl":
+		// NCCL inside the node has no model of its own yet: the intra
+		// part takes the defaults unless the user gave one.
+		intraCost = schedule.CostModel{}
+	}
+	cfg := hierarchyConfig(in.opt, intraCost, in.launch, in.topo, p.Rank, host)
+	switch p.Intra {
+	case "shm":
+		if cfg.NewIntra == nil {
+			cfg.NewIntra = shrunkIntra(in.launch, in.opt)
+		}
+	case "nccl":
+		if cfg.Stager == nil && cfg.NewStager == nil {
+			cfg.NewStager = func() hierarchy.Stager { return nccl.NewStager(in.dev) }
+		}
+		if cfg.NewIntra == nil {
+			cfg.NewIntra = shrunkNCCL(in.launch, in.dev, in.opt)
+		}
+	}
+	h, err := hierarchy.Build(ctx, world, in.topo, intra, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
+	}
+	via := p.Via()
+	if host {
+		nameParts(h, in.topo, p.Rank)
+		if h.NodeP2PViaWorld() && intra != nil {
+			via += "; Send and Recv within nodes over " + p.Network
+			if !cfg.NodeP2PViaWorld {
+				via += " (more processes than cores)"
+			}
+		}
+	}
+	return h, via, nil
+}
+
+// ready wires membership failures into the World's communicator, writes
+// the topology dump, and logs the World.
+func (w *World) ready(cl *cluster.Cluster, via string) {
 	// The failure detector sees processes that stop answering without
 	// closing anything (a kill -9, a hung host, a cut cable): every
 	// communicator that includes the dead rank is aborted with an error
 	// naming it, on every survivor.
+	c, topo, rank, l, log := w.Communicator, w.topo, w.rank, w.launch, w.log
+	w.cluster = cl
 	cl.OnFailure(func(f *cluster.Failure) { c.PeerFailed(f.Rank, f) })
 	if rank == 0 && l.TopoDumpFile != "" {
 		if err := dumpTopology(l.TopoDumpFile, topo); err != nil {
@@ -302,38 +470,10 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 	if rank == 0 {
 		log.Info("hiercomm: world ready", "size", topo.Size(), "nodes", topo.NumNodes(), "via", via, "style", l.Style, "job", l.JobID)
 	}
-	return &World{Communicator: c, topo: topo, rank: rank, cluster: cl, launch: l, log: log}
 }
 
-// initSingle is a world of one process: no membership, no sockets.
-func initSingle(ctx context.Context, l cluster.Launch, dev *nccl.Device, opt Options, log *slog.Logger) (*World, error) {
-	if l.Style == "single" {
-		log.Info("hiercomm: no launcher environment found (torchrun, Slurm, Kubernetes or hiercomm run); running as a world of 1")
-	}
-	topo, err := topology.New([]topology.Member{{Rank: 0, Host: l.Host, Local: l.LocalRank, Device: l.Device, Name: l.Host}})
-	if err != nil {
-		return nil, fmt.Errorf("hiercomm.Init: %w", err)
-	}
-	cs, err := nexar.NewMemoryWorld(1, opt.Nexar)
-	if err != nil {
-		return nil, fmt.Errorf("hiercomm.Init: %w", err)
-	}
-	w := &World{Communicator: cs[0], topo: topo, launch: l, log: log}
-	if dev != nil {
-		c, err := nccl.New(ctx, cs[0], opt.ncclConfig(dev, ""))
-		if err != nil {
-			return nil, fmt.Errorf("hiercomm.Init: %w", err)
-		}
-		w.Communicator, w.device = c, dev
-	}
-	return w, nil
-}
-
-// withDevice records the GPU the world's buffers live on.
-func (w *World) withDevice(dev *nccl.Device) *World {
-	w.device = dev
-	return w
-}
+// Plan is what Init built this World from (see NewPlan).
+func (w *World) Plan() Plan { return w.plan }
 
 // Device is the GPU this rank's communicator moves data of, or nil when
 // the world moves host memory: with a GPU, every collective takes device

@@ -145,6 +145,15 @@ func agree() error {
 			return fmt.Errorf("rank %d: AllReduce element %d = %d, want %d", rank, i, v, want)
 		}
 	}
+	// The Plan says what was built.
+	plan := w.Plan()
+	if plan.Rank != rank || plan.Size != w.Size() || plan.Node != w.Node() || plan.LocalRank != w.LocalRank() || plan.Nodes != t.NumNodes() {
+		return fmt.Errorf("rank %d: the Plan places it as rank %d of %d, node %d of %d, local rank %d", rank, plan.Rank, plan.Size, plan.Node, plan.Nodes, plan.LocalRank)
+	}
+	want := map[hiercomm.Layout]string{hiercomm.LayoutHierarchy: "*hierarchy.Comm", hiercomm.LayoutNode: "*shm.Comm", hiercomm.LayoutFlat: "*nexar.Comm"}[plan.Layout]
+	if got := fmt.Sprintf("%T", w.Communicator); got != want {
+		return fmt.Errorf("rank %d: the Plan's layout is %s, but Init built a %s", rank, plan.Layout, got)
+	}
 	if rank == 0 {
 		fmt.Println(t)
 	}
@@ -301,6 +310,9 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 			}
 			if got := strings.Count(out.String(), "via "+tc.via+"\n"); got != n {
 				t.Errorf("%d of %d ranks ran on %s\n%s", got, n, tc.via, out)
+			}
+			if got := strings.Count(out.String(), "hiercomm: plan: layout"); got != 1 {
+				t.Errorf("the plan's layout was logged %d times, want once (rank 0)\n%s", got, out)
 			}
 			f, err := os.Open(dump)
 			if err != nil {

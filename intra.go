@@ -17,60 +17,6 @@ import (
 	"github.com/hiercomm/hiercomm/topology"
 )
 
-// useSHM reports whether a one-node world talks through shared memory
-// alone: a world on one node with several ranks, unless the launch asks
-// for the network transport. (A multi-node world is hierarchical, with
-// shared memory inside each node: see buildHierarchy.)
-func useSHM(l cluster.Launch, topo *topology.Topology) bool {
-	return l.Intra != "nexar" && topo.NumNodes() == 1 && topo.Size() > 1
-}
-
-// hierarchical reports whether the world gets the 2D communicator: more
-// than one node, and more than one rank on some node.
-func hierarchical(topo *topology.Topology) bool {
-	g, homogeneous := topo.RanksPerNode()
-	return topo.NumNodes() > 1 && (g > 1 || !homogeneous)
-}
-
-// buildHierarchy composes the hierarchical communicator over the flat
-// world: shared memory among the ranks of each node (or a split of the
-// world with HIERCOMM_INTRA=nexar) and one split of the world per rail.
-func buildHierarchy(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, string, error) {
-	var intra comm.Communicator
-	via := "hierarchy: nexar within nodes, " + l.Network + " between"
-	if l.Intra != "nexar" {
-		c, err := connectIntraHost(ctx, l, topo, rank, opt)
-		if err != nil {
-			return nil, "", err
-		}
-		intra = c
-		via = "hierarchy: shm within nodes, " + l.Network + " between"
-	}
-	intraCost := opt.Nexar.Cost
-	if intra != nil {
-		intraCost = opt.Shm.Cost.Or(shm.DefaultCost)
-	}
-	cfg := hierarchyConfig(opt, intraCost, l, topo, rank, true)
-	if intra != nil && cfg.NewIntra == nil {
-		cfg.NewIntra = shrunkIntra(l, opt) // shrink.go
-	}
-	h, err := hierarchy.Build(ctx, world, topo, intra, cfg)
-	if err != nil {
-		if intra != nil {
-			intra.Close()
-		}
-		return nil, "", fmt.Errorf("hiercomm.Init: %w", err)
-	}
-	nameParts(h, topo, rank)
-	if h.NodeP2PViaWorld() && intra != nil {
-		via += "; Send and Recv within nodes over " + l.Network
-		if !cfg.NodeP2PViaWorld {
-			via += " (more processes than cores)"
-		}
-	}
-	return h, via, nil
-}
-
 // nameParts names the parts that hierarchy.Build split off the world as
 // the hierarchy's errors name them, in their own errors, logs and flight
 // recorders too: "rail 0", and "node 1 nexar" for a node's part with

@@ -92,7 +92,7 @@ func namesHierarchy(t *testing.T, topo *topology.Topology, intra string, log *sl
 	errs := make([]error, topo.Size())
 	var wg sync.WaitGroup
 	for r := range hs {
-		wg.Go(func() { hs[r], _, errs[r] = buildHierarchy(ctx, world[r], l, topo, r, opt) })
+		wg.Go(func() { hs[r], errs[r] = composeOver(ctx, l, topo, r, nil, opt, world[r]) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -58,7 +58,7 @@ func shrunkIntra(l cluster.Launch, opt Options) func(context.Context, *topology.
 
 // shrunkNCCL is hierarchy.Config.NewIntra for a hierarchy of GPU nodes
 // under Init: NCCL among a node's survivors, over shared memory again as
-// its control (as connectGPU makes it).
+// its control (as Init's build makes it).
 func shrunkNCCL(l cluster.Launch, dev *nccl.Device, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
 	control := shrunkIntra(l, opt)
 	return func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error) {

@@ -16,7 +16,7 @@ type Options struct {
 	// and each Recv. A Send returns once its frames are handed to the
 	// transport, which blocks only while the peer's window is full; a
 	// peer that stops reading is failed within the transport's
-	// FailureTimeout. If zero, defaults to 10 minutes (as
+	// FailureTimeout. If zero, defaults to DefaultTimeout (10 minutes, as
 	// torch.distributed's default).
 	Timeout time.Duration
 	// ProbeAfter is how long a rank waits for a peer's frame before asking
@@ -37,7 +37,7 @@ type Options struct {
 	Spin time.Duration
 	// SegmentBytes is the pipelining unit of the large-message schedules
 	// (rounded down to whole elements, at most MaxFrame). If zero, defaults
-	// to 256 KiB.
+	// to DefaultSegmentBytes (256 KiB).
 	SegmentBytes int
 	// Cost is the α-β model that picks an algorithm by size and world;
 	// each of its zero fields takes its default (schedule.DefaultCost).
@@ -52,15 +52,21 @@ type Options struct {
 	FlightRecorder int
 }
 
+// The defaults of Options.
+const (
+	DefaultTimeout      = 10 * time.Minute
+	DefaultSegmentBytes = 256 << 10
+)
+
 func (o Options) withDefaults() (Options, error) {
 	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Minute
+		o.Timeout = DefaultTimeout
 	}
 	if o.ProbeAfter == 0 {
 		o.ProbeAfter = time.Second
 	}
 	if o.SegmentBytes == 0 {
-		o.SegmentBytes = 256 << 10
+		o.SegmentBytes = DefaultSegmentBytes
 	}
 	o.Cost = o.Cost.WithDefaults()
 	if o.Logger == nil {

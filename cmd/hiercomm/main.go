@@ -24,6 +24,10 @@
 //	    are removed when the job ends, fails or is interrupted.
 //	hiercomm topology FILE
 //	    Check a topology dumped as JSON and print it as a table.
+//	hiercomm plan [-rank R] [-gpu N] FILE
+//	    Print the Plan hiercomm.Init would build for rank R of that
+//	    topology (layout, transports, routes and their switch sizes,
+//	    timeouts), with the launch's choices read from the environment.
 //	hiercomm keygen
 //	    Print a random job key for HIERCOMM_JOB_KEY.
 package main
@@ -57,6 +61,9 @@ const usage = `usage:
   hiercomm topology FILE
       Check a topology dumped as JSON (HIERCOMM_TOPO_DUMP_FILE) and print it
       as a table.
+  hiercomm plan [-rank R] [-gpu N] FILE
+      Print what hiercomm.Init would build for rank R of that topology: the
+      layout, transports, routes with their switch sizes, timeouts.
   hiercomm keygen
       Print a random job key for HIERCOMM_JOB_KEY.
 `
@@ -95,6 +102,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return run(args[1:], stdout, stderr)
 	case "topology":
 		return showTopology(args[1:], stdout, stderr)
+	case "plan":
+		return showPlan(args[1:], stdout, stderr)
 	case "keygen":
 		return keygen(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
@@ -103,6 +112,24 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "hiercomm: unknown command %q (hiercomm --help lists them)\n", args[0])
 	return 2
+}
+
+// parseFlags parses a subcommand's flags (fs named "hiercomm CMD"):
+// --help prints usage and the flags on stdout (exit 0), a bad flag is one
+// line on stderr (exit 2); done reports that the command ends there.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout, stderr io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0, true
+	}
+	fmt.Fprintf(stderr, "%s: %v (%s --help lists the flags)\n", fs.Name(), err, fs.Name())
+	return 2, true
 }
 
 // isHelp reports whether arg asks for help.
@@ -139,15 +166,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")
 	grace := fs.Duration("grace", cluster.DefaultGrace, "after a rank fails, how long the others get to report and exit by themselves before SIGTERM")
 	killAfter := fs.Duration("kill-after", cluster.DefaultKillAfter, "how long a rank gets after SIGTERM (after --grace, or passed on from Ctrl-C or SIGTERM) before SIGKILL")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, runUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(stderr, "hiercomm run: %v (hiercomm run --help lists the flags)\n", err)
-		return 2
+	if code, done := parseFlags(fs, args, runUsage, stdout, stderr); done {
+		return code
 	}
 	if *linkPerNode && *linkRate == "" {
 		fmt.Fprintln(stderr, "hiercomm run: --link-per-node needs --link-rate")

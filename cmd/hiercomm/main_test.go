@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/internal/netemu"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/topology"
@@ -240,6 +241,30 @@ func TestTopologyPrintsADumpAndRejectsABadOne(t *testing.T) {
 	if code := showTopology(nil, io.Discard, io.Discard); code != 2 {
 		t.Errorf("hiercomm topology without a file exited %d, want 2", code)
 	}
+	// hiercomm plan reads the same dump, and the launch's choices from the
+	// environment, as a job would.
+	t.Setenv(cluster.EnvNetwork, "tcp")
+	var out, errs strings.Builder
+	if code := showPlan([]string{"-rank", "3", good}, &out, &errs); code != 0 {
+		t.Fatalf("hiercomm plan -rank 3 on a good dump exited %d: %s", code, errs.String())
+	}
+	for _, want := range []string{"rank            3 of 4: node 1 of 2, local rank 1 of 2", "layout          hierarchy: shm within nodes, tcp between", "tcp rail (2 ranks)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("hiercomm plan printed no %q:\n%s", want, out.String())
+		}
+	}
+	errs.Reset()
+	if code := showPlan([]string{"-rank", "4", good}, io.Discard, &errs); code != 2 || !strings.Contains(errs.String(), "ranks 0 to 3") {
+		t.Errorf("hiercomm plan -rank 4 of 4: exit %d, %q; want 2 and the ranks there are", code, errs.String())
+	}
+	if code := showPlan([]string{bad}, io.Discard, io.Discard); code != 1 {
+		t.Errorf("hiercomm plan on a bad dump exited %d, want 1", code)
+	}
+	t.Setenv(cluster.EnvIntra, "foo")
+	errs.Reset()
+	if code := showPlan([]string{good}, io.Discard, &errs); code != 1 || !strings.Contains(errs.String(), cluster.EnvIntra) {
+		t.Errorf("hiercomm plan with %s=foo: exit %d, %q; want 1 and the variable named", cluster.EnvIntra, code, errs.String())
+	}
 }
 
 // fabricLeft is this process's fabric namespaces still on the host.
@@ -340,6 +365,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"run", "-h"}, 0, "usage: hiercomm run", ""},
 		{[]string{"topology", "--help"}, 0, "usage: hiercomm topology FILE", ""},
 		{[]string{"keygen", "--help"}, 0, "usage: hiercomm keygen", ""},
+		{[]string{"plan", "--help"}, 0, "usage: hiercomm plan", ""},
+		{[]string{"plan"}, 2, "", "want one FILE"},
+		{[]string{"plan", "--bogus", "f"}, 2, "", "flag provided but not defined: -bogus"},
 		{[]string{"run", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
 		{[]string{"run"}, 2, "", "no program given"},
 		{[]string{"topology"}, 2, "", "want one FILE"},
