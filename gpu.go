@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
@@ -20,7 +20,7 @@ import (
 // (HIERCOMM_DEVICE) if set, else the local rank (torchrun's LOCAL_RANK →
 // cuda:LOCAL_RANK), counted among the GPUs CUDA_VISIBLE_DEVICES leaves
 // visible. opt.GPU, when set, is the library to use (tests: the fake).
-func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device, error) {
+func chooseDevice(l launchenv.Launch, opt Options, log *slog.Logger) (*nccl.Device, error) {
 	if l.Intra == "shm" || l.Intra == "nexar" {
 		return nil, nil
 	}
@@ -29,7 +29,7 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 		var err error
 		if lib, err = nccl.Shared(nccl.LoadOptions{NCCLPath: l.NCCLLibrary, CUDAPath: l.CUDALibrary}); err != nil {
 			if l.Intra == "nccl" {
-				return nil, fmt.Errorf("%s=nccl, but the GPU tier cannot be used here: %w", cluster.EnvIntra, err)
+				return nil, fmt.Errorf("%s=nccl, but the GPU tier cannot be used here: %w", launchenv.EnvIntra, err)
 			}
 			log.Debug("hiercomm: no GPU tier; host memory only", "why", err)
 			return nil, nil
@@ -38,17 +38,17 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 	n, err := lib.DeviceCount()
 	if err != nil || n == 0 {
 		if l.Intra == "nccl" {
-			return nil, fmt.Errorf("%s=nccl, but this process sees no GPU (%v; check CUDA_VISIBLE_DEVICES)", cluster.EnvIntra, err)
+			return nil, fmt.Errorf("%s=nccl, but this process sees no GPU (%v; check CUDA_VISIBLE_DEVICES)", launchenv.EnvIntra, err)
 		}
 		return nil, nil
 	}
-	ordinal, why := l.Device, cluster.EnvDevice
+	ordinal, why := l.Device, launchenv.EnvDevice
 	if ordinal < 0 {
 		ordinal, why = l.LocalRank, "the local rank"
 	}
 	if ordinal >= n {
 		return nil, fmt.Errorf("GPU %d (%s) does not exist: this process sees %d GPU(s); set %s or CUDA_VISIBLE_DEVICES so that each rank of a node has its own",
-			ordinal, why, n, cluster.EnvDevice)
+			ordinal, why, n, launchenv.EnvDevice)
 	}
 	return lib.Device(ordinal)
 }
@@ -58,7 +58,7 @@ func chooseDevice(l cluster.Launch, opt Options, log *slog.Logger) (*nccl.Device
 // ranks of each node (over shared memory as its control), and device data
 // across nodes through page-locked host memory on the world and its rails.
 // The result accepts device buffers of dev only.
-func connectGPU(ctx context.Context, world comm.Communicator, l cluster.Launch, topo *topology.Topology, rank int, dev *nccl.Device, opt Options) (comm.Communicator, string, error) {
+func connectGPU(ctx context.Context, world comm.Communicator, l launchenv.Launch, topo *topology.Topology, rank int, dev *nccl.Device, opt Options) (comm.Communicator, string, error) {
 	staged := nccl.NewStaged(world, dev)
 	g, homogeneous := topo.RanksPerNode()
 	if topo.NumNodes() > 1 && homogeneous && g == 1 {

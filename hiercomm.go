@@ -7,12 +7,12 @@
 //	err = w.AllReduce(ctx, comm.Host(grads), comm.Host(grads), comm.Sum)
 //
 // Init reads the launch environment (hiercomm run, torchrun, Slurm,
-// Kubernetes; see docs/environment.md) through cluster.LoadLaunch, has
-// cluster choose the interface and bind the sockets, joins the job's
-// encrypted membership, computes the topology every rank agrees on, and
-// builds the communicator that layout calls for (see Init). The World it
-// returns is that comm.Communicator plus the topology: which ranks share a
-// node, this rank's local rank, the leads.
+// Kubernetes; see docs/environment.md) through cluster/launchenv's
+// LoadLaunch, has cluster choose the interface and bind the sockets, joins
+// the job's encrypted membership, computes the topology every rank agrees
+// on, and builds the communicator that layout calls for (see Init). The
+// World it returns is that comm.Communicator plus the topology: which ranks
+// share a node, this rank's local rank, the leads.
 //
 // On a GPU node (HIERCOMM_INTRA auto or nccl, NCCL and the driver found,
 // a GPU visible) the World moves device memory: NCCL among the ranks of a
@@ -25,10 +25,10 @@
 // level HIERCOMM_DEBUG names (ERROR, WARN, INFO, DEBUG, TRACE).
 //
 // This package is the only place that wires the parts together: it imports
-// cluster (membership, launch environment, sockets), topology, comm and the
-// tiers — nexar (between nodes), shm (within a CPU node), nccl (within a
-// GPU node) and hierarchy (the 2D composition) — and none of them imports
-// it.
+// cluster/launchenv (the launch environment), cluster (membership,
+// sockets), topology, comm and the tiers — nexar (between nodes), shm
+// (within a CPU node), nccl (within a GPU node) and hierarchy (the 2D
+// composition) — and none of them imports it.
 package hiercomm
 
 import (
@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
@@ -64,8 +65,8 @@ import (
 type Options struct {
 	// Launch says who this process is and how to find the others
 	// (explicit options: Style "explicit"). If nil, it is read from the
-	// environment with cluster.LoadLaunch.
-	Launch *cluster.Launch
+	// environment with launchenv.LoadLaunch.
+	Launch *launchenv.Launch
 	// Getenv replaces os.Getenv when the environment is read (the launch
 	// environment when Launch is nil, HIERCOMM_DEBUG when Logger is nil;
 	// tests, embedding). If nil, defaults to os.Getenv.
@@ -135,9 +136,14 @@ type World struct {
 	rank    int
 	cluster *cluster.Cluster // nil for a world of one
 	device  *nccl.Device     // nil without the GPU tier
-	launch  cluster.Launch
+	launch  launchenv.Launch
 	log     *slog.Logger
 }
+
+// osSys is what reading and resolving the launch ask of the operating
+// system besides its variables (launchenv does no I/O of its own): the host
+// name, and the job key file HIERCOMM_JOB_KEY_FILE names.
+var osSys = launchenv.Sys{Hostname: os.Hostname, ReadFile: os.ReadFile}
 
 // Init joins this process to its job and returns its World. It fails
 // within the launch's join timeout (membership) plus ConnectTimeout (data
@@ -183,16 +189,16 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	}
 	opt = opt.withDefaults(log)
 	dumpOnSIGUSR1(log)
-	var l cluster.Launch
+	var l launchenv.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch
 	} else {
 		var err error
-		if l, err = cluster.LoadLaunch(getenv); err != nil {
+		if l, err = launchenv.LoadLaunch(getenv, osSys); err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
 	}
-	l, err := l.Resolve()
+	l, err := l.Resolve(osSys.Hostname)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
@@ -203,7 +209,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if l.WorldSize == 1 && !l.Inherited {
 		return initSingle(ctx, l, dev, opt, log)
 	}
-	gossip, data, err := l.Bind(log)
+	gossip, data, err := cluster.Bind(l, log)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
@@ -286,7 +292,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 
 // ready wires membership failures into c, writes the topology dump, and
 // returns the World.
-func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, rank int, l cluster.Launch, log *slog.Logger, via string) *World {
+func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, rank int, l launchenv.Launch, log *slog.Logger, via string) *World {
 	// The failure detector sees processes that stop answering without
 	// closing anything (a kill -9, a hung host, a cut cable): every
 	// communicator that includes the dead rank is aborted with an error
@@ -306,7 +312,7 @@ func ready(c comm.Communicator, cl *cluster.Cluster, topo *topology.Topology, ra
 }
 
 // initSingle is a world of one process: no membership, no sockets.
-func initSingle(ctx context.Context, l cluster.Launch, dev *nccl.Device, opt Options, log *slog.Logger) (*World, error) {
+func initSingle(ctx context.Context, l launchenv.Launch, dev *nccl.Device, opt Options, log *slog.Logger) (*World, error) {
 	if l.Style == "single" {
 		log.Info("hiercomm: no launcher environment found (torchrun, Slurm, Kubernetes or hiercomm run); running as a world of 1")
 	}
