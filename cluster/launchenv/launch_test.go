@@ -383,32 +383,40 @@ func TestLoadLaunchErrors(t *testing.T) {
 	}
 }
 
-func TestLoadLaunchHostnameFails(t *testing.T) {
-	sys := sysOf("", errors.New("uname failed"))
-	_, err := LoadLaunch(getenvOf(map[string]string{}, nil), sys)
-	var ee *EnvError
-	if !errors.As(err, &ee) || ee.Var != EnvHostID || !strings.Contains(err.Error(), "uname failed") {
-		t.Fatalf("err = %v, want an EnvError for %s that gives the cause", err, EnvHostID)
+// TestLoadLaunchSys: what LoadLaunch asks of the system (Sys) and what it
+// makes of a failed or missing answer.
+func TestLoadLaunchSys(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		sys     Sys
+		wantVar string // the EnvError's variable; "" for success
+		want    string // a substring of the message
+	}{
+		{"host name lookup fails", map[string]string{}, sysOf("", errors.New("uname failed")), EnvHostID, "uname failed"},
+		{"empty host name", map[string]string{}, sysOf("", nil), EnvHostID, "host name is empty"},
+		// With a host id, the name is not needed.
+		{"host id", map[string]string{"HIERCOMM_HOST_ID": "h"}, sysOf("", nil), "", ""},
+		{"torchrun GROUP_RANK", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GROUP_RANK": "0"}, sysOf("", nil), "", ""},
+		// A Sys without functions: the host name cannot be found, no file
+		// can be read; neither panics.
+		{"no Sys.Hostname", map[string]string{}, Sys{}, EnvHostID, "host name cannot be found"},
+		{"no Sys.ReadFile", map[string]string{"HIERCOMM_HOST_ID": "h", "HIERCOMM_JOB_KEY_FILE": "/key"}, Sys{}, EnvJobKeyFile, "HIERCOMM_JOB_KEY_FILE=/key cannot be read"},
 	}
-	sys = sysOf("", nil)
-	if _, err := LoadLaunch(getenvOf(map[string]string{}, nil), sys); err == nil || !strings.Contains(err.Error(), "host name is empty") {
-		t.Errorf("empty host name: %v", err)
-	}
-	// With a host id, the name is not needed.
-	if _, err := LoadLaunch(getenvOf(map[string]string{"HIERCOMM_HOST_ID": "h"}, nil), sys); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadLaunch(getenvOf(map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GROUP_RANK": "0"}, nil), sys); err != nil {
-		t.Fatal(err)
-	}
-	// A Sys without functions: the host name cannot be found, no file
-	// can be read; neither panics.
-	if _, err := LoadLaunch(getenvOf(map[string]string{}, nil), Sys{}); !errors.As(err, &ee) || ee.Var != EnvHostID {
-		t.Errorf("no Sys.Hostname: %v, want an EnvError for %s", err, EnvHostID)
-	}
-	_, err = LoadLaunch(getenvOf(map[string]string{"HIERCOMM_HOST_ID": "h", "HIERCOMM_JOB_KEY_FILE": "/key"}, nil), Sys{})
-	if !errors.As(err, &ee) || ee.Var != EnvJobKeyFile || !strings.Contains(err.Error(), "HIERCOMM_JOB_KEY_FILE=/key cannot be read") {
-		t.Errorf("no Sys.ReadFile: %v, want an EnvError for %s", err, EnvJobKeyFile)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadLaunch(getenvOf(tc.env, nil), tc.sys)
+			if tc.wantVar == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ee *EnvError
+			if !errors.As(err, &ee) || ee.Var != tc.wantVar || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want an EnvError for %s that says %q", err, tc.wantVar, tc.want)
+			}
+		})
 	}
 	if _, err := (Launch{WorldSize: 1}).Resolve(nil); err == nil || !strings.Contains(err.Error(), EnvHostID) {
 		t.Errorf("Resolve without a hostname function: %v, want an error naming %s", err, EnvHostID)
