@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/hiercomm/hiercomm"
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -24,7 +24,7 @@ func ExampleNewPlan() {
 		fmt.Println(err)
 		return
 	}
-	p, err := hiercomm.NewPlan(cluster.Launch{Network: "tcp"}, topo, 1, -1, hiercomm.Options{})
+	p, err := hiercomm.NewPlan(launchenv.Launch{Network: "tcp"}, topo, 1, -1, hiercomm.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

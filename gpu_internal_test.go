@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
@@ -51,7 +51,7 @@ func TestConnectGPUWiring(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := cluster.Launch{JobID: fmt.Sprintf("gpuwiring-%d", time.Now().UnixNano()), Key: []byte("0123456789abcdef0123456789abcdef"), Network: "quic", Intra: "nccl"}
+			l := launchenv.Launch{JobID: fmt.Sprintf("gpuwiring-%d", time.Now().UnixNano()), Key: []byte("0123456789abcdef0123456789abcdef"), Network: "quic", Intra: "nccl"}
 			opt := Options{Hierarchy: hierarchy.Config{SmallBytes: 64, ChunkBytes: 1024}}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

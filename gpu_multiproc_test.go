@@ -14,6 +14,7 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/nccl"
@@ -32,7 +33,7 @@ import (
 // gpuEnv is every GPU child's environment: the GPU tier required (Init
 // fails, saying why, if it cannot be had), on GPU 0.
 func gpuEnv() []string {
-	return []string{cluster.EnvIntra + "=nccl", cluster.EnvDevice + "=0"}
+	return []string{launchenv.EnvIntra + "=nccl", launchenv.EnvDevice + "=0"}
 }
 
 // skipWithoutGPU skips the test, with the reason, unless this process can
@@ -66,7 +67,7 @@ func gpuChild(role string) (ran bool, err error) {
 func gpuWorld(w *hiercomm.World) (*nccl.Device, *nccl.Staged, error) {
 	dev := w.Device()
 	if dev == nil {
-		return nil, nil, fmt.Errorf("rank %d: %s=nccl, but the World moves host memory (it runs on %T)", w.Rank(), cluster.EnvIntra, w.Communicator)
+		return nil, nil, fmt.Errorf("rank %d: %s=nccl, but the World moves host memory (it runs on %T)", w.Rank(), launchenv.EnvIntra, w.Communicator)
 	}
 	staged, ok := w.Communicator.(*nccl.Staged)
 	if !ok {
@@ -305,7 +306,7 @@ func gpuBench() error {
 	p := w.Size()
 	var table strings.Builder
 	fmt.Fprintf(&table, "bench: %d single-GPU nodes over %s, f32, sum; busbw in GB/s (nccl-tests' factors), time: median of %d rounds, slowest rank\n",
-		p, os.Getenv(cluster.EnvNetwork), gpuBenchRounds)
+		p, os.Getenv(launchenv.EnvNetwork), gpuBenchRounds)
 	fmt.Fprintf(&table, "bench: %-14s %8s %12s %12s %12s %12s %8s\n", "op", "size", "device ms", "host ms", "device busbw", "host busbw", "dev/host")
 	for _, kind := range []comm.Kind{comm.KindAllReduce, comm.KindReduceScatter} {
 		for _, size := range gpuBenchSizes {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
@@ -33,9 +34,9 @@ func conformance() error {
 	}
 	// The route the launch asked for, where it asked for one (unset: the
 	// hosts' crowding decides).
-	if env := os.Getenv(cluster.EnvNodeP2P); env == "world" || env == "intra" {
+	if env := os.Getenv(launchenv.EnvNodeP2P); env == "world" || env == "intra" {
 		if via := env == "world"; h.NodeP2PViaWorld() != via || strings.Contains(h.String(), "via the world part") != via {
-			return fmt.Errorf("rank %d: %s, with %s=%q", w.Rank(), h, cluster.EnvNodeP2P, env)
+			return fmt.Errorf("rank %d: %s, with %s=%q", w.Rank(), h, launchenv.EnvNodeP2P, env)
 		}
 	}
 	opt := commtest.Options{Timeout: time.Minute, Counts: []int{0, 1, 7, 4099}}
@@ -76,11 +77,11 @@ func TestConformanceMultiProcessHierarchy(t *testing.T) {
 		placement string
 		env       []string
 	}{
-		{"2x2 shm", []int{2, 2}, "block", []string{cluster.EnvNodeP2P + "=intra"}},
+		{"2x2 shm", []int{2, 2}, "block", []string{launchenv.EnvNodeP2P + "=intra"}},
 		{"2+3 shm", []int{2, 3}, "block", nil},
 		{"2x2 cyclic shm", []int{2, 2}, "cyclic", nil},
-		{"2x2 nexar", []int{2, 2}, "block", []string{cluster.EnvIntra + "=nexar"}},
-		{"2x2 shm, node-mates' Send and Recv via the world", []int{2, 2}, "block", []string{cluster.EnvNodeP2P + "=world"}},
+		{"2x2 nexar", []int{2, 2}, "block", []string{launchenv.EnvIntra + "=nexar"}},
+		{"2x2 shm, node-mates' Send and Recv via the world", []int{2, 2}, "block", []string{launchenv.EnvNodeP2P + "=world"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -7,8 +7,8 @@
 //	err = w.AllReduce(ctx, comm.Host(grads), comm.Host(grads), comm.Sum)
 //
 // Init reads the launch environment (hiercomm run, torchrun, Slurm,
-// Kubernetes; see docs/environment.md) through cluster.LoadLaunch, has
-// cluster choose the interface and bind the sockets, joins the job's
+// Kubernetes; see docs/environment.md) through cluster/launchenv's
+// LoadLaunch, has cluster choose the interface and bind the sockets, joins the job's
 // encrypted membership, computes the topology every rank agrees on,
 // decides what to build for that layout (a Plan: NewPlan, printed by rank
 // 0 at start), and builds it (see Init). The World it returns is that
@@ -26,10 +26,10 @@
 // level HIERCOMM_DEBUG names (ERROR, WARN, INFO, DEBUG, TRACE).
 //
 // This package is the only place that wires the parts together: it imports
-// cluster (membership, launch environment, sockets), topology, comm and the
-// tiers — nexar (between nodes), shm (within a CPU node), nccl (within a
-// GPU node) and hierarchy (the 2D composition) — and none of them imports
-// it.
+// cluster/launchenv (the launch environment), cluster (membership,
+// sockets), topology, comm and the tiers — nexar (between nodes), shm
+// (within a CPU node), nccl (within a GPU node) and hierarchy (the 2D
+// composition) — and none of them imports it.
 package hiercomm
 
 import (
@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
@@ -67,8 +68,8 @@ import (
 type Options struct {
 	// Launch says who this process is and how to find the others
 	// (explicit options: Style "explicit"). If nil, it is read from the
-	// environment with cluster.LoadLaunch.
-	Launch *cluster.Launch
+	// environment with launchenv.LoadLaunch.
+	Launch *launchenv.Launch
 	// Getenv replaces os.Getenv when the environment is read (the launch
 	// environment when Launch is nil, HIERCOMM_DEBUG when Logger is nil;
 	// tests, embedding). If nil, defaults to os.Getenv.
@@ -138,10 +139,15 @@ type World struct {
 	rank    int
 	cluster *cluster.Cluster // nil for a world of one
 	device  *nccl.Device     // nil without the GPU tier
-	launch  cluster.Launch
+	launch  launchenv.Launch
 	log     *slog.Logger
 	plan    Plan
 }
+
+// osSys is what reading and resolving the launch ask of the operating
+// system besides its variables (launchenv does no I/O of its own): the host
+// name, and the job key file HIERCOMM_JOB_KEY_FILE names.
+var osSys = launchenv.Sys{Hostname: os.Hostname, ReadFile: os.ReadFile}
 
 // Init joins this process to its job and returns its World. It fails
 // within the launch's join timeout (membership) plus ConnectTimeout (data
@@ -194,16 +200,16 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	dumpOnSIGUSR1(log)
 
 	// Who this process is: the launch, and the GPU it runs on, if any.
-	var l cluster.Launch
+	var l launchenv.Launch
 	if opt.Launch != nil {
 		l = *opt.Launch
 	} else {
 		var err error
-		if l, err = cluster.LoadLaunch(getenv); err != nil {
+		if l, err = launchenv.LoadLaunch(getenv, osSys); err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
 	}
-	l, err := l.Resolve()
+	l, err := l.Resolve(osSys.Hostname)
 	if err != nil {
 		return nil, fmt.Errorf("hiercomm.Init: %w", err)
 	}
@@ -230,7 +236,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		}
 	} else {
 		var gossip cluster.Sockets
-		gossip, in.data, err = l.Bind(log)
+		gossip, in.data, err = cluster.Bind(l, log)
 		if err != nil {
 			return nil, fmt.Errorf("hiercomm.Init: %w", err)
 		}
@@ -283,7 +289,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 // defaults) and the data-plane sockets bound for it (none for a world of
 // one).
 type setup struct {
-	launch cluster.Launch
+	launch launchenv.Launch
 	topo   *topology.Topology
 	rank   int
 	dev    *nccl.Device

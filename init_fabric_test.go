@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/internal/netemu"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -46,7 +47,7 @@ func TestInitOnAnEmulatedFabric(t *testing.T) {
 			out := &lines{marker: "agree ok", ch: make(chan struct{}, 1)}
 			dump := filepath.Join(t.TempDir(), "topo.json")
 			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: layout, Style: tc.style, Placement: tc.placement, Network: tc.network,
-				Fabric: fab, Env: []string{cluster.EnvTopoDumpFile + "=" + dump}}, "agree", out)
+				Fabric: fab, Env: []string{launchenv.EnvTopoDumpFile + "=" + dump}}, "agree", out)
 			if err := job.Wait(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}

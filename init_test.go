@@ -18,6 +18,7 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -283,12 +284,12 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 		{"slurm 2x2 cyclic", []int{2, 2}, "slurm", "cyclic", "quic", "*hierarchy.Comm", nil},
 		{"kubernetes 2x2", []int{2, 2}, "kubernetes", "block", "quic", "*hierarchy.Comm", nil},
 		{"torchrun 2+3", []int{2, 3}, "torchrun", "block", "tcp", "*hierarchy.Comm", nil},
-		{"torchrun 2x2 intra nexar", []int{2, 2}, "torchrun", "block", "tcp", "*hierarchy.Comm", []string{cluster.EnvIntra + "=nexar"}},
+		{"torchrun 2x2 intra nexar", []int{2, 2}, "torchrun", "block", "tcp", "*hierarchy.Comm", []string{launchenv.EnvIntra + "=nexar"}},
 		{"slurm 3x1", []int{1, 1, 1}, "slurm", "block", "tcp", "*nexar.Comm", nil},
 		{"kubernetes 1x3", []int{3}, "kubernetes", "block", "quic", "*shm.Comm", nil},
 		{"kubernetes 3x1 indexed", []int{1, 1, 1}, "kubernetes", "block", "quic", "*nexar.Comm", nil},
 		{"torchrun 1x4 shared memory", []int{4}, "torchrun", "block", "quic", "*shm.Comm", nil},
-		{"slurm 1x3 intra nexar", []int{3}, "slurm", "block", "tcp", "*nexar.Comm", []string{cluster.EnvIntra + "=nexar"}},
+		{"slurm 1x3 intra nexar", []int{3}, "slurm", "block", "tcp", "*nexar.Comm", []string{launchenv.EnvIntra + "=nexar"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,7 +298,7 @@ func TestInitAgreesInEveryLauncherStyle(t *testing.T) {
 			out := &lines{marker: "agree ok", ch: make(chan struct{}, 1)}
 			dump := filepath.Join(t.TempDir(), "topo.json")
 			job := startJob(t, ctx, cluster.LocalSpec{RanksPerNode: tc.layout, Style: tc.style, Placement: tc.placement, Network: tc.network,
-				Env: append([]string{cluster.EnvTopoDumpFile + "=" + dump}, tc.env...)}, "agree", out)
+				Env: append([]string{launchenv.EnvTopoDumpFile + "=" + dump}, tc.env...)}, "agree", out)
 			if err := job.Wait(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}

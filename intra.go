@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
@@ -37,7 +37,7 @@ func nameParts(h *hierarchy.Comm, topo *topology.Topology, rank int) {
 // it, for the host tier (host) and the GPU tier alike: its cost model
 // (hierarchyCost, with intra the node part's model) and the node-mates'
 // route (nodeP2PRoute).
-func hierarchyConfig(opt Options, intra schedule.CostModel, l cluster.Launch, topo *topology.Topology, rank int, host bool) hierarchy.Config {
+func hierarchyConfig(opt Options, intra schedule.CostModel, l launchenv.Launch, topo *topology.Topology, rank int, host bool) hierarchy.Config {
 	cfg := opt.Hierarchy
 	cfg.Cost = hierarchyCost(cfg.Cost, intra, opt.Nexar.Cost, l, topo, rank)
 	nodeP2PRoute(&cfg, l, host)
@@ -51,7 +51,7 @@ func hierarchyConfig(opt Options, intra schedule.CostModel, l cluster.Launch, to
 // Options' choice, which on the host tier is auto unless they chose the
 // world. (On the GPU tier unset means NCCL's own route: the world's
 // would stage every message through host memory.)
-func nodeP2PRoute(cfg *hierarchy.Config, l cluster.Launch, host bool) {
+func nodeP2PRoute(cfg *hierarchy.Config, l launchenv.Launch, host bool) {
 	switch l.NodeP2P {
 	case "world":
 		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = true, false
@@ -71,7 +71,7 @@ func nodeP2PRoute(cfg *hierarchy.Config, l cluster.Launch, host bool) {
 // RanksPerCore, if zero, from the processes that share this host's cores:
 // those the local launcher started together (Launch.HostProcs), else the
 // ranks of this node. (hierarchy.Build takes the largest over the ranks.)
-func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l cluster.Launch, topo *topology.Topology, rank int) schedule.Hierarchy {
+func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l launchenv.Launch, topo *topology.Topology, rank int) schedule.Hierarchy {
 	if c.Intra == (schedule.CostModel{}) {
 		c.Intra = intra
 	}
@@ -96,7 +96,7 @@ func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l clus
 // named as the hierarchy's errors name it ("node 1 shm", unless
 // Options.Shm names it), whose logs name this process by its global rank
 // first (shm.Config.Ranks).
-func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, error) {
+func connectIntraHost(ctx context.Context, l launchenv.Launch, topo *topology.Topology, rank int, opt Options) (comm.Communicator, error) {
 	node := topo.Nodes()[topo.NodeOf(rank)]
 	cfg := opt.Shm
 	cfg.Namespace, cfg.Rank, cfg.Size = shmNamespace(l, topo.Member(rank).Host), topo.LocalRank(rank), len(node.Ranks)
@@ -125,7 +125,7 @@ func connectIntraHost(ctx context.Context, l cluster.Launch, topo *topology.Topo
 // shmNamespace names the job's shared-memory segments on this host: the
 // job id, a hash of the job key and id (two jobs that reuse an id never
 // meet, and the key is not guessable from the name), and the host id.
-func shmNamespace(l cluster.Launch, host string) string {
+func shmNamespace(l launchenv.Launch, host string) string {
 	h := sha256.New()
 	h.Write([]byte("hiercomm shm namespace v1\x00"))
 	h.Write([]byte(l.JobID))

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/nexar"
@@ -85,7 +85,7 @@ func namesHierarchy(t *testing.T, topo *topology.Topology, intra string, log *sl
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := cluster.Launch{JobID: fmt.Sprintf("names-%d", os.Getpid()), Key: []byte("names test key"), Intra: intra}
+	l := launchenv.Launch{JobID: fmt.Sprintf("names-%d", os.Getpid()), Key: []byte("names test key"), Intra: intra}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hs := make([]comm.Communicator, topo.Size())

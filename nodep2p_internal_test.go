@@ -3,7 +3,7 @@ package hiercomm
 import (
 	"testing"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/hierarchy"
 )
 
@@ -24,7 +24,7 @@ func TestNodeP2PRouteFromLaunch(t *testing.T) {
 		{"auto", false, true, false, true}, {"auto", true, true, false, true}, {"auto", false, false, false, true},
 	} {
 		cfg := hierarchy.Config{NodeP2PViaWorld: c.set}
-		nodeP2PRoute(&cfg, cluster.Launch{NodeP2P: c.env}, c.host)
+		nodeP2PRoute(&cfg, launchenv.Launch{NodeP2P: c.env}, c.host)
 		if cfg.NodeP2PViaWorld != c.wantWorld || cfg.NodeP2PViaWorldWhenCrowded != c.wantCrowds {
 			t.Errorf("HIERCOMM_NODE_P2P=%q, Options' %t, host tier %t: via world %t, when crowded %t; want %t, %t",
 				c.env, c.set, c.host, cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded, c.wantWorld, c.wantCrowds)

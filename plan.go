@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
@@ -43,7 +43,7 @@ type Plan struct {
 	// shared memory as its control), "nexar" (a split of the network
 	// world); "" where no node has node-mates.
 	Intra string
-	// Network is the data plane between processes (cluster.Launch.Network:
+	// Network is the data plane between processes (launchenv.Launch.Network:
 	// "quic", "quic-only", "tcp"), "memory" for a world of one, "" where
 	// every rank is on one node and Intra carries everything.
 	Network string
@@ -101,7 +101,7 @@ type Route struct {
 
 // Timeouts are the bounds a Plan gives the tiers.
 type Timeouts struct {
-	// Join bounds the membership's forming (cluster.Launch.JoinTimeout);
+	// Join bounds the membership's forming (launchenv.Launch.JoinTimeout);
 	// Connect the forming of the data mesh and the attaching of shared
 	// memory; Collective a collective whose context has no earlier
 	// deadline.
@@ -116,11 +116,11 @@ type Timeouts struct {
 }
 
 // NewPlan is the Plan of rank rank of the world t under launch l (after
-// cluster.Launch.Resolve) and opt: gpu is the device ordinal this rank
+// launchenv.Launch.Resolve) and opt: gpu is the device ordinal this rank
 // runs the GPU tier on, or -1 (Init decides it by loading NCCL and asking
 // the driver: the one step that is not pure). It does no I/O: a caller
 // may ask what Init would build for any topology.
-func NewPlan(l cluster.Launch, t *topology.Topology, rank, gpu int, opt Options) (Plan, error) {
+func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Options) (Plan, error) {
 	if t == nil || rank < 0 || rank >= t.Size() {
 		return Plan{}, fmt.Errorf("hiercomm.NewPlan: rank %d is not a rank of the topology", rank)
 	}
@@ -137,7 +137,7 @@ func NewPlan(l cluster.Launch, t *topology.Topology, rank, gpu int, opt Options)
 		procs = p.LocalSize
 	}
 	p.RanksPerCore = float64(procs) / float64(runtime.NumCPU())
-	l.Network = cmp.Or(l.Network, cluster.DefaultNetwork)
+	l.Network = cmp.Or(l.Network, launchenv.DefaultNetwork)
 	g, homogeneous := t.RanksPerNode()
 	single := p.Size == 1 && !l.Inherited
 	switch {
@@ -183,7 +183,7 @@ func NewPlan(l cluster.Launch, t *topology.Topology, rank, gpu int, opt Options)
 	}
 	p.Routes = p.routes(l, t, opt)
 	p.Timeouts = Timeouts{
-		Join:        cmp.Or(l.JoinTimeout, cluster.DefaultJoinTimeout),
+		Join:        cmp.Or(l.JoinTimeout, launchenv.DefaultJoinTimeout),
 		Connect:     cmp.Or(opt.ConnectTimeout, nexar.DefaultConnectTimeout),
 		Collective:  cmp.Or(opt.Nexar.Timeout, nexar.DefaultTimeout),
 		PeerSilence: cmp.Or(opt.FailureTimeout, nexar.DefaultFailureTimeout),
@@ -198,7 +198,7 @@ func NewPlan(l cluster.Launch, t *topology.Topology, rank, gpu int, opt Options)
 
 // routes is what the cost models of p's tiers choose, for the ranks each
 // tier runs on.
-func (p Plan) routes(l cluster.Launch, t *topology.Topology, opt Options) []Route {
+func (p Plan) routes(l launchenv.Launch, t *topology.Topology, opt Options) []Route {
 	var rs []Route
 	network := func(n int, what string) {
 		if n < 2 {

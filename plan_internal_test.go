@@ -3,7 +3,7 @@ package hiercomm
 import (
 	"context"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/topology"
@@ -13,7 +13,7 @@ import (
 // over world, a data plane the test made (nexar.NewMemoryWorld): the
 // node tier and the composition, as build does after connecting. dev is
 // the rank's GPU, or nil.
-func composeOver(ctx context.Context, l cluster.Launch, topo *topology.Topology, r int, dev *nccl.Device, opt Options, world comm.Communicator) (comm.Communicator, error) {
+func composeOver(ctx context.Context, l launchenv.Launch, topo *topology.Topology, r int, dev *nccl.Device, opt Options, world comm.Communicator) (comm.Communicator, error) {
 	gpu := -1
 	if dev != nil {
 		gpu = dev.Ordinal()

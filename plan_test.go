@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm"
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -34,7 +34,7 @@ func TestNewPlanLayouts(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		layout  []int
-		launch  cluster.Launch
+		launch  launchenv.Launch
 		rank    int
 		gpu     int
 		want    hiercomm.Layout
@@ -44,19 +44,19 @@ func TestNewPlanLayouts(t *testing.T) {
 		nodeP2P string
 		via     string
 	}{
-		{"one process", []int{1}, cluster.Launch{}, 0, -1, hiercomm.LayoutSingle, "", "memory", false, "", "memory"},
-		{"one process, GPU", []int{1}, cluster.Launch{}, 0, 0, hiercomm.LayoutSingle, "nccl", "memory", false, "", "nccl"},
-		{"one process, launcher's sockets", []int{1}, cluster.Launch{Inherited: true, Network: "tcp"}, 0, -1, hiercomm.LayoutFlat, "", "tcp", false, "", "tcp"},
-		{"one process, launcher's sockets, GPU", []int{1}, cluster.Launch{Inherited: true}, 0, 0, hiercomm.LayoutNode, "nccl", "quic", false, "", "nccl"},
-		{"one node", []int{4}, cluster.Launch{}, 2, -1, hiercomm.LayoutNode, "shm", "", false, "", "shm"},
-		{"one node, GPUs", []int{4}, cluster.Launch{}, 2, 2, hiercomm.LayoutNode, "nccl", "", false, "", "nccl"},
-		{"one node, intra nexar", []int{3}, cluster.Launch{Intra: "nexar", Network: "tcp"}, 1, -1, hiercomm.LayoutFlat, "", "tcp", false, "", "tcp"},
-		{"a rank per node", []int{1, 1, 1}, cluster.Launch{}, 1, -1, hiercomm.LayoutFlat, "", "quic", false, "", "quic"},
-		{"single-GPU nodes", []int{1, 1, 1}, cluster.Launch{Network: "tcp"}, 1, 0, hiercomm.LayoutFlat, "", "tcp", true, "", "tcp between single-GPU nodes, staged through host memory"},
-		{"2 × 2", []int{2, 2}, cluster.Launch{}, 3, -1, hiercomm.LayoutHierarchy, "shm", "quic", false, "world when crowded", "hierarchy: shm within nodes, quic between"},
-		{"2 + 3", []int{2, 3}, cluster.Launch{Network: "tcp", NodeP2P: "intra"}, 4, -1, hiercomm.LayoutHierarchy, "shm", "tcp", false, "intra", "hierarchy: shm within nodes, tcp between"},
-		{"2 × 2, intra nexar", []int{2, 2}, cluster.Launch{Intra: "nexar", NodeP2P: "world"}, 0, -1, hiercomm.LayoutHierarchy, "nexar", "quic", false, "world", "hierarchy: nexar within nodes, quic between"},
-		{"2 × 2, GPUs", []int{2, 2}, cluster.Launch{}, 1, 1, hiercomm.LayoutHierarchy, "nccl", "quic", true, "intra", "hierarchy: nccl within nodes, quic between (staged through host memory)"},
+		{"one process", []int{1}, launchenv.Launch{}, 0, -1, hiercomm.LayoutSingle, "", "memory", false, "", "memory"},
+		{"one process, GPU", []int{1}, launchenv.Launch{}, 0, 0, hiercomm.LayoutSingle, "nccl", "memory", false, "", "nccl"},
+		{"one process, launcher's sockets", []int{1}, launchenv.Launch{Inherited: true, Network: "tcp"}, 0, -1, hiercomm.LayoutFlat, "", "tcp", false, "", "tcp"},
+		{"one process, launcher's sockets, GPU", []int{1}, launchenv.Launch{Inherited: true}, 0, 0, hiercomm.LayoutNode, "nccl", "quic", false, "", "nccl"},
+		{"one node", []int{4}, launchenv.Launch{}, 2, -1, hiercomm.LayoutNode, "shm", "", false, "", "shm"},
+		{"one node, GPUs", []int{4}, launchenv.Launch{}, 2, 2, hiercomm.LayoutNode, "nccl", "", false, "", "nccl"},
+		{"one node, intra nexar", []int{3}, launchenv.Launch{Intra: "nexar", Network: "tcp"}, 1, -1, hiercomm.LayoutFlat, "", "tcp", false, "", "tcp"},
+		{"a rank per node", []int{1, 1, 1}, launchenv.Launch{}, 1, -1, hiercomm.LayoutFlat, "", "quic", false, "", "quic"},
+		{"single-GPU nodes", []int{1, 1, 1}, launchenv.Launch{Network: "tcp"}, 1, 0, hiercomm.LayoutFlat, "", "tcp", true, "", "tcp between single-GPU nodes, staged through host memory"},
+		{"2 × 2", []int{2, 2}, launchenv.Launch{}, 3, -1, hiercomm.LayoutHierarchy, "shm", "quic", false, "world when crowded", "hierarchy: shm within nodes, quic between"},
+		{"2 + 3", []int{2, 3}, launchenv.Launch{Network: "tcp", NodeP2P: "intra"}, 4, -1, hiercomm.LayoutHierarchy, "shm", "tcp", false, "intra", "hierarchy: shm within nodes, tcp between"},
+		{"2 × 2, intra nexar", []int{2, 2}, launchenv.Launch{Intra: "nexar", NodeP2P: "world"}, 0, -1, hiercomm.LayoutHierarchy, "nexar", "quic", false, "world", "hierarchy: nexar within nodes, quic between"},
+		{"2 × 2, GPUs", []int{2, 2}, launchenv.Launch{}, 1, 1, hiercomm.LayoutHierarchy, "nccl", "quic", true, "intra", "hierarchy: nccl within nodes, quic between (staged through host memory)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			topo := layoutTopology(t, tc.layout...)
@@ -88,7 +88,7 @@ func TestNewPlanLayouts(t *testing.T) {
 // where they switch; an override (Hierarchy.SmallBytes) is named as the
 // reason for its route.
 func TestNewPlanRoutes(t *testing.T) {
-	p, err := hiercomm.NewPlan(cluster.Launch{Network: "tcp"}, layoutTopology(t, 1, 1, 1, 1), 0, -1, hiercomm.Options{})
+	p, err := hiercomm.NewPlan(launchenv.Launch{Network: "tcp"}, layoutTopology(t, 1, 1, 1, 1), 0, -1, hiercomm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestNewPlanRoutes(t *testing.T) {
 	if got := routes["Broadcast"]; !strings.HasPrefix(got, "tree below ") || !strings.HasSuffix(got, ", chain from it") {
 		t.Errorf("Broadcast's route: %q", got)
 	}
-	p, err = hiercomm.NewPlan(cluster.Launch{}, layoutTopology(t, 2, 2), 0, -1, hiercomm.Options{Hierarchy: hierarchy.Config{SmallBytes: 4096}})
+	p, err = hiercomm.NewPlan(launchenv.Launch{}, layoutTopology(t, 2, 2), 0, -1, hiercomm.Options{Hierarchy: hierarchy.Config{SmallBytes: 4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestNewPlanRoutes(t *testing.T) {
 }
 
 func TestNewPlanRefusesARankOutsideTheTopology(t *testing.T) {
-	if _, err := hiercomm.NewPlan(cluster.Launch{}, layoutTopology(t, 2), 2, -1, hiercomm.Options{}); err == nil || !strings.Contains(err.Error(), "rank 2") {
+	if _, err := hiercomm.NewPlan(launchenv.Launch{}, layoutTopology(t, 2), 2, -1, hiercomm.Options{}); err == nil || !strings.Contains(err.Error(), "rank 2") {
 		t.Errorf("NewPlan for rank 2 of 2: %v, want an error naming rank 2", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/topology"
@@ -49,7 +49,7 @@ func (w *World) Shrink(ctx context.Context) (comm.Communicator, error) {
 // shrunkIntra is hierarchy.Config.NewIntra under Init: a node's survivors
 // join shared memory again, in segments of their own (the generation
 // joins the job id in shmNamespace's hash).
-func shrunkIntra(l cluster.Launch, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
+func shrunkIntra(l launchenv.Launch, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
 	return func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error) {
 		l.JobID += " " + generation
 		return connectIntraHost(ctx, l, t, rank, opt)
@@ -59,7 +59,7 @@ func shrunkIntra(l cluster.Launch, opt Options) func(context.Context, *topology.
 // shrunkNCCL is hierarchy.Config.NewIntra for a hierarchy of GPU nodes
 // under Init: NCCL among a node's survivors, over shared memory again as
 // its control (as Init's build makes it).
-func shrunkNCCL(l cluster.Launch, dev *nccl.Device, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
+func shrunkNCCL(l launchenv.Launch, dev *nccl.Device, opt Options) func(context.Context, *topology.Topology, int, string) (comm.Communicator, error) {
 	control := shrunkIntra(l, opt)
 	return func(ctx context.Context, t *topology.Topology, rank int, generation string) (comm.Communicator, error) {
 		c, err := control(ctx, t, rank, generation)

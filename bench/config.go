@@ -27,7 +27,7 @@ type Config struct {
 	// "tcp" ("memory" for ranks in one process only).
 	Network string `json:"network"`
 	// Conns is the number of data connections between each pair of
-	// processes (cluster.Launch.ConnsPerPeer, HIERCOMM_CONNS_PER_PEER):
+	// processes (launchenv.Launch.ConnsPerPeer, HIERCOMM_CONNS_PER_PEER):
 	// frames to a peer are spread over them. If zero, the transport's
 	// default (1).
 	Conns int `json:"conns"`

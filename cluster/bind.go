@@ -5,19 +5,22 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
 
 // Bind returns this process's gossip and data sockets for a resolved
-// Launch: the ones the local launcher handed over (Inherited), or new ones
-// on the address the launch names (Addr) or interface selection picks
-// (IfSpec, or the address a seed names when it is this machine's).
+// launch (launchenv.Launch.Resolve): the ones the local launcher handed
+// over (Inherited), or new ones on the address the launch names (Addr) or
+// interface selection picks (IfSpec, or the address a seed names when it
+// is this machine's).
 // Progress and warnings go to log. Bind is the one place that chooses an
 // interface and binds the sockets Join and the data plane use.
-func (l Launch) Bind(log *slog.Logger) (Sockets, DataSocket, error) {
+func Bind(l launchenv.Launch, log *slog.Logger) (Sockets, DataSocket, error) {
 	if l.Inherited {
 		return LauncherSockets(l.Network)
 	}
-	ip, err := l.chooseIP(log)
+	ip, err := chooseIP(l, log)
 	if err != nil {
 		return Sockets{}, DataSocket{}, err
 	}
@@ -35,14 +38,14 @@ func (l Launch) Bind(log *slog.Logger) (Sockets, DataSocket, error) {
 
 // chooseIP is the address this process binds and announces: the launch's
 // Addr (an IP or a host name), or the interface selection's pick.
-func (l Launch) chooseIP(log *slog.Logger) (string, error) {
+func chooseIP(l launchenv.Launch, log *slog.Logger) (string, error) {
 	if l.Addr != "" {
 		if ip := net.ParseIP(l.Addr); ip != nil {
 			return ip.String(), nil
 		}
 		ips, err := net.LookupIP(l.Addr)
 		if err != nil || len(ips) == 0 {
-			return "", fmt.Errorf("address %q (%s) does not resolve: %v", l.Addr, EnvAddr, err)
+			return "", fmt.Errorf("address %q (%s) does not resolve: %v", l.Addr, launchenv.EnvAddr, err)
 		}
 		return ips[0].String(), nil
 	}
@@ -66,7 +69,7 @@ func (l Launch) chooseIP(log *slog.Logger) (string, error) {
 		return "", err
 	}
 	if spec.IsDefault() && ip.IsLoopback() {
-		log.Warn("cluster: no network interface but loopback is up; other hosts cannot reach this process (set "+EnvSocketIfname+" or "+EnvAddr+" on a multi-host job)",
+		log.Warn("cluster: no network interface but loopback is up; other hosts cannot reach this process (set "+launchenv.EnvSocketIfname+" or "+launchenv.EnvAddr+" on a multi-host job)",
 			"interface", name, "ip", ip.String())
 	}
 	log.Debug("cluster: interface chosen", "interface", name, "ip", ip.String(), "spec", spec.String())

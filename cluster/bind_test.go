@@ -3,7 +3,10 @@ package cluster
 import (
 	"errors"
 	"net"
+	"strings"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
 
 func TestSeedIPHere(t *testing.T) {
@@ -37,5 +40,40 @@ func TestSeedIPHere(t *testing.T) {
 		if got := seedIPHere(tc.seeds, tc.port, ifaces, lookup); got != tc.want {
 			t.Errorf("seeds %v port %d: got %q, want %q", tc.seeds, tc.port, got, tc.want)
 		}
+	}
+}
+
+// TestLaunchIfaceSpecSource: the variable a Launch read its interface spec
+// from is what SelectAddr's errors tell the user to set.
+func TestLaunchIfaceSpecSource(t *testing.T) {
+	sys := launchenv.Sys{Hostname: func() (string, error) { return "testhost", nil }}
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"NCCL_SOCKET_IFNAME": "ib"}, "NCCL_SOCKET_IFNAME"},
+		{map[string]string{"HIERCOMM_SOCKET_IFNAME": "ib", "NCCL_SOCKET_IFNAME": "eth"}, "HIERCOMM_SOCKET_IFNAME"},
+		{map[string]string{}, "HIERCOMM_SOCKET_IFNAME"}, // the default; the variable to set
+	}
+	for _, tc := range cases {
+		l, err := launchenv.LoadLaunch(func(name string) string { return tc.env[name] }, sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := l.IfaceSpec()
+		if err != nil || spec.Source != tc.want {
+			t.Errorf("env %v: IfaceSpec().Source = %q, %v; want %q", tc.env, spec.Source, err, tc.want)
+		}
+		// The error of a failed choice names the source.
+		if _, _, err := SelectAddr(spec, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("env %v: SelectAddr error %v does not name %s", tc.env, err, tc.want)
+		}
+	}
+	spec, err := launchenv.Launch{IfSpec: "=eth0"}.IfaceSpec()
+	if err != nil || spec.Source != "IfSpec" || spec.String() != "=eth0" {
+		t.Errorf("explicit: %+v, %v", spec, err)
+	}
+	if _, err := (launchenv.Launch{IfSpec: "^"}).IfaceSpec(); err == nil {
+		t.Error("IfaceSpec accepted \"^\"")
 	}
 }

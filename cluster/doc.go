@@ -1,8 +1,9 @@
-// Package cluster finds out who is here: it reads the launch environment
-// (flags, torchrun, Slurm, Kubernetes, the local launcher), picks the
-// network interface, binds the gossip and data sockets, and runs the
-// membership protocol that turns independently started processes into one
-// world with agreed ranks.
+// Package cluster finds out who is here: given a launch description (a
+// launchenv.Launch, read from the environment by cluster/launchenv), it
+// picks the network interface, binds the gossip and data sockets, and runs
+// the membership protocol that turns independently started processes into
+// one world with agreed ranks. It also holds the local launcher, which
+// starts a job's processes on this host as a real launcher would.
 //
 // Membership is memberlist (SWIM) over sockets the caller bound: gossip is
 // encrypted and authenticated with a key derived from the job key and the
@@ -17,21 +18,28 @@
 // notice of its own beside memberlist's leave message, so that its
 // departure is not taken for a death.
 //
-// Files: launch.go is the Launch (who this process is) and its
-// validation; env.go and styles.go read it from the environment (hiercomm's
-// own variables, torchrun, Slurm, Kubernetes), ifname.go and hostlist.go
-// select interfaces and expand Slurm host lists; local.go starts a job's
-// processes on this host (hiercomm run), localjob.go controls them and
-// inherit.go takes the sockets a child inherits; sockets.go binds sockets;
-// gossip.go is the memberlist transport over them; meta.go the metadata
-// each member publishes and this process's record of the members. Join
-// (join.go) forms the world: discover.go contacts the seeds, wait.go is the
-// loop that waits for the world and reports progress, assign.go judges the
-// members seen and assigns ranks; leave.go leaves it. failure.go holds the
-// failure detector's timings, leave notices and failure events; errors.go
-// the errors of a failed join.
+// Reading the launch environment is cluster/launchenv's: a parser with no
+// I/O of its own, apart from this package so that it can be table-tested
+// and fuzzed without sockets. What touches the system stays here: the
+// interfaces (SystemIfaces), the sockets, the inherited file descriptors
+// and the processes of a local job.
 //
-// cluster imports topology and internal/procgroup (its local launcher)
-// and nothing else of hiercomm — never nexar, shm, nccl or hierarchy: the root package wires membership events to the
+// Files: bind.go binds a resolved launch's sockets (Bind) and ifname.go
+// lists this machine's interfaces and selects an address by an IfSpec;
+// local.go starts a job's processes on this host (hiercomm run),
+// localjob.go controls them, fabric.go is the emulated network they may
+// run in, and inherit.go takes the sockets a child inherits; sockets.go
+// binds sockets; gossip.go is the memberlist transport over them; meta.go
+// the metadata each member publishes and this process's record of the
+// members. Join (join.go) forms the world: discover.go contacts the seeds,
+// wait.go is the loop that waits for the world and reports progress,
+// assign.go judges the members seen and assigns ranks; leave.go leaves it.
+// failure.go holds the failure detector's timings, leave notices and
+// failure events; gossiplog.go memberlist's log; errors.go the errors of a
+// failed join.
+//
+// cluster imports cluster/launchenv, topology and internal/procgroup (its
+// local launcher) and nothing else of hiercomm — never nexar, shm, nccl or
+// hierarchy: the root package wires membership events to the
 // communicators.
 package cluster

@@ -5,83 +5,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
-
-func TestParseIfSpec(t *testing.T) {
-	names := []string{"eth0", "eth1", "ens5", "ib0", "docker0", "dockerx", "lo", "lo0", "lotus", "veth1"}
-	cases := []struct {
-		spec    string
-		matches []string // of names; the others must not match
-	}{
-		{"", []string{"eth0", "eth1", "ens5", "ib0", "veth1"}},
-		{"eth", []string{"eth0", "eth1"}},
-		{"eth,ib", []string{"eth0", "eth1", "ib0"}},
-		{"e", []string{"eth0", "eth1", "ens5"}},
-		{"^docker,lo", []string{"eth0", "eth1", "ens5", "ib0", "veth1"}},
-		{"^eth", []string{"ens5", "ib0", "docker0", "dockerx", "lo", "lo0", "lotus", "veth1"}},
-		{"=eth0", []string{"eth0"}},
-		{"=eth", nil},
-		{"=eth0,ib0", []string{"eth0", "ib0"}},
-		{"^=docker0", []string{"eth0", "eth1", "ens5", "ib0", "dockerx", "lo", "lo0", "lotus", "veth1"}},
-		{"^=docker0,lo", []string{"eth0", "eth1", "ens5", "ib0", "dockerx", "lo0", "lotus", "veth1"}},
-		{"lo", []string{"lo", "lo0", "lotus"}},
-		{"=lo", []string{"lo"}},
-	}
-	for _, tc := range cases {
-		spec, err := ParseIfSpec(tc.spec)
-		if err != nil {
-			t.Errorf("ParseIfSpec(%q): %v", tc.spec, err)
-			continue
-		}
-		if spec.String() != tc.spec {
-			t.Errorf("ParseIfSpec(%q).String() = %q", tc.spec, spec.String())
-		}
-		if spec.IsDefault() != (tc.spec == "") {
-			t.Errorf("ParseIfSpec(%q).IsDefault() = %v", tc.spec, spec.IsDefault())
-		}
-		for _, n := range names {
-			want := false
-			for _, m := range tc.matches {
-				want = want || m == n
-			}
-			if got := spec.Matches(n); got != want {
-				t.Errorf("ParseIfSpec(%q).Matches(%q) = %v, want %v", tc.spec, n, got, want)
-			}
-		}
-	}
-	if !(IfSpec{}).IsDefault() {
-		t.Error("the zero IfSpec is not the default")
-	}
-}
-
-func TestParseIfSpecErrors(t *testing.T) {
-	cases := map[string]string{
-		"^":                  "names no interface",
-		"=":                  "names no interface",
-		"^=":                 "names no interface",
-		"eth,,ib":            "empty name",
-		"eth,":               "empty name",
-		",eth":               "empty name",
-		"eth0:1234":          "port",
-		"eth 0":              "not an interface name",
-		"eth=0":              "not an interface name",
-		"^^eth":              "not an interface name",
-		"eth,^ib":            "not an interface name",
-		"a/b":                "not an interface name",
-		"abcdefghijklmnopq":  "longer than 15 bytes",
-		"=abcdefghijklmnop0": "longer than 15 bytes",
-	}
-	for in, want := range cases {
-		_, err := ParseIfSpec(in)
-		if err == nil {
-			t.Errorf("ParseIfSpec(%q) succeeded", in)
-			continue
-		}
-		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), in) {
-			t.Errorf("ParseIfSpec(%q): %q, want it to quote the spec and say %q", in, err, want)
-		}
-	}
-}
 
 // ips parses addresses for test interfaces.
 func ips(s ...string) []net.IP {
@@ -134,7 +60,7 @@ func TestIfaceSelectAddr(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := ParseIfSpec(tc.spec)
+			spec, err := launchenv.ParseIfSpec(tc.spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +87,7 @@ func TestIfaceSelectAddrErrors(t *testing.T) {
 	eth0 := Iface{Name: "eth0", Up: true, Addrs: ips("10.0.0.5")}
 
 	// The message as the spec of hiercomm shows it, to the letter.
-	spec, _ := ParseIfSpec("ib")
+	spec, _ := launchenv.ParseIfSpec("ib")
 	spec.Source = "HIERCOMM_SOCKET_IFNAME"
 	_, _, err := SelectAddr(spec, []Iface{lo, eth0})
 	want := `no interface matches HIERCOMM_SOCKET_IFNAME="ib": here: lo (127.0.0.1), eth0 (10.0.0.5)`
@@ -191,7 +117,7 @@ func TestIfaceSelectAddrErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := ParseIfSpec(tc.spec)
+			spec, err := launchenv.ParseIfSpec(tc.spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +147,7 @@ func TestSystemIfaces(t *testing.T) {
 		if f.Loopback {
 			for _, a := range f.Addrs {
 				if a.Equal(net.IPv4(127, 0, 0, 1)) {
-					ip, _, err := SelectAddr(IfSpec{}, ifaces)
+					ip, _, err := SelectAddr(launchenv.IfSpec{}, ifaces)
 					if err != nil || ip == nil {
 						t.Errorf("SelectAddr(default) on this machine: %v, %v", ip, err)
 					}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
 
 // Inherited socket file descriptors (LocalSpec's children).
@@ -16,7 +18,7 @@ const (
 
 // IsLocalChild reports whether this process was started by StartLocal
 // (its launcher sockets are on file descriptors 3 to 5, or 6).
-func IsLocalChild() bool { return os.Getenv(EnvLauncherSockets) == "1" }
+func IsLocalChild() bool { return os.Getenv(launchenv.EnvLauncherSockets) == "1" }
 
 // LauncherSockets returns the sockets a local job's launcher handed this
 // process (file descriptors 3, 4, 5 and, for network "quic", 6), for
@@ -92,7 +94,7 @@ func LauncherSockets(network string) (Sockets, DataSocket, error) {
 		}
 		d.Addr = d.Listener.Addr().String()
 	default:
-		return fail(fmt.Errorf("cluster: network %q, want %s", network, networkNames))
+		return fail(fmt.Errorf("cluster: network %q, want %s", network, launchenv.NetworkNames))
 	}
 	return g, d, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -53,7 +54,7 @@ type Config struct {
 	// over: they are closed when the Cluster leaves, or when Join fails.
 	Gossip Sockets
 	// JoinTimeout bounds the whole join, until the world is complete. If
-	// zero, defaults to DefaultJoinTimeout (2m).
+	// zero, defaults to launchenv.DefaultJoinTimeout (2m).
 	JoinTimeout time.Duration
 	// Detector sets the failure detector's timings; zero fields default.
 	Detector Detector
@@ -63,7 +64,8 @@ type Config struct {
 }
 
 // maxJobIDLen bounds JobID (it travels in every member's metadata). The
-// defaults of Config are shared with Launch: DefaultJoinTimeout, MinKeyLen.
+// defaults of Config are the launch's (launchenv): DefaultJoinTimeout,
+// MinKeyLen.
 const maxJobIDLen = 128
 
 // Timings of the join loop.
@@ -89,8 +91,8 @@ func (c Config) validate() (Config, error) {
 		return bad("JobID is empty (HIERCOMM_JOB_ID)")
 	case len(c.JobID) > maxJobIDLen:
 		return bad("JobID has %d bytes, at most %d", len(c.JobID), maxJobIDLen)
-	case len(c.Key) < MinKeyLen:
-		return bad("Key has %d bytes, need at least %d: every process of the job must share the same random key (HIERCOMM_JOB_KEY; make one with `openssl rand -hex 32`)", len(c.Key), MinKeyLen)
+	case len(c.Key) < launchenv.MinKeyLen:
+		return bad("Key has %d bytes, need at least %d: every process of the job must share the same random key (HIERCOMM_JOB_KEY; make one with `openssl rand -hex 32`)", len(c.Key), launchenv.MinKeyLen)
 	case c.WorldSize < 1:
 		return bad("WorldSize %d: it must be at least 1", c.WorldSize)
 	case c.Self.Host == "":
@@ -125,7 +127,7 @@ func (c Config) validate() (Config, error) {
 	}
 	c.Detector = d
 	if c.JoinTimeout == 0 {
-		c.JoinTimeout = DefaultJoinTimeout
+		c.JoinTimeout = launchenv.DefaultJoinTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

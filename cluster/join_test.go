@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -393,7 +394,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	// Defaults, and the caller's struct is not touched.
 	v, _ := good.validate()
-	if v.JoinTimeout != DefaultJoinTimeout || v.Detector.ProbeInterval != DefaultProbeInterval || v.Logger == nil || good.JoinTimeout != 0 {
+	if v.JoinTimeout != launchenv.DefaultJoinTimeout || v.Detector.ProbeInterval != DefaultProbeInterval || v.Logger == nil || good.JoinTimeout != 0 {
 		t.Errorf("defaults: %+v", v)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
@@ -23,10 +24,10 @@ import (
 // indexed Job's). The launcher binds every process's sockets itself, on
 // ports the kernel picks, and hands them over as file descriptors 3
 // (gossip TCP), 4 (gossip UDP), 5 (data) and 6 (network quic: its TLS
-// lane's TCP listener), so no two processes or jobs
-// ever race for a port. Everything after that is the real path: the
-// children read the environment with LoadLaunch, join through memberlist and
-// get their ranks from the topology.
+// lane's TCP listener), so no two processes or jobs ever race for a port.
+// Everything after that is the real path: the children read the
+// environment with launchenv.LoadLaunch, join through memberlist and get
+// their ranks from the topology.
 //
 // With a Fabric (LocalSpec.Fabric), the nodes are not loopback addresses
 // but network namespaces joined by emulated, possibly rate-limited links:
@@ -49,7 +50,7 @@ type LocalSpec struct {
 	// layer and accepts only "block".
 	Placement string
 	// Network is the data plane: "quic", "quic-only" or "tcp" (see
-	// Launch.Network). If empty, defaults to "quic".
+	// launchenv.Launch.Network). If empty, defaults to "quic".
 	Network string
 	// JobID is the job's id. If empty, a random "local-…" id.
 	JobID string
@@ -165,11 +166,11 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 		}
 		env := append(os.Environ(), spec.Env...)
 		env = append(env,
-			EnvJobID+"="+jobID,
-			EnvJobKey+"="+key,
-			EnvNetwork+"="+spec.Network,
-			EnvAddr+"="+p.ip,
-			EnvLauncherSockets+"=1",
+			launchenv.EnvJobID+"="+jobID,
+			launchenv.EnvJobKey+"="+key,
+			launchenv.EnvNetwork+"="+spec.Network,
+			launchenv.EnvAddr+"="+p.ip,
+			launchenv.EnvLauncherSockets+"=1",
 		)
 		env = append(env, spec.styleEnv(p, len(procs), seed)...)
 		path, args := spec.Path, spec.Args
@@ -245,8 +246,8 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	case "":
 		spec.Network = "quic"
 	default:
-		if !knownNetwork(spec.Network) {
-			return bad("Network %q: want %s", spec.Network, networkNames)
+		if !launchenv.KnownNetwork(spec.Network) {
+			return bad("Network %q: want %s", spec.Network, launchenv.NetworkNames)
 		}
 	}
 	if spec.Path == "" {
@@ -389,7 +390,7 @@ func (spec *LocalSpec) styleEnv(p localProc, n int, seed *net.TCPAddr) []string 
 			"SLURM_JOB_ID=" + strconv.Itoa(os.Getpid()),
 			"SLURM_STEP_NODELIST=" + nodes,
 			"SLURMD_NODENAME=" + spec.nodeAddr(p.node),
-			EnvPort + "=" + strconv.Itoa(seed.Port),
+			launchenv.EnvPort + "=" + strconv.Itoa(seed.Port),
 		}
 	case "kubernetes":
 		// A headless Service's name resolves to every pod; here
@@ -400,15 +401,15 @@ func (spec *LocalSpec) styleEnv(p localProc, n int, seed *net.TCPAddr) []string 
 			svc = spec.nodeAddr(0)
 		}
 		return []string{
-			EnvK8sService + "=" + svc,
-			EnvPort + "=" + strconv.Itoa(seed.Port),
+			launchenv.EnvK8sService + "=" + svc,
+			launchenv.EnvPort + "=" + strconv.Itoa(seed.Port),
 			"WORLD_SIZE=" + strconv.Itoa(n),
 			"LOCAL_RANK=" + strconv.Itoa(p.local),
 			// One process per pod: the index is the rank. Several: the
 			// cluster layer assigns ranks node by node.
 			"LOCAL_WORLD_SIZE=" + strconv.Itoa(g),
 			"JOB_COMPLETION_INDEX=" + strconv.Itoa(p.node),
-			EnvHostID + "=pod-" + strconv.Itoa(p.node),
+			launchenv.EnvHostID + "=pod-" + strconv.Itoa(p.node),
 		}
 	}
 	return []string{

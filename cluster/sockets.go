@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"syscall"
+
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
 
 // Sockets are the bound gossip sockets of one process: a TCP listener and a
@@ -151,7 +153,7 @@ func BindData(network, ip string, port int) (DataSocket, error) {
 		}
 		return DataSocket{Listener: ln, Addr: ln.Addr().String()}, nil
 	}
-	return DataSocket{}, fmt.Errorf("cluster: BindData: network %q, want %s (HIERCOMM_NETWORK)", network, networkNames)
+	return DataSocket{}, fmt.Errorf("cluster: BindData: network %q, want %s (HIERCOMM_NETWORK)", network, launchenv.NetworkNames)
 }
 
 // Close closes the socket.

@@ -33,7 +33,7 @@ type LoadOptions struct {
 }
 
 // Environment variables that name LoadOptions' paths, for error messages:
-// cluster.LoadLaunch reads them, and hiercomm.Init passes them to Shared.
+// launchenv.LoadLaunch reads them, and hiercomm.Init passes them to Shared.
 const (
 	envNCCLLibrary = "HIERCOMM_NCCL_LIBRARY" // LoadOptions.NCCLPath
 	envCUDALibrary = "HIERCOMM_CUDA_LIBRARY" // LoadOptions.CUDAPath
@@ -97,7 +97,7 @@ func LoadDriver(path string) (*Library, error) {
 // same options and kept for the life of the process, error included (a
 // machine does not grow a GPU while a job runs). hiercomm.Init loads it
 // with the paths of the launch environment (HIERCOMM_NCCL_LIBRARY and
-// HIERCOMM_CUDA_LIBRARY, read by cluster.LoadLaunch). Safe for concurrent
+// HIERCOMM_CUDA_LIBRARY, read by launchenv.LoadLaunch). Safe for concurrent
 // use.
 func Shared(opt LoadOptions) (*Library, error) {
 	sharedMu.Lock()

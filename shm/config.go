@@ -107,7 +107,7 @@ type Config struct {
 	NonTemporalBytes int
 	// HostProcs is how many processes share this host's CPUs, this
 	// communicator's ranks and any others (an emulated cluster's other
-	// nodes; hiercomm.Init passes cluster.Launch.HostProcs). If zero, this
+	// nodes; hiercomm.Init passes launchenv.Launch.HostProcs). If zero, this
 	// communicator's ranks. With more processes than CPUs, a waiting rank
 	// checks only a few times before it yields, and yields for
 	// yieldCrowded instead of yieldFor before it sleeps: a spinning or

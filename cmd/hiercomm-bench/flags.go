@@ -12,6 +12,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -245,8 +246,8 @@ func (o options) check() error {
 		return errors.New("-network memory needs -inprocess (processes need quic or tcp)")
 	case c.Network != "memory" && !knownNetwork(c.Network):
 		return fmt.Errorf("-network %q: want %s (or memory with -inprocess)", c.Network, nexar.Networks)
-	case c.Conns < 0 || c.Conns > cluster.MaxConnsPerPeer:
-		return fmt.Errorf("-conns %d: want 1 to %d (0: the transport's default, 1)", c.Conns, cluster.MaxConnsPerPeer)
+	case c.Conns < 0 || c.Conns > launchenv.MaxConnsPerPeer:
+		return fmt.Errorf("-conns %d: want 1 to %d (0: the transport's default, 1)", c.Conns, launchenv.MaxConnsPerPeer)
 	case c.Conns > 1 && c.InProcess:
 		return fmt.Errorf("-conns %d with -inprocess: connections per peer are a setting of the processes' data mesh; drop -inprocess", c.Conns)
 	case o.limiter != "" && o.limiter != limitTBF && o.limiter != limitWrapper && o.limiter != limitNone:

@@ -16,6 +16,7 @@ import (
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nexar"
@@ -75,11 +76,11 @@ func launcherName(o options) string {
 		return "this program as a local emulated cluster"
 	case cluster.IsLocalChild():
 		return "`hiercomm run`"
-	case get(cluster.EnvK8sService) != "":
+	case get(launchenv.EnvK8sService) != "":
 		return "Kubernetes"
-	case get(cluster.EnvRank) != "" || get(cluster.EnvWorldSize) != "":
+	case get(launchenv.EnvRank) != "" || get(launchenv.EnvWorldSize) != "":
 		return "a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR)"
-	case get(cluster.EnvSlurmProcID) != "":
+	case get(launchenv.EnvSlurmProcID) != "":
 		return "Slurm (srun)"
 	}
 	return "an unknown launcher"
@@ -94,7 +95,7 @@ func launcherName(o options) string {
 func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.Spec, to sink, log *slog.Logger) (bench.Result, error) {
 	topo, rank := w.Topology(), w.Rank()
 	network := o.cfg.Network
-	if n := os.Getenv(cluster.EnvNetwork); n != "" {
+	if n := os.Getenv(launchenv.EnvNetwork); n != "" {
 		network = n
 	}
 	h, isLayered := w.Communicator.(layered)
@@ -117,7 +118,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	}
 	info := runInfo{Launcher: launcherName(o), Ranks: w.Size(), Nodes: topo.NumNodes(), Network: network, Split: o.split,
 		Topology: topo, Started: time.Now(), Links: os.Getenv(envLinks), Copy: parseCopy(os.Getenv(envCopy))}
-	info.Conns, _ = strconv.Atoi(os.Getenv(cluster.EnvConnsPerPeer)) // Init refused a bad value
+	info.Conns, _ = strconv.Atoi(os.Getenv(launchenv.EnvConnsPerPeer)) // Init refused a bad value
 	whatFlat := describe(world, network) + ", every rank"
 	if isLayered {
 		whatFlat += " (the hierarchy's own flat world)"
@@ -125,7 +126,7 @@ func measureWorld(ctx context.Context, w *hiercomm.World, o options, spec bench.
 	whatHier := describe(w.Communicator, network)
 	if viaWorld {
 		why := "more processes than cores share a host; HIERCOMM_NODE_P2P=intra keeps them in the node"
-		if os.Getenv(cluster.EnvNodeP2P) == "world" {
+		if os.Getenv(launchenv.EnvNodeP2P) == "world" {
 			why = "HIERCOMM_NODE_P2P=world"
 		}
 		whatHier += "; Send and Recv between node-mates over " + network + " too (" + why + ")"

@@ -39,6 +39,7 @@ import (
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nexar"
 )
@@ -111,8 +112,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 // (HIERCOMM_K8S_SERVICE) or `hiercomm run` (its inherited sockets).
 func launched(getenv func(string) string) bool {
 	set := func(name string) bool { return strings.TrimSpace(getenv(name)) != "" }
-	return set(cluster.EnvRank) || set(cluster.EnvWorldSize) || set(cluster.EnvK8sService) ||
-		(set(cluster.EnvSlurmProcID) && set("SLURM_STEP_ID")) || getenv(cluster.EnvLauncherSockets) == "1"
+	return set(launchenv.EnvRank) || set(launchenv.EnvWorldSize) || set(launchenv.EnvK8sService) ||
+		(set(launchenv.EnvSlurmProcID) && set("SLURM_STEP_ID")) || getenv(launchenv.EnvLauncherSockets) == "1"
 }
 
 // explain turns the end of a run by its context into words.
@@ -170,7 +171,7 @@ func runProcesses(ctx context.Context, o options, args []string, con *console, p
 		Env: []string{envCopy + "=" + formatCopy(copyRows), envLinks + "=" + lim.describe},
 	}
 	if o.cfg.Conns > 0 {
-		spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", cluster.EnvConnsPerPeer, o.cfg.Conns))
+		spec.Env = append(spec.Env, fmt.Sprintf("%s=%d", launchenv.EnvConnsPerPeer, o.cfg.Conns))
 	}
 	if lim.fabric != nil {
 		spec.Fabric = lim.fabric

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/internal/netemu"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/topology"
@@ -243,7 +243,7 @@ func TestTopologyPrintsADumpAndRejectsABadOne(t *testing.T) {
 	}
 	// hiercomm plan reads the same dump, and the launch's choices from the
 	// environment, as a job would.
-	t.Setenv(cluster.EnvNetwork, "tcp")
+	t.Setenv(launchenv.EnvNetwork, "tcp")
 	var out, errs strings.Builder
 	if code := showPlan([]string{"-rank", "3", good}, &out, &errs); code != 0 {
 		t.Fatalf("hiercomm plan -rank 3 on a good dump exited %d: %s", code, errs.String())
@@ -260,10 +260,10 @@ func TestTopologyPrintsADumpAndRejectsABadOne(t *testing.T) {
 	if code := showPlan([]string{bad}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("hiercomm plan on a bad dump exited %d, want 1", code)
 	}
-	t.Setenv(cluster.EnvIntra, "foo")
+	t.Setenv(launchenv.EnvIntra, "foo")
 	errs.Reset()
-	if code := showPlan([]string{good}, io.Discard, &errs); code != 1 || !strings.Contains(errs.String(), cluster.EnvIntra) {
-		t.Errorf("hiercomm plan with %s=foo: exit %d, %q; want 1 and the variable named", cluster.EnvIntra, code, errs.String())
+	if code := showPlan([]string{good}, io.Discard, &errs); code != 1 || !strings.Contains(errs.String(), launchenv.EnvIntra) {
+		t.Errorf("hiercomm plan with %s=foo: exit %d, %q; want 1 and the variable named", launchenv.EnvIntra, code, errs.String())
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/hiercomm/hiercomm"
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -56,7 +56,7 @@ func showPlan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hiercomm plan: -gpu %d: give a device ordinal, or -1 for host memory\n", *gpu)
 		return 2
 	}
-	l, err := cluster.LoadLaunch(os.Getenv)
+	l, err := launchenv.LoadLaunch(os.Getenv, launchenv.Sys{Hostname: os.Hostname, ReadFile: os.ReadFile})
 	if err != nil {
 		fmt.Fprintln(stderr, "hiercomm plan:", err)
 		return 1

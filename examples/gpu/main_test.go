@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
 
 // The test binary is started again as each rank of a local job of
@@ -34,7 +35,7 @@ func TestAveragesOnSingleGPUNodes(t *testing.T) {
 			defer cancel()
 			var out strings.Builder
 			job, err := cluster.StartLocal(ctx, cluster.LocalSpec{RanksPerNode: layout, Path: os.Args[0], Args: []string{"-test.run=^$"},
-				Env: []string{cluster.EnvIntra + "=nccl"}, Stdout: &out, Stderr: &out})
+				Env: []string{launchenv.EnvIntra + "=nccl"}, Stdout: &out, Stderr: &out})
 			if err != nil {
 				t.Fatal(err)
 			}

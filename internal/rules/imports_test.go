@@ -92,11 +92,16 @@ var importRules = []rule{
 	{pkg: "nccl/ncclfake", imports: []string{"comm", "nccl", "nccl/internal/cuapi"},
 		why: "nccl/ncclfake, the in-process CUDA driver and NCCL, imports comm, nccl and nccl/internal/cuapi, whose table it fills; tests and the examples' -fake-gpu import it, the library packages never"},
 
+	// The launch environment: a parser, the standard library only.
+	{pkg: "cluster/launchenv",
+		why: "cluster/launchenv imports nothing of ours: it turns an environment into a launch description and does no I/O, so what reads the system (sockets, interfaces, the host name, files) stays with its callers"},
+
 	// Membership: topology, never a tier.
-	// cluster also imports internal/procgroup (its local launcher), as
-	// cluster/doc.go says.
-	{pkg: "cluster", imports: []string{"topology", "internal/procgroup"},
-		why: "cluster imports topology (and internal/procgroup for its launcher), never nexar, shm, nccl, hierarchy or internal/netemu: the root package wires membership to the communicators"},
+	// cluster also imports cluster/launchenv (the launch it binds for and
+	// starts its launcher's children with) and internal/procgroup (its
+	// local launcher), as cluster/doc.go says.
+	{pkg: "cluster", imports: []string{"cluster/launchenv", "topology", "internal/procgroup"},
+		why: "cluster imports cluster/launchenv and topology (and internal/procgroup for its launcher), never nexar, shm, nccl, hierarchy or internal/netemu: the root package wires membership to the communicators"},
 
 	// The composition: takes communicators as values.
 	// hierarchy also imports comm/schedule (Config.Cost, a
@@ -115,9 +120,9 @@ var importRules = []rule{
 
 	// On top: the root package, the only place that wires the parts, and the
 	// commands.
-	{pkg: "", imports: []string{"cluster", "comm", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
+	{pkg: "", imports: []string{"cluster", "cluster/launchenv", "comm", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
 		tests: []string{"comm/commtest", "internal/procgroup", "internal/netemu", "nccl/ncclfake"},
-		why:   "the root package composes: it imports cluster, topology, comm and the tiers, and none of them imports it"},
+		why:   "the root package composes: it imports cluster (and cluster/launchenv), topology, comm and the tiers, and none of them imports it"},
 	{pkg: "cmd/hiercomm", imports: []string{anyLibrary},
 		why: "the commands sit on top and may import any library package (never a test-only one)"},
 	{pkg: "cmd/hiercomm-bench", imports: []string{anyLibrary},
@@ -132,8 +137,8 @@ var importRules = []rule{
 		why: "mnist imports nothing of ours"},
 	{pkg: "examples/internal/launch", imports: []string{"cluster", "internal/procgroup"},
 		why: "launch runs the example trainers as a local job of emulated nodes: cluster (and internal/procgroup)"},
-	{pkg: "examples/internal/trainer", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/mnist", "nccl", "nccl/ncclfake", "cluster"},
-		why: "trainer imports hiercomm, comm, mlp and mnist, and for -device nccl (nccl/ncclfake for -fake-gpu) and cluster; never a transport"},
+	{pkg: "examples/internal/trainer", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/mnist", "nccl", "nccl/ncclfake", "cluster/launchenv"},
+		why: "trainer imports hiercomm, comm, mlp and mnist, and for -device nccl (nccl/ncclfake for -fake-gpu) and cluster/launchenv (HIERCOMM_INTRA's name); never a transport"},
 	{pkg: "examples/allreduce", imports: []string{"", "comm"},
 		why: "an example uses what a trainer uses: hiercomm and comm"},
 	{pkg: "examples/dataparallel", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/trainer"},
@@ -146,7 +151,7 @@ var importRules = []rule{
 		tests: []string{"cluster"},
 		why:   "an example uses what a trainer uses: hiercomm and comm, and the examples' shared model"},
 	{pkg: "examples/gpu", imports: []string{"", "comm", "nccl", "nccl/ncclfake"},
-		tests: []string{"cluster"},
+		tests: []string{"cluster", "cluster/launchenv"},
 		why:   "an example uses what a trainer uses: hiercomm and comm, and on a GPU nccl's device memory (nccl/ncclfake's for -fake-gpu)"},
 
 	// This package: tests only.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm"
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
@@ -99,10 +99,10 @@ func TestVectorCopies(t *testing.T) {
 // (HIERCOMM_INTRA reads nccl) and refuses a host tier named in the
 // environment; without -device the environment is Init's own.
 func TestDeviceAsksForTheGPUTier(t *testing.T) {
-	t.Setenv(cluster.EnvIntra, "")
+	t.Setenv(launchenv.EnvIntra, "")
 	opt, err := Config{Device: true}.initOptions()
-	if err != nil || opt.Getenv == nil || opt.Getenv(cluster.EnvIntra) != "nccl" || opt.GPU != nil {
-		t.Errorf("-device: %v; want Getenv to say %s=nccl and no library given", err, cluster.EnvIntra)
+	if err != nil || opt.Getenv == nil || opt.Getenv(launchenv.EnvIntra) != "nccl" || opt.GPU != nil {
+		t.Errorf("-device: %v; want Getenv to say %s=nccl and no library given", err, launchenv.EnvIntra)
 	}
 	if opt, _ := (Config{Device: true, FakeGPU: true}).initOptions(); opt.GPU == nil {
 		t.Error("-device -fake-gpu: no fake library in the options")
@@ -110,8 +110,8 @@ func TestDeviceAsksForTheGPUTier(t *testing.T) {
 	if opt, err := (Config{}).initOptions(); err != nil || opt.Getenv != nil || opt.GPU != nil {
 		t.Errorf("without -device: %+v, %v; want Init's defaults", opt, err)
 	}
-	t.Setenv(cluster.EnvIntra, "shm")
+	t.Setenv(launchenv.EnvIntra, "shm")
 	if _, err := (Config{Device: true}).initOptions(); err == nil {
-		t.Errorf("-device with %s=shm: accepted", cluster.EnvIntra)
+		t.Errorf("-device with %s=shm: accepted", launchenv.EnvIntra)
 	}
 }

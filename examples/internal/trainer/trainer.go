@@ -6,8 +6,8 @@
 // -device the vectors kept in GPU memory (Device, Vector) and the staging
 // of host values on a GPU world (Host). It imports hiercomm (Init), comm
 // (the collectives it calls), mlp and mnist, and for -device nccl (a
-// rank's GPU, the fake) and cluster (the name of HIERCOMM_INTRA); never a
-// transport.
+// rank's GPU, the fake) and cluster/launchenv (the name of
+// HIERCOMM_INTRA); never a transport.
 package trainer
 
 import (
@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm"
-	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/mnist"
 	"github.com/hiercomm/hiercomm/nccl/ncclfake"
@@ -205,7 +205,7 @@ func Join(ctx context.Context, c Config) (*hiercomm.World, *Data, error) {
 	}
 	if w.Device() != nil && !c.Device {
 		w.Close()
-		return nil, nil, fmt.Errorf("rank %d: Init found %v and returned a world on device memory, which the trainer's host buffers cannot use: run with -device, or set %s=shm to train on host memory", w.Rank(), w.Device(), cluster.EnvIntra)
+		return nil, nil, fmt.Errorf("rank %d: Init found %v and returned a world on device memory, which the trainer's host buffers cannot use: run with -device, or set %s=shm to train on host memory", w.Rank(), w.Device(), launchenv.EnvIntra)
 	}
 	if err := c.Check(w.Size()); err != nil {
 		w.Close()
@@ -228,13 +228,13 @@ func (c Config) initOptions() (hiercomm.Options, error) {
 	if !c.Device {
 		return opt, nil
 	}
-	switch intra := os.Getenv(cluster.EnvIntra); intra {
+	switch intra := os.Getenv(launchenv.EnvIntra); intra {
 	case "", "auto", "nccl":
 	default:
-		return opt, fmt.Errorf("-device with %s=%s, which keeps the world on host memory: unset it or set it to nccl", cluster.EnvIntra, intra)
+		return opt, fmt.Errorf("-device with %s=%s, which keeps the world on host memory: unset it or set it to nccl", launchenv.EnvIntra, intra)
 	}
 	opt.Getenv = func(k string) string {
-		if k == cluster.EnvIntra {
+		if k == launchenv.EnvIntra {
 			return "nccl"
 		}
 		return os.Getenv(k)

@@ -1,11 +1,10 @@
-package cluster
+package launchenv
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -90,10 +89,25 @@ type EnvError struct {
 
 func (e *EnvError) Error() string { return "cluster: launch environment: " + e.Reason }
 
+// Sys is what LoadLaunch and Resolve ask of the operating system besides
+// the environment variables: this package does no I/O of its own, so the
+// caller hands it in (hiercomm.Init: os.Hostname and os.ReadFile; tests: a
+// fixed name and their own files). A nil field counts as a host name that
+// cannot be found, or a file that cannot be read.
+type Sys struct {
+	// Hostname returns the machine's host name (os.Hostname). It is asked
+	// only when no host id is given (HIERCOMM_HOST_ID, a launcher's node).
+	Hostname func() (string, error)
+	// ReadFile returns a file's contents (os.ReadFile). It is asked only
+	// for the file HIERCOMM_JOB_KEY_FILE names.
+	ReadFile func(name string) ([]byte, error)
+}
+
 // env reads the environment for LoadLaunch and builds its errors. An empty
 // value counts as unset: getenv cannot tell them apart.
 type env struct {
 	getenv func(string) string
+	sys    Sys
 }
 
 func (e env) get(name string) string { return strings.TrimSpace(e.getenv(name)) }
@@ -164,14 +178,15 @@ func (e env) hostVar(name string) (string, error) {
 // the world is this process alone (single). hiercomm's own HIERCOMM_*
 // variables override what the style says.
 //
-// Besides getenv, LoadLaunch reads HIERCOMM_JOB_KEY_FILE and, when no
-// host id is given, the host name. Every value it reads is checked: an
-// error is an *EnvError naming the variable, its value and what to do.
+// Besides getenv, LoadLaunch reads the file HIERCOMM_JOB_KEY_FILE names
+// and, when no host id is given, the host name, through sys; it does no
+// I/O of its own. Every value it reads is checked: an error is an
+// *EnvError naming the variable, its value and what to do.
 // Checks that need the whole Launch (a key for a world of more than one,
 // seeds) are Resolve's, so a caller may still fill those fields from its
 // own options; the returned Launch is not resolved.
-func LoadLaunch(getenv func(string) string) (Launch, error) {
-	e := env{getenv: getenv}
+func LoadLaunch(getenv func(string) string, sys Sys) (Launch, error) {
+	e := env{getenv: getenv, sys: sys}
 	l := Launch{Device: -1}
 
 	// The seed gossip port: HIERCOMM_PORT, else the style's.
@@ -200,7 +215,7 @@ func LoadLaunch(getenv func(string) string) (Launch, error) {
 		return Launch{}, err
 	}
 	if l.Host == "" {
-		h, err := lookupHostname()
+		h, err := lookupHostname(sys.Hostname)
 		if err != nil {
 			return Launch{}, &EnvError{Var: EnvHostID, Reason: fmt.Sprintf("%s is not set and %v: set %s to a name that is the same for every process of this node", EnvHostID, err, EnvHostID)}
 		}
@@ -221,8 +236,8 @@ func (e env) own(l *Launch) error {
 		return err
 	}
 	if n := e.get(EnvNetwork); n != "" {
-		if !knownNetwork(n) {
-			return e.errorf(EnvNetwork, "%s=%s: use %s", EnvNetwork, n, networkNames)
+		if !KnownNetwork(n) {
+			return e.errorf(EnvNetwork, "%s=%s: use %s", EnvNetwork, n, NetworkNames)
 		}
 		l.Network = n
 	}
@@ -321,7 +336,11 @@ func (e env) key(l *Launch) error {
 		}
 		return nil
 	}
-	b, err := os.ReadFile(file)
+	readFile := e.sys.ReadFile
+	if readFile == nil {
+		readFile = func(string) ([]byte, error) { return nil, errors.New("no ReadFile function was given") }
+	}
+	b, err := readFile(file)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {

@@ -1,4 +1,4 @@
-package cluster
+package launchenv
 
 import (
 	"errors"
@@ -12,13 +12,10 @@ import (
 	"time"
 )
 
-// withHostname makes the host-name lookup return name (or fail with err)
-// for the rest of the test. Tests that use it must not run in parallel.
-func withHostname(t *testing.T, name string, err error) {
-	t.Helper()
-	old := hostname
-	hostname = func() (string, error) { return name, err }
-	t.Cleanup(func() { hostname = old })
+// sysOf is a Sys whose host name is name (or whose lookup fails with err)
+// and that reads files from disk (the tests' key files).
+func sysOf(name string, err error) Sys {
+	return Sys{Hostname: func() (string, error) { return name, err }, ReadFile: os.ReadFile}
 }
 
 // getenvOf serves env; every name asked for is recorded in asked, if not nil.
@@ -211,10 +208,10 @@ func launchCases(t *testing.T) []launchCase {
 }
 
 func TestLoadLaunchStyles(t *testing.T) {
-	withHostname(t, "testhost", nil)
+	sys := sysOf("testhost", nil)
 	for _, tc := range launchCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := LoadLaunch(getenvOf(tc.env, nil))
+			got, err := LoadLaunch(getenvOf(tc.env, nil), sys)
 			if err != nil {
 				t.Fatalf("LoadLaunch: %v", err)
 			}
@@ -225,7 +222,7 @@ func TestLoadLaunchStyles(t *testing.T) {
 			if got.Key == nil {
 				got.Key = []byte(testKey)
 			}
-			if _, err := got.Resolve(); err != nil {
+			if _, err := got.Resolve(sys.Hostname); err != nil {
 				t.Errorf("Resolve: %v", err)
 			}
 		})
@@ -235,10 +232,10 @@ func TestLoadLaunchStyles(t *testing.T) {
 // TestLoadLaunchReadsOnlyListed checks that LoadLaunch asks for no variable
 // outside envVars, the list the documentation test holds to docs.
 func TestLoadLaunchReadsOnlyListed(t *testing.T) {
-	withHostname(t, "testhost", nil)
+	sys := sysOf("testhost", nil)
 	asked := map[string]bool{}
 	for _, tc := range launchCases(t) {
-		if _, err := LoadLaunch(getenvOf(tc.env, asked)); err != nil {
+		if _, err := LoadLaunch(getenvOf(tc.env, asked), sys); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 	}
@@ -252,7 +249,7 @@ func TestLoadLaunchReadsOnlyListed(t *testing.T) {
 // TestLaunchEnvironmentDoc checks that docs/environment.md has a table row for
 // every variable LoadLaunch reads.
 func TestLaunchEnvironmentDoc(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "environment.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "environment.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +262,7 @@ func TestLaunchEnvironmentDoc(t *testing.T) {
 }
 
 func TestLoadLaunchErrors(t *testing.T) {
-	withHostname(t, "testhost", nil)
+	sys := sysOf("testhost", nil)
 	dir := t.TempDir()
 	shortKeyFile := writeKeyFile(t, "short\n")
 	emptyKeyFile := writeKeyFile(t, "\n")
@@ -358,7 +355,7 @@ func TestLoadLaunchErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := LoadLaunch(getenvOf(tc.env, nil))
+			_, err := LoadLaunch(getenvOf(tc.env, nil), sys)
 			if err == nil {
 				t.Fatal("LoadLaunch succeeded")
 			}
@@ -386,29 +383,49 @@ func TestLoadLaunchErrors(t *testing.T) {
 	}
 }
 
-func TestLoadLaunchHostnameFails(t *testing.T) {
-	withHostname(t, "", errors.New("uname failed"))
-	_, err := LoadLaunch(getenvOf(map[string]string{}, nil))
-	var ee *EnvError
-	if !errors.As(err, &ee) || ee.Var != EnvHostID || !strings.Contains(err.Error(), "uname failed") {
-		t.Fatalf("err = %v, want an EnvError for %s that gives the cause", err, EnvHostID)
+// TestLoadLaunchSys: what LoadLaunch asks of the system (Sys) and what it
+// makes of a failed or missing answer.
+func TestLoadLaunchSys(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		sys     Sys
+		wantVar string // the EnvError's variable; "" for success
+		want    string // a substring of the message
+	}{
+		{"host name lookup fails", map[string]string{}, sysOf("", errors.New("uname failed")), EnvHostID, "uname failed"},
+		{"empty host name", map[string]string{}, sysOf("", nil), EnvHostID, "host name is empty"},
+		// With a host id, the name is not needed.
+		{"host id", map[string]string{"HIERCOMM_HOST_ID": "h"}, sysOf("", nil), "", ""},
+		{"torchrun GROUP_RANK", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GROUP_RANK": "0"}, sysOf("", nil), "", ""},
+		// A Sys without functions: the host name cannot be found, no file
+		// can be read; neither panics.
+		{"no Sys.Hostname", map[string]string{}, Sys{}, EnvHostID, "host name cannot be found"},
+		{"no Sys.ReadFile", map[string]string{"HIERCOMM_HOST_ID": "h", "HIERCOMM_JOB_KEY_FILE": "/key"}, Sys{}, EnvJobKeyFile, "HIERCOMM_JOB_KEY_FILE=/key cannot be read"},
 	}
-	withHostname(t, "", nil)
-	if _, err := LoadLaunch(getenvOf(map[string]string{}, nil)); err == nil || !strings.Contains(err.Error(), "host name is empty") {
-		t.Errorf("empty host name: %v", err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadLaunch(getenvOf(tc.env, nil), tc.sys)
+			if tc.wantVar == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ee *EnvError
+			if !errors.As(err, &ee) || ee.Var != tc.wantVar || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want an EnvError for %s that says %q", err, tc.wantVar, tc.want)
+			}
+		})
 	}
-	// With a host id, the name is not needed.
-	if _, err := LoadLaunch(getenvOf(map[string]string{"HIERCOMM_HOST_ID": "h"}, nil)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadLaunch(getenvOf(map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GROUP_RANK": "0"}, nil)); err != nil {
-		t.Fatal(err)
+	if _, err := (Launch{WorldSize: 1}).Resolve(nil); err == nil || !strings.Contains(err.Error(), EnvHostID) {
+		t.Errorf("Resolve without a hostname function: %v, want an error naming %s", err, EnvHostID)
 	}
 }
 
 func TestLaunchResolveDefaults(t *testing.T) {
-	withHostname(t, "testhost", nil)
-	got, err := Launch{WorldSize: 1, Device: -1}.Resolve()
+	sys := sysOf("testhost", nil)
+	got, err := Launch{WorldSize: 1, Device: -1}.Resolve(sys.Hostname)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +437,7 @@ func TestLaunchResolveDefaults(t *testing.T) {
 	// Given values stay; the result does not share the caller's slices.
 	in := Launch{Style: "slurm", Rank: -1, WorldSize: 4, LocalRank: 1, Host: "h", Device: 3, Seeds: []string{"a:1", "[::1]:2"},
 		Addr: "10.0.0.2", IfSpec: "ib", GossipPort: 29500, JobID: "j", Key: []byte(testKey), Network: "tcp", Intra: "nexar", JoinTimeout: time.Second, Inherited: true}
-	got, err = in.Resolve()
+	got, err = in.Resolve(sys.Hostname)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,22 +448,22 @@ func TestLaunchResolveDefaults(t *testing.T) {
 	if in.Seeds[0] != "a:1" || in.Key[0] != testKey[0] {
 		t.Error("Resolve's result shares Seeds or Key with its input")
 	}
-	again, err := got.Resolve()
+	again, err := got.Resolve(sys.Hostname)
 	if err != nil || !reflect.DeepEqual(again, got) {
 		t.Errorf("Resolve is not idempotent: %+v, %v", again, err)
 	}
 
 	// A world of one binds no fixed gossip port.
-	got, err = Launch{WorldSize: 1, Host: "h", GossipPort: 29500}.Resolve()
+	got, err = Launch{WorldSize: 1, Host: "h", GossipPort: 29500}.Resolve(sys.Hostname)
 	if err != nil || got.GossipPort != 0 {
 		t.Errorf("world of 1: GossipPort = %d, %v; want 0", got.GossipPort, err)
 	}
 }
 
 func TestLaunchResolveErrors(t *testing.T) {
-	withHostname(t, "testhost", nil)
+	sys := sysOf("testhost", nil)
 	ok := Launch{Style: "explicit", Rank: 1, WorldSize: 4, Host: "h", Device: -1, Seeds: []string{"h:1"}, Key: []byte(testKey)}
-	if _, err := ok.Resolve(); err != nil {
+	if _, err := ok.Resolve(sys.Hostname); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -481,7 +498,7 @@ func TestLaunchResolveErrors(t *testing.T) {
 			l := ok
 			l.Seeds = slices.Clone(ok.Seeds)
 			tc.change(&l)
-			_, err := l.Resolve()
+			_, err := l.Resolve(sys.Hostname)
 			if err == nil {
 				t.Fatal("Resolve succeeded")
 			}
@@ -494,45 +511,12 @@ func TestLaunchResolveErrors(t *testing.T) {
 	}
 
 	// A world of one needs neither key nor seeds.
-	if _, err := (Launch{WorldSize: 1, Host: "h"}).Resolve(); err != nil {
+	if _, err := (Launch{WorldSize: 1, Host: "h"}).Resolve(sys.Hostname); err != nil {
 		t.Errorf("world of 1 without key or seeds: %v", err)
 	}
-	withHostname(t, "", errors.New("no name"))
-	if _, err := (Launch{WorldSize: 1}).Resolve(); err == nil || !strings.Contains(err.Error(), EnvHostID) {
+	sys = sysOf("", errors.New("no name"))
+	if _, err := (Launch{WorldSize: 1}).Resolve(sys.Hostname); err == nil || !strings.Contains(err.Error(), EnvHostID) {
 		t.Errorf("Resolve without a host name: %v, want an error naming %s", err, EnvHostID)
-	}
-}
-
-func TestLaunchIfaceSpecSource(t *testing.T) {
-	withHostname(t, "testhost", nil)
-	cases := []struct {
-		env  map[string]string
-		want string
-	}{
-		{map[string]string{"NCCL_SOCKET_IFNAME": "ib"}, "NCCL_SOCKET_IFNAME"},
-		{map[string]string{"HIERCOMM_SOCKET_IFNAME": "ib", "NCCL_SOCKET_IFNAME": "eth"}, "HIERCOMM_SOCKET_IFNAME"},
-		{map[string]string{}, "HIERCOMM_SOCKET_IFNAME"}, // the default; the variable to set
-	}
-	for _, tc := range cases {
-		l, err := LoadLaunch(getenvOf(tc.env, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		spec, err := l.IfaceSpec()
-		if err != nil || spec.Source != tc.want {
-			t.Errorf("env %v: IfaceSpec().Source = %q, %v; want %q", tc.env, spec.Source, err, tc.want)
-		}
-		// The error of a failed choice names the source.
-		if _, _, err := SelectAddr(spec, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("env %v: SelectAddr error %v does not name %s", tc.env, err, tc.want)
-		}
-	}
-	spec, err := Launch{IfSpec: "=eth0"}.IfaceSpec()
-	if err != nil || spec.Source != "IfSpec" || spec.String() != "=eth0" {
-		t.Errorf("explicit: %+v, %v", spec, err)
-	}
-	if _, err := (Launch{IfSpec: "^"}).IfaceSpec(); err == nil {
-		t.Error("IfaceSpec accepted \"^\"")
 	}
 }
 

@@ -1,10 +1,9 @@
-package cluster
+package launchenv
 
 import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +15,8 @@ import (
 // LoadLaunch fills one from the environment; a caller with explicit options
 // builds one itself (Style "explicit") or overrides fields of the loaded one.
 // Either way, Resolve validates it and fills the defaults before use; a
-// Launch is a plain value and Resolve returns a copy.
+// Launch is a plain value and Resolve returns a copy. cluster.Bind binds
+// the sockets a resolved Launch names.
 type Launch struct {
 	// Style says where the values came from: StyleExplicit, StyleTorchrun,
 	// StyleSlurm, StyleKubernetes, StyleLocal or StyleSingle. If empty,
@@ -47,7 +47,7 @@ type Launch struct {
 	Seeds []string
 	// Addr is the IP address or host name this process binds and
 	// advertises (no port). If empty, the caller chooses one with IfSpec
-	// (see IfaceSpec and SelectAddr).
+	// (see IfaceSpec and cluster.SelectAddr).
 	Addr string
 	// IfSpec chooses the network interface when Addr is empty, in
 	// NCCL_SOCKET_IFNAME syntax (see ParseIfSpec). If empty, the default
@@ -79,8 +79,8 @@ type Launch struct {
 	// launcher, `hiercomm run`) and are open in this process as file
 	// descriptors 3 (gossip TCP), 4 (gossip UDP), 5 (data) and, for
 	// network quic, 6 (its TLS lane's TCP listener); the caller
-	// takes them with LauncherSockets instead of binding. GossipPort is then
-	// informational.
+	// takes them with cluster.LauncherSockets instead of binding. GossipPort
+	// is then informational.
 	Inherited bool
 	// Intra chooses the communicator between the ranks of one node: "nccl"
 	// (NCCL on device memory; device data crosses nodes through page-locked
@@ -145,11 +145,13 @@ const (
 	StyleSingle = "single"
 )
 
-// networkNames lists the data-plane networks, for messages.
-const networkNames = "quic (encrypted, the default: QUIC and a TLS lane over TCP on the same port), quic-only (QUIC alone: only UDP) or tcp (trusted fabrics)"
+// NetworkNames lists the data-plane networks (Launch.Network), for
+// messages.
+const NetworkNames = "quic (encrypted, the default: QUIC and a TLS lane over TCP on the same port), quic-only (QUIC alone: only UDP) or tcp (trusted fabrics)"
 
-// knownNetwork reports whether n names a data-plane network.
-func knownNetwork(n string) bool { return n == "quic" || n == "quic-only" || n == "tcp" }
+// KnownNetwork reports whether n names a data-plane network: quic,
+// quic-only or tcp.
+func KnownNetwork(n string) bool { return n == "quic" || n == "quic-only" || n == "tcp" }
 
 // Defaults and limits of Launch.
 const (
@@ -166,13 +168,12 @@ const (
 	MinKeyLen = 16
 )
 
-// hostname returns the machine's host name. It is a variable so tests can
-// make it deterministic; nothing else assigns it.
-var hostname = os.Hostname
-
-// lookupHostname returns the host name, or an error that says it is
-// missing.
-func lookupHostname() (string, error) {
+// lookupHostname asks hostname (Sys.Hostname, os.Hostname in programs)
+// for the host name, and returns it or an error that says it is missing.
+func lookupHostname(hostname func() (string, error)) (string, error) {
+	if hostname == nil {
+		return "", errors.New("the host name cannot be found (no Hostname function was given)")
+	}
 	h, err := hostname()
 	switch {
 	case err != nil:
@@ -256,8 +257,8 @@ func sanitizeJobID(id string) string {
 
 // IfaceSpec parses l.IfSpec. The result's Source names the variable it was
 // read from (HIERCOMM_SOCKET_IFNAME or NCCL_SOCKET_IFNAME; the former when
-// neither was set), or "IfSpec" for an explicit Launch, so SelectAddr's
-// errors point at the setting to change.
+// neither was set), or "IfSpec" for an explicit Launch, so
+// cluster.SelectAddr's errors point at the setting to change.
 func (l Launch) IfaceSpec() (IfSpec, error) {
 	s, err := ParseIfSpec(l.IfSpec)
 	if err != nil {
@@ -275,9 +276,10 @@ func (l Launch) IfaceSpec() (IfSpec, error) {
 }
 
 // Resolve returns a copy of l, validated, with the defaults its fields
-// document filled in. It does no I/O except looking up the host name when
-// Host is empty. Errors name the field, its value and what to do.
-func (l Launch) Resolve() (Launch, error) {
+// document filled in. It does no I/O: when Host is empty it asks hostname
+// (os.Hostname in programs; nil counts as a host name that cannot be
+// found). Errors name the field, its value and what to do.
+func (l Launch) Resolve(hostname func() (string, error)) (Launch, error) {
 	bad := func(format string, a ...any) (Launch, error) {
 		return Launch{}, fmt.Errorf("cluster: invalid Launch: "+format, a...)
 	}
@@ -301,7 +303,7 @@ func (l Launch) Resolve() (Launch, error) {
 		return bad("Device %d: use an accelerator ordinal >= 0, or -1 for none", l.Device)
 	}
 	if l.Host == "" {
-		h, err := lookupHostname()
+		h, err := lookupHostname(hostname)
 		if err != nil {
 			return bad("Host is empty and %v: set Host (or %s) to a name that is the same for every process of this node", err, EnvHostID)
 		}
@@ -344,8 +346,8 @@ func (l Launch) Resolve() (Launch, error) {
 	case "":
 		l.Network = DefaultNetwork
 	default:
-		if !knownNetwork(l.Network) {
-			return bad("Network %q: use %s", l.Network, networkNames)
+		if !KnownNetwork(l.Network) {
+			return bad("Network %q: use %s", l.Network, NetworkNames)
 		}
 	}
 	switch l.Intra {
