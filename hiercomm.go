@@ -250,6 +250,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			Seeds:       l.Seeds,
 			Gossip:      gossip,
 			JoinTimeout: l.JoinTimeout,
+			Agree:       planSettings(l, gpu),
 			Detector:    opt.Detector,
 			Logger:      log,
 		})

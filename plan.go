@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/nexar"
@@ -194,6 +196,26 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 		p.Timeouts.Join, p.Timeouts.Detector = 0, 0
 	}
 	return p, nil
+}
+
+// planSettings are the launch's settings that every rank's Plan is
+// decided from alike, and so must be the same on every rank: membership
+// compares them before the world forms (cluster.Config.Agree), so that a
+// job whose processes were launched otherwise fails at once, naming the
+// setting, instead of building communicators that never meet. gpu is
+// this rank's GPU, or -1.
+func planSettings(l launchenv.Launch, gpu int) []cluster.Setting {
+	tier := "off"
+	if gpu >= 0 {
+		tier = "on"
+	}
+	return []cluster.Setting{
+		{Name: launchenv.EnvNetwork, Value: cmp.Or(l.Network, launchenv.DefaultNetwork)},
+		{Name: launchenv.EnvIntra, Value: cmp.Or(l.Intra, "auto")},
+		{Name: launchenv.EnvNodeP2P, Value: l.NodeP2P},
+		{Name: launchenv.EnvConnsPerPeer, Value: strconv.Itoa(max(l.ConnsPerPeer, 1))},
+		{Name: "the GPU tier", Value: tier},
+	}
 }
 
 // routes is what the cost models of p's tiers choose, for the ranks each

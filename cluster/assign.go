@@ -25,16 +25,23 @@ func (v *view) evaluate(now time.Time, grace time.Duration) (topo *topology.Topo
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	all := make([]topology.Member, 0, len(v.seen))
-	var lost []*seenMember
+	var lost, differ []*seenMember
 	for _, s := range v.seen {
 		all = append(all, s.member)
 		if s.state != stateAlive {
 			lost = append(lost, s)
 		}
+		if !slices.Equal(s.agree, values(v.agree)) {
+			differ = append(differ, s)
+		}
 	}
 	slices.SortFunc(all, compareClaims)
 	if msg := conflicts(all, v.worldSize); msg != "" {
 		return nil, time.Time{}, &JoinError{Err: ErrWorldInvalid, msg: msg}
+	}
+	if len(differ) > 0 {
+		slices.SortFunc(differ, func(a, b *seenMember) int { return compareClaims(a.member, b.member) })
+		return nil, time.Time{}, &JoinError{Err: ErrWorldInvalid, msg: disagreement(differ[0], v.agree)}
 	}
 	if len(all) == v.worldSize {
 		t, err := topology.New(all)
@@ -73,6 +80,24 @@ func (v *view) evaluate(now time.Time, grace time.Duration) (topo *topology.Topo
 				len(all), v.jobID, v.worldSize, describeMembers(all))}
 	}
 	return nil, time.Time{}, nil
+}
+
+// disagreement says how member s was launched otherwise than this
+// process (mine): every setting of Config.Agree whose value differs, with
+// both values.
+func disagreement(s *seenMember, mine []Setting) string {
+	var diff []string
+	if len(s.agree) != len(mine) {
+		diff = append(diff, fmt.Sprintf("it gives %d settings to agree on, this process %d: run the same hiercomm in every process", len(s.agree), len(mine)))
+	} else {
+		for i, x := range mine {
+			if s.agree[i] != x.Value {
+				diff = append(diff, fmt.Sprintf("%s: %q here, %q there", x.Name, x.Value, s.agree[i]))
+			}
+		}
+	}
+	return fmt.Sprintf("%s was launched with other settings than this process (%s): every process of a job must be launched with the same, or they would build different communicators",
+		describeMember(s.member), strings.Join(diff, "; "))
 }
 
 // conflicts checks claims that no later member can fix: a rank out of

@@ -3,6 +3,7 @@ package cluster
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		{Rank: -1, Host: "node-3", Local: 1, Device: 1, Addr: "10.0.0.7:29600"},
 		{Rank: 5, Host: "h", Local: 0, Device: -1},
 	} {
-		b, err := encodeMeta("train-42", m)
+		b, err := encodeMeta("train-42", m, nil)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -34,20 +35,25 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(`{"v":1,"job":"j","rank":1e300}`))
 	f.Add([]byte(`{"v":1,"job":"j","rank":-9223372036854775808,"local":9223372036854775807}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"v":1,"job":"j","rank":0,"host":"h","agree":["quic","auto"]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		job, m, err := decodeMeta(b)
+		job, m, agree, err := decodeMeta(b)
 		if err != nil {
 			return
 		}
 		if job == "" {
 			t.Fatal("decodeMeta accepted metadata without a job id")
 		}
-		again, err := encodeMeta(job, m)
+		settings := make([]Setting, len(agree))
+		for i, v := range agree {
+			settings[i].Value = v
+		}
+		again, err := encodeMeta(job, m, settings)
 		if err != nil {
 			return // too long for memberlist: the sender could not have sent it
 		}
-		job2, m2, err := decodeMeta(again)
-		if err != nil || job2 != job || m2 != m {
+		job2, m2, agree2, err := decodeMeta(again)
+		if err != nil || job2 != job || m2 != m || !slices.Equal(agree2, agree) {
 			t.Fatalf("decode(encode(%q, %+v)) = %q, %+v, %v", job, m, job2, m2, err)
 		}
 	})
@@ -61,7 +67,7 @@ func FuzzDecodeMeta(f *testing.F) {
 // the job's size.
 func FuzzJoinMessages(f *testing.F) {
 	meta := func(rank, local int, host string) []byte {
-		b, err := encodeMeta("fuzz", topology.Member{Rank: rank, Host: host, Local: local, Device: -1, Addr: "127.0.0.1:1"})
+		b, err := encodeMeta("fuzz", topology.Member{Rank: rank, Host: host, Local: local, Device: -1, Addr: "127.0.0.1:1"}, nil)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -81,7 +87,7 @@ func FuzzJoinMessages(f *testing.F) {
 		if strings.Contains(string(meta1)+string(meta2), `"rank":-1`) {
 			self.Rank = -1 // every member of a world lets membership assign, or none
 		}
-		selfMeta, err := encodeMeta("fuzz", self)
+		selfMeta, err := encodeMeta("fuzz", self, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -239,11 +239,11 @@ func TestBindData(t *testing.T) {
 
 func TestMeta(t *testing.T) {
 	m := topology.Member{Rank: 3, Host: "node-7", Local: 1, Device: 1, Addr: "10.0.0.7:29600"}
-	b, err := encodeMeta("train-42", m)
+	b, err := encodeMeta("train-42", m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, got, err := decodeMeta(b)
+	job, got, _, err := decodeMeta(b)
 	if err != nil || job != "train-42" || got != m {
 		t.Fatalf("round trip: %q, %+v, %v; want train-42, %+v", job, got, err, m)
 	}
@@ -252,11 +252,11 @@ func TestMeta(t *testing.T) {
 	// host id, an IPv6 address) fits; a host id that does not is refused.
 	big := topology.Member{Rank: 1 << 20, Host: strings.Repeat("h", 250), Local: 999, Device: 999,
 		Addr: "[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535"}
-	if b, err := encodeMeta(strings.Repeat("j", maxJobIDLen), big); err != nil || len(b) > memberlist.MetaMaxSize {
+	if b, err := encodeMeta(strings.Repeat("j", maxJobIDLen), big, nil); err != nil || len(b) > memberlist.MetaMaxSize {
 		t.Errorf("a 250-byte host id: %d bytes, %v; want it to fit in %d", len(b), err, memberlist.MetaMaxSize)
 	}
 	big.Host = strings.Repeat("h", 400)
-	if _, err := encodeMeta("job", big); err == nil || !strings.Contains(err.Error(), "host id (400 bytes)") {
+	if _, err := encodeMeta("job", big, nil); err == nil || !strings.Contains(err.Error(), "host id (400 bytes)") {
 		t.Errorf("a 400-byte host id: %v; want an error naming the host id's length", err)
 	}
 
@@ -272,14 +272,14 @@ func TestMeta(t *testing.T) {
 		{"no job", `{"v":1,"host":"h"}`, "no job id", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := decodeMeta([]byte(tc.meta))
+			_, _, _, err := decodeMeta([]byte(tc.meta))
 			if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, errMetaVersion) != tc.version {
 				t.Fatalf("decodeMeta(%s) = %v; want an error with %q (version error: %v)", tc.meta, err, tc.want, tc.version)
 			}
 		})
 	}
 	// Fields added within a version are ignored.
-	if _, got, err := decodeMeta([]byte(`{"v":1,"job":"j","rank":-1,"host":"h","local":2,"device":-1,"zone":"x"}`)); err != nil || got.Local != 2 || got.Rank != -1 {
+	if _, got, _, err := decodeMeta([]byte(`{"v":1,"job":"j","rank":-1,"host":"h","local":2,"device":-1,"zone":"x"}`)); err != nil || got.Local != 2 || got.Rank != -1 {
 		t.Errorf("unknown field: %+v, %v", got, err)
 	}
 }

@@ -56,6 +56,17 @@ type Config struct {
 	// JoinTimeout bounds the whole join, until the world is complete. If
 	// zero, defaults to launchenv.DefaultJoinTimeout (2m).
 	JoinTimeout time.Duration
+	// Agree are the launch's settings every member of the job must share
+	// (hiercomm.Init gives those its Plan is decided from: the network,
+	// the tier within a node, ...), as name and value. Join compares
+	// every member's with this process's before the world forms, and
+	// fails with ErrWorldInvalid naming the member and every setting it
+	// differs in, with both values, instead of forming a world whose
+	// processes would build different communicators. Their values
+	// travel in the member metadata (at most 512 bytes in all: keep them
+	// short); the names are each process's own, the same in one build.
+	// May be empty.
+	Agree []Setting
 	// Detector sets the failure detector's timings; zero fields default.
 	Detector Detector
 	// Logger receives progress, warnings, failures and (at Debug)
@@ -238,7 +249,7 @@ func newCluster(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	meta, err := encodeMeta(cfg.JobID, cfg.Self)
+	meta, err := encodeMeta(cfg.JobID, cfg.Self, cfg.Agree)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: invalid Config: %w", err)
 	}
@@ -259,7 +270,7 @@ func newCluster(cfg Config) (*Cluster, error) {
 	v := newView(cfg, name, meta, disp)
 	self := cfg.Self
 	self.Name = name
-	v.seen[name] = &seenMember{member: self}
+	v.seen[name] = &seenMember{member: self, agree: values(cfg.Agree)}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = name

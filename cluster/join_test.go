@@ -283,6 +283,40 @@ func TestJoinConflict(t *testing.T) {
 	}
 }
 
+// TestJoinDisagreement: processes launched with different settings of
+// Config.Agree (here one with another network) do not form a world: every
+// process fails quickly with ErrWorldInvalid naming the member and each
+// setting that differs, with both values; processes that agree form it.
+func TestJoinDisagreement(t *testing.T) {
+	log, _ := clusterLogger(t, slog.LevelInfo)
+	procs := []worldProc{{"a", 0, -1}, {"b", 0, -1}, {"c", 0, -1}}
+	cfgs := worldConfigs(t, log, procs, 20*time.Second)
+	for i := range cfgs {
+		network := "quic"
+		if i == 2 {
+			network = "tcp"
+		}
+		cfgs[i].Agree = []Setting{{"HIERCOMM_NETWORK", network}, {"HIERCOMM_INTRA", "auto"}}
+	}
+	for i, r := range joinAll(t, cfgs) {
+		if r.err == nil {
+			t.Fatalf("process %d formed a world with a member launched otherwise", i)
+		}
+		want := `HIERCOMM_NETWORK: "quic" here, "tcp" there`
+		if i == 2 {
+			want = `HIERCOMM_NETWORK: "tcp" here, "quic" there`
+		}
+		if !errors.Is(r.err, ErrWorldInvalid) || r.took > 5*time.Second || !strings.Contains(r.err.Error(), want) || strings.Contains(r.err.Error(), "HIERCOMM_INTRA") {
+			t.Errorf("process %d after %v: %v; want ErrWorldInvalid, quickly, with %q and no other setting", i, r.took, r.err, want)
+		}
+	}
+	cfgs = worldConfigs(t, log, procs, 20*time.Second)
+	for i := range cfgs {
+		cfgs[i].Agree = []Setting{{"HIERCOMM_NETWORK", "tcp"}}
+	}
+	mustForm(t, joinAll(t, cfgs))
+}
+
 func TestJoinUnreachableSeed(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -423,7 +457,7 @@ func viewForTest(t *testing.T, worldSize int) *view {
 // gossipNode is a memberlist node of job with member m.
 func gossipNode(t *testing.T, name, job string, m topology.Member) *memberlist.Node {
 	t.Helper()
-	meta, err := encodeMeta(job, m)
+	meta, err := encodeMeta(job, m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

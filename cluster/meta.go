@@ -19,8 +19,12 @@ import (
 //
 // Each member publishes, in memberlist's node metadata, a small JSON object:
 //
-//	{"v":1,"job":"train-42","rank":-1,"host":"node-3","local":1,"device":1,"addr":"10.0.0.7:29600"}
+//	{"v":1,"job":"train-42","rank":-1,"host":"node-3","local":1,"device":1,"addr":"10.0.0.7:29600",
+//	 "agree":["quic","auto","","1","host"]}
 //
+// agree holds the values of Config.Agree, the launch's settings every
+// member must share (evaluate compares them before the world forms); their
+// names are the receiver's own, since every member runs the same build.
 // v is the format version; a member that reads another version reports it
 // instead of guessing (every process of a job must run the same hiercomm).
 // Fields may be added within a version (decoders ignore unknown ones); a
@@ -33,55 +37,77 @@ import (
 const metaVersion = 1
 
 type memberMeta struct {
-	V      int    `json:"v"`
-	Job    string `json:"job"`
-	Rank   int    `json:"rank"`
-	Host   string `json:"host"`
-	Local  int    `json:"local"`
-	Device int    `json:"device"`
-	Addr   string `json:"addr,omitempty"`
+	V      int      `json:"v"`
+	Job    string   `json:"job"`
+	Rank   int      `json:"rank"`
+	Host   string   `json:"host"`
+	Local  int      `json:"local"`
+	Device int      `json:"device"`
+	Addr   string   `json:"addr,omitempty"`
+	Agree  []string `json:"agree,omitempty"`
+}
+
+// A Setting is one value of Config.Agree: a setting every member of a job
+// must have the same value of, named as the user sets it (the variable, or
+// the option).
+type Setting struct {
+	Name, Value string
+}
+
+// values are the values of settings, in order.
+func values(settings []Setting) []string {
+	v := make([]string, len(settings))
+	for i, s := range settings {
+		v[i] = s.Value
+	}
+	return v
 }
 
 // errMetaVersion is wrapped by decodeMeta's error for metadata of another
 // version.
 var errMetaVersion = errors.New("member metadata of another version")
 
-// encodeMeta is the metadata of member m of job.
-func encodeMeta(job string, m topology.Member) ([]byte, error) {
-	b, err := json.Marshal(memberMeta{V: metaVersion, Job: job, Rank: m.Rank, Host: m.Host, Local: m.Local, Device: m.Device, Addr: m.Addr})
+// encodeMeta is the metadata of member m of job, with the settings it
+// must share with the others.
+func encodeMeta(job string, m topology.Member, agree []Setting) ([]byte, error) {
+	b, err := json.Marshal(memberMeta{V: metaVersion, Job: job, Rank: m.Rank, Host: m.Host, Local: m.Local, Device: m.Device, Addr: m.Addr, Agree: values(agree)})
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("the member metadata takes %d bytes, memberlist allows %d: shorten the job id (%d bytes), the host id (%d bytes) or the address (%d bytes)",
-			len(b), memberlist.MetaMaxSize, len(job), len(m.Host), len(m.Addr))
+		n := 0
+		for _, s := range agree {
+			n += len(s.Value) + len(`"",`)
+		}
+		return nil, fmt.Errorf("the member metadata takes %d bytes, memberlist allows %d: shorten the job id (%d bytes), the host id (%d bytes), the address (%d bytes) or the settings to agree on (%d bytes)",
+			len(b), memberlist.MetaMaxSize, len(job), len(m.Host), len(m.Addr), n)
 	}
 	return b, nil
 }
 
 // decodeMeta reads metadata written by encodeMeta. The member's Name is
 // left empty.
-func decodeMeta(b []byte) (job string, m topology.Member, err error) {
+func decodeMeta(b []byte) (job string, m topology.Member, agree []string, err error) {
 	if len(b) == 0 {
-		return "", m, errors.New("no member metadata (not a hiercomm process?)")
+		return "", m, nil, errors.New("no member metadata (not a hiercomm process?)")
 	}
 	var v struct {
 		V int `json:"v"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
-		return "", m, fmt.Errorf("member metadata is not valid: %w", err)
+		return "", m, nil, fmt.Errorf("member metadata is not valid: %w", err)
 	}
 	if v.V != metaVersion {
-		return "", m, fmt.Errorf("%w: version %d, this process reads %d: run the same hiercomm version in every process of a job", errMetaVersion, v.V, metaVersion)
+		return "", m, nil, fmt.Errorf("%w: version %d, this process reads %d: run the same hiercomm version in every process of a job", errMetaVersion, v.V, metaVersion)
 	}
 	var mm memberMeta
 	if err := json.Unmarshal(b, &mm); err != nil {
-		return "", m, fmt.Errorf("member metadata is not valid: %w", err)
+		return "", m, nil, fmt.Errorf("member metadata is not valid: %w", err)
 	}
 	if mm.Job == "" {
-		return "", m, errors.New("member metadata has no job id")
+		return "", m, nil, errors.New("member metadata has no job id")
 	}
-	return mm.Job, topology.Member{Rank: mm.Rank, Host: mm.Host, Local: mm.Local, Device: mm.Device, Addr: mm.Addr}, nil
+	return mm.Job, topology.Member{Rank: mm.Rank, Host: mm.Host, Local: mm.Local, Device: mm.Device, Addr: mm.Addr}, mm.Agree, nil
 }
 
 // The record of the members.
@@ -102,6 +128,7 @@ const (
 // seenMember is a member of this job seen during the join.
 type seenMember struct {
 	member topology.Member // Name set
+	agree  []string        // the values of the settings it was launched with (Config.Agree)
 	state  memberState
 	since  time.Time // when it left or died
 }
@@ -114,6 +141,7 @@ type view struct {
 	jobID       string
 	self        string
 	worldSize   int
+	agree       []Setting // this process's Config.Agree, names and values
 	meta        []byte
 	log         *slog.Logger
 	disp        *dispatcher
@@ -139,6 +167,7 @@ func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
 		jobID:     cfg.JobID,
 		self:      self,
 		worldSize: cfg.WorldSize,
+		agree:     cfg.Agree,
 		meta:      meta,
 		log:       cfg.Logger,
 		disp:      disp,
@@ -173,10 +202,11 @@ func (v *view) NodeMeta(limit int) []byte { return v.meta }
 func (v *view) LocalState(join bool) []byte            { return nil }
 func (v *view) MergeRemoteState(buf []byte, join bool) {}
 
-// member decodes n's metadata; ok is false (and the node recorded as
-// foreign, warned once) if n is not a member of this job.
-func (v *view) member(n *memberlist.Node) (m topology.Member, ok bool) {
-	job, m, err := decodeMeta(n.Meta)
+// member decodes n's metadata, and the settings it was launched with; ok
+// is false (and the node recorded as foreign, warned once) if n is not a
+// member of this job.
+func (v *view) member(n *memberlist.Node) (m topology.Member, agree []string, ok bool) {
+	job, m, agree, err := decodeMeta(n.Meta)
 	why := ""
 	switch {
 	case err != nil:
@@ -187,21 +217,21 @@ func (v *view) member(n *memberlist.Node) (m topology.Member, ok bool) {
 		why = fmt.Sprintf("it belongs to job %q", job)
 	default:
 		m.Name = n.Name
-		return m, true
+		return m, agree, true
 	}
 	if _, warned := v.foreign[n.Name]; !warned {
 		desc := fmt.Sprintf("%s at %s (%s)", n.Name, n.Address(), why)
 		v.foreign[n.Name] = desc
 		v.log.Warn("cluster: ignoring a gossip member that is not of this job: "+desc, "job", v.jobID)
 	}
-	return m, false
+	return m, nil, false
 }
 
 // NotifyJoin records a member that became alive.
 func (v *view) NotifyJoin(n *memberlist.Node) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	m, ok := v.member(n)
+	m, agree, ok := v.member(n)
 	if !ok {
 		return
 	}
@@ -219,7 +249,7 @@ func (v *view) NotifyJoin(n *memberlist.Node) {
 		v.log.Warn("cluster: a process of this job joined after the world formed; ignored (membership is not elastic): "+describeMember(m), "job", v.jobID)
 		return
 	}
-	v.seen[n.Name] = &seenMember{member: m}
+	v.seen[n.Name] = &seenMember{member: m, agree: agree}
 	v.signal()
 }
 
@@ -228,7 +258,7 @@ func (v *view) NotifyJoin(n *memberlist.Node) {
 func (v *view) NotifyUpdate(n *memberlist.Node) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	m, ok := v.member(n)
+	m, agree, ok := v.member(n)
 	if !ok {
 		return
 	}
@@ -239,7 +269,7 @@ func (v *view) NotifyUpdate(n *memberlist.Node) {
 		return
 	}
 	if s, ok := v.seen[n.Name]; ok {
-		s.member = m
+		s.member, s.agree = m, agree
 		v.signal()
 	}
 }
