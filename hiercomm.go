@@ -142,6 +142,9 @@ type World struct {
 	launch  launchenv.Launch
 	log     *slog.Logger
 	plan    Plan
+	// launched is the launcher's rank of each rank of this World; nil
+	// where they are the same (a World Init made).
+	launched []int
 }
 
 // osSys is what reading and resolving the launch ask of the operating
@@ -479,7 +482,8 @@ func (w *World) ready(cl *cluster.Cluster, via string) {
 	}
 }
 
-// Plan is what Init built this World from (see NewPlan).
+// Plan is what Init built this World from (see NewPlan); a World made by
+// Shrink keeps the Plan of the World it shrank from.
 func (w *World) Plan() Plan { return w.plan }
 
 // Device is the GPU this rank's communicator moves data of, or nil when

@@ -38,8 +38,13 @@ func (w *World) Shrink(ctx context.Context) (comm.Communicator, error) {
 	if err != nil {
 		return fail(err)
 	}
-	nw := &World{Communicator: s, topo: topo, rank: s.Rank(), cluster: w.cluster, device: w.device, launch: w.launch, log: w.log}
+	nw := &World{Communicator: s, topo: topo, rank: s.Rank(), cluster: w.cluster, device: w.device, launch: w.launch, log: w.log, plan: w.plan,
+		launched: make([]int, len(old))}
+	for i, r := range old {
+		nw.launched[i] = w.launchedRank(r)
+	}
 	w.cluster = nil
+	w.reportShrink(nw)
 	if nw.rank == 0 {
 		w.log.Info("hiercomm: world shrunk", "size", topo.Size(), "of", len(w.topo.Members()), "nodes", topo.NumNodes(), "via", fmt.Sprintf("%T", s))
 	}

@@ -20,25 +20,35 @@ import (
 // line to that file, once per process. A rank whose failure is
 // its own (its program returned an error, panicked, exited) writes
 // nothing; the survivors it leaves behind name it. A World made by Shrink
-// writes nothing: its ranks are no longer the ones the launcher started.
+// writes no such line (its ranks are no longer the ones the launcher
+// started); the Shrink itself writes, on every survivor, the launched
+// ranks it left behind (StatusReport.Shrunk).
 
 // EnvStatusFile is the environment variable that names the status file
 // (set by `hiercomm run`; read from the process environment, not through
 // Options.Getenv). Unset: nothing is written.
 const EnvStatusFile = "HIERCOMM_STATUS_FILE"
 
-// StatusReport is one line of the status file: "RANK failed CULPRIT HOW"
-// or "RANK late R1[,R2...] HOW", where RANK is the World rank that wrote
-// it, HOW the rest of the line, and ranks are decimal.
+// StatusReport is one line of the status file: "RANK failed CULPRIT HOW",
+// "RANK late R1[,R2...] HOW" or "RANK shrunk R1[,R2...] HOW", where RANK
+// is the World rank that wrote it, HOW the rest of the line, and ranks are
+// decimal, as the launcher numbered them.
+//
+// A World's Shrink writes the third on every survivor: the ranks the
+// shrunk World no longer has. A launcher that sees every rank that failed
+// shrunk past, and every other rank exit 0, may count the job a success:
+// an elastic job absorbed the failure (`hiercomm run --elastic`).
 type StatusReport struct {
-	// Rank is the rank whose error it is.
+	// Rank is the rank whose error it is, or that shrank.
 	Rank int
 	// Late says that Ranks had not started the collective in which Rank's
-	// deadline passed (a *comm.LateError); without it, Ranks is the one
-	// rank Rank's error blames (comm.CulpritOf), possibly Rank itself (it
-	// was expelled by its peers).
-	Late  bool
-	Ranks []int
+	// deadline passed (a *comm.LateError); Shrunk that Rank's World shrank
+	// past Ranks (every one of them gone); without either, Ranks is the
+	// one rank Rank's error blames (comm.CulpritOf), possibly Rank itself
+	// (it was expelled by its peers).
+	Late   bool
+	Shrunk bool
+	Ranks  []int
 	// How is what happened, in Rank's words: the Blame's How, or the
 	// LateError's text. The line has each run of white space in it,
 	// newlines included, as one space.
@@ -48,8 +58,11 @@ type StatusReport struct {
 // String is the report's line, without the newline.
 func (r StatusReport) String() string {
 	kind := "failed"
-	if r.Late {
+	switch {
+	case r.Late:
 		kind = "late"
+	case r.Shrunk:
+		kind = "shrunk"
 	}
 	ranks := make([]string, len(r.Ranks))
 	for i, p := range r.Ranks {
@@ -66,7 +79,7 @@ func (r StatusReport) String() string {
 // newline).
 func ParseStatusReport(line string) (StatusReport, error) {
 	bad := func(why string) (StatusReport, error) {
-		return StatusReport{}, fmt.Errorf("status line %q: %s; want \"RANK failed CULPRIT HOW\" or \"RANK late R1[,R2...] HOW\"", line, why)
+		return StatusReport{}, fmt.Errorf("status line %q: %s; want \"RANK failed CULPRIT HOW\", \"RANK late R1[,R2...] HOW\" or \"RANK shrunk R1[,R2...] HOW\"", line, why)
 	}
 	f := strings.SplitN(line, " ", 4)
 	if len(f) < 3 {
@@ -81,8 +94,10 @@ func ParseStatusReport(line string) (StatusReport, error) {
 	case "failed":
 	case "late":
 		r.Late = true
+	case "shrunk":
+		r.Shrunk = true
 	default:
-		return bad(fmt.Sprintf("kind %q is neither failed nor late", f[1]))
+		return bad(fmt.Sprintf("kind %q is not failed, late or shrunk", f[1]))
 	}
 	for _, s := range strings.Split(f[2], ",") {
 		p, err := strconv.Atoi(s)
@@ -91,7 +106,7 @@ func ParseStatusReport(line string) (StatusReport, error) {
 		}
 		r.Ranks = append(r.Ranks, p)
 	}
-	if !r.Late && len(r.Ranks) != 1 {
+	if !r.Late && !r.Shrunk && len(r.Ranks) != 1 {
 		return bad(fmt.Sprintf("%d ranks blamed, want one", len(r.Ranks)))
 	}
 	if len(f) == 4 {
@@ -142,6 +157,40 @@ func (w *World) report(err error) error {
 		w.log.Warn("hiercomm: could not tell the launcher which rank failed", "file", statusPath(), "err", werr)
 	}
 	return err
+}
+
+// reportShrink writes, on a survivor of a Shrink of w that made nw, the
+// line that says which of the launched ranks nw no longer has.
+func (w *World) reportShrink(nw *World) {
+	if statusPath() == "" {
+		return
+	}
+	kept := make(map[int]bool, nw.Size())
+	for r := range nw.Size() {
+		kept[nw.launchedRank(r)] = true
+	}
+	var gone []int
+	for r := range w.Size() {
+		if l := w.launchedRank(r); !kept[l] {
+			gone = append(gone, l)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	r := StatusReport{Rank: w.launchedRank(w.rank), Shrunk: true, Ranks: gone, How: fmt.Sprintf("shrank from %d ranks to %d", w.Size(), nw.Size())}
+	if err := appendStatus(statusPath(), r); err != nil {
+		w.log.Warn("hiercomm: could not tell the launcher which ranks the world shrank past", "file", statusPath(), "err", err)
+	}
+}
+
+// launchedRank is the rank the launcher gave the process that is rank r
+// of w (a World made by Shrink renumbers its ranks).
+func (w *World) launchedRank(r int) int {
+	if w.launched == nil {
+		return r
+	}
+	return w.launched[r]
 }
 
 // appendStatus appends r's line to the status file at path, which the

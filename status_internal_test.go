@@ -3,13 +3,17 @@ package hiercomm
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar"
 )
 
 // Each kind of error a World's call returns makes the line the launcher
@@ -59,6 +63,47 @@ func TestParseStatusReportRejectsBadLines(t *testing.T) {
 	}
 	if r, err := ParseStatusReport("4 failed 1"); err != nil || r.Rank != 4 || r.Ranks[0] != 1 || r.How != "" {
 		t.Errorf("a line without words: %+v, %v", r, err)
+	}
+	shrunk := StatusReport{Rank: 2, Shrunk: true, Ranks: []int{1, 3}, How: "shrank from 4 ranks to 2"}
+	if line := shrunk.String(); line != "2 shrunk 1,3 shrank from 4 ranks to 2" {
+		t.Errorf("a Shrink's line: %q", line)
+	}
+	if r, err := ParseStatusReport(shrunk.String()); err != nil || !reflect.DeepEqual(r, shrunk) {
+		t.Errorf("a Shrink's line reads back as %+v, %v; want %+v", r, err, shrunk)
+	}
+}
+
+// A World made by Shrink numbers its ranks anew; its Shrink's line names
+// the ranks the launcher started (launchedRank), not the shrunk World's.
+func TestReportShrinkNamesLaunchedRanks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "status")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvStatusFile, path)
+	statusPath = sync.OnceValue(func() string { return os.Getenv(EnvStatusFile) })
+	t.Cleanup(func() { statusPath = sync.OnceValue(func() string { return os.Getenv(EnvStatusFile) }) })
+	cs, err := nexar.NewMemoryWorld(4, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	// Launched ranks 0, 2, 3, 5 (1 and 4 already gone) are this World's
+	// 0 to 3; a Shrink keeps its ranks 1 and 3: launched 2 and 5.
+	w := &World{Communicator: cs[1], rank: 1, launched: []int{0, 2, 3, 5}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	two, err := nexar.NewMemoryWorld(2, nexar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(two)
+	nw := &World{Communicator: two[0], launched: []int{2, 5}}
+	w.reportShrink(nw)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "2 shrunk 0,3 shrank from 4 ranks to 2\n"; string(b) != want {
+		t.Errorf("the status file reads %q, want %q", b, want)
 	}
 }
 

@@ -71,7 +71,7 @@ type blame struct {
 func findCulprit(reports []hiercomm.StatusReport, size int) (b blame, ok bool) {
 	valid := func(r int) bool { return r >= 0 && r < size }
 	for _, r := range reports {
-		if !valid(r.Rank) || !valid(r.Ranks[0]) {
+		if r.Shrunk || !valid(r.Rank) || !valid(r.Ranks[0]) {
 			continue
 		}
 		if !ok {
@@ -107,6 +107,49 @@ func culpritSummary(b blame, first *cluster.LocalExitError, errs []error) (strin
 		line += fmt.Sprintf(" (rank %d's, the first to end with an error)", first.Rank)
 	}
 	return line, code
+}
+
+// shrankPast reports whether a job whose ranks ended with errs absorbed
+// its failures: every rank that failed was shrunk past (a Shrink report
+// names it) by ranks that exited 0, and every other rank exited 0. gone
+// are the ranks that failed; the line says so.
+func shrankPast(reports []hiercomm.StatusReport, errs []error) (line string, ok bool) {
+	past := make(map[int]bool)
+	for _, r := range reports {
+		if r.Shrunk && r.Rank >= 0 && r.Rank < len(errs) && errs[r.Rank] == nil {
+			for _, g := range r.Ranks {
+				past[g] = true
+			}
+		}
+	}
+	var gone []int
+	var how []string
+	clean := 0
+	for r, err := range errs {
+		switch {
+		case err == nil:
+			clean++
+		case !past[r]:
+			return "", false
+		default:
+			gone = append(gone, r)
+			var ee *cluster.LocalExitError
+			if errors.As(err, &ee) {
+				how = append(how, fmt.Sprintf("rank %d: %s (pid %d)", r, exitStatus(err), ee.Pid()))
+			} else {
+				how = append(how, fmt.Sprintf("rank %d: %s", r, exitStatus(err)))
+			}
+		}
+	}
+	if len(gone) == 0 || clean == 0 {
+		return "", false
+	}
+	them := "it"
+	if len(gone) > 1 {
+		them = "them"
+	}
+	return fmt.Sprintf("the job succeeded elastically: %s ended (%s), and the other %d ranks shrank past %s and exited 0; exit status 0",
+		ranks(gone), strings.Join(how, "; "), clean, them), true
 }
 
 // others counts the ranks but rank that failed and that exited 0.

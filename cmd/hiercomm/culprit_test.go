@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -154,6 +155,37 @@ func TestFindCulprit(t *testing.T) {
 		got, ok := findCulprit(read(tc.lines...), 4)
 		if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("findCulprit(%q) = %+v, %v; want %+v, %v", tc.lines, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A job absorbed its failures when every rank that failed was shrunk past
+// by a rank that exited 0 and every other rank exited 0; a report from a
+// rank that failed itself, a failed rank nobody shrank past, or no rank
+// left standing is a failed job.
+func TestShrankPast(t *testing.T) {
+	dead := errors.New("signal: killed")
+	shrunk := func(rank int, gone ...int) hiercomm.StatusReport {
+		return hiercomm.StatusReport{Rank: rank, Shrunk: true, Ranks: gone}
+	}
+	for _, tc := range []struct {
+		name    string
+		reports []hiercomm.StatusReport
+		errs    []error
+		want    string // "" for not absorbed
+	}{
+		{"one shrunk past", []hiercomm.StatusReport{{Rank: 0, Ranks: []int{1}}, shrunk(0, 1), shrunk(2, 1)}, []error{nil, dead, nil},
+			"the job succeeded elastically: rank 1 ended (rank 1: signal: killed), and the other 2 ranks shrank past it and exited 0; exit status 0"},
+		{"two shrunk past", []hiercomm.StatusReport{shrunk(0, 1), shrunk(2, 3)}, []error{nil, dead, nil, dead},
+			"the job succeeded elastically: ranks 1 and 3 ended (rank 1: signal: killed; rank 3: signal: killed), and the other 2 ranks shrank past them and exited 0; exit status 0"},
+		{"a failed rank not shrunk past", []hiercomm.StatusReport{shrunk(0, 1)}, []error{nil, dead, dead}, ""},
+		{"shrunk past by a rank that failed", []hiercomm.StatusReport{shrunk(2, 1)}, []error{nil, dead, dead}, ""},
+		{"no report", nil, []error{nil, dead}, ""},
+		{"nobody left", []hiercomm.StatusReport{shrunk(0, 1)}, []error{dead, dead}, ""},
+	} {
+		line, ok := shrankPast(tc.reports, tc.errs)
+		if ok != (tc.want != "") || line != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, line, ok, tc.want)
 		}
 	}
 }

@@ -18,18 +18,29 @@ import (
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
+// roleWorld joins the job for a role, within 2 minutes; done closes the
+// World and ends the context. ok is false, the error printed, when Init
+// fails.
+func roleWorld() (ctx context.Context, w *hiercomm.World, done func(), ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	w, err := hiercomm.Init(ctx, hiercomm.Options{})
+	if err != nil {
+		cancel()
+		fmt.Println(err)
+		return nil, nil, nil, false
+	}
+	return ctx, w, func() { w.Close(); cancel() }, true
+}
+
 // usr1Role joins the job (hiercomm.Init), runs one AllReduce, says it
 // runs, and waits for a SIGUSR1, which Init's handler answers by writing
 // the flight recorders; it gives the handler a moment and exits 0.
 func usr1Role() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	w, err := hiercomm.Init(ctx, hiercomm.Options{})
-	if err != nil {
-		fmt.Println(err)
+	ctx, w, done, ok := roleWorld()
+	if !ok {
 		return 1
 	}
-	defer w.Close()
+	defer done()
 	x := make([]float32, 4)
 	if err := w.AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err != nil {
 		fmt.Println(err)

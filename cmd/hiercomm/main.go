@@ -21,7 +21,9 @@
 //	    namespaces joined by links limited to RATE in each direction (tc's
 //	    syntax: 1gbit, 500mbit), one per rank, or one per node with
 //	    --link-per-node; within a node nothing is limited. The namespaces
-//	    are removed when the job ends, fails or is interrupted.
+//	    are removed when the job ends, fails or is interrupted. With
+//	    --elastic a failure stops no one, and the job succeeds when the
+//	    ranks that exited 0 shrank past every rank that failed.
 //	hiercomm topology FILE
 //	    Check a topology dumped as JSON and print it as a table.
 //	hiercomm plan [-rank R] [-gpu N] FILE
@@ -84,6 +86,11 @@ before SIGKILL; a second one kills at once; the line then names the first
 rank to end with an error. SIGUSR1 is passed on to every rank (a program
 that called hiercomm.Init writes its flight recorders to its log). PROGRAM
 may be a Go package directory, built first.
+
+With --elastic, a rank's failure stops no one: an elastic program's ranks
+Shrink past it and go on, and the job succeeds (exit 0) when every rank
+that failed was shrunk past by ranks that exited 0 (each World's Shrink
+says which ranks it left behind in the same file).
 
 flags:
 `
@@ -165,6 +172,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	linkRate := fs.String("link-rate", "", "emulate the nodes in network namespaces, with links limited to this rate each way (tc syntax: 1gbit, 500mbit); needs root")
 	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")
 	grace := fs.Duration("grace", cluster.DefaultGrace, "after a rank fails, how long the others get to report and exit by themselves before SIGTERM")
+	elastic := fs.Bool("elastic", false, "a rank's failure does not stop the others: they may Shrink past it and train on (the job succeeds when every rank that failed was shrunk past by ranks that exited 0); --grace does not apply")
 	killAfter := fs.Duration("kill-after", cluster.DefaultKillAfter, "how long a rank gets after SIGTERM (after --grace, or passed on from Ctrl-C or SIGTERM) before SIGKILL")
 	if code, done := parseFlags(fs, args, runUsage, stdout, stderr); done {
 		return code
@@ -219,6 +227,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Stderr:       stderr,
 		Grace:        *grace,
 		KillAfter:    *killAfter,
+		KeepOthers:   *elastic,
 		Notify:       func(line string) { fmt.Fprintln(stderr, "hiercomm run:", line) },
 	}
 	if *grace == 0 {
@@ -320,6 +329,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	reports, bad := readStatus(statusPath)
 	for _, e := range bad {
 		fmt.Fprintln(stderr, "hiercomm run:", e)
+	}
+	if line, ok := shrankPast(reports, errs); ok {
+		fmt.Fprintln(stderr, "hiercomm run:", line)
+		return 0
 	}
 	b, ok := findCulprit(reports, len(errs))
 	if !ok {

@@ -91,6 +91,8 @@ func TestMain(m *testing.M) {
 		os.Exit(soakRole())
 	case "usr1":
 		os.Exit(usr1Role())
+	case "elastic":
+		os.Exit(elasticRole())
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {
