@@ -3,7 +3,6 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math"
 
 	"github.com/hiercomm/hiercomm/comm"
@@ -32,33 +31,6 @@ func Accuracy(ctx context.Context, c comm.Communicator, net *mlp.Net, p mlp.Para
 		return 0, fmt.Errorf("adding up the test counts: %w", err)
 	}
 	return float64(counts[0]) / float64(n), nil
-}
-
-// Hash is a digest of the bits of p.
-func Hash(p []float32) uint64 {
-	h := fnv.New64a()
-	h.Write(bytesOf(p))
-	return h.Sum64()
-}
-
-// Identical checks that every rank holds the same bits in p: each rank's
-// hash of p is gathered to every rank, so each of them returns the same
-// verdict (an error naming the ranks that differ from rank 0).
-func Identical(ctx context.Context, c comm.Communicator, p []float32) error {
-	hashes := make([]uint64, c.Size())
-	if err := c.AllGather(ctx, comm.Host([]uint64{Hash(p)}), comm.Host(hashes)); err != nil {
-		return fmt.Errorf("gathering the replicas' hashes: %w", err)
-	}
-	var differ []int
-	for r, h := range hashes {
-		if h != hashes[0] {
-			differ = append(differ, r)
-		}
-	}
-	if len(differ) > 0 {
-		return fmt.Errorf("the parameters of ranks %v differ from rank 0's (hashes %x)", differ, hashes)
-	}
-	return nil
 }
 
 // Reference trains the net as one process would on the same global

@@ -1,13 +1,13 @@
 // Package trainer is what the example trainers (dataparallel, zero) share
-// around the model: their common flags, the MNIST data cut into global
-// batches and each rank's part of them, test accuracy computed by every
-// rank on its share of the test set, the bitwise check that replicas agree,
-// the single-process reference run they compare themselves with, and for
-// -device the vectors kept in GPU memory (Device, Vector) and the staging
-// of host values on a GPU world (Host). It imports hiercomm (Init), comm
-// (the collectives it calls), mlp and mnist, and for -device nccl (a
-// rank's GPU, the fake) and cluster (the name of HIERCOMM_INTRA); never a
-// transport.
+// around the model: their common flags, the MNIST data (dp/mnist) cut into
+// global batches and each rank's part of them, test accuracy computed by
+// every rank on its share of the test set, the single-process reference
+// run they compare themselves with, and for -device the vectors kept in
+// GPU memory (Device, Vector) and the staging of host values on a GPU
+// world (Host); the replica check and the gradient buckets are dp's. It
+// imports hiercomm (Init), comm (the collectives it calls), mlp and
+// dp/mnist, and for -device nccl (a rank's GPU, the fake) and cluster (the
+// name of HIERCOMM_INTRA); never a transport.
 package trainer
 
 import (
@@ -24,8 +24,8 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster"
+	"github.com/hiercomm/hiercomm/dp/mnist"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
-	"github.com/hiercomm/hiercomm/examples/internal/mnist"
 	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
