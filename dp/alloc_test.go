@@ -250,3 +250,16 @@ func exampleWorld(n int) []comm.Communicator {
 	}
 	return cs
 }
+
+// Shard cuts a global batch of 128 samples among 3 ranks (after a Shrink
+// from 4, say): every sample once, shares that differ by one.
+func ExampleShard() {
+	for r := range 3 {
+		lo, hi := dp.Shard(128, r, 3)
+		fmt.Printf("rank %d: samples [%d, %d), %d of them\n", r, lo, hi, hi-lo)
+	}
+	// Output:
+	// rank 0: samples [0, 43), 43 of them
+	// rank 1: samples [43, 86), 43 of them
+	// rank 2: samples [86, 128), 42 of them
+}

@@ -6,15 +6,16 @@ import (
 	"math"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/dp"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 )
 
 // Accuracy is the fraction of the test set the net classifies right with
-// parameters p: each rank predicts its share of the test images and one
-// AllReduce adds up the counts, so every rank returns the same figure.
+// parameters p: each rank predicts its share of the test images
+// (dp.Shard) and one AllReduce adds up the counts, so every rank returns the same figure.
 func Accuracy(ctx context.Context, c comm.Communicator, net *mlp.Net, p mlp.Params, d *Data) (float64, error) {
 	n, rank, size := d.Test.Len(), c.Rank(), c.Size()
-	lo, hi := n*rank/size, n*(rank+1)/size
+	lo, hi := dp.Shard(n, rank, size)
 	counts := []int64{0}
 	if hi > lo {
 		pred, err := net.Predict(p, d.Test.Images[lo*net.Inputs():hi*net.Inputs()])
