@@ -90,13 +90,17 @@ func (b Bucket) String() string {
 // lengths, in the same order, with the same Options.BucketBytes and Op, so
 // that the ranks' buckets match: a bucket whose length or dtype differs
 // across ranks is the communicator's *comm.MismatchError, from Wait, on
-// every rank. The gradients belong to the Reducer from a step's first
+// every rank (a rank with a bucket more than the others gets it when they
+// start their next collective). The gradients belong to the Reducer from a step's first
 // Ready or Start until its Wait returns: do not write a gradient after it
 // is Ready. After an error the gradients hold no defined result: a packed
 // bucket's keep this rank's own values, an in-place bucket's may be
 // partly reduced.
 //
 // Ready, Start and Wait may be called from several goroutines (Wait last).
+// A Reducer runs on the communicator it was made with: after a Shrink,
+// make another on the survivors' communicator (a step that failed is
+// redone there from Ready).
 type Reducer struct {
 	c       comm.Communicator
 	grads   []comm.Buffer
