@@ -9,7 +9,9 @@ import (
 // Fused (bucketed) AllReduce: a trainer with hundreds of small gradient
 // tensors pays a collective's latency once per tensor; packing them into one
 // buffer pays it once. This is what torch DDP's gradient buckets do, here as
-// a function over any Communicator.
+// a function over any Communicator. It packs into a new buffer on every
+// call; a trainer that reduces the same gradients every step keeps its
+// buckets laid out once with dp.Reducer instead.
 
 // AllReduceFused is StartAllReduceFused(ctx, c, bufs, op).Wait().
 func AllReduceFused(ctx context.Context, c Communicator, bufs []Buffer, op ReduceOp) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/dp"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/trainer"
 )
@@ -27,7 +28,7 @@ import (
 //     from, the weights and the optimizer's state (a rank that died late
 //     in a step may have let some survivors finish it and not others);
 //  4. each survivor takes its share of every later global batch by its
-//     new rank and the new size (shard: when the survivors do not divide
+//     new rank and the new size (dp.Shard: when the survivors do not divide
 //     the batch, shares that differ by one sample), and redoes the step
 //     that failed.
 //
@@ -81,7 +82,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 	if c.Rank() == 0 {
 		net.Init(p, cfg.Seed)
 	}
-	if err := c.Broadcast(ctx, comm.Host(p), 0); err != nil {
+	if err := dp.Broadcast(ctx, c, 0, comm.Host(p)); err != nil {
 		return fmt.Errorf("broadcasting the initial weights: %w", err)
 	}
 	flat := mlp.Flat{Net: net, P: p, G: g}
@@ -96,7 +97,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 	)
 	for next < total {
 		failed := func() error {
-			for s := range data.Batches(0, 1) { // the whole global batches; shard cuts this rank's part
+			for s := range data.Batches(0, 1) { // the whole global batches; dp.Shard cuts this rank's part
 				if s.T < next {
 					continue
 				}
@@ -105,7 +106,7 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 					self.Kill()
 					select {} // SIGKILL ends this
 				}
-				lo, hi := shard(len(s.Idx), c.Rank(), c.Size())
+				lo, hi := dp.Shard(len(s.Idx), c.Rank(), c.Size())
 				loss, err := step(ctx, c, net, flat, data, s.Idx[lo:hi], weight(hi-lo, len(s.Idx), c.Size()), x, y)
 				if err != nil {
 					return fmt.Errorf("step %d: %w", s.T+1, err)
@@ -160,10 +161,10 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 		return err
 	}
 	say("test accuracy %.2f%% on %d images", 100*acc, data.Test.Len())
-	if err := trainer.Identical(ctx, c, p); err != nil {
+	if err := dp.Identical(ctx, c, comm.Host(p)); err != nil {
 		return err
 	}
-	say("all %d replicas hold bitwise identical weights (hash %016x)", c.Size(), trainer.Hash(p))
+	say("all %d replicas hold bitwise identical weights (hash %016x)", c.Size(), dp.Hash(comm.Host(p)))
 	if o.checkSteps > 0 && cfg.Opt == "sgd" { // sound with SGD only: see lossTolerance
 		return checkAgainstOne(ctx, c, cfg, data, losses, checkP)
 	}
@@ -204,14 +205,13 @@ func step(ctx context.Context, c comm.Communicator, net *mlp.Net, flat mlp.Flat,
 // state.
 func resync(ctx context.Context, c comm.Communicator, next *int, p []float32, state [][]float32) error {
 	t := []int64{int64(*next)}
-	if err := c.Broadcast(ctx, comm.Host(t), 0); err != nil {
+	bufs := []comm.Buffer{comm.Host(t), comm.Host(p)}
+	for _, s := range state {
+		bufs = append(bufs, comm.Host(s))
+	}
+	if err := dp.Broadcast(ctx, c, 0, bufs...); err != nil {
 		return err
 	}
 	*next = int(t[0])
-	for _, b := range append([][]float32{p}, state...) {
-		if err := c.Broadcast(ctx, comm.Host(b), 0); err != nil {
-			return err
-		}
-	}
 	return nil
 }

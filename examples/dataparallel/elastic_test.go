@@ -16,7 +16,7 @@ import (
 // process's on the same global batches (-check-steps 12). Rank 1 dies
 // before step 5 of a -batch 48 run, which the survivors divide (16 samples
 // each instead of 12); rank 3 before step 6 of a run with the default
-// batch, 128, which they do not (43, 43 and 42: shard).
+// batch, 128, which they do not (43, 43 and 42: dp.Shard).
 func TestGoesOnAfterARankIsKilled(t *testing.T) {
 	const args = "-train 2048 -test 512 -steps 12 -log 4 -check-steps 12 -hidden 64,32 -opt sgd -lr 0.05"
 	for _, c := range []struct {

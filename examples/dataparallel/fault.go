@@ -14,8 +14,8 @@ type fault string
 
 const (
 	faultSum     fault = "sum"     // the buckets' AllReduce sums the gradients instead of averaging them
-	faultMissing fault = "missing" // the last bucket (layer 0's) is never reduced: each rank keeps its own
-	faultStale   fault = "stale"   // from the second step on, the last bucket holds the step before's reduced gradient
+	faultMissing fault = "missing" // layer 0's gradient (the last bucket's) is never reduced: each rank keeps its own
+	faultStale   fault = "stale"   // from the second step on, layer 0's gradient holds the step before's reduced gradient
 	faultShare   fault = "share"   // rank 1 trains on rank 0's share of each global batch instead of its own
 )
 
@@ -38,9 +38,12 @@ func shareOf(rank int) int {
 	return rank
 }
 
-// skips says whether bucket i's AllReduce is left out.
-func (r *reducer) skips(i int) bool {
-	return inject == faultMissing && i == len(r.buckets)-1
+// firstReduced is the first layer whose gradient is reduced.
+func firstReduced() int {
+	if inject == faultMissing {
+		return 1
+	}
+	return 0
 }
 
 // corrupt plants a fault in the reduced gradient, as fetch leaves it.
@@ -48,8 +51,8 @@ func (r *reducer) corrupt() {
 	if inject != faultStale {
 		return
 	}
-	b := r.buckets[len(r.buckets)-1]
-	g := r.grad.Host[b.off : b.off+b.n]
+	off, n := r.net.Layout(0)
+	g := r.grad.Host[off : off+n]
 	if r.stale == nil { // the first step's is right; the next ones get the step before's
 		r.stale = slices.Clone(g)
 		return

@@ -1,10 +1,10 @@
 // Command dataparallel trains a multi-layer perceptron on MNIST
 // data-parallel, the way torch's DistributedDataParallel does: every rank
 // holds the whole model, takes an equal share of each global batch, and
-// the gradients are averaged across ranks in buckets whose AllReduces
-// start (comm.StartAllReduce) as soon as backward has produced them, so
-// they run while backward computes the layers below; the step waits for
-// them just before the optimizer. Every rank then applies the same
+// the gradients are averaged across ranks in buckets (dp.Reducer) whose
+// AllReduces start as soon as backward has produced them, so they run
+// while backward computes the layers below; the step waits for them just
+// before the optimizer. Every rank then applies the same
 // update, so the replicas stay bitwise identical.
 //
 //	go run ./cmd/hiercomm run --nodes 2 --ranks-per-node 2 -- ./examples/dataparallel
@@ -16,18 +16,20 @@
 // fraction of the gradients' communication hidden behind backward every
 // -log steps, and the test accuracy after every epoch. In each of the
 // first -check-steps steps it checks that every replica holds the same
-// bits and that the averaged gradient is the one one process computes of
-// the whole global batch at those weights, to within float32 rounding
-// (trainer.GradCheck); at the end, that the replicas hold the same bits,
+// bits (dp.Identical) and that the averaged gradient is the one one
+// process computes of the whole global batch at those weights, to within
+// float32 rounding (trainer.GradCheck); at the end, that the replicas hold
+// the same bits,
 // and with SGD that the first steps' losses and weights are one
 // process's (docs/training.md).
 //
 // With -device (the GPU tier; -fake-gpu for nccl's in-process fake) the
 // parameters and the gradient buckets live in GPU memory and the
 // AllReduces run on device buffers; the arithmetic stays on the host, so
-// each bucket is copied to the device before its AllReduce and back after
-// it, and the updated parameters to the device after each step, and the
-// copies are timed apart from the communication (trainer.Device).
+// each layer's gradient is copied to the device as backward writes it and
+// back after its bucket's AllReduce, and the updated parameters to the
+// device after each step, and the copies are timed apart from the
+// communication (trainer.Device).
 //
 //	go run ./cmd/hiercomm run --nodes 2 --ranks-per-node 1 -- ./examples/dataparallel -device -fake-gpu
 package main
@@ -44,6 +46,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/dp"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/trainer"
 )
@@ -165,20 +168,23 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if err := w.Broadcast(ctx, pv.Buf(0, len(p)), 0); err != nil {
+	if err := dp.Broadcast(ctx, w, 0, pv.Buf(0, len(p))); err != nil {
 		return fmt.Errorf("broadcasting the initial weights: %w", err)
 	}
 	if err := pv.Get(0, len(p)); err != nil {
 		return err
 	}
-	red := &reducer{ctx: ctx, c: w, grad: gv, buckets: planBuckets(net, o.bucketBytes)}
+	red, err := newReducer(ctx, w, net, gv, o.bucketBytes)
+	if err != nil {
+		return err
+	}
 	say("%d ranks on %d nodes; MLP %v, %d parameters (%s); global batch %d (%d per rank), %d steps of %d images; %s lr %g",
 		size, w.Topology().NumNodes(), cfg.Sizes(), net.NumParams(), mib(4*net.NumParams()), cfg.Batch, per, data.TotalSteps(), data.Train.Len(), cfg.Opt, cfg.LR)
 	if dev != nil {
 		say("on %v: parameters and gradient in device memory (%s per rank), the AllReduces on device buffers; forward, backward and the optimizer on the host (no GPU kernels), with copies: each bucket host→device before its AllReduce and device→host after it, the parameters host→device after each update",
 			dev, mib(dev.Allocated()))
 	}
-	say("gradient buckets in backward order (cap %s): %v", mib(o.bucketBytes), red.buckets)
+	say("gradient buckets in backward order (cap %s): %v", mib(o.bucketBytes), red.buckets())
 	alone, err := red.commAlone(5)
 	if err != nil {
 		return fmt.Errorf("timing the gradients' AllReduces: %w", err)
@@ -218,7 +224,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		if s.T < gc.Steps() {
 			// The gradients were computed at these weights on every rank.
-			if err := trainer.Identical(ctx, hc, p); err != nil {
+			if err := dp.Identical(ctx, hc, comm.Host(p)); err != nil {
 				return fmt.Errorf("step %d: %w", s.T+1, err)
 			}
 			if err := gc.Check(ctx, hc, s.T, p, g); err != nil {
@@ -275,10 +281,10 @@ func run(ctx context.Context, args []string) error {
 	if err := pv.Get(0, len(p)); err != nil { // the device's, on a device
 		return err
 	}
-	if err := trainer.Identical(ctx, hc, p); err != nil {
+	if err := dp.Identical(ctx, hc, comm.Host(p)); err != nil {
 		return err
 	}
-	say("all %d replicas hold bitwise identical weights (hash %016x)", size, trainer.Hash(p))
+	say("all %d replicas hold bitwise identical weights (hash %016x)", size, dp.Hash(comm.Host(p)))
 	if o.checkSteps > 0 && cfg.Opt == "sgd" { // sound with SGD only: see lossTolerance
 		if err := checkAgainstOne(ctx, hc, cfg, data, losses, checkP); err != nil {
 			return err

@@ -2,25 +2,6 @@ package main
 
 import "fmt"
 
-// shard is the part of a global batch of global samples that rank takes
-// in a world of size ranks (0 ≤ rank < size): samples [lo, hi) of the
-// batch. The parts of ranks 0, 1, …, size−1 follow one another and cover
-// [0, global), so each sample of the batch is taken by exactly one rank
-// whatever size is. The first global mod size ranks take ⌈global/size⌉
-// samples and the others ⌊global/size⌋, so two ranks' shares differ by
-// at most one (and none is empty when global ≥ size). When size divides
-// global, rank r takes the r-th of size equal parts, the share
-// trainer.Data.Batches(r, size) gives.
-func shard(global, rank, size int) (lo, hi int) {
-	q, rem := global/size, global%size
-	lo = rank*q + min(rank, rem)
-	hi = lo + q
-	if rank < rem {
-		hi++
-	}
-	return lo, hi
-}
-
 // weight is the factor by which a rank multiplies the mean over its n
 // samples of a global batch of global samples (its gradient, its loss)
 // before the size ranks average them (comm.Avg), so that the average is
@@ -32,7 +13,7 @@ func weight(n, global, size int) float64 {
 	return float64(n*size) / float64(global)
 }
 
-// shares says how shard splits a global batch of global samples among
+// shares says how dp.Shard splits a global batch of global samples among
 // size ranks: "16 samples per rank", or "43 samples on ranks 0-1 and 42
 // on rank 2".
 func shares(global, size int) string {

@@ -58,6 +58,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/dp"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 	"github.com/hiercomm/hiercomm/examples/internal/trainer"
 )
@@ -166,9 +168,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		} else {
 			say("stage %d: %s", stage, perStep)
 		}
-		say("stage %d: loss %.4f after %d steps, test accuracy %.2f%%, %v; weights hash %016x", stage, r.losses[len(r.losses)-1], len(r.losses), 100*acc, time.Since(start).Round(100*time.Millisecond), trainer.Hash(r.p))
+		say("stage %d: loss %.4f after %d steps, test accuracy %.2f%%, %v; weights hash %016x", stage, r.losses[len(r.losses)-1], len(r.losses), 100*acc, time.Since(start).Round(100*time.Millisecond), dp.Hash(comm.Host(r.p)))
 		if stage < 3 {
-			if err := trainer.Identical(ctx, hc, r.p); err != nil {
+			if err := dp.Identical(ctx, hc, comm.Host(r.p)); err != nil {
 				return fmt.Errorf("stage %d: %w", stage, err)
 			}
 		}
@@ -213,24 +215,24 @@ func compare(say func(string, ...any), opt string, results map[int]*result, stag
 		say("stage %d: stage 0 did not run (-stages): nothing to compare with", stage)
 		return nil
 	}
-	dl, dp := trainer.Compare(r.losses, base.losses, r.p, base.p)
-	same := trainer.Hash(r.p) == trainer.Hash(base.p) && slices.Equal(r.losses, base.losses)
+	dl, dw := trainer.Compare(r.losses, base.losses, r.p, base.p)
+	same := dp.Hash(comm.Host(r.p)) == dp.Hash(comm.Host(base.p)) && slices.Equal(r.losses, base.losses)
 	bitwise := stage == 1 || ref == 2
 	if bitwise {
-		say("stage %d: bitwise equal to stage %d: %v (max |Δloss| %.2e, max |Δweight| %.2e)", stage, ref, same, dl, dp)
+		say("stage %d: bitwise equal to stage %d: %v (max |Δloss| %.2e, max |Δweight| %.2e)", stage, ref, same, dl, dw)
 		if !same {
-			return fmt.Errorf("stage %d differs from stage %d (max |Δloss| %.2e, max |Δweight| %.2e); it must be bitwise equal", stage, ref, dl, dp)
+			return fmt.Errorf("stage %d differs from stage %d (max |Δloss| %.2e, max |Δweight| %.2e); it must be bitwise equal", stage, ref, dl, dw)
 		}
 		return nil
 	}
 	if opt != "sgd" {
-		say("stage %d: against stage %d: bitwise equal: %v (max |Δloss| %.2e, max |Δweight| %.2e; with %s not a check, the gradient check is)", stage, ref, same, dl, dp, opt)
+		say("stage %d: against stage %d: bitwise equal: %v (max |Δloss| %.2e, max |Δweight| %.2e; with %s not a check, the gradient check is)", stage, ref, same, dl, dw, opt)
 		return nil
 	}
 	say("stage %d: equal to stage %d within tolerance: max |Δloss| %.2e (≤ %.0e), max |Δweight| %.2e (≤ %.0e); bitwise equal: %v",
-		stage, ref, dl, lossTolerance, dp, weightTolerance, same)
-	if dl > lossTolerance || dp > weightTolerance {
-		return fmt.Errorf("stage %d differs from stage %d by more than the tolerance: max |Δloss| %.2e, max |Δweight| %.2e", stage, ref, dl, dp)
+		stage, ref, dl, lossTolerance, dw, weightTolerance, same)
+	if dl > lossTolerance || dw > weightTolerance {
+		return fmt.Errorf("stage %d differs from stage %d by more than the tolerance: max |Δloss| %.2e, max |Δweight| %.2e", stage, ref, dl, dw)
 	}
 	return nil
 }

@@ -118,6 +118,14 @@ var importRules = []rule{
 	{pkg: "bench/peers", imports: nil,
 		why: "bench/peers, the command that tabulates OpenMPI beside hiercomm-bench, reads their CSV files: it imports nothing of ours"},
 
+	// Data parallelism over any Communicator, and the data its examples
+	// train on.
+	{pkg: "dp", imports: []string{"comm"},
+		tests: []string{"nexar"},
+		why:   "dp imports comm and the standard library only: it runs over whatever Communicator it is given (its tests use nexar's in-memory world)"},
+	{pkg: "dp/mnist",
+		why: "dp/mnist imports nothing of ours (the GoMNIST module's data files)"},
+
 	// On top: the root package, the only place that wires the parts, and the
 	// commands.
 	{pkg: "", imports: []string{"cluster", "cluster/launchenv", "comm", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
@@ -128,25 +136,23 @@ var importRules = []rule{
 	{pkg: "cmd/hiercomm-bench", imports: []string{anyLibrary},
 		why: "the commands sit on top and may import any library package (never a test-only one)"},
 
-	// The examples: what a trainer writes, hiercomm and comm, and what they
+	// The examples: what a trainer writes, hiercomm, comm and dp, and what they
 	// share. examples/internal/launch imports cluster and
 	// internal/procgroup, as its doc says.
 	{pkg: "examples/internal/mlp",
 		why: "mlp imports nothing of ours: the trainers decide where parameters live"},
-	{pkg: "examples/internal/mnist",
-		why: "mnist imports nothing of ours"},
 	{pkg: "examples/internal/launch", imports: []string{"cluster", "internal/procgroup"},
 		why: "launch runs the example trainers as a local job of emulated nodes: cluster (and internal/procgroup)"},
-	{pkg: "examples/internal/trainer", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/mnist", "nccl", "nccl/ncclfake", "cluster/launchenv"},
-		why: "trainer imports hiercomm, comm, mlp and mnist, and for -device nccl (nccl/ncclfake for -fake-gpu) and cluster/launchenv (HIERCOMM_INTRA's name); never a transport"},
+	{pkg: "examples/internal/trainer", imports: []string{"", "comm", "dp", "dp/mnist", "examples/internal/mlp", "nccl", "nccl/ncclfake", "cluster/launchenv"},
+		why: "trainer imports hiercomm, comm, dp, dp/mnist and mlp, and for -device nccl (nccl/ncclfake for -fake-gpu) and cluster/launchenv (HIERCOMM_INTRA's name); never a transport"},
 	{pkg: "examples/allreduce", imports: []string{"", "comm"},
 		why: "an example uses what a trainer uses: hiercomm and comm"},
-	{pkg: "examples/dataparallel", imports: []string{"", "comm", "examples/internal/mlp", "examples/internal/trainer"},
+	{pkg: "examples/dataparallel", imports: []string{"", "comm", "dp", "examples/internal/mlp", "examples/internal/trainer"},
 		tests: []string{"examples/internal/launch", "nccl"},
-		why:   "an example uses what a trainer uses: hiercomm and comm, and the examples' shared model and trainer"},
-	{pkg: "examples/zero", imports: []string{"comm", "examples/internal/mlp", "examples/internal/trainer"},
+		why:   "an example uses what a trainer uses: hiercomm, comm and dp, and the examples' shared model and trainer"},
+	{pkg: "examples/zero", imports: []string{"comm", "dp", "examples/internal/mlp", "examples/internal/trainer"},
 		tests: []string{"examples/internal/launch"},
-		why:   "an example uses what a trainer uses: hiercomm and comm, and the examples' shared model and trainer"},
+		why:   "an example uses what a trainer uses: hiercomm, comm and dp, and the examples' shared model and trainer"},
 	{pkg: "examples/moe", imports: []string{"", "comm", "examples/internal/mlp"},
 		tests: []string{"cluster"},
 		why:   "an example uses what a trainer uses: hiercomm and comm, and the examples' shared model"},

@@ -3,19 +3,19 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/dp"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
 )
 
 // Accuracy is the fraction of the test set the net classifies right with
-// parameters p: each rank predicts its share of the test images and one
-// AllReduce adds up the counts, so every rank returns the same figure.
+// parameters p: each rank predicts its share of the test images
+// (dp.Shard) and one AllReduce adds up the counts, so every rank returns the same figure.
 func Accuracy(ctx context.Context, c comm.Communicator, net *mlp.Net, p mlp.Params, d *Data) (float64, error) {
 	n, rank, size := d.Test.Len(), c.Rank(), c.Size()
-	lo, hi := n*rank/size, n*(rank+1)/size
+	lo, hi := dp.Shard(n, rank, size)
 	counts := []int64{0}
 	if hi > lo {
 		pred, err := net.Predict(p, d.Test.Images[lo*net.Inputs():hi*net.Inputs()])
@@ -32,33 +32,6 @@ func Accuracy(ctx context.Context, c comm.Communicator, net *mlp.Net, p mlp.Para
 		return 0, fmt.Errorf("adding up the test counts: %w", err)
 	}
 	return float64(counts[0]) / float64(n), nil
-}
-
-// Hash is a digest of the bits of p.
-func Hash(p []float32) uint64 {
-	h := fnv.New64a()
-	h.Write(bytesOf(p))
-	return h.Sum64()
-}
-
-// Identical checks that every rank holds the same bits in p: each rank's
-// hash of p is gathered to every rank, so each of them returns the same
-// verdict (an error naming the ranks that differ from rank 0).
-func Identical(ctx context.Context, c comm.Communicator, p []float32) error {
-	hashes := make([]uint64, c.Size())
-	if err := c.AllGather(ctx, comm.Host([]uint64{Hash(p)}), comm.Host(hashes)); err != nil {
-		return fmt.Errorf("gathering the replicas' hashes: %w", err)
-	}
-	var differ []int
-	for r, h := range hashes {
-		if h != hashes[0] {
-			differ = append(differ, r)
-		}
-	}
-	if len(differ) > 0 {
-		return fmt.Errorf("the parameters of ranks %v differ from rank 0's (hashes %x)", differ, hashes)
-	}
-	return nil
 }
 
 // Reference trains the net as one process would on the same global

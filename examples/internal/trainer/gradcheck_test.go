@@ -4,8 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/hiercomm/hiercomm/dp/mnist"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
-	"github.com/hiercomm/hiercomm/examples/internal/mnist"
 )
 
 // TestGradCheckBound: N ranks simulated in one process (each the

@@ -1,13 +1,13 @@
 // Package trainer is what the example trainers (dataparallel, zero) share
-// around the model: their common flags, the MNIST data cut into global
-// batches and each rank's part of them, test accuracy computed by every
-// rank on its share of the test set, the bitwise check that replicas agree,
-// the single-process reference run they compare themselves with, and for
-// -device the vectors kept in GPU memory (Device, Vector) and the staging
-// of host values on a GPU world (Host). It imports hiercomm (Init), comm
-// (the collectives it calls), mlp and mnist, and for -device nccl (a
-// rank's GPU, the fake) and cluster/launchenv (the name of
-// HIERCOMM_INTRA); never a transport.
+// around the model: their common flags, the MNIST data (dp/mnist) cut into
+// global batches and each rank's part of them, test accuracy computed by
+// every rank on its share of the test set, the single-process reference
+// run they compare themselves with, and for -device the vectors kept in
+// GPU memory (Device, Vector) and the staging of host values on a GPU
+// world (Host); the replica check and the gradient buckets are dp's. It
+// imports hiercomm (Init), comm (the collectives it calls), mlp, dp (each
+// rank's share: dp.Shard) and dp/mnist, and for -device nccl (a rank's GPU, the fake) and
+// cluster/launchenv (the name of HIERCOMM_INTRA); never a transport.
 package trainer
 
 import (
@@ -24,8 +24,9 @@ import (
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
+	"github.com/hiercomm/hiercomm/dp"
+	"github.com/hiercomm/hiercomm/dp/mnist"
 	"github.com/hiercomm/hiercomm/examples/internal/mlp"
-	"github.com/hiercomm/hiercomm/examples/internal/mnist"
 	"github.com/hiercomm/hiercomm/nccl/ncclfake"
 )
 
@@ -157,19 +158,19 @@ type Step struct {
 
 // Batches yields every step of the run (TotalSteps of them) for rank of
 // size ranks: global batch t is Batch consecutive samples of its epoch's
-// order (the same on every rank), and rank r takes the r-th of size equal
-// parts of it.
+// order (the same on every rank), and rank r takes its dp.Shard of it (the
+// r-th of size equal parts: Check holds Batch to a multiple of size).
 func (d *Data) Batches(rank, size int) iter.Seq[Step] {
 	return func(yield func(Step) bool) {
-		per := d.cfg.Batch / size
+		lo, hi := dp.Shard(d.cfg.Batch, rank, size)
 		var order []int
 		for t := range d.TotalSteps() {
 			e, s := t/d.StepsPerEpoch(), t%d.StepsPerEpoch()
 			if s == 0 {
 				order = mnist.Order(d.Train.Len(), d.cfg.Seed, e)
 			}
-			at := s*d.cfg.Batch + rank*per
-			if !yield(Step{T: t, Epoch: e, Idx: order[at : at+per]}) {
+			at := s * d.cfg.Batch
+			if !yield(Step{T: t, Epoch: e, Idx: order[at+lo : at+hi]}) {
 				return
 			}
 		}

