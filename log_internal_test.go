@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -55,22 +56,22 @@ func TestEnvLogger(t *testing.T) {
 		env       string
 		want, not []string
 	}{
-		{"ERROR", []string{"level=ERROR msg=e"}, []string{"msg=w", "msg=i", "msg=d", "msg=t"}},
-		{"WARN", []string{"msg=e", "level=WARN msg=w"}, []string{"msg=i", "msg=d", "msg=t"}},
-		{" info ", []string{"msg=e", "msg=w", "level=INFO msg=i"}, []string{"msg=d", "msg=t"}},
-		{"DEBUG", []string{"msg=w", "msg=i", "level=DEBUG msg=d"}, []string{"msg=t"}},
-		{"TRACE", []string{"msg=i", "msg=d", "level=TRACE msg=t"}, nil},
+		{"ERROR", []string{" ERROR e k=1"}, []string{" w k=1", " i k=1", " d k=1", " t k=1"}},
+		{"WARN", []string{" ERROR e k=1", " WARN w k=1"}, []string{" i k=1", " d k=1", " t k=1"}},
+		{" info ", []string{" e k=1", " w k=1", " INFO i k=1"}, []string{" d k=1", " t k=1"}},
+		{"DEBUG", []string{" w k=1", " i k=1", " DEBUG d k=1"}, []string{" t k=1"}},
+		{"TRACE", []string{" i k=1", " d k=1", " TRACE t k=1"}, nil},
 	} {
 		var buf bytes.Buffer
 		log, err := envLogger(getenv(tc.env), &buf)
 		if err != nil {
 			t.Fatalf("%s=%q: %v", EnvDebug, tc.env, err)
 		}
-		log.Error("e")
-		log.Warn("w")
-		log.Info("i")
-		log.Debug("d")
-		log.Log(context.Background(), LevelTrace, "t")
+		log.Error("e", "k", 1)
+		log.Warn("w", "k", 1)
+		log.Info("i", "k", 1)
+		log.Debug("d", "k", 1)
+		log.Log(context.Background(), LevelTrace, "t", "k", 1)
 		for _, w := range tc.want {
 			if !strings.Contains(buf.String(), w) {
 				t.Errorf("%s=%q: the log lacks %q:\n%s", EnvDebug, tc.env, w, buf.String())
@@ -81,6 +82,24 @@ func TestEnvLogger(t *testing.T) {
 				t.Errorf("%s=%q: the log has %q:\n%s", EnvDebug, tc.env, n, buf.String())
 			}
 		}
+	}
+}
+
+// HIERCOMM_DEBUG's lines read as slog.Default()'s (the log package's
+// format: date, time, level, message, key=value), with the attributes
+// quoted and grouped as slog's text output does them, and the ones a
+// derived logger carries.
+func TestEnvLoggerWritesTheDefaultFormat(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := envLogger(func(string) string { return "debug" }, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.With("rank", 3).WithGroup("g").Info("world ready", "via", "hierarchy: shm within nodes", "n", 4)
+	log.Debug("bare")
+	want := regexp.MustCompile(`^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d INFO world ready rank=3 g\.via="hierarchy: shm within nodes" g\.n=4\n\d{4}/\d\d/\d\d \d\d:\d\d:\d\d DEBUG bare\n$`)
+	if !want.Match(buf.Bytes()) {
+		t.Errorf("the lines read\n%s", buf.String())
 	}
 }
 

@@ -115,5 +115,9 @@ func (c *Cluster) formed(topo *topology.Topology, start time.Time) {
 	}
 	c.log.Log(context.Background(), level, fmt.Sprintf("cluster: %d/%d ranks joined; world formed: %s", topo.Size(), c.cfg.WorldSize, summary),
 		"job", c.cfg.JobID, "rank", c.rank, "name", c.name, "waited", time.Since(start).Round(time.Millisecond))
-	c.log.Debug("cluster: topology\n"+table, "job", c.cfg.JobID)
+	// The table one row a line, as a reader of the log sees a table
+	// (a handler that quotes would write one line of \n escapes).
+	for line := range strings.SplitSeq(table, "\n") {
+		c.log.Debug("cluster: topology: " + line)
+	}
 }
