@@ -264,28 +264,32 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		in.topo, in.rank = cl.Topology(), cl.Rank()
 	}
 
-	// What to build, decided before anything is built.
+	// What to build, decided before anything is built; then build it.
+	fail := func(err error) (*World, error) {
+		if cl != nil {
+			_ = leave(cl)
+		}
+		return nil, err
+	}
 	plan, err := NewPlan(l, in.topo, in.rank, gpu, opt)
-	if err == nil {
-		if plan.Rank == 0 {
-			for line := range strings.SplitSeq(plan.String(), "\n") {
-				log.Info("hiercomm: plan: " + line)
-			}
-		}
-		var c comm.Communicator
-		var via string
-		if c, via, err = build(ctx, plan, in); err == nil {
-			w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan}
-			if cl != nil {
-				w.ready(cl, via)
-			}
-			return w, nil
+	if err != nil {
+		in.data.Close()
+		return fail(err)
+	}
+	if plan.Rank == 0 {
+		for line := range strings.SplitSeq(plan.String(), "\n") {
+			log.Info("hiercomm: plan: " + line)
 		}
 	}
+	c, via, err := build(ctx, plan, in) // build owns the data sockets
+	if err != nil {
+		return fail(err)
+	}
+	w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan}
 	if cl != nil {
-		_ = leave(cl)
+		w.ready(cl, via)
 	}
-	return nil, err
+	return w, nil
 }
 
 // setup is what build needs beside the Plan: the launch, the topology,

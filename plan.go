@@ -22,7 +22,7 @@ import (
 // (with the sizes at which the cost models switch), the timeouts and the
 // staging of device memory. NewPlan computes it from the launch, the
 // topology every rank agrees on, this rank's GPU and the Options, and does
-// no I/O; Init builds exactly what it says (build.go), rank 0 writes it to
+// no I/O; Init builds exactly what it says (build, in hiercomm.go), rank 0 writes it to
 // the log at start (Info, one line per row of String), and World.Plan
 // returns it. `hiercomm plan` prints one for a topology file without
 // starting a job.
@@ -34,7 +34,9 @@ type Plan struct {
 	Node, LocalRank, LocalSize int
 	Nodes                      int
 	RanksPerNode               []int
-	Style, JobID               string
+	// Style and JobID are the launch's (launchenv.Launch): where it came
+	// from, and the job; empty where no launch was read (hiercomm plan).
+	Style, JobID string
 	// Layout is the communicator the World is: LayoutSingle, LayoutNode,
 	// LayoutFlat or LayoutHierarchy.
 	Layout Layout
