@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hiercomm/hiercomm/cluster"
@@ -145,6 +146,10 @@ type World struct {
 	// launched is the launcher's rank of each rank of this World; nil
 	// where they are the same (a World Init made).
 	launched []int
+	// tracing says that the log is at LevelTrace: every call is traced
+	// (trace.go); traced counts them.
+	tracing bool
+	traced  atomic.Uint64
 }
 
 // osSys is what reading and resolving the launch ask of the operating
@@ -285,7 +290,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if err != nil {
 		return fail(err)
 	}
-	w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan}
+	w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan, tracing: tracing(log)}
 	if cl != nil {
 		w.ready(cl, via)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
-	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -29,14 +28,7 @@ import (
 // and this process by its global rank first (rank=3 local=1), so that no
 // two communicators of a rank read alike.
 func TestPartsAreNamedAsTheHierarchyNamesThem(t *testing.T) {
-	var members []topology.Member
-	for r := range 4 {
-		members = append(members, topology.Member{Rank: r, Host: fmt.Sprintf("host%d", r/2), Local: r % 2, Device: -1})
-	}
-	topo, err := topology.New(members)
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo := twoByTwo(t, "host")
 	for _, intra := range []string{"shm", "nexar"} {
 		t.Run(intra, func(t *testing.T) {
 			var out procgroup.Buffer
@@ -81,29 +73,12 @@ func TestPartsAreNamedAsTheHierarchyNamesThem(t *testing.T) {
 func namesHierarchy(t *testing.T, topo *topology.Topology, intra string, log *slog.Logger) []comm.Communicator {
 	t.Helper()
 	opt := Options{FlightRecorder: 4, FailureTimeout: 5 * time.Second}.withDefaults(log)
-	world, err := nexar.NewMemoryWorld(topo.Size(), opt.Nexar)
-	if err != nil {
-		t.Fatal(err)
-	}
 	l := launchenv.Launch{JobID: fmt.Sprintf("names-%d", os.Getpid()), Key: []byte("names test key"), Intra: intra}
+	hs := composeAll(t, l, topo, opt)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hs := make([]comm.Communicator, topo.Size())
 	errs := make([]error, topo.Size())
 	var wg sync.WaitGroup
-	for r := range hs {
-		wg.Go(func() { hs[r], errs[r] = composeOver(ctx, l, topo, r, nil, opt, world[r]) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		nexar.CloseAll(world)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, h := range hs {
-			h.Close()
-		}
-	})
 	for r := range hs {
 		wg.Go(func() {
 			x := []float32{1, 2, 3}

@@ -205,10 +205,14 @@ func appendStatus(path string, r StatusReport) error {
 }
 
 // The World's collectives, Send, Recv, Start and Split are
-// w.Communicator's, with each error also given to report.
+// w.Communicator's, with each error also given to report, and each call
+// traced at LevelTrace (trace.go).
 
 func (w *World) Start(ctx context.Context, c comm.Call) *comm.Work {
 	work := w.Communicator.Start(ctx, c)
+	if w.tracing {
+		work = work.Map(w.tracer(ctx, c))
+	}
 	if statusPath() == "" {
 		return work
 	}
@@ -216,58 +220,87 @@ func (w *World) Start(ctx context.Context, c comm.Call) *comm.Work {
 }
 
 func (w *World) AllReduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return w.report(w.Communicator.AllReduce(ctx, send, recv, op))
+	return w.call(ctx, comm.Call{Kind: comm.KindAllReduce, Send: send, Recv: recv, Op: op}, func() error {
+		return w.Communicator.AllReduce(ctx, send, recv, op)
+	})
 }
 
 func (w *World) Broadcast(ctx context.Context, buf comm.Buffer, root int) error {
-	return w.report(w.Communicator.Broadcast(ctx, buf, root))
+	return w.call(ctx, comm.Call{Kind: comm.KindBroadcast, Send: buf, Recv: buf, Root: root}, func() error {
+		return w.Communicator.Broadcast(ctx, buf, root)
+	})
 }
 
 func (w *World) Reduce(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp, root int) error {
-	return w.report(w.Communicator.Reduce(ctx, send, recv, op, root))
+	return w.call(ctx, comm.Call{Kind: comm.KindReduce, Send: send, Recv: recv, Op: op, Root: root}, func() error {
+		return w.Communicator.Reduce(ctx, send, recv, op, root)
+	})
 }
 
 func (w *World) AllGather(ctx context.Context, send, recv comm.Buffer) error {
-	return w.report(w.Communicator.AllGather(ctx, send, recv))
+	return w.call(ctx, comm.Call{Kind: comm.KindAllGather, Send: send, Recv: recv}, func() error {
+		return w.Communicator.AllGather(ctx, send, recv)
+	})
 }
 
 func (w *World) ReduceScatter(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return w.report(w.Communicator.ReduceScatter(ctx, send, recv, op))
+	return w.call(ctx, comm.Call{Kind: comm.KindReduceScatter, Send: send, Recv: recv, Op: op}, func() error {
+		return w.Communicator.ReduceScatter(ctx, send, recv, op)
+	})
 }
 
 func (w *World) AllToAll(ctx context.Context, send, recv comm.Buffer) error {
-	return w.report(w.Communicator.AllToAll(ctx, send, recv))
+	return w.call(ctx, comm.Call{Kind: comm.KindAllToAll, Send: send, Recv: recv}, func() error {
+		return w.Communicator.AllToAll(ctx, send, recv)
+	})
 }
 
 func (w *World) AllToAllV(ctx context.Context, send comm.Buffer, sendCounts []int, recv comm.Buffer, recvCounts []int) error {
-	return w.report(w.Communicator.AllToAllV(ctx, send, sendCounts, recv, recvCounts))
+	c := comm.Call{Kind: comm.KindAllToAllV, Send: send, Recv: recv, SendCounts: sendCounts, RecvCounts: recvCounts}
+	return w.call(ctx, c, func() error {
+		return w.Communicator.AllToAllV(ctx, send, sendCounts, recv, recvCounts)
+	})
 }
 
 func (w *World) Gather(ctx context.Context, send, recv comm.Buffer, root int) error {
-	return w.report(w.Communicator.Gather(ctx, send, recv, root))
+	return w.call(ctx, comm.Call{Kind: comm.KindGather, Send: send, Recv: recv, Root: root}, func() error {
+		return w.Communicator.Gather(ctx, send, recv, root)
+	})
 }
 
 func (w *World) Scatter(ctx context.Context, send, recv comm.Buffer, root int) error {
-	return w.report(w.Communicator.Scatter(ctx, send, recv, root))
+	return w.call(ctx, comm.Call{Kind: comm.KindScatter, Send: send, Recv: recv, Root: root}, func() error {
+		return w.Communicator.Scatter(ctx, send, recv, root)
+	})
 }
 
 func (w *World) Scan(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return w.report(w.Communicator.Scan(ctx, send, recv, op))
+	return w.call(ctx, comm.Call{Kind: comm.KindScan, Send: send, Recv: recv, Op: op}, func() error {
+		return w.Communicator.Scan(ctx, send, recv, op)
+	})
 }
 
 func (w *World) ExScan(ctx context.Context, send, recv comm.Buffer, op comm.ReduceOp) error {
-	return w.report(w.Communicator.ExScan(ctx, send, recv, op))
+	return w.call(ctx, comm.Call{Kind: comm.KindExScan, Send: send, Recv: recv, Op: op}, func() error {
+		return w.Communicator.ExScan(ctx, send, recv, op)
+	})
 }
 
 func (w *World) Send(ctx context.Context, buf comm.Buffer, peer, tag int) error {
-	return w.report(w.Communicator.Send(ctx, buf, peer, tag))
+	return w.call(ctx, comm.Call{Kind: comm.KindSend, Send: buf, Peer: peer, Tag: tag}, func() error {
+		return w.Communicator.Send(ctx, buf, peer, tag)
+	})
 }
 
 func (w *World) Recv(ctx context.Context, buf comm.Buffer, peer, tag int) error {
-	return w.report(w.Communicator.Recv(ctx, buf, peer, tag))
+	return w.call(ctx, comm.Call{Kind: comm.KindRecv, Recv: buf, Peer: peer, Tag: tag}, func() error {
+		return w.Communicator.Recv(ctx, buf, peer, tag)
+	})
 }
 
-func (w *World) Barrier(ctx context.Context) error { return w.report(w.Communicator.Barrier(ctx)) }
+func (w *World) Barrier(ctx context.Context) error {
+	return w.call(ctx, comm.Call{Kind: comm.KindBarrier}, func() error { return w.Communicator.Barrier(ctx) })
+}
 
 func (w *World) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	c, err := w.Communicator.Split(ctx, color, key)

@@ -56,6 +56,9 @@ type phases struct {
 	// dry, when not nil, makes this a dry run (planOf): each operation is
 	// recorded here instead of started.
 	dry *[]planOp
+	// routes, in a dry run for Route, gets each operation's part and how
+	// that part runs it.
+	routes *[]string
 }
 
 // pending is a started operation of a phase: its Work, or, when it ran
@@ -81,6 +84,9 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	}
 	if x.dry != nil {
 		*x.dry = append(*x.dry, planOp{part: p.name, kind: c.Kind})
+		if x.routes != nil {
+			*x.routes = append(*x.routes, partRoute(p, c))
+		}
 		return pending{p: p, ran: true, poisoned: true}
 	}
 	c.Outer = x.outer
@@ -177,6 +183,11 @@ func (x *phases) local(what string, err error) bool {
 
 // alloc returns scratch memory like like, or a zero Buffer after a failure.
 func (x *phases) alloc(like comm.Buffer, n int) comm.Buffer {
+	if x.routes != nil {
+		// Route's dry run: a stand-in of the right length, never
+		// touched, so that each part says how it would run the size.
+		return comm.Device(0, n, like.DType(), 0)
+	}
 	if !x.ok() { // the operations that follow are poisoned: no buffers
 		return comm.Buffer{}
 	}

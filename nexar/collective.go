@@ -35,14 +35,14 @@ func runCollective(o *op, c comm.Call) error {
 	switch c.Kind {
 	case comm.KindAllReduce:
 		n := len(recv) / es
-		if o.c.opt.Cost.AllReduce(len(recv), P) == schedule.Doubling {
+		if o.c.algorithm(c.Kind, len(recv), seg*es) == schedule.Doubling {
 			s = schedule.DoublingAllReduce(P, r, n, seg)
 		} else {
 			s = schedule.RingAllReduce(P, r, n, seg)
 		}
 	case comm.KindBroadcast:
 		n := len(recv) / es
-		if o.c.opt.Cost.Broadcast(len(recv), P, seg*es) == schedule.Tree {
+		if o.c.algorithm(c.Kind, len(recv), seg*es) == schedule.Tree {
 			s = schedule.TreeBroadcast(P, r, c.Root, n, seg)
 		} else {
 			s = schedule.ChainBroadcast(P, r, c.Root, n, seg)
@@ -52,7 +52,7 @@ func runCollective(o *op, c comm.Call) error {
 	case comm.KindAllGather:
 		s = schedule.RingAllGather(P, r, len(send)/es, seg)
 	case comm.KindReduceScatter:
-		if o.c.opt.Cost.ReduceScatter(len(send), P) == schedule.Doubling {
+		if o.c.algorithm(c.Kind, len(send), seg*es) == schedule.Doubling {
 			s = schedule.DoublingReduceScatter(P, r, len(recv)/es, seg)
 		} else {
 			s = schedule.RingReduceScatter(P, r, len(recv)/es, seg)
@@ -86,6 +86,55 @@ func runCollective(o *op, c comm.Call) error {
 		o.c.schedules.put(key, s)
 	}
 	return o.run(s, send, recv, k)
+}
+
+// algorithm is the schedule the cost model picks for a collective of kind
+// whose message has n bytes (the vector of an AllReduce or a Broadcast,
+// the input of a ReduceScatter), cut into segments of seg bytes: the
+// choice every rank makes alike, for runCollective and for Route. It is 0
+// for a kind that has one schedule.
+func (c *Comm) algorithm(kind comm.Kind, n, seg int) schedule.Algorithm {
+	switch kind {
+	case comm.KindAllReduce:
+		return c.opt.Cost.AllReduce(n, c.Size())
+	case comm.KindBroadcast:
+		return c.opt.Cost.Broadcast(n, c.Size(), seg)
+	case comm.KindReduceScatter:
+		return c.opt.Cost.ReduceScatter(n, c.Size())
+	}
+	return 0
+}
+
+// Route says, for logs (hiercomm's per-call trace), how this communicator
+// runs call: the schedule, as runCollective picks it (the cost model's
+// choice where there is one), and on how many ranks.
+func (c *Comm) Route(call comm.Call) string {
+	es := max(1, call.Send.DType().Size(), call.Recv.DType().Size())
+	seg := max(es, c.opt.SegmentBytes/es*es)
+	var name string
+	switch call.Kind {
+	case comm.KindAllReduce, comm.KindBroadcast:
+		name = c.algorithm(call.Kind, call.Recv.ByteLen(), seg).String()
+	case comm.KindReduceScatter:
+		name = c.algorithm(call.Kind, call.Send.ByteLen(), seg).String()
+	case comm.KindReduce:
+		name = "binomial tree"
+	case comm.KindAllGather:
+		name = "ring"
+	case comm.KindAllToAll, comm.KindAllToAllV:
+		name = "pairwise exchange"
+	case comm.KindGather, comm.KindScatter:
+		name = "direct to and from the root"
+	case comm.KindScan, comm.KindExScan:
+		name = "Hillis–Steele"
+	case comm.KindBarrier:
+		name = "dissemination"
+	case comm.KindSend, comm.KindRecv:
+		return "point-to-point"
+	default:
+		return call.Kind.String()
+	}
+	return fmt.Sprintf("%s, %d ranks", name, c.Size())
 }
 
 // scheduleKey is what a collective's schedule depends on besides the

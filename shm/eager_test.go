@@ -284,3 +284,23 @@ func TestEagerRefusal(t *testing.T) {
 		allReduceWorks(t, cs)
 	}
 }
+
+// Route says how shared memory runs a call, from the same decisions the
+// call takes: eager for a small Broadcast, one step for a small AllReduce,
+// in steps for a large one.
+func TestRouteNamesTheWay(t *testing.T) {
+	cs := localWorld(t, 2, Config{})
+	for _, tc := range []struct {
+		call comm.Call
+		want string
+	}{
+		{comm.Call{Kind: comm.KindBroadcast, Send: comm.Host(make([]byte, 64)), Recv: comm.Host(make([]byte, 64))}, "eager: the root stages it and returns, 2 ranks"},
+		{comm.Call{Kind: comm.KindBroadcast, Send: comm.Host(make([]byte, 4<<20)), Recv: comm.Host(make([]byte, 4<<20))}, "staged step by step, 2 ranks"},
+		{comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 4)), Recv: comm.Host(make([]float32, 4)), Op: comm.Sum}, "one step: every rank reduces the whole, 2 ranks"},
+		{comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 4<<20)), Recv: comm.Host(make([]float32, 4<<20)), Op: comm.Sum}, "in steps: each rank reduces its slice, 2 ranks"},
+	} {
+		if got := cs[0].Route(tc.call); got != tc.want {
+			t.Errorf("Route(%v) = %q, want %q", tc.call.Signature(), got, tc.want)
+		}
+	}
+}
