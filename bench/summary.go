@@ -223,15 +223,18 @@ func (s Summary) Intra8BMet() bool {
 // measured).
 func (s Summary) BandwidthMet() bool { return s.HasBandwidth && s.BandwidthRatio >= BandwidthGoal }
 
-// Format prints the ratios with PASS or BELOW labels. They are
-// informational: a run below a goal is not an error.
-func (s Summary) Format(w io.Writer) error {
-	label := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "BELOW"
+// Verdict is how a goal line ends: "met" or "not met".
+func Verdict(met bool) string {
+	if met {
+		return "met"
 	}
+	return "not met"
+}
+
+// Format prints the ratios, each line ending with its Verdict. They are
+// informational: a goal not met is not an error.
+func (s Summary) Format(w io.Writer) error {
+	label := Verdict
 	out := fmt.Sprintf("# Summary: speed goals on %d ranks (informational)\n", s.Ranks)
 	if s.HasBandwidth {
 		out += fmt.Sprintf("#   bandwidth: allreduce busbw / sendrecv busbw at %s = %.2f / %.2f GB/s = %.2f (goal ≥ %.2f)  %s\n",
