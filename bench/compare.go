@@ -170,8 +170,8 @@ func FormatGoals(w io.Writer, goals []Goal) error {
 			fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx: not measured (no size in range)\n", g.What, FormatSize(g.From), to, g.Want)
 			continue
 		}
-		fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx at every size: worst %.2fx at %s, median %.2fx over %d sizes  %s\n",
-			g.What, FormatSize(g.From), to, g.Want, g.Worst, FormatSize(g.WorstAt), g.Median, g.Sizes, Verdict(g.Met))
+		fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx at every size: worst %sx at %s, median %.2fx over %d sizes  %s\n",
+			g.What, FormatSize(g.From), to, g.Want, Ratio(g.Worst, g.Want, true), FormatSize(g.WorstAt), g.Median, g.Sizes, Verdict(g.Met))
 	}
 	_, err := io.WriteString(w, s.String())
 	return err
