@@ -157,7 +157,7 @@ func HierGoals(r Result, hier, flat string) []Goal {
 	}
 }
 
-// FormatGoals prints goals as lines ending "met" or "not met" (Verdict).
+// FormatGoals prints goals as lines ending "met" or "not met" (verdict).
 func FormatGoals(w io.Writer, goals []Goal) error {
 	var s strings.Builder
 	s.WriteString("# Speed goals of the hierarchical communicator against the flat one (informational):\n")
@@ -171,7 +171,7 @@ func FormatGoals(w io.Writer, goals []Goal) error {
 			continue
 		}
 		fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx at every size: worst %sx at %s, median %.2fx over %d sizes  %s\n",
-			g.What, FormatSize(g.From), to, g.Want, Ratio(g.Worst, g.Want, true), FormatSize(g.WorstAt), g.Median, g.Sizes, Verdict(g.Met))
+			g.What, FormatSize(g.From), to, g.Want, goalRatio(g.Worst, g.Want, true), FormatSize(g.WorstAt), g.Median, g.Sizes, verdict(g.Met))
 	}
 	_, err := io.WriteString(w, s.String())
 	return err
@@ -237,7 +237,7 @@ func FormatLosses(w io.Writer, r Result, hier, flat string) error {
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "#   every operation, size and form %s/%s ≥ %.2fx, or within the repeats' spread: worst %s; %d of %d beyond the spread  %s\n",
-		hier, flat, HierNeverLoses, form(worst), len(losses), judged, Verdict(len(losses) == 0))
+		hier, flat, HierNeverLoses, form(worst), len(losses), judged, verdict(len(losses) == 0))
 	for _, p := range losses {
 		fmt.Fprintf(&s, "#     %s\n", form(p))
 	}

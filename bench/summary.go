@@ -224,20 +224,20 @@ func (s Summary) Intra8BMet() bool {
 // measured).
 func (s Summary) BandwidthMet() bool { return s.HasBandwidth && s.BandwidthRatio >= BandwidthGoal }
 
-// Verdict is how a goal line ends: "met" or "not met".
-func Verdict(met bool) string {
+// verdict is how a goal line ends: "met" or "not met".
+func verdict(met bool) string {
 	if met {
 		return "met"
 	}
 	return "not met"
 }
 
-// Ratio writes a ratio judged against a goal with 2 decimals, or with as
+// goalRatio writes a ratio judged against a goal with 2 decimals, or with as
 // many more (up to 6) as it takes for the written number to fall on the
 // same side of the goal as the ratio: atLeast for a goal the ratio meets
 // from goal up (≥), else from goal down (≤). A worst speedup of 1.4996
 // against ≥ 1.5 reads 1.4996, not 1.50 beside "not met".
-func Ratio(v, goal float64, atLeast bool) string {
+func goalRatio(v, goal float64, atLeast bool) string {
 	meets := func(x float64) bool {
 		if atLeast {
 			return x >= goal
@@ -254,14 +254,14 @@ func Ratio(v, goal float64, atLeast bool) string {
 	return s
 }
 
-// Format prints the ratios, each line ending with its Verdict. They are
+// Format prints the ratios, each line ending with its verdict. They are
 // informational: a goal not met is not an error.
 func (s Summary) Format(w io.Writer) error {
-	label := Verdict
+	label := verdict
 	out := fmt.Sprintf("# Summary: speed goals on %d ranks (informational)\n", s.Ranks)
 	if s.HasBandwidth {
 		out += fmt.Sprintf("#   bandwidth: allreduce busbw / sendrecv busbw at %s = %.2f / %.2f GB/s = %s (goal ≥ %.2f)  %s\n",
-			FormatSize(s.BandwidthBytes), s.AllReduceBusBW, s.SendRecvBusBW, Ratio(s.BandwidthRatio, BandwidthGoal, true), BandwidthGoal, label(s.BandwidthMet()))
+			FormatSize(s.BandwidthBytes), s.AllReduceBusBW, s.SendRecvBusBW, goalRatio(s.BandwidthRatio, BandwidthGoal, true), BandwidthGoal, label(s.BandwidthMet()))
 	} else {
 		out += fmt.Sprintf("#   bandwidth: n/a (%s)\n", s.BandwidthWhy)
 	}
@@ -281,7 +281,7 @@ func (s Summary) Format(w io.Writer) error {
 			against = fmt.Sprintf("a %s doubling exchange among all %d ranks", bare, s.Ranks)
 		}
 		out += fmt.Sprintf("#   raw latency: %s at %d B%s / %s = %.2f / %.2f us = %s (goal ≤ %.1f)  %s\n",
-			l.Op, l.Bytes, on, against, l.US, l.RTTUS, Ratio(l.Ratio, l.Goal, false), l.Goal, label(l.Met()))
+			l.Op, l.Bytes, on, against, l.US, l.RTTUS, goalRatio(l.Ratio, l.Goal, false), l.Goal, label(l.Met()))
 	}
 	if s.HasFrames {
 		out += fmt.Sprintf("#   ours: nexar's frames' round trip / the floor's = %.2f / %.2f us = %.2f", s.FramesRTTUS, s.FloorRTTUS, s.FramesRTTUS/s.FloorRTTUS)
@@ -294,17 +294,17 @@ func (s Summary) Format(w io.Writer) error {
 	switch {
 	case s.HasIntra:
 		out += fmt.Sprintf("#   intra bandwidth: min allreduce busbw / copy() over %s–%s: %.2f / %.2f GB/s at %s = %s (goal ≥ %.2f)  %s\n",
-			FormatSize(IntraFrom), FormatSize(IntraUpTo), s.IntraBusBW, s.IntraCopyGBs, FormatSize(s.IntraBytes), Ratio(s.IntraRatio, IntraBandwidthGoal, true), IntraBandwidthGoal, label(s.IntraMet()))
+			FormatSize(IntraFrom), FormatSize(IntraUpTo), s.IntraBusBW, s.IntraCopyGBs, FormatSize(s.IntraBytes), goalRatio(s.IntraRatio, IntraBandwidthGoal, true), IntraBandwidthGoal, label(s.IntraMet()))
 	case s.IntraWhy != "judged on single-node runs":
 		out += fmt.Sprintf("#   intra bandwidth: n/a (%s)\n", s.IntraWhy)
 	}
 	if s.HasIntra8B {
 		goal := fmt.Sprintf("goal < %.0f us on %d ranks", IntraLatencyGoalUS, IntraLatencyRanks)
-		verdict := label(s.Intra8BMet())
+		v := label(s.Intra8BMet())
 		if s.Ranks != IntraLatencyRanks {
-			verdict = "(other world size)"
+			v = "not judged (other world size)"
 		}
-		out += fmt.Sprintf("#   intra latency:   allreduce at 8 B = %.2f us (%s)  %s\n", s.Intra8BUS, goal, verdict)
+		out += fmt.Sprintf("#   intra latency:   allreduce at 8 B = %.2f us (%s)  %s\n", s.Intra8BUS, goal, v)
 	}
 	_, err := io.WriteString(w, out)
 	return err

@@ -279,8 +279,8 @@ func TestRatioSide(t *testing.T) {
 		{1.4996, 1.5, true, "1.4996"}, {1.5, 1.5, true, "1.50"}, {1.504, 1.5, true, "1.50"}, {2.26, 1.5, true, "2.26"},
 		{2.5004, 2.5, false, "2.5004"}, {2.4996, 2.5, false, "2.50"}, {0.53, 1.2, false, "0.53"}, {1.2000001, 1.2, false, "1.200000"},
 	} {
-		if got := Ratio(tc.v, tc.goal, tc.atLeast); got != tc.want {
-			t.Errorf("Ratio(%v, %v, %v) = %q, want %q", tc.v, tc.goal, tc.atLeast, got, tc.want)
+		if got := goalRatio(tc.v, tc.goal, tc.atLeast); got != tc.want {
+			t.Errorf("goalRatio(%v, %v, %v) = %q, want %q", tc.v, tc.goal, tc.atLeast, got, tc.want)
 		}
 	}
 	g := formatGoalsString(t, []Goal{{What: "allreduce busbw hier/flat", From: 4 << 20, To: 64 << 20, Want: 1.5, Sizes: 5, Worst: 1.4996, WorstAt: 8 << 20, Median: 2.04, Measured: true}})
