@@ -102,7 +102,7 @@ func FormatComparison(w io.Writer, r Result, a, b string) error {
 			if lo, hi := p.Range(); hi > 0 {
 				rng = fmt.Sprintf("%.2f–%.2f", lo, hi)
 			}
-			fmt.Fprintf(&s, "  %10d  %9s  %9s  %8.3f  %8.3f  %7.2f  %11s\n", p.Bytes, formatTime(p.A.TimeUS), formatTime(p.B.TimeUS), p.A.BusBW, p.B.BusBW, p.Speedup(), rng)
+			fmt.Fprintf(&s, "  %10d  %9s  %9s  %8s  %8s  %7.2f  %11s\n", p.Bytes, formatTime(p.A.TimeUS), formatTime(p.B.TimeUS), bwFloat(p.A.BusBW, 8), bwFloat(p.B.BusBW, 8), p.Speedup(), rng)
 		}
 		s.WriteString("#\n")
 	}
@@ -157,7 +157,7 @@ func HierGoals(r Result, hier, flat string) []Goal {
 	}
 }
 
-// FormatGoals prints goals as "met" or "MISSED" lines.
+// FormatGoals prints goals as lines ending "met" or "not met" (verdict).
 func FormatGoals(w io.Writer, goals []Goal) error {
 	var s strings.Builder
 	s.WriteString("# Speed goals of the hierarchical communicator against the flat one (informational):\n")
@@ -170,12 +170,8 @@ func FormatGoals(w io.Writer, goals []Goal) error {
 			fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx: not measured (no size in range)\n", g.What, FormatSize(g.From), to, g.Want)
 			continue
 		}
-		verdict := "met"
-		if !g.Met {
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx at every size: worst %.2fx at %s, median %.2fx over %d sizes  %s\n",
-			g.What, FormatSize(g.From), to, g.Want, g.Worst, FormatSize(g.WorstAt), g.Median, g.Sizes, verdict)
+		fmt.Fprintf(&s, "#   %s over %s–%s ≥ %.1fx at every size: worst %sx at %s, median %.2fx over %d sizes  %s\n",
+			g.What, FormatSize(g.From), to, g.Want, goalRatio(g.Worst, g.Want, true), FormatSize(g.WorstAt), g.Median, g.Sizes, verdict(g.Met))
 	}
 	_, err := io.WriteString(w, s.String())
 	return err
@@ -222,7 +218,7 @@ func Losses(r Result, hier, flat string) (losses []Pair, worst Pair, judged int)
 	return losses, worst, judged
 }
 
-// FormatLosses prints Losses as a goal line, met or MISSED, and each loss.
+// FormatLosses prints Losses as a goal line, met or not met, and each loss.
 func FormatLosses(w io.Writer, r Result, hier, flat string) error {
 	losses, worst, judged := Losses(r, hier, flat)
 	if judged == 0 {
@@ -240,12 +236,8 @@ func FormatLosses(w io.Writer, r Result, hier, flat string) error {
 		return fmt.Sprintf("%.2fx at %s %s%s%s", p.Speedup(), p.Op, FormatSize(p.Bytes), f, rng)
 	}
 	var s strings.Builder
-	verdict := "met"
-	if len(losses) > 0 {
-		verdict = "MISSED"
-	}
 	fmt.Fprintf(&s, "#   every operation, size and form %s/%s ≥ %.2fx, or within the repeats' spread: worst %s; %d of %d beyond the spread  %s\n",
-		hier, flat, HierNeverLoses, form(worst), len(losses), judged, verdict)
+		hier, flat, HierNeverLoses, form(worst), len(losses), judged, verdict(len(losses) == 0))
 	for _, p := range losses {
 		fmt.Fprintf(&s, "#     %s\n", form(p))
 	}
@@ -334,17 +326,35 @@ func FormatTraffic(w io.Writer, r Result, comms []string) error {
 	return err
 }
 
-// formatBytes writes a byte count with a binary prefix and 3 digits.
+// formatBytes writes a byte count in at most 5 characters: with the
+// binary prefix (K, M, G) that keeps it under 1024, and 3 significant
+// digits ("98", "2.21K", "8.20K", "1023K", "1.00M").
 func formatBytes(b float64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.3gG", b/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.3gM", b/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.3gK", b/(1<<10))
+	units := []string{"", "K", "M", "G"}
+	u := 0
+	for u < len(units)-1 && roundSig3(b) >= 1024 {
+		b /= 1024
+		u++
 	}
-	return fmt.Sprintf("%.0f", b)
+	switch {
+	case u == 0 || b >= 100:
+		return fmt.Sprintf("%.0f%s", b, units[u])
+	case b >= 10:
+		return fmt.Sprintf("%.1f%s", b, units[u])
+	}
+	return fmt.Sprintf("%.2f%s", b, units[u])
+}
+
+// roundSig3 is b rounded as formatBytes writes it: to 3 significant
+// digits, or to an integer from 100 up.
+func roundSig3(b float64) float64 {
+	switch {
+	case b >= 100:
+		return math.Round(b)
+	case b >= 10:
+		return math.Round(b*10) / 10
+	}
+	return math.Round(b*100) / 100
 }
 
 // Crossover is the smallest size at which large's AllReduce is at least

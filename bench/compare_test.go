@@ -178,7 +178,7 @@ func TestHierGoals(t *testing.T) {
 	if err := FormatGoals(&b, g); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(b.String(), "MISSED") != 2 || !strings.Contains(b.String(), "worst 1.40x at 4M") {
+	if strings.Count(b.String(), "  not met\n") != 2 || !strings.Contains(b.String(), "worst 1.40x at 4M") {
 		t.Errorf("FormatGoals:\n%s", b.String())
 	}
 	g = HierGoals(compareResult(sizes[:1], []float64{1}, []float64{1}), "hier", "flat")
@@ -376,7 +376,7 @@ func TestLossesBeyondTheSpread(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"worst 0.50x at allreduce 8 in place", "2 of 4 beyond the spread  MISSED", "0.80x at broadcast 16 (range 0.74–0.86)"} {
+	for _, want := range []string{"worst 0.50x at allreduce 8 in place", "2 of 4 beyond the spread  not met\n", "0.80x at broadcast 16 (range 0.74–0.86)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("FormatLosses lacks %q:\n%s", want, out)
 		}
@@ -454,5 +454,22 @@ func TestRunCompareSettles(t *testing.T) {
 	}
 	if _, err := (Spec{Settle: -1}).withDefaults(2); err == nil || !strings.Contains(err.Error(), "Settle") {
 		t.Errorf("Settle -1: %v; want an error naming Settle", err)
+	}
+}
+
+// TestFormatBytes: the traffic columns keep 3 significant digits and a
+// binary prefix that keeps the number under 1024 (it once wrote
+// 1.02e+03K for a count just under 1 MiB).
+func TestFormatBytes(t *testing.T) {
+	for _, tc := range []struct {
+		b    float64
+		want string
+	}{
+		{0, "0"}, {98, "98"}, {1023, "1023"}, {1023.6, "1.00K"}, {2263, "2.21K"}, {8396, "8.20K"}, {24986, "24.4K"},
+		{97792, "95.5K"}, {1047961, "1023K"}, {1048064, "1.00M"}, {1080033, "1.03M"}, {3 << 30, "3.00G"},
+	} {
+		if got := formatBytes(tc.b); got != tc.want {
+			t.Errorf("formatBytes(%v) = %q, want %q", tc.b, got, tc.want)
+		}
 	}
 }

@@ -17,7 +17,8 @@
 // stated in (AllReduce bus bandwidth against the transport's own ceiling,
 // small-message AllReduce latency against the ideal number of hops).
 //
-// TableWriter prints rows as they are measured; WriteCSV and WritePlot
+// TableWriter prints each operation's rows as nccl-tests' tables, one per
+// communicator, as soon as the operation is measured; WriteCSV and WritePlot
 // (an SVG, standard library only) write a run's rows. Simulate runs the
 // schedules of comm/schedule for thousands of ranks under an α-β model
 // (SimModel, fitted from a run's sendrecv by FitAlphaBeta), and

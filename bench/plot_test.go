@@ -66,13 +66,13 @@ func TestWriteCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 4 || lines[0] != strings.Join(CSVHeader, ",") {
+	if len(lines) != 5 || lines[0] != strings.Join(CSVHeader, ",") {
 		t.Fatalf("CSV:\n%s", b.String())
 	}
-	if want := "broadcast,,1024,128,double,none,2,234.56,4.3656,4.3656,,0,0,,,,"; lines[3] != want {
-		t.Errorf("broadcast line %q, want %q (no check, no in-place form: empty)", lines[3], want)
+	if want := "broadcast,,1024,128,double,none,2,234.56,4.3656,4.3656,,128,0,,,,"; lines[4] != want {
+		t.Errorf("broadcast line %q, want %q (no check, no in-place form: empty)", lines[4], want)
 	}
-	if !strings.HasPrefix(lines[2], "allreduce,,134217728,33554432,float,sum,-1,1.2345678e+06,") || !strings.HasSuffix(lines[2], ",123456.7,1.0872,1.6308,0") {
-		t.Errorf("allreduce line %q", lines[2])
+	if !strings.HasPrefix(lines[3], "allreduce,,134217728,33554432,float,sum,-1,1.2345678e+06,") || !strings.HasSuffix(lines[3], ",123456.7,1.0872,1.6308,0") {
+		t.Errorf("allreduce line %q", lines[3])
 	}
 }

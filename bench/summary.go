@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"strconv"
 )
 
 // The project's speed goals, as ratios Summarize computes from one run.
@@ -223,19 +224,44 @@ func (s Summary) Intra8BMet() bool {
 // measured).
 func (s Summary) BandwidthMet() bool { return s.HasBandwidth && s.BandwidthRatio >= BandwidthGoal }
 
-// Format prints the ratios with PASS or BELOW labels. They are
-// informational: a run below a goal is not an error.
-func (s Summary) Format(w io.Writer) error {
-	label := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "BELOW"
+// verdict is how a goal line ends: "met" or "not met".
+func verdict(met bool) string {
+	if met {
+		return "met"
 	}
+	return "not met"
+}
+
+// goalRatio writes a ratio judged against a goal with 2 decimals, or with as
+// many more (up to 6) as it takes for the written number to fall on the
+// same side of the goal as the ratio: atLeast for a goal the ratio meets
+// from goal up (≥), else from goal down (≤). A worst speedup of 1.4996
+// against ≥ 1.5 reads 1.4996, not 1.50 beside "not met".
+func goalRatio(v, goal float64, atLeast bool) string {
+	meets := func(x float64) bool {
+		if atLeast {
+			return x >= goal
+		}
+		return x <= goal
+	}
+	s := ""
+	for prec := 2; prec <= 6; prec++ {
+		s = strconv.FormatFloat(v, 'f', prec, 64)
+		if x, err := strconv.ParseFloat(s, 64); err == nil && meets(x) == meets(v) {
+			break
+		}
+	}
+	return s
+}
+
+// Format prints the ratios, each line ending with its verdict. They are
+// informational: a goal not met is not an error.
+func (s Summary) Format(w io.Writer) error {
+	label := verdict
 	out := fmt.Sprintf("# Summary: speed goals on %d ranks (informational)\n", s.Ranks)
 	if s.HasBandwidth {
-		out += fmt.Sprintf("#   bandwidth: allreduce busbw / sendrecv busbw at %s = %.2f / %.2f GB/s = %.2f (goal ≥ %.2f)  %s\n",
-			FormatSize(s.BandwidthBytes), s.AllReduceBusBW, s.SendRecvBusBW, s.BandwidthRatio, BandwidthGoal, label(s.BandwidthMet()))
+		out += fmt.Sprintf("#   bandwidth: allreduce busbw / sendrecv busbw at %s = %.2f / %.2f GB/s = %s (goal ≥ %.2f)  %s\n",
+			FormatSize(s.BandwidthBytes), s.AllReduceBusBW, s.SendRecvBusBW, goalRatio(s.BandwidthRatio, BandwidthGoal, true), BandwidthGoal, label(s.BandwidthMet()))
 	} else {
 		out += fmt.Sprintf("#   bandwidth: n/a (%s)\n", s.BandwidthWhy)
 	}
@@ -254,8 +280,8 @@ func (s Summary) Format(w io.Writer) error {
 		case l.Doubling:
 			against = fmt.Sprintf("a %s doubling exchange among all %d ranks", bare, s.Ranks)
 		}
-		out += fmt.Sprintf("#   raw latency: %s at %d B%s / %s = %.2f / %.2f us = %.2f (goal ≤ %.1f)  %s\n",
-			l.Op, l.Bytes, on, against, l.US, l.RTTUS, l.Ratio, l.Goal, label(l.Met()))
+		out += fmt.Sprintf("#   raw latency: %s at %d B%s / %s = %.2f / %.2f us = %s (goal ≤ %.1f)  %s\n",
+			l.Op, l.Bytes, on, against, l.US, l.RTTUS, goalRatio(l.Ratio, l.Goal, false), l.Goal, label(l.Met()))
 	}
 	if s.HasFrames {
 		out += fmt.Sprintf("#   ours: nexar's frames' round trip / the floor's = %.2f / %.2f us = %.2f", s.FramesRTTUS, s.FloorRTTUS, s.FramesRTTUS/s.FloorRTTUS)
@@ -267,18 +293,18 @@ func (s Summary) Format(w io.Writer) error {
 	}
 	switch {
 	case s.HasIntra:
-		out += fmt.Sprintf("#   intra bandwidth: min allreduce busbw / copy() over %s–%s: %.2f / %.2f GB/s at %s = %.2f (goal ≥ %.2f)  %s\n",
-			FormatSize(IntraFrom), FormatSize(IntraUpTo), s.IntraBusBW, s.IntraCopyGBs, FormatSize(s.IntraBytes), s.IntraRatio, IntraBandwidthGoal, label(s.IntraMet()))
+		out += fmt.Sprintf("#   intra bandwidth: min allreduce busbw / copy() over %s–%s: %.2f / %.2f GB/s at %s = %s (goal ≥ %.2f)  %s\n",
+			FormatSize(IntraFrom), FormatSize(IntraUpTo), s.IntraBusBW, s.IntraCopyGBs, FormatSize(s.IntraBytes), goalRatio(s.IntraRatio, IntraBandwidthGoal, true), IntraBandwidthGoal, label(s.IntraMet()))
 	case s.IntraWhy != "judged on single-node runs":
 		out += fmt.Sprintf("#   intra bandwidth: n/a (%s)\n", s.IntraWhy)
 	}
 	if s.HasIntra8B {
 		goal := fmt.Sprintf("goal < %.0f us on %d ranks", IntraLatencyGoalUS, IntraLatencyRanks)
-		verdict := label(s.Intra8BMet())
+		v := label(s.Intra8BMet())
 		if s.Ranks != IntraLatencyRanks {
-			verdict = "(other world size)"
+			v = "not judged (other world size)"
 		}
-		out += fmt.Sprintf("#   intra latency:   allreduce at 8 B = %.2f us (%s)  %s\n", s.Intra8BUS, goal, verdict)
+		out += fmt.Sprintf("#   intra latency:   allreduce at 8 B = %.2f us (%s)  %s\n", s.Intra8BUS, goal, v)
 	}
 	_, err := io.WriteString(w, out)
 	return err

@@ -29,7 +29,7 @@ func TestSummarize(t *testing.T) {
 	if err := s.Format(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"= 0.90 (goal ≥ 0.85)  PASS", "at 32M"} {
+	for _, want := range []string{"= 0.90 (goal ≥ 0.85)  met\n", "at 32M"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Format output lacks %q:\n%s", want, b.String())
 		}
@@ -48,8 +48,8 @@ func TestSummarize(t *testing.T) {
 	}
 	b.Reset()
 	s.Format(&b)
-	if strings.Count(b.String(), "BELOW") != 1 {
-		t.Errorf("want one BELOW label:\n%s", b.String())
+	if strings.Count(b.String(), "  not met\n") != 1 {
+		t.Errorf("want one line not met:\n%s", b.String())
 	}
 }
 
@@ -92,7 +92,7 @@ func TestSummarizeIntra(t *testing.T) {
 	}
 	var b bytes.Buffer
 	s.Format(&b)
-	for _, want := range []string{"intra bandwidth", "= 0.50 (goal ≥ 0.40)  PASS", "allreduce at 8 B = 3.50 us (goal < 5 us on 4 ranks)  PASS"} {
+	for _, want := range []string{"intra bandwidth", "= 0.50 (goal ≥ 0.40)  met\n", "allreduce at 8 B = 3.50 us (goal < 5 us on 4 ranks)  met\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Format output lacks %q:\n%s", want, b.String())
 		}
@@ -162,9 +162,9 @@ func TestSummaryRawLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"allreduce at 8 B on hier / the bare transport's round trip = 150.00 / 40.00 us = 3.75 (goal ≤ 2.5)  BELOW",
-		"allreduce at 8 B on flat / the bare transport's round trip = 75.00 / 40.00 us = 1.88 (goal ≤ 2.5)  PASS",
-		"sendrecv at 8 B on flat / the bare transport's round trip = 44.00 / 40.00 us = 1.10 (goal ≤ 1.2)  PASS",
+		"allreduce at 8 B on hier / the bare transport's round trip = 150.00 / 40.00 us = 3.75 (goal ≤ 2.5)  not met\n",
+		"allreduce at 8 B on flat / the bare transport's round trip = 75.00 / 40.00 us = 1.88 (goal ≤ 2.5)  met\n",
+		"sendrecv at 8 B on flat / the bare transport's round trip = 44.00 / 40.00 us = 1.10 (goal ≤ 1.2)  met\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Format output lacks %q:\n%s", want, b.String())
@@ -189,8 +189,8 @@ func TestSummaryRawLatency(t *testing.T) {
 	}
 	b.Reset()
 	if err := s.Format(&b); err != nil ||
-		!strings.Contains(b.String(), "allreduce at 8 B on flat / a bare doubling exchange among all 4 ranks = 75.00 / 100.00 us = 0.75 (goal ≤ 1.2)  PASS") ||
-		!strings.Contains(b.String(), "sendrecv at 8 B on flat / one round of a bare doubling exchange among all 4 ranks = 44.00 / 50.00 us = 0.88 (goal ≤ 1.2)  PASS") {
+		!strings.Contains(b.String(), "allreduce at 8 B on flat / a bare doubling exchange among all 4 ranks = 75.00 / 100.00 us = 0.75 (goal ≤ 1.2)  met\n") ||
+		!strings.Contains(b.String(), "sendrecv at 8 B on flat / one round of a bare doubling exchange among all 4 ranks = 44.00 / 50.00 us = 0.88 (goal ≤ 1.2)  met\n") {
 		t.Errorf("doubling line missing: %v\n%s", err, b.String())
 	}
 	res.RawDoublingUS = 0
@@ -237,10 +237,10 @@ func TestSummaryFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"#   raw latency: allreduce at 8 B on flat / the floor's round trip (raw sockets) = 60.00 / 20.00 us = 3.00 (goal ≤ 2.5)  BELOW",
-		"#   raw latency: sendrecv at 8 B on flat / the floor's round trip (raw sockets) = 44.00 / 20.00 us = 2.20 (goal ≤ 1.2)  BELOW",
-		"#   raw latency: allreduce at 8 B on flat / a raw-socket doubling exchange among all 4 ranks = 60.00 / 80.00 us = 0.75 (goal ≤ 1.2)  PASS",
-		"#   raw latency: sendrecv at 8 B on flat / one round of a raw-socket doubling exchange among all 4 ranks = 44.00 / 40.00 us = 1.10 (goal ≤ 1.2)  PASS",
+		"#   raw latency: allreduce at 8 B on flat / the floor's round trip (raw sockets) = 60.00 / 20.00 us = 3.00 (goal ≤ 2.5)  not met\n",
+		"#   raw latency: sendrecv at 8 B on flat / the floor's round trip (raw sockets) = 44.00 / 20.00 us = 2.20 (goal ≤ 1.2)  not met\n",
+		"#   raw latency: allreduce at 8 B on flat / a raw-socket doubling exchange among all 4 ranks = 60.00 / 80.00 us = 0.75 (goal ≤ 1.2)  met\n",
+		"#   raw latency: sendrecv at 8 B on flat / one round of a raw-socket doubling exchange among all 4 ranks = 44.00 / 40.00 us = 1.10 (goal ≤ 1.2)  met\n",
 		"#   ours: nexar's frames' round trip / the floor's = 40.00 / 20.00 us = 2.00; their doubling exchange among all 4 ranks / the floor's = 100.00 / 80.00 us = 1.25\n",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -266,4 +266,34 @@ func TestSummaryFloor(t *testing.T) {
 	if s.HasFrames || len(s.Raw) != 4 || s.Raw[0].Floor || s.Raw[0].RTTUS != 40 {
 		t.Errorf("without the floor: %+v", s)
 	}
+}
+
+// TestRatioSide: a ratio beside a goal is written with the digits it takes
+// to read on the side of the goal its verdict says.
+func TestRatioSide(t *testing.T) {
+	for _, tc := range []struct {
+		v, goal float64
+		atLeast bool
+		want    string
+	}{
+		{1.4996, 1.5, true, "1.4996"}, {1.5, 1.5, true, "1.50"}, {1.504, 1.5, true, "1.50"}, {2.26, 1.5, true, "2.26"},
+		{2.5004, 2.5, false, "2.5004"}, {2.4996, 2.5, false, "2.50"}, {0.53, 1.2, false, "0.53"}, {1.2000001, 1.2, false, "1.200000"},
+	} {
+		if got := goalRatio(tc.v, tc.goal, tc.atLeast); got != tc.want {
+			t.Errorf("goalRatio(%v, %v, %v) = %q, want %q", tc.v, tc.goal, tc.atLeast, got, tc.want)
+		}
+	}
+	g := formatGoalsString(t, []Goal{{What: "allreduce busbw hier/flat", From: 4 << 20, To: 64 << 20, Want: 1.5, Sizes: 5, Worst: 1.4996, WorstAt: 8 << 20, Median: 2.04, Measured: true}})
+	if !strings.Contains(g, "worst 1.4996x at 8M, median 2.04x over 5 sizes  not met\n") {
+		t.Errorf("FormatGoals:\n%s", g)
+	}
+}
+
+func formatGoalsString(t *testing.T, goals []Goal) string {
+	t.Helper()
+	var b strings.Builder
+	if err := FormatGoals(&b, goals); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -15,27 +17,26 @@ var ncclPrograms = map[string]string{
 	"reducescatter_ar": "reduce_scatter_perf (by all_reduce + copy)",
 }
 
-// TableWriter prints rows in nccl-tests' layout as they come, one table
-// per operation: the header lines of nccl-tests (the settings line, then
-// the column headings with an out-of-place and an in-place group of
-// `time algbw busbw #wrong`), a line per row, and nccl-tests' footer
-// (`# Out of bounds values`, `# Avg bus bandwidth`, the mean busbw over
-// every measured form of the table's rows). A row whose operation has no
-// in-place form prints N/A in that group. When several communicators are
-// compared their rows interleave in one table, each ending with the
-// communicator's name (where nccl-tests -S puts its timestamp), and the
-// footer gives each its average. A table ends when a row of another
-// operation comes, or at Close.
+// TableWriter prints rows in nccl-tests' layout, one table per operation
+// and communicator: nccl-tests' header lines (the settings line, with the
+// iterations each repeat timed, then the column headings with an
+// out-of-place and an in-place group of `time algbw busbw #wrong`), a line
+// per row, and nccl-tests' footer (`# Out of bounds values`, `# Avg bus
+// bandwidth`, the mean busbw over every measured form of the table's
+// rows). A row whose operation has no in-place form prints N/A in that
+// group. When several communicators are compared, each has its own table,
+// in the order of comms, headed by a line naming it. An operation's tables
+// are written when a row of another operation comes, or at Close: the
+// header gives the iteration counts, which are chosen per size while the
+// rows are measured.
 type TableWriter struct {
 	w     io.Writer
 	ranks int
 	spec  Spec
 	comms []string
 
-	op    string             // the open table's operation; "" when none is open
-	sum   map[string]float64 // busbw sum per communicator, over the open table
-	n     map[string]int     // forms summed
-	wrong int64              // wrong elements over the open table; -1 when nothing was checked
+	op   string // the open operation; "" when none is open
+	rows []Row  // its rows so far, of every communicator
 }
 
 // NewTableWriter returns a TableWriter for rows of a run on ranks ranks
@@ -45,62 +46,76 @@ func NewTableWriter(w io.Writer, ranks int, spec Spec, comms []string) *TableWri
 	return &TableWriter{w: w, ranks: ranks, spec: spec, comms: comms}
 }
 
-// Row prints row, opening its table first (and closing the previous one)
-// when its operation differs from the last row's.
+// Row adds row to its operation's tables, writing the previous
+// operation's tables first when row's operation differs from the last
+// row's.
 func (t *TableWriter) Row(row Row) error {
-	var b strings.Builder
-	if row.Op != t.op {
-		if t.op != "" {
-			t.footer(&b)
-		}
-		t.header(&b, row.Op)
+	var err error
+	if row.Op != t.op && t.op != "" {
+		err = t.flush()
 	}
-	b.WriteString(row.line())
-	if len(t.comms) > 1 {
-		b.WriteString("  " + row.Comm)
-	}
-	b.WriteByte('\n')
-	for _, f := range row.forms() {
-		t.sum[row.Comm] += f.BusBW
-		t.n[row.Comm]++
-		if f.Wrong >= 0 {
-			t.wrong = max(t.wrong, 0) + f.Wrong
-		}
-	}
-	_, err := io.WriteString(t.w, b.String())
+	t.op = row.Op
+	t.rows = append(t.rows, row)
 	return err
 }
 
-// Close prints the footer of the open table, if any.
+// Close writes the open operation's tables, if any.
 func (t *TableWriter) Close() error {
 	if t.op == "" {
 		return nil
 	}
+	return t.flush()
+}
+
+// Open reports whether an operation's rows wait to be written (a row
+// given since the last tables were written).
+func (t *TableWriter) Open() bool { return t.op != "" }
+
+// flush writes the open operation's tables: one per communicator, in the
+// order of t.comms (then any other name, in the order its rows came).
+func (t *TableWriter) flush() error {
+	names := slices.Clone(t.comms)
+	for _, row := range t.rows {
+		if !slices.Contains(names, row.Comm) {
+			names = append(names, row.Comm)
+		}
+	}
 	var b strings.Builder
-	t.footer(&b)
+	for _, name := range names {
+		var rows []Row
+		for _, row := range t.rows {
+			if row.Comm == name {
+				rows = append(rows, row)
+			}
+		}
+		if len(rows) > 0 {
+			t.table(&b, name, rows)
+		}
+	}
+	t.op, t.rows = "", nil
 	_, err := io.WriteString(t.w, b.String())
 	return err
 }
 
-// Open reports whether a table is open (a row printed since the last
-// footer).
-func (t *TableWriter) Open() bool { return t.op != "" }
-
-func (t *TableWriter) header(b *strings.Builder, op string) {
-	t.op, t.sum, t.n, t.wrong = op, map[string]float64{}, map[string]int{}, -1
+// table writes one table: the rows of t.op measured on communicator name.
+func (t *TableWriter) table(b *strings.Builder, name string, rows []Row) {
 	s := t.spec
-	prog := ncclPrograms[op]
+	prog := ncclPrograms[t.op]
 	if prog == "" {
-		prog = op
+		prog = t.op
+	}
+	if name != "" {
+		fmt.Fprintf(b, "# Communicator %s\n", name)
 	}
 	fmt.Fprintf(b, "# Collective test starting: %s\n", prog)
 	step, stepKind := int64(s.Factor), "factor"
 	if s.StepBytes > 0 {
 		step, stepKind = s.StepBytes, "bytes"
 	}
-	iters := "auto"
-	if s.Iters > 0 {
-		iters = strconv.Itoa(s.Iters)
+	lo, hi := itersRange(rows)
+	iters := strconv.Itoa(lo)
+	if hi != lo {
+		iters = fmt.Sprintf("%d-%d", lo, hi)
 	}
 	check := 0
 	if s.Check {
@@ -108,65 +123,101 @@ func (t *TableWriter) header(b *strings.Builder, op string) {
 	}
 	fmt.Fprintf(b, "# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %s agg iters: 1 validation: %d graph: 0\n",
 		s.MinBytes, s.MaxBytes, step, stepKind, s.Warmup, iters, check)
-	how := fmt.Sprintf("%d iterations per repeat", s.Iters)
+	how := fmt.Sprintf("%s per repeat", plural(lo, "iteration"))
 	if s.Iters == 0 {
-		how = fmt.Sprintf("iterations per repeat chosen to last %v", s.Budget)
+		how = fmt.Sprintf("iterations per repeat chosen to last %v (%s)", s.Budget, iters)
 	}
 	fmt.Fprintf(b, "# %d ranks; time per iteration: %s, median of %d repeats, %s (-a %d)\n",
 		t.ranks, how, s.Repeats, s.Average, s.Average.NCCL())
+	if hi != lo {
+		writeItersPerSize(b, rows)
+	}
 	if len(t.comms) > 1 {
-		fmt.Fprintf(b, "# communicators measured in turn at each size, on the same processes: %s (last column)\n", strings.Join(t.comms, ", "))
+		fmt.Fprintf(b, "# communicators measured in turn at each size, on the same processes: %s; this table: %s\n", strings.Join(t.comms, ", "), name)
 		if s.Settle > 0 {
 			fmt.Fprintf(b, "# a size and form where %s's speedup over %s may be below %.2fx (its range reaches below) is timed %d more times, alternating (a size timed once: %d more); its row is the median of all its repeats\n",
 				t.comms[0], t.comms[1], s.Settle, s.Repeats, onceMore)
 		}
 	}
 	b.WriteString("#\n")
-	last := [2]string{"", ""}
-	if len(t.comms) > 1 {
-		last = [2]string{"comm", ""}
-	}
 	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
-	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
-		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", last[0])
-	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
-		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", last[1])
+	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
+		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
+		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	sum, n, wrong := 0.0, 0, int64(-1)
+	for _, row := range rows {
+		b.WriteString(row.line())
+		b.WriteByte('\n')
+		for _, f := range row.forms() {
+			sum += f.BusBW
+			n++
+			if f.Wrong >= 0 {
+				wrong = max(wrong, 0) + f.Wrong
+			}
+		}
+	}
+	switch {
+	case wrong < 0:
+		fmt.Fprintf(b, "# %-20s : N/A (not checked)\n", "Out of bounds values")
+	case wrong == 0:
+		fmt.Fprintf(b, "# %-20s : %d OK\n", "Out of bounds values", wrong)
+	default:
+		fmt.Fprintf(b, "# %-20s : %d FAILED\n", "Out of bounds values", wrong)
+	}
+	avg := 0.0
+	if n > 0 {
+		avg = sum / float64(n)
+	}
+	fmt.Fprintf(b, "# %-20s : %s \n", "Avg bus bandwidth", cFloat(avg))
+	b.WriteString("#\n")
+	fmt.Fprintf(b, "# Collective test concluded: %s\n#\n", prog)
 }
 
-func (t *TableWriter) footer(b *strings.Builder) {
-	switch {
-	case t.wrong < 0:
-		fmt.Fprintf(b, "# %-20s : N/A (not checked)\n", "Out of bounds values")
-	case t.wrong == 0:
-		fmt.Fprintf(b, "# %-20s : %d OK\n", "Out of bounds values", t.wrong)
-	default:
-		fmt.Fprintf(b, "# %-20s : %d FAILED\n", "Out of bounds values", t.wrong)
-	}
-	comms := t.comms
-	if len(comms) < 2 {
-		comms = []string{""}
-		for c := range t.n { // Run's rows have no name; a single contender's do
-			comms[0] = c
+// itersRange is the fewest and the most iterations a repeat of rows
+// timed, over both forms.
+func itersRange(rows []Row) (lo, hi int) {
+	first := true
+	for _, row := range rows {
+		for _, f := range row.forms() {
+			if first || f.Iters < lo {
+				lo = f.Iters
+			}
+			if first || f.Iters > hi {
+				hi = f.Iters
+			}
+			first = false
 		}
 	}
-	for _, c := range comms {
-		avg := 0.0
-		if t.n[c] > 0 {
-			avg = t.sum[c] / float64(t.n[c])
+	return lo, hi
+}
+
+// writeItersPerSize writes the iterations per repeat at each size of rows,
+// "size:iters" (out of place/in place where they differ), a few sizes a
+// line.
+func writeItersPerSize(b *strings.Builder, rows []Row) {
+	b.WriteString("# iterations per repeat at each size (out of place/in place where they differ):\n")
+	const perLine = 8
+	for i, row := range rows {
+		if i%perLine == 0 {
+			b.WriteString("#  ")
 		}
-		label := ""
-		if len(t.comms) > 1 {
-			label = c
+		fmt.Fprintf(b, " %s:%d", FormatSize(row.Bytes), row.Iters)
+		if row.InPlace != nil && row.InPlace.Iters != row.Iters {
+			fmt.Fprintf(b, "/%d", row.InPlace.Iters)
 		}
-		fmt.Fprintf(b, "# %-20s : %s %s\n", "Avg bus bandwidth", cFloat(avg), label)
+		if i%perLine == perLine-1 || i == len(rows)-1 {
+			b.WriteByte('\n')
+		}
 	}
-	b.WriteString("#\n")
-	prog := ncclPrograms[t.op]
-	if prog == "" {
-		prog = t.op
+}
+
+// plural is "1 iteration", "20 iterations".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
 	}
-	fmt.Fprintf(b, "# Collective test concluded: %s\n#\n", prog)
-	t.op = ""
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // line is the row as a line of nccl-tests' table, without the newline.
@@ -190,13 +241,14 @@ func (row Row) line() string {
 func (row Row) String() string { return row.line() }
 
 // columns are one form's `time algbw busbw #wrong`, as nccl-tests prints
-// them (a value that does not fit its width loses decimals first).
+// them (a value that does not fit its width loses decimals first), but
+// for bandwidths under 1 GB/s, which keep more digits (bwFloat).
 func (t Timing) columns() string {
 	wrong := "N/A" // nccl-tests writes it one column to the left; aligned here
 	if t.Wrong >= 0 {
 		wrong = cFloat(float64(t.Wrong))
 	}
-	return fmt.Sprintf("  %7s  %6s  %6s  %6s", ncclFloat(t.TimeUS, 7), ncclFloat(t.AlgBW, 6), ncclFloat(t.BusBW, 6), wrong)
+	return fmt.Sprintf("  %7s  %6s  %6s  %6s", ncclFloat(t.TimeUS, 7), bwFloat(t.AlgBW, 6), bwFloat(t.BusBW, 6), wrong)
 }
 
 // ncclFloat writes v in width characters with 2 decimals, or fewer when
@@ -211,6 +263,33 @@ func ncclFloat(v float64, width int) string {
 		return fmt.Sprintf("%*.1e", width, v)
 	}
 	return fmt.Sprintf("%*.0e", width, v)
+}
+
+// bwFloat writes a bandwidth in width characters: as nccl-tests (2
+// decimals, ncclFloat) from 1 up and at 0, and below 1, where 2 decimals
+// leave one significant digit or none (the bench's own links carry under
+// 0.2 GB/s), with more decimals in the same width, so that a value keeps
+// 3 significant digits down to 0.01 and 2 below: 0.163, 0.0171, 0.0084,
+// then a short exponent form under 0.001 (9.7e-4).
+func bwFloat(v float64, width int) string {
+	a := math.Abs(v)
+	switch {
+	case v == 0 || a >= 0.9995 || math.IsNaN(v) || math.IsInf(v, 0):
+		return ncclFloat(v, width)
+	case a >= 0.09995:
+		return fmt.Sprintf("%*.3f", width, v)
+	case a >= 0.000995:
+		return fmt.Sprintf("%*.4f", width, v)
+	}
+	e := math.Floor(math.Log10(a))
+	m := v / math.Pow(10, e)
+	if math.Abs(m) >= 9.95 {
+		m, e = m/10, e+1
+	}
+	if s := fmt.Sprintf("%*s", width, fmt.Sprintf("%.1fe%d", m, int(e))); len(s) <= width {
+		return s
+	}
+	return fmt.Sprintf("%*s", width, fmt.Sprintf("%.0fe%d", m, int(e)))
 }
 
 // cFloat is C's %g: 6 significant digits, exponent form for very large or

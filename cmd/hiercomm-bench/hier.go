@@ -314,6 +314,7 @@ func reportComparison(w io.Writer, res bench.Result) error {
 	if len(res.Comms) < 2 {
 		return nil
 	}
+	fmt.Fprintf(w, "# Comparison: %s against %s, size by size, from the tables above\n#\n", commHier, commFlat)
 	err := errors.Join(
 		bench.FormatComparison(w, res, commHier, commFlat),
 		bench.FormatGoals(w, bench.HierGoals(res, commHier, commFlat)),

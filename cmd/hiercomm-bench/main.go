@@ -9,8 +9,9 @@
 // that many processes of itself with cluster.StartLocal (the local
 // multi-node launcher of `hiercomm run`); each joins the job with
 // hiercomm.Init and measures (hier.go). Rank 0 appends each row to a file
-// as soon as it is measured (stream.go), and this process prints it: the
-// tables on stdout, logs and a status line (on a terminal) on stderr.
+// as soon as it is measured (stream.go), and this process prints each
+// operation's tables when its last row comes: the tables on stdout, logs
+// and a status line (on a terminal) on stderr.
 //
 // Started by another launcher — torchrun's environment, Slurm's srun,
 // Kubernetes, `hiercomm run` — it is one rank of that job: it joins with
@@ -130,8 +131,9 @@ func explain(ctx context.Context, o options, err error) error {
 }
 
 // runProcesses starts the ranks as child processes of this program (the
-// same arguments, plus where rank 0 streams its rows) and prints the rows
-// as they come; it returns when every rank has exited.
+// same arguments, plus where rank 0 streams its rows) and takes the rows
+// as they come (the printer prints each operation's tables when it ends);
+// it returns when every rank has exited.
 func runProcesses(ctx context.Context, o options, args []string, con *console, p *printer, log *slog.Logger) error {
 	f, err := os.CreateTemp("", "hiercomm-bench-*.jsonl")
 	if err != nil {

@@ -63,8 +63,9 @@ func (r runInfo) names() []string {
 	return out
 }
 
-// printer turns a run's events into the output: the header, each row as
-// it comes, a status line on a terminal, and at the end the comparisons,
+// printer turns a run's events into the output: the header, each
+// operation's tables once its rows have come (bench.TableWriter), a status
+// line on a terminal, and at the end the comparisons,
 // the summary and the files. It is a sink; its methods may be called from
 // any goroutine.
 type printer struct {

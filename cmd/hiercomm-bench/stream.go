@@ -15,7 +15,8 @@ import (
 // A run's progress as rank 0 tells it: what the run is, each row as soon
 // as it is measured, and the result at the end. A local job's rank 0
 // appends them as JSON lines to a file its parent reads as they come
-// (tail), so the parent prints each row at once and keeps every row
+// (tail), so the parent has each row at once (its status line counts it,
+// its tables print it when the operation ends) and keeps every row
 // measured when the job is interrupted; elsewhere they go straight to a
 // printer (output.go).
 type sink interface {
