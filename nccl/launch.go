@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // ncclTypes maps comm's dtypes to NCCL's (nccl.h ncclDataType_t).
@@ -58,7 +59,7 @@ func (c *Comm) launch(t *task) error {
 		if out := call.ResultAt(c.rank); !out.IsZero() {
 			t.post = func() error {
 				return c.dev.hostOp([]comm.Buffer{out}, []bool{true}, []bool{true}, func(h [][]byte) error {
-					comm.FinishAvg(out.DType(), h[0], c.size)
+					tier.FinishAvg(out.DType(), h[0], c.size)
 					return nil
 				})
 			}
@@ -285,11 +286,11 @@ func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buf
 	return func() error {
 		if k == 0 {
 			return c.dev.hostOp([]comm.Buffer{dst}, []bool{false}, []bool{true}, func(h [][]byte) error {
-				comm.FillIdentity(dt, op, h[0])
+				tier.FillIdentity(dt, op, h[0])
 				return nil
 			})
 		}
-		f, err := comm.ReduceFunc(dt, op)
+		f, err := tier.ReduceFunc(dt, op)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The schedules that move data without reducing it: the writer stages a
@@ -14,14 +15,14 @@ func (c *Comm) schedule(s *stepper) error {
 	call := s.o.call
 	send, recv := call.Send.Bytes(), call.Recv.Bytes()
 	es := max(1, call.Send.DType().Size(), call.Recv.DType().Size())
-	var k comm.Kernel
+	var k tier.Kernel
 	if call.Kind.Reduces() {
 		dt := call.Send.DType()
 		if call.Kind == comm.KindReduceScatter {
 			dt = call.Recv.DType()
 		}
 		var err error
-		if k, err = comm.NewKernel(dt, call.Op); err != nil {
+		if k, err = tier.NewKernel(dt, call.Op); err != nil {
 			return err // Validate refuses such calls first
 		}
 	}
