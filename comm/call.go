@@ -86,7 +86,7 @@ type Call struct {
 	// Refused is set by a composed communicator on the calls it makes of
 	// its parts for a call that it refuses (its rank's bad argument, or a
 	// peer's it was told of): the part refuses the call with this reason
-	// (Validate returns it, as an error that matches ErrInvalidArgument)
+	// (tier.Validate returns it, as an error that matches ErrInvalidArgument)
 	// and tells its peers that, not its verdict on the call's stand-in
 	// arguments. Nil on a user's own call.
 	Refused error
@@ -199,26 +199,4 @@ func (s Signature) String() string {
 		out += fmt.Sprintf("%sroot %d", sep, s.Root)
 	}
 	return out + ")"
-}
-
-// Offsets are where blocks of counts[i] elements, packed in order (as
-// AllToAllV's buffers are), begin, in units of unit: 1 for elements, the
-// dtype's size for bytes.
-func Offsets(counts []int, unit int) []int {
-	off := make([]int, len(counts))
-	at := 0
-	for i, n := range counts {
-		off[i] = at
-		at += n * unit
-	}
-	return off
-}
-
-// ResultAt is the buffer this rank's result lands in (where an Avg is
-// divided): Recv, or none for a non-root rank of Reduce.
-func (c Call) ResultAt(rank int) Buffer {
-	if c.Kind == KindReduce && c.Root != rank {
-		return Buffer{}
-	}
-	return c.Recv
 }

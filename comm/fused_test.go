@@ -38,7 +38,7 @@ type chanRound struct {
 }
 
 type chanComm struct {
-	comm.Blocking
+	tier.Blocking
 	localControl
 	world *chanWorld
 	rank  int
@@ -50,7 +50,7 @@ func newChanWorld(size int) []*chanComm {
 	comms := make([]*chanComm, size)
 	for r := range comms {
 		comms[r] = &chanComm{world: w, rank: r}
-		comms[r].Blocking = comm.Blocking{S: comms[r]}
+		comms[r].Blocking = tier.Blocking{S: comms[r]}
 	}
 	return comms
 }
@@ -74,7 +74,7 @@ func (c *chanComm) Start(ctx context.Context, call comm.Call) *comm.Work {
 		return comm.Failed(&comm.ArgError{Kind: call.Kind, Arg: "kind", Problem: "chanComm runs AllReduce only"})
 	}
 	seq := c.seq.Add(1)
-	verr := comm.Validate(call, c.rank, c.world.size)
+	verr := tier.Validate(call, c.rank, c.world.size)
 	var data []byte
 	if verr == nil {
 		data = append([]byte{}, call.Send.Bytes()...)
@@ -98,7 +98,7 @@ func (c *chanComm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	go func() {
 		select {
 		case <-ctx.Done():
-			work.Complete(&comm.OpError{Rank: c.rank, Peer: -1, Kind: comm.KindAllReduce, Seq: seq, Err: comm.ContextError(ctx.Err())})
+			work.Complete(&comm.OpError{Rank: c.rank, Peer: -1, Kind: comm.KindAllReduce, Seq: seq, Err: tier.ContextError(ctx.Err())})
 		case <-r.done:
 			if err := r.rankErr[c.rank]; err != nil {
 				// A real transport may leave a partial result behind when it

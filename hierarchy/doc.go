@@ -108,7 +108,7 @@
 // meet in a part (a small Broadcast through the world part against an
 // AllReduce through the nodes and rails) are a *comm.MismatchError on
 // every rank within a second or two, naming the first collective that
-// differs (census.go; the rules are comm.Watch's). A mismatch is reported as a
+// differs (census.go; the rules are tier.Watch's). A mismatch is reported as a
 // *comm.MismatchError whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
 // part the news came through. After a failure, Shrink

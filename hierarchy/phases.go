@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -73,7 +74,7 @@ func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.issue(p, c, true
 
 // issue starts c on p, carrying the user's call (Outer), without buffers
 // once the collective is abandoned, not at all once it failed. With block,
-// a part with a blocking form (comm.Runner) runs it at once: on this
+// a part with a blocking form (tier.Runner) runs it at once: on this
 // goroutine when the part is idle, no hand-off per phase.
 func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	if x.fatal != nil {
@@ -89,11 +90,11 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	}
 	pd := pending{p: p, poisoned: x.abandoned != nil}
 	if pd.poisoned {
-		c = c.WithoutBuffers()
+		c = tier.WithoutBuffers(c)
 		c.Refused = x.refusal()
 	}
 	x.mark(hoptrace.PartCall, p)
-	if r, ok := p.c.(comm.Runner); ok && block {
+	if r, ok := p.c.(tier.Runner); ok && block {
 		pd.ran, pd.err = true, r.Run(x.ctx, c)
 		x.mark(hoptrace.PartReturn, p)
 	} else {

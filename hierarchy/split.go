@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -64,7 +65,7 @@ func (h *Comm) split(t *task, color, key int) (comm.Communicator, error) {
 	for r := range h.size {
 		colors[r], keys[r] = int(all[2*r]), int(all[2*r+1])
 	}
-	groups := comm.SplitGroups(colors, keys)
+	groups := tier.SplitGroups(colors, keys)
 	type place struct{ node, local int }
 	places := make([]place, h.size)
 	newRank, railColor := -1, comm.NoColor

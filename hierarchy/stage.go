@@ -66,7 +66,7 @@ type hostPool struct {
 }
 
 // Check implements Stager: every buffer must be host memory.
-func (HostStager) Check(c comm.Call) error { return comm.RequireHost(c) }
+func (HostStager) Check(c comm.Call) error { return tier.RequireHost(c) }
 
 // Alloc implements Stager.
 func (s HostStager) Alloc(like comm.Buffer, n int) (comm.Buffer, error) {

@@ -56,7 +56,7 @@ func (c *Comm) launch(t *task) error {
 		// (unless x/size underflows to a subnormal).
 		// Otherwise: Sum on the GPU, one division on the host.
 		op = ncclSum
-		if out := call.ResultAt(c.rank); !out.IsZero() {
+		if out := tier.ResultAt(call, c.rank); !out.IsZero() {
 			t.post = func() error {
 				return c.dev.hostOp([]comm.Buffer{out}, []bool{true}, []bool{true}, func(h [][]byte) error {
 					tier.FinishAvg(out.DType(), h[0], c.size)
@@ -90,7 +90,7 @@ func (c *Comm) launch(t *task) error {
 		} else {
 			ops = one("ncclAllGather (min/max)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
 		}
-		if out := call.ResultAt(c.rank); !out.IsZero() {
+		if out := tier.ResultAt(call, c.rank); !out.IsZero() {
 			t.post = c.combine(all, c.size, int(n), call.Op, out)
 		}
 		return c.record(t, ops)
@@ -117,7 +117,7 @@ func (c *Comm) launch(t *task) error {
 			return s + uintptr(j)*n*es, n, r + uintptr(j)*n*es, n
 		})
 	case comm.KindAllToAllV:
-		so, ro := comm.Offsets(call.SendCounts, dt.Size()), comm.Offsets(call.RecvCounts, dt.Size())
+		so, ro := tier.Offsets(call.SendCounts, dt.Size()), tier.Offsets(call.RecvCounts, dt.Size())
 		ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
 			return s + uintptr(so[j]), uintptr(call.SendCounts[j]), r + uintptr(ro[j]), uintptr(call.RecvCounts[j])
 		})

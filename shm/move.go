@@ -168,7 +168,7 @@ func scatter(s *stepper, send, recv []byte, root, es int) error {
 func allToAll(s *stepper, send []byte, sendCounts []int, recv []byte, recvCounts []int, es int) error {
 	P, me := s.c.size, s.c.rank
 	B := s.blockBytes(es)
-	sendOff, recvOff := comm.Offsets(sendCounts, es), comm.Offsets(recvCounts, es)
+	sendOff, recvOff := tier.Offsets(sendCounts, es), tier.Offsets(recvCounts, es)
 	K := 1
 	for i := 0; i < K; i++ {
 		lo := i * B

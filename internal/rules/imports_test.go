@@ -55,8 +55,8 @@ var importRules = []rule{
 		why: "comm/tier, the implementer's toolkit, imports comm only (comm cannot import it): the tiers, the hierarchy and the root package import it, a training program never needs to"},
 	{pkg: "comm/schedule", imports: []string{"comm"},
 		why: "comm/schedule imports nothing of ours but comm (today not even that) and never a transport: schedules and the cost model are pure"},
-	{pkg: "comm/commtest", imports: []string{"comm"},
-		why: "comm/commtest imports comm and the standard library only, so every implementation's tests can use it; only tests import it"},
+	{pkg: "comm/commtest", imports: []string{"comm"}, tests: []string{"comm/tier"},
+		why: "comm/commtest imports comm and the standard library only, so every implementation's tests can use it; only tests import it (its own tests' reference communicator is built from comm/tier)"},
 	{pkg: "topology",
 		why: "topology imports nothing of ours (pure functions, no I/O; it cannot import comm)"},
 
