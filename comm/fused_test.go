@@ -74,7 +74,7 @@ func (c *chanComm) Start(ctx context.Context, call comm.Call) *comm.Work {
 		return comm.Failed(&comm.ArgError{Kind: call.Kind, Arg: "kind", Problem: "chanComm runs AllReduce only"})
 	}
 	seq := c.seq.Add(1)
-	verr := tier.Validate(call, c.rank, c.world.size)
+	verr := tier.Validate(ctx, call, c.rank, c.world.size)
 	var data []byte
 	if verr == nil {
 		data = append([]byte{}, call.Send.Bytes()...)

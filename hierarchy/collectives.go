@@ -24,7 +24,7 @@ func (h *Comm) run(t *task, sig comm.Signature) error {
 	defer h.cfg.Stager.Reset()
 	c := t.Call
 	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: sig}
-	x.outer = x.sig.OuterAt(t.Seq)
+	x.outer = tier.OuterAt(x.sig, t.Seq)
 	if t.Err != nil {
 		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
 		stand, ok := h.standIn(c, x.abandoned)
@@ -52,12 +52,12 @@ func (h *Comm) run(t *task, sig comm.Signature) error {
 // same operation as the phases would (the user's call as Outer) and maps
 // a failure as they do.
 func (h *Comm) runWhole(t *task, sig comm.Signature, world tier.Runner, c comm.Call) error {
-	c.Outer = sig.OuterAt(t.Seq)
-	err := world.Run(t.Ctx, c)
+	outer := tier.OuterAt(sig, t.Seq)
+	err := world.Run(tier.WithPhase(t.Ctx, tier.Phase{Outer: outer}), c)
 	if err == nil {
 		return nil
 	}
-	x := &phases{h: h, ctx: t.Ctx, kind: t.Call.Kind, seq: t.Seq, sig: sig, outer: c.Outer}
+	x := &phases{h: h, ctx: t.Ctx, kind: t.Call.Kind, seq: t.Seq, sig: sig, outer: outer}
 	x.wait(pending{p: h.worldPart(), ran: true, err: err})
 	return x.err()
 }

@@ -525,7 +525,7 @@ func (h *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return h.startP2P(ctx, call)
 	}
-	return h.exec.Start(ctx, call, h.check(call), nil)
+	return h.exec.Start(ctx, call, h.check(ctx, call), nil)
 }
 
 // Run implements tier.Runner: the blocking form of Start.
@@ -535,12 +535,12 @@ func (h *Comm) Run(ctx context.Context, call comm.Call) error {
 	}
 	hoptrace.Mark(hoptrace.HierCall, h.rank, -1, 0, 0)
 	defer hoptrace.Mark(hoptrace.HierReturn, h.rank, -1, 0, 0)
-	return h.exec.Do(ctx, call, h.check(call), nil)
+	return h.exec.Do(ctx, call, h.check(ctx, call), nil)
 }
 
 // check is this rank's own verdict on call's arguments.
-func (h *Comm) check(call comm.Call) error {
-	if err := tier.Validate(call, h.rank, h.size); err != nil {
+func (h *Comm) check(ctx context.Context, call comm.Call) error {
+	if err := tier.Validate(ctx, call, h.rank, h.size); err != nil {
 		return err
 	}
 	return h.cfg.Stager.Check(call)
@@ -729,7 +729,7 @@ func (h *Comm) Close() error {
 // node's. One pair of ranks always uses the same part, so messages with
 // one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	part, pc, intra, err := h.routeP2P(call)
+	part, pc, intra, err := h.routeP2P(ctx, call)
 	if err != nil {
 		return comm.Failed(err)
 	}
@@ -763,7 +763,7 @@ func (h *Comm) intraWork(w *comm.Work, kind comm.Kind, peer int) *comm.Work {
 // runP2P is the blocking Send or Recv: on the calling goroutine when the
 // part that carries it can (tier.Runner).
 func (h *Comm) runP2P(ctx context.Context, call comm.Call) error {
-	part, pc, intra, err := h.routeP2P(call)
+	part, pc, intra, err := h.routeP2P(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -781,9 +781,9 @@ func (h *Comm) runP2P(ctx context.Context, call comm.Call) error {
 // routeP2P checks a Send or Recv and returns the part that reaches its
 // peer with the call as that part numbers its ranks, and whether that is
 // the intra-node part.
-func (h *Comm) routeP2P(call comm.Call) (part comm.Communicator, pc comm.Call, intra bool, err error) {
+func (h *Comm) routeP2P(ctx context.Context, call comm.Call) (part comm.Communicator, pc comm.Call, intra bool, err error) {
 	// The same memory as the collectives, whichever part carries it.
-	if err := h.check(call); err != nil {
+	if err := h.check(ctx, call); err != nil {
 		return nil, call, false, h.opError(call.Kind, 0, call.Peer, err)
 	}
 	h.mu.Lock()

@@ -90,7 +90,7 @@
 // diverge. A bad argument on one rank is an *comm.ArgError there; that rank
 // still issues every operation of the sequence, each with arguments its
 // part rejects, so each part tells its peers (comm.ErrPeerAbandoned) and
-// they do the same for the rest of the sequence (comm.Call.Refused
+// they do the same for the rest of the sequence (tier.Phase.Refused
 // carries the refusing rank's reason to them): every rank of the
 // hierarchy returns in bounded time and the communicator stays usable.
 // Anything else (a mismatch, a deadline, a dead peer, a closed part) aborts

@@ -44,7 +44,7 @@ func (h *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 func (h *Comm) split(t *task, color, key int) (comm.Communicator, error) {
 	ctx := t.Ctx
 	x := &phases{h: h, ctx: ctx, kind: comm.KindSplit, seq: t.Seq, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}}
-	x.outer = x.sig.OuterAt(t.Seq)
+	x.outer = tier.OuterAt(x.sig, t.Seq)
 	if t.Err != nil {
 		x.abandoned = h.opError(comm.KindSplit, t.Seq, -1, t.Err)
 	}

@@ -54,7 +54,7 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	verr := c.check(call)
+	verr := c.check(ctx, call)
 	return c.exec.Start(ctx, call, verr, &task{ctx: ctx, call: call, verr: verr})
 }
 
@@ -64,13 +64,13 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call).Wait()
 	}
-	verr := c.check(call)
+	verr := c.check(ctx, call)
 	return c.exec.Do(ctx, call, verr, &task{ctx: ctx, call: call, verr: verr})
 }
 
 // check is this rank's own verdict on call's arguments.
-func (c *Comm) check(call comm.Call) error {
-	if err := tier.Validate(call, c.rank, c.size); err != nil {
+func (c *Comm) check(ctx context.Context, call comm.Call) error {
+	if err := tier.Validate(ctx, call, c.rank, c.size); err != nil {
 		return err
 	}
 	return c.dev.checkCall(call, "the NCCL communicator", false)
@@ -123,7 +123,7 @@ func (c *Comm) admit(t *task, seq uint64) error {
 	}
 	mine := record(t, c.size)
 	t.all = make([]byte, len(mine)*c.size)
-	t.check = c.control.Start(t.ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
+	t.check = c.control.Start(tier.WithoutPhase(t.ctx), comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
 	return nil
 }
 
@@ -155,7 +155,7 @@ const (
 )
 
 func record(t *task, size int) []byte {
-	sig := t.call.Signature()
+	sig := tier.SignatureOf(t.ctx, t.call)
 	n := recordBytes
 	if sig.Kind == comm.KindAllToAllV {
 		n += 8 * size
@@ -267,7 +267,7 @@ func (c *Comm) launcher(t *task) {
 			// the mismatch it is, as the comparison would have.
 			c.mismatchTold = true
 			peer := comm.PeerOf(aborted)
-			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.AbortedError{Cause: &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: aborted.Error()}})
+			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.AbortedError{Cause: &comm.MismatchError{Peer: peer, Seq: t.seq, Local: tier.SignatureOf(t.ctx, t.call), Reported: aborted.Error()}})
 		}
 		return
 	}
@@ -279,7 +279,7 @@ func (c *Comm) launcher(t *task) {
 			// A peer found the mismatch first and aborted the control
 			// before this rank's comparison completed.
 			peer := comm.PeerOf(err)
-			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: err.Error()})
+			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: tier.SignatureOf(t.ctx, t.call), Reported: err.Error()})
 			c.mismatchTold = true
 			c.abort(t.err)
 		} else {

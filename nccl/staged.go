@@ -102,18 +102,19 @@ func (s *Staged) Run(ctx context.Context, call comm.Call) error {
 
 // stagings are the pieces call is staged as.
 func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
-	verr := tier.Validate(call, s.Rank(), s.Size())
+	verr := tier.Validate(ctx, call, s.Rank(), s.Size())
 	if verr == nil {
 		verr = s.dev.checkCall(call, "the staging", true)
 	}
 	if pieces := s.pieces(call); verr == nil && len(pieces) > 1 {
-		if call.Outer == (comm.Outer{}) {
+		if ph := tier.PhaseOf(ctx); ph.Outer == (comm.Outer{}) {
 			// Every piece carries the whole call's signature, which the
 			// host communicator compares with its peers': ranks that
 			// disagree on the count get a mismatch at the first piece,
 			// even a rank whose smaller call is not cut and whose count
 			// happens to be a peer's first piece's.
-			call.Outer = call.Signature().AsOuter()
+			ph.Outer = tier.OuterAt(call.Signature(), 0)
+			ctx = tier.WithPhase(ctx, ph)
 		}
 		if call.Kind == comm.KindReduce && call.Root != s.Rank() {
 			call.Recv = comm.Buffer{} // ignored here, and of any length

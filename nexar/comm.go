@@ -350,7 +350,7 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	return c.exec.Start(ctx, call, tier.ValidateHost(call, c.rank, c.Size()), job{sig: call.Signature()})
+	return c.exec.Start(ctx, call, tier.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
 }
 
 // Run implements tier.Runner: the blocking form of Start, which runs the
@@ -361,7 +361,7 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.doP2P(ctx, call)
 	}
-	return c.exec.Do(ctx, call, tier.ValidateHost(call, c.rank, c.Size()), job{sig: call.Signature()})
+	return c.exec.Do(ctx, call, tier.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
 }
 
 // job is a collective on the executor: its Signature, what Admit found

@@ -201,7 +201,7 @@ func (c *refComm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if !ok {
 		return comm.Failed(c.opErr(call.Kind, seq, -1, comm.ErrClosed))
 	}
-	err := tier.ValidateHost(call, c.rank, c.g.size)
+	err := tier.ValidateHost(ctx, call, c.rank, c.g.size)
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		if err == nil && c.g.bug == bugSplitNoP2P && c.g.child {
 			err = errors.New("point-to-point is not supported on split communicators")

@@ -1,7 +1,9 @@
 package tier
 
-import "github.com/hiercomm/hiercomm/comm"
-import "context"
+import (
+	"context"
+	"github.com/hiercomm/hiercomm/comm"
+)
 
 // Runner is a Starter with a blocking form of Start that may run the
 // operation on the caller's goroutine (Exec.Do): Blocking uses it when S

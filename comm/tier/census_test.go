@@ -41,7 +41,7 @@ func TestProgressRemembersTheLatestCalls(t *testing.T) {
 		}
 	}
 	q := comm.Progress{}
-	q.Record(1, comm.Signature{Kind: comm.KindBarrier, Outer: comm.Signature{Kind: comm.KindBarrier}.OuterAt(1)})
+	q.Record(1, comm.Signature{Kind: comm.KindBarrier, Outer: OuterAt(comm.Signature{Kind: comm.KindBarrier}, 1)})
 	if c, _ := q.Call(1); c.Outer != (comm.Outer{}) {
 		t.Errorf("Record kept the phases' Outer %v: a census compares the users' calls", c.Outer)
 	}

@@ -192,7 +192,7 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 	e.seq++
 	t.Seq = e.seq
 	if rec := e.cfg.Recorder; rec != nil {
-		rec.begin(t.Seq, t.Call.Signature())
+		rec.begin(t.Seq, SignatureOf(t.Ctx, t.Call))
 		t.recordEnd = func(err error) { rec.end(t.Seq, err) }
 	}
 	if e.cfg.Admit != nil {

@@ -1,16 +1,21 @@
 package tier
 
-import "github.com/hiercomm/hiercomm/comm"
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"github.com/hiercomm/hiercomm/comm"
+)
 
 // Validate checks c on its own, on a communicator of the given rank and
-// size, and returns an *ArgError naming the first wrong argument. Every
+// size, and returns an *ArgError naming the first wrong argument, or, for
+// a call whose Phase (in ctx) the composed communicator refused, that
+// refusal. Every
 // implementation calls it before a collective touches the network, so bad
 // input is reported the same way everywhere. What only the other ranks can
 // check (that they agree) is the job of the Signature.
-func Validate(c comm.Call, rank, size int) error {
-	if c.Refused != nil {
-		return refusal{c.Refused}
+func Validate(ctx context.Context, c comm.Call, rank, size int) error {
+	if r := PhaseOf(ctx).Refused; r != nil {
+		return refusal{r}
 	}
 	bad := func(arg, format string, a ...any) error {
 		return &comm.ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
@@ -141,12 +146,13 @@ func Uses(c comm.Call, rank int) (send, recv bool) {
 // WithoutBuffers is c with no buffers (or counts): a call its communicator
 // rejects with an *ArgError on this rank while telling the peers, which is
 // how a composed communicator keeps its parts aligned after a rank's own
-// bad argument (the hierarchy's phases, nccl.Staged).
+// bad argument (the hierarchy's phases, nccl.Staged). The Phase its
+// context carries goes with it.
 func WithoutBuffers(c comm.Call) comm.Call {
-	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag, Outer: c.Outer, Refused: c.Refused}
+	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
 }
 
-// refusal is Validate's error for a Call with Refused set: Refused's text,
+// refusal is Validate's error for a call whose Phase is Refused: its text,
 // and a bad argument for errors.Is, whatever Refused is.
 type refusal struct{ error }
 
@@ -212,8 +218,8 @@ func RequireHost(c comm.Call) error {
 
 // ValidateHost is Validate, then RequireHost: the checks of a communicator
 // that moves host memory.
-func ValidateHost(c comm.Call, rank, size int) error {
-	if err := Validate(c, rank, size); err != nil {
+func ValidateHost(ctx context.Context, c comm.Call, rank, size int) error {
+	if err := Validate(ctx, c, rank, size); err != nil {
 		return err
 	}
 	return RequireHost(c)
