@@ -5,7 +5,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 )
 
-// Runner is a Starter with a blocking form of Start that may run the
+// Runner is a comm.Starter with a blocking form of Start that may run the
 // operation on the caller's goroutine (Exec.Do): Blocking uses it when S
 // has it.
 type Runner interface {
@@ -13,7 +13,7 @@ type Runner interface {
 	Run(ctx context.Context, c comm.Call) error
 }
 
-// Blocking implements the blocking methods of Communicator as Start + Wait,
+// Blocking implements the blocking methods of comm.Communicator as Start + Wait,
 // or as S.Run when S is a Runner. An implementation embeds it, with S set
 // to itself, and writes Start (and Run).
 type Blocking struct{ S comm.Starter }

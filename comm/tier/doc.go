@@ -16,6 +16,9 @@
 //   - the checks of a call's arguments (Validate, ValidateHost, RequireHost)
 //     and what a tier reads of a call (Uses, ResultAt, Offsets,
 //     WithoutBuffers), Split's grouping (SplitMembers, SplitGroups);
+//   - what a composed communicator passes down, in the context, with each
+//     call it makes of its parts (Phase: the user's call as comm.Outer,
+//     and its refusal), and the signature a part compares (SignatureOf);
 //   - the CPU reduction kernels every transport that reduces on the host
 //     calls (ReduceFunc, Kernel, FinishAvg, FillIdentity).
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // ContextError turns the end of a context into an error that wraps both the
-// context's error and ErrTimeout or ErrCanceled.
+// context's error and comm.ErrTimeout or comm.ErrCanceled.
 func ContextError(err error) error {
 	switch {
 	case errors.Is(err, comm.ErrTimeout), errors.Is(err, comm.ErrCanceled):
@@ -23,8 +23,8 @@ func ContextError(err error) error {
 }
 
 // FromOutside marks cause as coming from outside the communicator it
-// aborts: a composed communicator gives it to a part's Abort (Control), and
-// the rank it blames is the composer's (Blame.Outside), whichever
+// aborts: a composed communicator gives it to a part's Abort (comm.Control), and
+// the rank it blames is the composer's (comm.Blame.Outside), whichever
 // numbering its own text uses. The text and errors.Is are cause's.
 func FromOutside(cause error) error {
 	if cause == nil {
@@ -38,7 +38,7 @@ type outsideError struct{ error }
 func (e *outsideError) Unwrap() error { return e.error }
 
 // BlamesOutside tells comm.CulpritOf that the rank e's cause blames is
-// the composer's (Blame.Outside).
+// the composer's (comm.Blame.Outside).
 func (e *outsideError) BlamesOutside() bool { return true }
 
 // Inside marks cause, given to the Abort of a communicator that numbers
@@ -59,5 +59,5 @@ type insideError struct{ error }
 func (e *insideError) Unwrap() error { return e.error }
 
 // BlamesOutside tells comm.CulpritOf that the rank e's cause blames is
-// the aborted communicator's own (not Blame.Outside).
+// the aborted communicator's own (not comm.Blame.Outside).
 func (e *insideError) BlamesOutside() bool { return false }

@@ -67,7 +67,7 @@ type ExecConfig[X any] struct {
 	// Required.
 	Run func(t *Task[X]) error
 	// Refuse is the error of a task that will never run, wrapping err
-	// (ErrClosed): started after Close (Seq 0), or still queued at Close.
+	// (comm.ErrClosed): started after Close (Seq 0), or still queued at Close.
 	// If nil, the error is err.
 	Refuse func(t *Task[X], err error) error
 	// Recorder, if set, records every task that is numbered and how it
@@ -306,7 +306,7 @@ func (e *Exec[X]) handOff() {
 }
 
 // Close refuses every later task and every queued one (ExecConfig.Refuse
-// with ErrClosed); the running task goes on until the tier ends it. Only
+// with comm.ErrClosed); the running task goes on until the tier ends it. Only
 // the first call has an effect; it reports whether it was the first.
 func (e *Exec[X]) Close() bool {
 	e.mu.Lock()

@@ -9,8 +9,8 @@ import (
 
 // FailCode says, in a frame or a shared-memory record, why a rank ended a
 // collective or aborted a communicator, so that the peer that reads it
-// rebuilds an error of the same kind (RemoteError): errors.Is with
-// ErrTimeout, ErrCanceled, ErrPeerFailed and ErrMismatch holds on every
+// rebuilds an error of the same kind (comm.RemoteError): errors.Is with
+// comm.ErrTimeout, comm.ErrCanceled, comm.ErrPeerFailed and comm.ErrMismatch holds on every
 // rank as on the one that failed. The values travel between processes:
 // never renumber them.
 type FailCode uint32

@@ -27,7 +27,7 @@ import (
 //   - A collective's first failure is its error; a rank that fails one
 //     tells every peer (a Notice), so none waits for it.
 //   - The communicator is aborted by its first cause (Abort), which later
-//     calls are refused with (an *AbortedError) and which ends every
+//     calls are refused with (a *comm.AbortedError) and which ends every
 //     collective in flight. An abort is announced to every peer (a Notice
 //     with Seq 0), but for a mismatch, which travels as the collectives'
 //     notices (they keep both calls) — unless a composed communicator
@@ -39,7 +39,7 @@ import (
 //     or after it finished (the last RecentCalls calls are kept), and
 //     whoever finds it tells the other side.
 //   - The deadline rule: a collective that a deadline or a cancel ended
-//     (this rank's, or a peer's through its notice; EndedByDeadline)
+//     (this rank's, or a peer's through its notice; comm.EndedByDeadline)
 //     aborts the communicator, quietly: the collective's notice has told
 //     every peer already. A later announced abort still announces.
 //   - A peer whose communicator is aborted takes part in nothing again:
@@ -54,13 +54,13 @@ import (
 type Failure struct {
 	// Rank is this rank's number in the communicator.
 	Rank int
-	// Rename, if set, rewrites every *RemoteError made from a peer's
+	// Rename, if set, rewrites every *comm.RemoteError made from a peer's
 	// Notice: a tier's way to name the peer (a Split child's peer by its
-	// world rank first, RemoteError.Who).
+	// world rank first, comm.RemoteError.Who).
 	Rename func(*comm.RemoteError) *comm.RemoteError
 	// GaveUp, if set, is asked for the error of a Notice that blames this
 	// rank itself (its peers gave it up, re): a tier that can tell that
-	// its process was stalled returns that (ErrStalled); nil keeps the
+	// its process was stalled returns that (comm.ErrStalled); nil keeps the
 	// default, re with "its peers gave this rank up: " before its reason.
 	GaveUp func(from int, re *comm.RemoteError) error
 
@@ -134,7 +134,7 @@ type Notice struct {
 }
 
 // NoticeOf is the Notice of err at collective seq, call sig: for a peer's
-// failure that err blames on a rank (CulpritOf), that rank, and only what
+// failure that err blames on a rank (comm.CulpritOf), that rank, and only what
 // happened to it as the reason, so that every rank that hears of it names
 // the same rank as the one that saw it.
 func NoticeOf(seq uint64, sig comm.Signature, err error) Notice {
@@ -156,7 +156,7 @@ type Effects struct {
 	// Tell lists the notices to send.
 	Tell []Tell
 	// Aborted is set when this input aborted the communicator (the
-	// *AbortedError later calls get): wake what waits on the abort.
+	// *comm.AbortedError later calls get): wake what waits on the abort.
 	Aborted *comm.AbortedError
 }
 
@@ -188,7 +188,7 @@ func (e *Effects) Add(more Effects) {
 // Started is the sequence number of the last collective started.
 func (f *Failure) Started() uint64 { return f.started }
 
-// Aborted is the error later calls are refused with (an *AbortedError),
+// Aborted is the error later calls are refused with (a *comm.AbortedError),
 // or nil.
 func (f *Failure) Aborted() error {
 	if f.aborted == nil {
@@ -324,7 +324,7 @@ func (f *Failure) Finish(seq uint64) (Effects, error) {
 }
 
 // Abort aborts the communicator with cause; the first cause stays. Every
-// collective in flight fails with the *AbortedError, and its peers are
+// collective in flight fails with the *comm.AbortedError, and its peers are
 // told. announce says whether the abort itself is told to every peer (a
 // Notice with Seq 0): the first abort's, or a later one after a quiet
 // first (quiet: the deadline rule's).
@@ -362,7 +362,7 @@ func (f *Failure) AbortFor(cause error) Effects {
 // aborts: this rank's next call reports it). A notice from a peer whose
 // communicator is aborted (Notice.Aborted) aborts this one too, whichever
 // of them reaches it first: that peer takes part in nothing again, so
-// this rank's next call fails with ErrAborted, not with the peer's
+// this rank's next call fails with comm.ErrAborted, not with the peer's
 // refusal of it.
 func (f *Failure) Heard(from int, n Notice) Effects {
 	if n.Seq == 0 {
@@ -529,7 +529,7 @@ func (f *Failure) aheadSig(from int, seq uint64, sig comm.Signature) {
 
 // remoteFailure is this rank's error for collective seq (its call sig)
 // from a peer's Notice n.
-// A mismatch notice is a *MismatchError with the peer's report: where the
+// A mismatch notice is a *comm.MismatchError with the peer's report: where the
 // peer's call is this rank's own (its mismatch was with a third rank), the
 // error says what the peer reported rather than two equal calls.
 func (f *Failure) remoteFailure(from int, n Notice, seq uint64, sig comm.Signature) error {

@@ -45,7 +45,7 @@ type FlightRecord struct {
 	// Err is how it ended (nil: it succeeded, or it still runs).
 	Err error
 	// Behind are the ranks it was left waiting on, as its error names them
-	// (*LateError, or the peer of a failure), with the last collective
+	// (*comm.LateError, or the peer of a failure), with the last collective
 	// each had started where known (0 otherwise).
 	Behind []int
 	Last   []uint64

@@ -40,7 +40,7 @@ import (
 // several goroutines at once.
 //
 // For Avg it returns the Sum kernel: divide once at the end with FinishAvg.
-// It returns an error when op is not defined on dt (see CanReduce).
+// It returns an error when op is not defined on dt (see comm.CanReduce).
 func ReduceFunc(dt comm.DType, op comm.ReduceOp) (func(dst, src []byte), error) {
 	if err := comm.CanReduce(dt, op); err != nil {
 		return nil, err
@@ -339,9 +339,9 @@ func prodF16(d, s []comm.Float16) {
 	}
 }
 
-// f16Normal is Float16From for the float32 with bits b where the result
+// f16Normal is comm.Float16From for the float32 with bits b where the result
 // is a normal Float16 (ok), the common case, small enough to be inlined
-// into the loops above; Float16From does the rest (and the same here).
+// into the loops above; comm.Float16From does the rest (and the same here).
 func f16Normal(b uint32) (h comm.Float16, ok bool) {
 	a := b & 0x7fffffff
 	// Rebias the exponent (127 → 15) in place, then round off the 13 low

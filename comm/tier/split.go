@@ -21,7 +21,7 @@ func splitLess(keyA, rankA, keyB, rankB int) int {
 
 // SplitMembers is the group of color in a Split where rank r passed
 // colors[r] and keys[r]: the ranks of that color, in the new
-// communicator's order (splitLess). It is nil for NoColor.
+// communicator's order (splitLess). It is nil for comm.NoColor.
 func SplitMembers(colors, keys []int, color int) []int {
 	if color == comm.NoColor {
 		return nil

@@ -7,12 +7,11 @@ import (
 )
 
 // Validate checks c on its own, on a communicator of the given rank and
-// size, and returns an *ArgError naming the first wrong argument, or, for
-// a call whose Phase (in ctx) the composed communicator refused, that
-// refusal. Every
-// implementation calls it before a collective touches the network, so bad
-// input is reported the same way everywhere. What only the other ranks can
-// check (that they agree) is the job of the Signature.
+// size, and returns a *comm.ArgError naming the first wrong argument, or,
+// for a call whose Phase (in ctx) the composed communicator refused, that
+// refusal. Every implementation calls it before a collective touches the
+// network, so bad input is reported the same way everywhere. What only
+// the other ranks can check (that they agree) is the job of the Signature.
 func Validate(ctx context.Context, c comm.Call, rank, size int) error {
 	if r := PhaseOf(ctx).Refused; r != nil {
 		return refusal{r}
@@ -20,7 +19,7 @@ func Validate(ctx context.Context, c comm.Call, rank, size int) error {
 	bad := func(arg, format string, a ...any) error {
 		return &comm.ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
 	}
-	if c.Kind == 0 || c.Kind > comm.KindRecv { // KindSplit (after KindRecv) is a method, not a Call
+	if c.Kind == 0 || c.Kind > comm.KindRecv { // comm.KindSplit (after comm.KindRecv) is a method, not a Call
 		return bad("kind", "%v is not an operation Start can run", c.Kind)
 	}
 	if c.Kind.Rooted() && (c.Root < 0 || c.Root >= size) {
@@ -144,7 +143,7 @@ func Uses(c comm.Call, rank int) (send, recv bool) {
 }
 
 // WithoutBuffers is c with no buffers (or counts): a call its communicator
-// rejects with an *ArgError on this rank while telling the peers, which is
+// rejects with a *comm.ArgError on this rank while telling the peers, which is
 // how a composed communicator keeps its parts aligned after a rank's own
 // bad argument (the hierarchy's phases, nccl.Staged). The Phase its
 // context carries goes with it.
@@ -202,7 +201,7 @@ func validateCounts(c comm.Call, size int, bad func(arg, format string, a ...any
 	return nil
 }
 
-// RequireHost returns an *ArgError when c uses device memory, for
+// RequireHost returns a *comm.ArgError when c uses device memory, for
 // communicators that move host memory only.
 func RequireHost(c comm.Call) error {
 	for _, b := range []struct {

@@ -117,7 +117,7 @@ func (w *Watch) Answers(seq uint64, answers []comm.Progress, answered []bool) Ve
 // (from now on its Progress says Stopped: it starts no further
 // collective, so no census waits for it to); it reports whether to tell
 // every rank this rank's Progress
-// (Control.Announce): once, for a mismatch, whoever found it (a
+// (comm.Control.Announce): once, for a mismatch, whoever found it (a
 // census or a part), so that a rank that meets the mismatch after this
 // one has left still sees this rank's calls.
 func (w *Watch) Aborting(cause error) (announce bool) {
@@ -171,7 +171,7 @@ func (a PartAction) String() string {
 // communicator's cause, its ranks in the composed communicator's terms)
 // and says what to do. A peer's failure aborts the composed communicator
 // (now, or when the running collective ends), and so does a deadline or
-// a cancel (the rule of every tier, EndedByDeadline); anything else is
+// a cancel (the rule of every tier, comm.EndedByDeadline); anything else is
 // left to the phases.
 func (w *Watch) PartAborted(cause error) PartAction {
 	deadline := comm.EndedByDeadline(cause)
