@@ -10,12 +10,12 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // A live dump, like a JVM's thread dump on SIGQUIT: SIGUSR1 to a process
 // that called Init writes the flight recorder of every communicator it
-// has not closed (comm.DumpLive) to each one's logger: its last
+// has not closed (tier.DumpLive) to each one's logger: its last
 // collectives, where each is, and the ranks it waits on. `hiercomm run`
 // passes a SIGUSR1 it gets on to every rank, so one signal shows the
 // whole job. The handler is installed by the first Init and stays for the
@@ -31,7 +31,7 @@ func dumpOnSIGUSR1(log *slog.Logger) {
 		signal.Notify(ch, syscall.SIGUSR1)
 		go func() {
 			for range ch {
-				if comm.DumpLive("SIGUSR1") == 0 {
+				if tier.DumpLive("SIGUSR1") == 0 {
 					log.Warn("hiercomm: SIGUSR1: no flight recorder is on; set Options.FlightRecorder (or each tier's) to keep the last collectives")
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
@@ -19,9 +20,9 @@ func TestSIGUSR1WritesTheLiveRecorders(t *testing.T) {
 	var out procgroup.Buffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	dumpOnSIGUSR1(log)
-	e := comm.NewExec(comm.ExecConfig[struct{}]{
-		Recorder: comm.NewFlightRecorder(4, "usr1-test-comm", 3, log),
-		Run:      func(*comm.Task[struct{}]) error { return nil },
+	e := tier.NewExec(tier.ExecConfig[struct{}]{
+		Recorder: tier.NewFlightRecorder(4, "usr1-test-comm", 3, log),
+		Run:      func(*tier.Task[struct{}]) error { return nil },
 	})
 	defer e.Close()
 	if err := e.Do(context.Background(), comm.Call{Kind: comm.KindBarrier}, nil, struct{}{}); err != nil {

@@ -122,7 +122,7 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// FlightRecorder, if positive, makes every communicator of every tier
-	// keep its last FlightRecorder collectives (comm.FlightRecorder) and
+	// keep its last FlightRecorder collectives (tier.FlightRecorder) and
 	// write them to its logger at its first deadline, abort, mismatch or
 	// peer failure: it fills Nexar.FlightRecorder, Shm.FlightRecorder,
 	// Hierarchy.FlightRecorder and NCCL.FlightRecorder where they are

@@ -106,7 +106,7 @@ func connectIntraHost(ctx context.Context, l launchenv.Launch, topo *topology.To
 		cfg.Ranks = node.Ranks
 		// A part runs without eager broadcasts: the hierarchy refuses a
 		// part's call without its buffers once the collective failed
-		// elsewhere (comm.Call.WithoutBuffers), and shared memory
+		// elsewhere (tier.WithoutBuffers), and shared memory
 		// chooses the eager or the staged way by the call's size, so a
 		// refusing rank and its node-mates would choose apart
 		// (shm.Config.EagerBytes).

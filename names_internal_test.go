@@ -17,6 +17,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -33,7 +34,7 @@ func TestPartsAreNamedAsTheHierarchyNamesThem(t *testing.T) {
 		t.Run(intra, func(t *testing.T) {
 			var out procgroup.Buffer
 			hs := namesHierarchy(t, topo, intra, slog.New(slog.NewTextHandler(&out, nil)))
-			comm.DumpLive("names test")
+			tier.DumpLive("names test")
 			line := regexp.MustCompile(`msg="flight recorder: the last collectives" comm=("[^"]*"|\S+) rank=(\d+)( local=\d+)?`)
 			got := map[string][]string{} // by global rank: "comm[ local=…]"
 			for _, m := range line.FindAllStringSubmatch(out.String(), -1) {

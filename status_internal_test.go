@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
@@ -28,12 +29,12 @@ func TestStatusReportOfAndItsLine(t *testing.T) {
 		{"peer", &comm.OpError{Rank: 0, Peer: 2, Kind: comm.KindAllReduce, Seq: 4,
 			Err: &comm.PeerError{Peer: 2, Err: errors.New("its process (pid 42) is\ngone")}}, "0 failed 2 its process (pid 42) is gone"},
 		{"told", &comm.OpError{Rank: 0, Peer: 1, Kind: comm.KindAllReduce, Seq: 4,
-			Err: comm.FailPeer.Blamed(1, comm.Blame{Rank: 2, How: "it closed its communicator"}, "")}, "0 failed 2 it closed its communicator"},
+			Err: tier.FailPeer.Blamed(1, comm.Blame{Rank: 2, How: "it closed its communicator"}, "")}, "0 failed 2 it closed its communicator"},
 		{"aborted", &comm.AbortedError{Cause: &comm.PeerError{Peer: 0, Err: errors.New("gone")}}, "0 failed 0 gone"},
 		{"late", &comm.OpError{Rank: 0, Peer: 3, Kind: comm.KindAllReduce, Seq: 8, Err: late}, "0 late 3,5 " + late.Error()},
-		{"outside", comm.FromOutside(&comm.PeerError{Peer: 2, Err: errors.New("gone")}), ""},
+		{"outside", tier.FromOutside(&comm.PeerError{Peer: 2, Err: errors.New("gone")}), ""},
 		{"timeout", fmt.Errorf("rank 0: %w", comm.ErrTimeout), ""},
-		{"abandoned", comm.FailTimeout.Remote(1, "timed out"), ""},
+		{"abandoned", tier.FailTimeout.Remote(1, "timed out"), ""},
 	} {
 		r, ok := statusReportOf(0, tc.err)
 		if !ok {

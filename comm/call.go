@@ -1,10 +1,6 @@
 package comm
 
-import (
-	"encoding/binary"
-	"fmt"
-	"hash/fnv"
-)
+import "fmt"
 
 // Kind names an operation of the Communicator interface.
 type Kind uint8
@@ -79,17 +75,6 @@ type Call struct {
 	Peer, Tag  int      // Send and Recv only; Tag ≥ 0
 	SendCounts []int    // AllToAllV only: elements for each destination rank
 	RecvCounts []int    // AllToAllV only: elements from each source rank
-	// Outer is set by a composed communicator (the hierarchy) on the calls
-	// it makes of its parts: the call its user made, which the parts
-	// compare with the rest of the Signature. Zero on a user's own call.
-	Outer Outer
-	// Refused is set by a composed communicator on the calls it makes of
-	// its parts for a call that it refuses (its rank's bad argument, or a
-	// peer's it was told of): the part refuses the call with this reason
-	// (Validate returns it, as an error that matches ErrInvalidArgument)
-	// and tells its peers that, not its verdict on the call's stand-in
-	// arguments. Nil on a user's own call.
-	Refused error
 }
 
 // Outer identifies the user's call on the phases a composed communicator
@@ -99,44 +84,15 @@ type Call struct {
 // ranks whose calls are alike but are different collectives of the
 // composed communicator (a Barrier that meets the next Barrier of a rank
 // that ran a Broadcast elsewhere in between), when the Outer was made
-// with the sequence number (OuterAt).
+// with the sequence number (tier.OuterAt).
 type Outer struct {
 	Kind  Kind
 	DType DType
 	Op    ReduceOp
 	// Hash is a fingerprint of the user's whole Signature (its Root and
-	// Count too) and of the sequence number OuterAt was given; never 0 in
-	// a set Outer.
+	// Count too) and of the sequence number tier.OuterAt was given; never
+	// 0 in a set Outer.
 	Hash uint32
-}
-
-// AsOuter is s as the Outer of the phases of the call it describes, where
-// the call has no sequence number of its own to add (OuterAt(0)).
-func (s Signature) AsOuter() Outer { return s.OuterAt(0) }
-
-// OuterAt is s, the user's collective seq, as the Outer of its phases.
-func (s Signature) OuterAt(seq uint64) Outer {
-	h := fnv.New32a()
-	var b [24]byte
-	b[0], b[1], b[2] = byte(s.Kind), byte(s.DType), byte(s.Op)
-	binary.LittleEndian.PutUint32(b[4:], uint32(s.Root))
-	binary.LittleEndian.PutUint64(b[8:], uint64(s.Count))
-	binary.LittleEndian.PutUint64(b[16:], seq)
-	h.Write(b[:])
-	o := Outer{Kind: s.Kind, DType: s.DType, Op: s.Op, Hash: h.Sum32()}
-	if o.Hash == 0 {
-		o.Hash = 1
-	}
-	return o
-}
-
-// Call is what is known of the user's collective seq from o: its kind,
-// dtype and op, with root and count taken from like (the other side's
-// call) when they fit o's Hash at seq; else ok is false and those two are
-// not known (or o is another collective's).
-func (o Outer) Call(like Signature, seq uint64) (s Signature, ok bool) {
-	s = Signature{Kind: o.Kind, DType: o.DType, Op: o.Op, Root: like.Root, Count: like.Count}
-	return s, s.OuterAt(seq) == o
 }
 
 // Signature is what every rank must agree on for one collective: it is
@@ -148,12 +104,14 @@ type Signature struct {
 	Op    ReduceOp // 0 unless the kind reduces
 	Root  int32    // -1 unless the kind is rooted
 	Count int64    // the per-rank count every rank must agree on; -1 when ranks may differ (AllToAllV)
-	Outer Outer    // the user's call, on a composed communicator's phase (Call.Outer)
+	Outer Outer    // the user's call, on a composed communicator's phase (tier.Phase)
 }
 
-// Signature returns the part of c that every rank must agree on.
+// Signature returns the part of c that every rank must agree on (a
+// composed communicator's part adds the Outer of its phase:
+// tier.SignatureOf).
 func (c Call) Signature() Signature {
-	s := Signature{Kind: c.Kind, Root: -1, Count: -1, Outer: c.Outer}
+	s := Signature{Kind: c.Kind, Root: -1, Count: -1}
 	if c.Kind.Reduces() {
 		s.Op = c.Op
 	}
@@ -199,26 +157,4 @@ func (s Signature) String() string {
 		out += fmt.Sprintf("%sroot %d", sep, s.Root)
 	}
 	return out + ")"
-}
-
-// Offsets are where blocks of counts[i] elements, packed in order (as
-// AllToAllV's buffers are), begin, in units of unit: 1 for elements, the
-// dtype's size for bytes.
-func Offsets(counts []int, unit int) []int {
-	off := make([]int, len(counts))
-	at := 0
-	for i, n := range counts {
-		off[i] = at
-		at += n * unit
-	}
-	return off
-}
-
-// ResultAt is the buffer this rank's result lands in (where an Avg is
-// divided): Recv, or none for a non-root rank of Reduce.
-func (c Call) ResultAt(rank int) Buffer {
-	if c.Kind == KindReduce && c.Root != rank {
-		return Buffer{}
-	}
-	return c.Recv
 }

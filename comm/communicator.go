@@ -1,9 +1,7 @@
 package comm
 
 import (
-	"cmp"
 	"context"
-	"slices"
 )
 
 // Communicator is a group of ranks that run collectives together.
@@ -152,7 +150,7 @@ type Control interface {
 	// any collective, to learn where each rank's composed communicator
 	// stands (Progress: its last started collective and the user's calls
 	// of the latest ones): when a collective has waited longer than it
-	// should (Judge finds a mismatch of calls that took different routes,
+	// should (tier.Judge finds a mismatch of calls that took different routes,
 	// which no part saw) and when one passes its deadline (its error then
 	// names the ranks that had not started the collective, *LateError,
 	// however many parts away they stood from the rank that waited).
@@ -180,119 +178,8 @@ type Control interface {
 // NoColor is the Split color of a rank that wants no new communicator.
 const NoColor = -1
 
-// Starter is the one method from which Blocking derives the blocking calls.
+// Starter is the one method every Start form (StartAllReduce, …) needs of a
+// communicator.
 type Starter interface {
 	Start(ctx context.Context, c Call) *Work
-}
-
-// Runner is a Starter with a blocking form of Start that may run the
-// operation on the caller's goroutine (Exec.Do): Blocking uses it when S
-// has it.
-type Runner interface {
-	Starter
-	Run(ctx context.Context, c Call) error
-}
-
-// Blocking implements the blocking methods of Communicator as Start + Wait,
-// or as S.Run when S is a Runner. An implementation embeds it, with S set
-// to itself, and writes Start (and Run).
-type Blocking struct{ S Starter }
-
-func (b Blocking) do(ctx context.Context, c Call) error {
-	if r, ok := b.S.(Runner); ok {
-		return r.Run(ctx, c)
-	}
-	return b.S.Start(ctx, c).Wait()
-}
-
-func (b Blocking) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, allReduceCall(send, recv, op))
-}
-
-func (b Blocking) Broadcast(ctx context.Context, buf Buffer, root int) error {
-	return b.do(ctx, broadcastCall(buf, root))
-}
-
-func (b Blocking) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
-	return b.do(ctx, reduceCall(send, recv, op, root))
-}
-
-func (b Blocking) AllGather(ctx context.Context, send, recv Buffer) error {
-	return b.do(ctx, allGatherCall(send, recv))
-}
-
-func (b Blocking) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, reduceScatterCall(send, recv, op))
-}
-
-func (b Blocking) AllToAll(ctx context.Context, send, recv Buffer) error {
-	return b.do(ctx, allToAllCall(send, recv))
-}
-
-func (b Blocking) AllToAllV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
-	return b.do(ctx, allToAllVCall(send, sendCounts, recv, recvCounts))
-}
-
-func (b Blocking) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	return b.do(ctx, gatherCall(send, recv, root))
-}
-
-func (b Blocking) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	return b.do(ctx, scatterCall(send, recv, root))
-}
-
-func (b Blocking) Scan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, scanCall(send, recv, op))
-}
-
-func (b Blocking) ExScan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	return b.do(ctx, exScanCall(send, recv, op))
-}
-
-func (b Blocking) Send(ctx context.Context, buf Buffer, peer, tag int) error {
-	return b.do(ctx, sendCall(buf, peer, tag))
-}
-
-func (b Blocking) Recv(ctx context.Context, buf Buffer, peer, tag int) error {
-	return b.do(ctx, recvCall(buf, peer, tag))
-}
-
-func (b Blocking) Barrier(ctx context.Context) error {
-	return b.do(ctx, barrierCall())
-}
-
-// splitLess orders the members of one Split color as Split defines it: by
-// key, then by rank in the parent. It compares, never subtracts, so keys
-// at the ends of int's range (math.MinInt, math.MaxInt) order correctly.
-// Every implementation orders with it, so that the parts of a composed
-// communicator agree on the new ranks.
-func splitLess(keyA, rankA, keyB, rankB int) int {
-	if c := cmp.Compare(keyA, keyB); c != 0 {
-		return c
-	}
-	return cmp.Compare(rankA, rankB)
-}
-
-// SplitMembers is the group of color in a Split where rank r passed
-// colors[r] and keys[r]: the ranks of that color, in the new
-// communicator's order (splitLess). It is nil for NoColor.
-func SplitMembers(colors, keys []int, color int) []int {
-	if color == NoColor {
-		return nil
-	}
-	return SplitGroups(colors, keys)[color]
-}
-
-// SplitGroups is every group of a Split (see SplitMembers), by color.
-func SplitGroups(colors, keys []int) map[int][]int {
-	groups := map[int][]int{}
-	for r, c := range colors {
-		if c != NoColor {
-			groups[c] = append(groups[c], r)
-		}
-	}
-	for _, ms := range groups {
-		slices.SortFunc(ms, func(a, b int) int { return splitLess(keys[a], a, keys[b], b) })
-	}
-	return groups
 }

@@ -1,9 +1,11 @@
-package comm
+package comm_test
 
 import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // localControl is the Control of a test double whose ranks share no
@@ -46,12 +48,12 @@ func (l *localControl) AbortCause() error {
 
 func (l *localControl) PeerFailed(int, error) {}
 
-func (l *localControl) SetProgress(func() Progress) (func(), bool) { return func() {}, false }
+func (l *localControl) SetProgress(func() comm.Progress) (func(), bool) { return func() {}, false }
 
-func (l *localControl) Progress(context.Context) ([]Progress, []bool) { return nil, nil }
+func (l *localControl) Progress(context.Context) ([]comm.Progress, []bool) { return nil, nil }
 
-func (l *localControl) Announce(Progress) {}
+func (l *localControl) Announce(comm.Progress) {}
 
-func (l *localControl) Shrink(context.Context) (Communicator, error) {
-	return nil, fmt.Errorf("a test double: %w", ErrCannotShrink)
+func (l *localControl) Shrink(context.Context) (comm.Communicator, error) {
+	return nil, fmt.Errorf("a test double: %w", comm.ErrCannotShrink)
 }

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -355,20 +354,6 @@ func (e *AbortedError) Error() string {
 
 func (e *AbortedError) Unwrap() []error { return []error{ErrAborted, e.Cause} }
 
-// ContextError turns the end of a context into an error that wraps both the
-// context's error and ErrTimeout or ErrCanceled.
-func ContextError(err error) error {
-	switch {
-	case errors.Is(err, ErrTimeout), errors.Is(err, ErrCanceled):
-		return err
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %w", ErrTimeout, err)
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("%w: %w", ErrCanceled, err)
-	}
-	return err
-}
-
 // PlainAbandon reports whether err says only that a peer abandoned the
 // operation because of its own bad argument, so that the communicator that
 // returned it is still usable (no timeout, cancel, failure, mismatch,
@@ -459,45 +444,13 @@ func CulpritOf(err error) (Blame, bool) {
 	return Blame{Rank: -1}, false
 }
 
-// FromOutside marks cause as coming from outside the communicator it
-// aborts: a composed communicator gives it to a part's Abort (Control), and
-// the rank it blames is the composer's (Blame.Outside), whichever
-// numbering its own text uses. The text and errors.Is are cause's.
-func FromOutside(cause error) error {
-	if cause == nil {
-		return nil
-	}
-	return &outsideError{cause}
-}
-
-type outsideError struct{ error }
-
-func (e *outsideError) Unwrap() error { return e.error }
-
-// Inside marks cause, given to the Abort of a communicator that numbers
-// its ranks as the caller does (an NCCL communicator aborting its
-// control), as in that communicator's own numbering: the rank it blames
-// stays a rank of theirs, where Abort would take it for a composer's
-// (FromOutside). A FromOutside inside it still counts: the marker nearest
-// the blame decides.
-func Inside(cause error) error {
-	if cause == nil {
-		return nil
-	}
-	return &insideError{cause}
-}
-
-type insideError struct{ error }
-
-func (e *insideError) Unwrap() error { return e.error }
-
 // culprit is what culpritError found: the error that names a failed rank
 // (nil if none), whether an *AbortedError came before it, and whether it
-// came from outside (FromOutside).
+// came from outside (tier.FromOutside).
 type culprit struct {
 	err              error
 	aborted, outside bool
-	marked           bool // outside was set by a marker (FromOutside, Inside) below the top
+	marked           bool // outside was set by a marker (tier.FromOutside, tier.Inside) below the top
 }
 
 // culpritError is the first error in err's chain (depth first, as
@@ -515,13 +468,9 @@ func culpritError(err error) culprit {
 				return f
 			}
 			return culprit{}
-		case *outsideError:
-			f.outside, f.marked = true, true
-			err = e.error
-			continue
-		case *insideError:
-			f.outside, f.marked = false, true
-			err = e.error
+		case interface{ BlamesOutside() bool }: // tier.FromOutside's and tier.Inside's markers
+			f.outside, f.marked = e.BlamesOutside(), true
+			err = errors.Unwrap(err)
 			continue
 		case *AbortedError:
 			f.aborted = true

@@ -1,4 +1,4 @@
-package comm
+package comm_test
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // chanWorld is a minimal in-process Communicator for these tests: N ranks
@@ -26,16 +29,16 @@ type chanWorld struct {
 
 type chanRound struct {
 	arrived int
-	data    [][]byte    // each rank's send bytes
-	errs    []error     // each rank's own validation error
-	sigs    []Signature // each rank's call
+	data    [][]byte         // each rank's send bytes
+	errs    []error          // each rank's own validation error
+	sigs    []comm.Signature // each rank's call
 	done    chan struct{}
 	result  []byte  // the reduction, once done
 	rankErr []error // each rank's error, once done
 }
 
 type chanComm struct {
-	Blocking
+	tier.Blocking
 	localControl
 	world *chanWorld
 	rank  int
@@ -47,7 +50,7 @@ func newChanWorld(size int) []*chanComm {
 	comms := make([]*chanComm, size)
 	for r := range comms {
 		comms[r] = &chanComm{world: w, rank: r}
-		comms[r].Blocking = Blocking{S: comms[r]}
+		comms[r].Blocking = tier.Blocking{S: comms[r]}
 	}
 	return comms
 }
@@ -61,17 +64,17 @@ func (w *chanWorld) sequences() int {
 
 func (c *chanComm) Rank() int { return c.rank }
 func (c *chanComm) Size() int { return c.world.size }
-func (c *chanComm) Split(context.Context, int, int) (Communicator, error) {
+func (c *chanComm) Split(context.Context, int, int) (comm.Communicator, error) {
 	return nil, errors.New("chanComm: no Split")
 }
 func (c *chanComm) Close() error { return nil }
 
-func (c *chanComm) Start(ctx context.Context, call Call) *Work {
-	if call.Kind != KindAllReduce {
-		return Failed(&ArgError{Kind: call.Kind, Arg: "kind", Problem: "chanComm runs AllReduce only"})
+func (c *chanComm) Start(ctx context.Context, call comm.Call) *comm.Work {
+	if call.Kind != comm.KindAllReduce {
+		return comm.Failed(&comm.ArgError{Kind: call.Kind, Arg: "kind", Problem: "chanComm runs AllReduce only"})
 	}
 	seq := c.seq.Add(1)
-	verr := Validate(call, c.rank, c.world.size)
+	verr := tier.Validate(ctx, call, c.rank, c.world.size)
 	var data []byte
 	if verr == nil {
 		data = append([]byte{}, call.Send.Bytes()...)
@@ -80,7 +83,7 @@ func (c *chanComm) Start(ctx context.Context, call Call) *Work {
 	w.mu.Lock()
 	r := w.rounds[seq]
 	if r == nil {
-		r = &chanRound{data: make([][]byte, w.size), errs: make([]error, w.size), sigs: make([]Signature, w.size),
+		r = &chanRound{data: make([][]byte, w.size), errs: make([]error, w.size), sigs: make([]comm.Signature, w.size),
 			done: make(chan struct{})}
 		w.rounds[seq] = r
 	}
@@ -91,11 +94,11 @@ func (c *chanComm) Start(ctx context.Context, call Call) *Work {
 	}
 	w.mu.Unlock()
 
-	work := NewWork()
+	work := comm.NewWork()
 	go func() {
 		select {
 		case <-ctx.Done():
-			work.Complete(&OpError{Rank: c.rank, Peer: -1, Kind: KindAllReduce, Seq: seq, Err: ContextError(ctx.Err())})
+			work.Complete(&comm.OpError{Rank: c.rank, Peer: -1, Kind: comm.KindAllReduce, Seq: seq, Err: tier.ContextError(ctx.Err())})
 		case <-r.done:
 			if err := r.rankErr[c.rank]; err != nil {
 				// A real transport may leave a partial result behind when it
@@ -103,7 +106,7 @@ func (c *chanComm) Start(ctx context.Context, call Call) *Work {
 				for i := range call.Recv.Bytes() {
 					call.Recv.Bytes()[i] = 0xee
 				}
-				work.Complete(&OpError{Rank: c.rank, Peer: -1, Kind: KindAllReduce, Seq: seq, Err: err})
+				work.Complete(&comm.OpError{Rank: c.rank, Peer: -1, Kind: comm.KindAllReduce, Seq: seq, Err: err})
 				return
 			}
 			copy(call.Recv.Bytes(), r.result)
@@ -115,7 +118,7 @@ func (c *chanComm) Start(ctx context.Context, call Call) *Work {
 
 // finish decides the round: each rank's own argument error, else a peer's,
 // else a mismatch, else the reduction in rank order.
-func (r *chanRound) finish(op ReduceOp) {
+func (r *chanRound) finish(op comm.ReduceOp) {
 	defer close(r.done)
 	r.rankErr = make([]error, len(r.data))
 	for bad, err := range r.errs {
@@ -126,7 +129,7 @@ func (r *chanRound) finish(op ReduceOp) {
 			if r.errs[rank] != nil {
 				r.rankErr[rank] = r.errs[rank]
 			} else {
-				r.rankErr[rank] = &RemoteError{Peer: bad, Reason: err.Error()}
+				r.rankErr[rank] = &comm.RemoteError{Peer: bad, Reason: err.Error()}
 			}
 		}
 		return
@@ -138,13 +141,13 @@ func (r *chanRound) finish(op ReduceOp) {
 				if me == rank {
 					peer = 0
 				}
-				r.rankErr[me] = &MismatchError{Peer: peer, Local: r.sigs[me], Remote: r.sigs[peer]}
+				r.rankErr[me] = &comm.MismatchError{Peer: peer, Local: r.sigs[me], Remote: r.sigs[peer]}
 			}
 			return
 		}
 	}
 	dt := r.sigs[0].DType
-	kernel, err := ReduceFunc(dt, op)
+	kernel, err := tier.ReduceFunc(dt, op)
 	if err != nil {
 		panic(err) // Validate checked it
 	}
@@ -152,8 +155,8 @@ func (r *chanRound) finish(op ReduceOp) {
 	for _, d := range r.data[1:] {
 		kernel(r.result, d)
 	}
-	if op == Avg {
-		FinishAvg(dt, r.result, len(r.data))
+	if op == comm.Avg {
+		tier.FinishAvg(dt, r.result, len(r.data))
 	}
 }
 
@@ -183,21 +186,21 @@ func rankValue(rank, buf, i int) float64 { return float64(rank*3 + buf*5 + i%4 +
 
 func TestAllReduceFusedRankDistinct(t *testing.T) {
 	for _, size := range []int{1, 2, 3, 5} {
-		for _, op := range []ReduceOp{Sum, Max, Min, Avg} {
+		for _, op := range []comm.ReduceOp{comm.Sum, comm.Max, comm.Min, comm.Avg} {
 			t.Run(fmt.Sprintf("size%d/%v", size, op), func(t *testing.T) {
 				comms := newChanWorld(size)
 				got := make([][][]float32, size)
 				errs := onEveryRank(comms, func(c *chanComm) error {
-					var bufs []Buffer
+					var bufs []comm.Buffer
 					for b, n := range fusedLengths {
 						s := make([]float32, n)
 						for i := range s {
 							s[i] = float32(rankValue(c.rank, b, i))
 						}
 						got[c.rank] = append(got[c.rank], s)
-						bufs = append(bufs, Host(s))
+						bufs = append(bufs, comm.Host(s))
 					}
-					return AllReduceFused(testCtx(t), c, bufs, op)
+					return comm.AllReduceFused(testCtx(t), c, bufs, op)
 				})
 				for r, err := range errs {
 					if err != nil {
@@ -208,16 +211,16 @@ func TestAllReduceFusedRankDistinct(t *testing.T) {
 					for i := range n {
 						var want float32
 						switch op {
-						case Sum, Avg:
+						case comm.Sum, comm.Avg:
 							for r := range size {
 								want += float32(rankValue(r, b, i))
 							}
-							if op == Avg {
+							if op == comm.Avg {
 								want /= float32(size)
 							}
-						case Max:
+						case comm.Max:
 							want = float32(rankValue(size-1, b, i))
-						case Min:
+						case comm.Min:
 							want = float32(rankValue(0, b, i))
 						}
 						for r := range size {
@@ -239,27 +242,27 @@ func TestAllReduceFusedRankDistinct(t *testing.T) {
 func TestAllReduceFusedDTypes(t *testing.T) {
 	comms := newChanWorld(3)
 	type result struct {
-		f16 [][]Float16
+		f16 [][]comm.Float16
 		i8  [][]int8
 		f64 [][]float64
 	}
 	got := make([]result, 3)
 	errs := onEveryRank(comms, func(c *chanComm) error {
 		res := &got[c.rank]
-		var f16, i8, f64 []Buffer
+		var f16, i8, f64 []comm.Buffer
 		for b, n := range fusedLengths {
-			h, s, d := make([]Float16, n), make([]int8, n), make([]float64, n)
+			h, s, d := make([]comm.Float16, n), make([]int8, n), make([]float64, n)
 			for i := range n {
 				v := rankValue(c.rank, b, i)
-				h[i], s[i], d[i] = Float16FromFloat64(v), int8(v*10), v
+				h[i], s[i], d[i] = comm.Float16FromFloat64(v), int8(v*10), v
 			}
 			res.f16, res.i8, res.f64 = append(res.f16, h), append(res.i8, s), append(res.f64, d)
-			f16, i8, f64 = append(f16, Host(h)), append(i8, Host(s)), append(f64, Host(d))
+			f16, i8, f64 = append(f16, comm.Host(h)), append(i8, comm.Host(s)), append(f64, comm.Host(d))
 		}
 		// Started together, waited later: three collectives in flight.
-		w1 := StartAllReduceFused(testCtx(t), c, f16, Sum)
-		w2 := StartAllReduceFused(testCtx(t), c, i8, Sum)
-		w3 := StartAllReduceFused(testCtx(t), c, f64, Prod)
+		w1 := comm.StartAllReduceFused(testCtx(t), c, f16, comm.Sum)
+		w2 := comm.StartAllReduceFused(testCtx(t), c, i8, comm.Sum)
+		w3 := comm.StartAllReduceFused(testCtx(t), c, f64, comm.Prod)
 		return errors.Join(w1.Wait(), w2.Wait(), w3.Wait())
 	})
 	if err := errors.Join(errs...); err != nil {
@@ -291,7 +294,7 @@ func TestAllReduceFusedDTypes(t *testing.T) {
 func TestAllReduceFusedIsAsync(t *testing.T) {
 	comms := newChanWorld(2)
 	a, b := []float32{1, 2}, []float32{10, 20}
-	w0 := StartAllReduceFused(testCtx(t), comms[0], []Buffer{Host(a)}, Sum)
+	w0 := comm.StartAllReduceFused(testCtx(t), comms[0], []comm.Buffer{comm.Host(a)}, comm.Sum)
 	time.Sleep(10 * time.Millisecond)
 	if done, _ := w0.Test(); done {
 		t.Fatal("rank 0's fused AllReduce finished before rank 1 started")
@@ -299,7 +302,7 @@ func TestAllReduceFusedIsAsync(t *testing.T) {
 	if a[0] != 1 {
 		t.Fatal("rank 0's buffer changed before the collective finished")
 	}
-	w1 := StartAllReduceFused(testCtx(t), comms[1], []Buffer{Host(b)}, Sum)
+	w1 := comm.StartAllReduceFused(testCtx(t), comms[1], []comm.Buffer{comm.Host(b)}, comm.Sum)
 	if err := errors.Join(w0.Wait(), w1.Wait()); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +316,7 @@ func TestAllReduceFusedIsAsync(t *testing.T) {
 func TestAllReduceFusedEmpty(t *testing.T) {
 	comms := newChanWorld(3)
 	errs := onEveryRank(comms, func(c *chanComm) error {
-		return AllReduceFused(testCtx(t), c, []Buffer{Host([]float32{}), Host([]float32(nil))}, Sum)
+		return comm.AllReduceFused(testCtx(t), c, []comm.Buffer{comm.Host([]float32{}), comm.Host([]float32(nil))}, comm.Sum)
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -331,7 +334,7 @@ func checkStillAligned(t *testing.T, comms []*chanComm) {
 	sums := make([][]int32, len(comms))
 	errs := onEveryRank(comms, func(c *chanComm) error {
 		sums[c.rank] = []int32{int32(c.rank), 1}
-		return c.AllReduce(testCtx(t), Host(sums[c.rank]), Host(sums[c.rank]), Sum)
+		return c.AllReduce(testCtx(t), comm.Host(sums[c.rank]), comm.Host(sums[c.rank]), comm.Sum)
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("the ranks are no longer aligned: %v", err)
@@ -348,57 +351,57 @@ func checkStillAligned(t *testing.T, comms []*chanComm) {
 // *ArgError naming it, fails the others (instead of hanging them), leaves
 // every buffer untouched, and keeps the ranks aligned.
 func TestAllReduceFusedBadInput(t *testing.T) {
-	good := func() []Buffer {
-		return []Buffer{Host([]float32{1, 2}), Host([]float32{}), Host([]float32{3}), Host([]float32{4, 5, 6})}
+	good := func() []comm.Buffer {
+		return []comm.Buffer{comm.Host([]float32{1, 2}), comm.Host([]float32{}), comm.Host([]float32{3}), comm.Host([]float32{4, 5, 6})}
 	}
 	cases := []struct {
 		name    string
-		bufs    func() []Buffer
+		bufs    func() []comm.Buffer
 		arg     string
 		problem string
 	}{
-		{"device buffer", func() []Buffer {
+		{"device buffer", func() []comm.Buffer {
 			b := good()
-			b[2] = Device(0x1000, 1, F32, 0)
+			b[2] = comm.Device(0x1000, 1, comm.F32, 0)
 			return b
 		}, "bufs[2]", "device memory"},
-		{"mixed dtypes", func() []Buffer {
+		{"mixed dtypes", func() []comm.Buffer {
 			b := good()
-			b[3] = Host([]float64{4, 5, 6})
+			b[3] = comm.Host([]float64{4, 5, 6})
 			return b
 		}, "bufs[3]", "dtype f64 differs from bufs[0]'s f32"},
-		{"missing buffer", func() []Buffer {
+		{"missing buffer", func() []comm.Buffer {
 			b := good()
-			b[1] = Buffer{}
+			b[1] = comm.Buffer{}
 			return b
 		}, "bufs[1]", "missing"},
-		{"no buffers", func() []Buffer { return nil }, "bufs", "is empty"},
+		{"no buffers", func() []comm.Buffer { return nil }, "bufs", "is empty"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			const badRank = 1
 			comms := newChanWorld(3)
-			bufs := make([][]Buffer, len(comms))
+			bufs := make([][]comm.Buffer, len(comms))
 			for r := range comms {
 				bufs[r] = good()
 			}
 			bufs[badRank] = c.bufs()
 			before := snapshot(bufs)
 			errs := onEveryRank(comms, func(cc *chanComm) error {
-				return AllReduceFused(testCtx(t), cc, bufs[cc.rank], Sum)
+				return comm.AllReduceFused(testCtx(t), cc, bufs[cc.rank], comm.Sum)
 			})
 			for r, err := range errs {
 				if r == badRank {
-					var ae *ArgError
-					if !errors.As(err, &ae) || ae.Arg != c.arg || !strings.Contains(ae.Problem, c.problem) || ae.Kind != KindAllReduce {
+					var ae *comm.ArgError
+					if !errors.As(err, &ae) || ae.Arg != c.arg || !strings.Contains(ae.Problem, c.problem) || ae.Kind != comm.KindAllReduce {
 						t.Fatalf("rank %d: got %v, want an *ArgError for %s saying %q", r, err, c.arg, c.problem)
 					}
-					if !errors.Is(err, ErrInvalidArgument) {
+					if !errors.Is(err, comm.ErrInvalidArgument) {
 						t.Fatalf("rank %d: %v is not ErrInvalidArgument", r, err)
 					}
 					continue
 				}
-				if !errors.Is(err, ErrPeerAbandoned) {
+				if !errors.Is(err, comm.ErrPeerAbandoned) {
 					t.Fatalf("rank %d: got %v, want the peer's abandonment", r, err)
 				}
 			}
@@ -420,34 +423,34 @@ func TestAllReduceFusedCollectiveFails(t *testing.T) {
 	cases := []struct {
 		name  string
 		extra bool // rank 2 passes one element more
-		op    ReduceOp
-		dtype DType
+		op    comm.ReduceOp
+		dtype comm.DType
 		want  error
 	}{
-		{"different totals", true, Sum, F32, ErrMismatch},
-		{"avg on integers", false, Avg, I32, ErrInvalidArgument},
+		{"different totals", true, comm.Sum, comm.F32, comm.ErrMismatch},
+		{"avg on integers", false, comm.Avg, comm.I32, comm.ErrInvalidArgument},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			comms := newChanWorld(3)
-			bufs := make([][]Buffer, 3)
+			bufs := make([][]comm.Buffer, 3)
 			for r := range bufs {
 				n := 4
 				if c.extra && r == 2 {
 					n = 5
 				}
-				if c.dtype == I32 {
-					bufs[r] = []Buffer{Host(make([]int32, n)), Host([]int32{int32(r)})}
+				if c.dtype == comm.I32 {
+					bufs[r] = []comm.Buffer{comm.Host(make([]int32, n)), comm.Host([]int32{int32(r)})}
 				} else {
-					bufs[r] = []Buffer{Host(make([]float32, n)), Host([]float32{float32(r)})}
+					bufs[r] = []comm.Buffer{comm.Host(make([]float32, n)), comm.Host([]float32{float32(r)})}
 				}
 			}
 			before := snapshot(bufs)
 			errs := onEveryRank(comms, func(cc *chanComm) error {
-				return AllReduceFused(testCtx(t), cc, bufs[cc.rank], c.op)
+				return comm.AllReduceFused(testCtx(t), cc, bufs[cc.rank], c.op)
 			})
 			for r, err := range errs {
-				if err == nil || (!errors.Is(err, c.want) && !errors.Is(err, ErrPeerAbandoned)) {
+				if err == nil || (!errors.Is(err, c.want) && !errors.Is(err, comm.ErrPeerAbandoned)) {
 					t.Fatalf("rank %d: got %v, want %v", r, err, c.want)
 				}
 			}
@@ -464,8 +467,8 @@ func TestAllReduceFusedCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	x := []float32{1, 2, 3}
-	err := AllReduceFused(ctx, comms[0], []Buffer{Host(x)}, Sum)
-	if !errors.Is(err, ErrCanceled) {
+	err := comm.AllReduceFused(ctx, comms[0], []comm.Buffer{comm.Host(x)}, comm.Sum)
+	if !errors.Is(err, comm.ErrCanceled) {
 		t.Fatalf("got %v, want ErrCanceled", err)
 	}
 	if fmt.Sprint(x) != "[1 2 3]" {
@@ -474,7 +477,7 @@ func TestAllReduceFusedCanceled(t *testing.T) {
 }
 
 // snapshot is the bytes of every buffer, to compare before and after.
-func snapshot(bufs [][]Buffer) string {
+func snapshot(bufs [][]comm.Buffer) string {
 	var sb strings.Builder
 	for _, rank := range bufs {
 		for _, b := range rank {

@@ -26,9 +26,7 @@ type Decorator interface {
 // an outside detector's news and the census reach c, and c's aborted
 // signal is the wrapper's. Unwrap returns c.
 func Wrap(c Communicator, d Decorator) Communicator {
-	w := &wrapped{Control: c, c: c, d: d}
-	w.Blocking = Blocking{S: w}
-	return w
+	return &wrapped{Control: c, c: c, d: d}
 }
 
 // Unwrap returns the communicator that Wrap decorated into c, and c
@@ -42,7 +40,6 @@ func Unwrap(c Communicator) Communicator {
 
 // wrapped is Wrap's communicator.
 type wrapped struct {
-	Blocking
 	Control
 	c Communicator
 	d Decorator
@@ -76,3 +73,59 @@ func (w *wrapped) derive(made Communicator) Communicator {
 	}
 	return made
 }
+
+// The blocking forms: each is the Start form through the decorator, then Wait.
+
+func (w *wrapped) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return StartAllReduce(ctx, w, send, recv, op).Wait()
+}
+
+func (w *wrapped) Broadcast(ctx context.Context, buf Buffer, root int) error {
+	return StartBroadcast(ctx, w, buf, root).Wait()
+}
+
+func (w *wrapped) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
+	return StartReduce(ctx, w, send, recv, op, root).Wait()
+}
+
+func (w *wrapped) AllGather(ctx context.Context, send, recv Buffer) error {
+	return StartAllGather(ctx, w, send, recv).Wait()
+}
+
+func (w *wrapped) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return StartReduceScatter(ctx, w, send, recv, op).Wait()
+}
+
+func (w *wrapped) AllToAll(ctx context.Context, send, recv Buffer) error {
+	return StartAllToAll(ctx, w, send, recv).Wait()
+}
+
+func (w *wrapped) AllToAllV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
+	return StartAllToAllV(ctx, w, send, sendCounts, recv, recvCounts).Wait()
+}
+
+func (w *wrapped) Gather(ctx context.Context, send, recv Buffer, root int) error {
+	return StartGather(ctx, w, send, recv, root).Wait()
+}
+
+func (w *wrapped) Scatter(ctx context.Context, send, recv Buffer, root int) error {
+	return StartScatter(ctx, w, send, recv, root).Wait()
+}
+
+func (w *wrapped) Scan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return StartScan(ctx, w, send, recv, op).Wait()
+}
+
+func (w *wrapped) ExScan(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	return StartExScan(ctx, w, send, recv, op).Wait()
+}
+
+func (w *wrapped) Send(ctx context.Context, buf Buffer, peer, tag int) error {
+	return StartSend(ctx, w, buf, peer, tag).Wait()
+}
+
+func (w *wrapped) Recv(ctx context.Context, buf Buffer, peer, tag int) error {
+	return StartRecv(ctx, w, buf, peer, tag).Wait()
+}
+
+func (w *wrapped) Barrier(ctx context.Context) error { return StartBarrier(ctx, w).Wait() }

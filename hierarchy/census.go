@@ -8,6 +8,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The census (comm.Control's census on the world part) is how the hierarchy
@@ -17,7 +18,7 @@ import (
 // its node for rank 1, rank 1 on its rail for rank 2, and rank 2 in its
 // node for rank 3. A rank whose collective has run longer than it should
 // (stallAfter: a small multiple of the cost model's time for it, not the
-// deadline) asks every rank where it stands, and comm.Judge compares the
+// deadline) asks every rank where it stands, and tier.Judge compares the
 // answers with its own calls: a disagreement aborts the hierarchy with a
 // *comm.MismatchError of the users' calls, which every part tells its
 // peers, and every rank that waits asks too. A part's own mismatch, and a
@@ -59,7 +60,7 @@ func (h *Comm) take() (answers []comm.Progress, answered []bool, ok bool) {
 
 // ask takes a census about collective seq and hands the answers to the
 // Watch. ok is false when the world part cannot ask for this hierarchy.
-func (h *Comm) ask(seq uint64) (v comm.Verdict, answers []comm.Progress, answered []bool, ok bool) {
+func (h *Comm) ask(seq uint64) (v tier.Verdict, answers []comm.Progress, answered []bool, ok bool) {
 	answers, answered, ok = h.take()
 	if !ok {
 		return v, nil, nil, false
@@ -147,7 +148,7 @@ func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrappe
 		base = part.Err
 	}
 	g := &comm.LateError{Err: base, Seq: seq, What: fmt.Sprintf("this %v #%d", kind, seq)}
-	late, last, silent := comm.Stragglers(h.rank, seq, answers[:min(len(answers), h.size)], answered)
+	late, last, silent := tier.Stragglers(h.rank, seq, answers[:min(len(answers), h.size)], answered)
 	for i, r := range late {
 		g.Ranks = append(g.Ranks, r)
 		g.Last = append(g.Last, last[i])
@@ -194,7 +195,7 @@ func (h *Comm) askWhere(seq uint64, kind comm.Kind, part *comm.LateError, wrappe
 }
 
 // watchStalls asks the census about a collective (or Split) that has run
-// for its time (comm.Watch.Tick: Config.AskAfter plus stallAfter), and
+// for its time (tier.Watch.Tick: Config.AskAfter plus stallAfter), and
 // again after twice as long each time (up to askAtMost) while it keeps
 // waiting; a mismatch found aborts the hierarchy with it, which ends the
 // phases waiting here and, through the parts, on the peers. It looks every
@@ -225,7 +226,7 @@ func (h *Comm) watchStalls(tick time.Duration) {
 }
 
 // stallAfter is how long collective call may run, beyond Config.AskAfter,
-// before this rank asks where every rank stands (comm.Watch.Expect): four
+// before this rank asks where every rank stands (tier.Watch.Expect): four
 // times the cost model's time for an AllReduce of its largest buffer (the
 // model's slowest shape for those bytes; a census costs a control message
 // to every rank, so asking early costs little).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -15,7 +16,7 @@ import (
 func (h *Comm) run(t *task, sig comm.Signature) error {
 	if t.Err == nil && h.rec == nil && !hoptrace.On() {
 		if wc, ok := h.onWorld(t.Call); ok {
-			if r, ok := h.world.(comm.Runner); ok {
+			if r, ok := h.world.(tier.Runner); ok {
 				return h.runWhole(t, sig, r, wc)
 			}
 		}
@@ -23,7 +24,7 @@ func (h *Comm) run(t *task, sig comm.Signature) error {
 	defer h.cfg.Stager.Reset()
 	c := t.Call
 	x := &phases{h: h, ctx: t.Ctx, kind: c.Kind, seq: t.Seq, sig: sig}
-	x.outer = x.sig.OuterAt(t.Seq)
+	x.outer = tier.OuterAt(x.sig, t.Seq)
 	if t.Err != nil {
 		x.abandoned = h.opError(c.Kind, t.Seq, -1, t.Err)
 		stand, ok := h.standIn(c, x.abandoned)
@@ -37,7 +38,7 @@ func (h *Comm) run(t *task, sig comm.Signature) error {
 		c = stand
 	}
 	if h.dispatch(x, c) && c.Kind.Reduces() && c.Op == comm.Avg && x.ok() { // Op means nothing to the other kinds
-		if out := c.ResultAt(h.rank); !out.IsZero() {
+		if out := tier.ResultAt(c, h.rank); !out.IsZero() {
 			x.local("dividing for Avg", h.cfg.Stager.FinishAvg(out, h.size))
 		}
 	}
@@ -50,13 +51,13 @@ func (h *Comm) run(t *task, sig comm.Signature) error {
 // Broadcasts is what the hierarchy loses to its world part. It issues the
 // same operation as the phases would (the user's call as Outer) and maps
 // a failure as they do.
-func (h *Comm) runWhole(t *task, sig comm.Signature, world comm.Runner, c comm.Call) error {
-	c.Outer = sig.OuterAt(t.Seq)
-	err := world.Run(t.Ctx, c)
+func (h *Comm) runWhole(t *task, sig comm.Signature, world tier.Runner, c comm.Call) error {
+	outer := tier.OuterAt(sig, t.Seq)
+	err := world.Run(tier.WithPhase(t.Ctx, tier.Phase{Outer: outer}), c)
 	if err == nil {
 		return nil
 	}
-	x := &phases{h: h, ctx: t.Ctx, kind: t.Call.Kind, seq: t.Seq, sig: sig, outer: c.Outer}
+	x := &phases{h: h, ctx: t.Ctx, kind: t.Call.Kind, seq: t.Seq, sig: sig, outer: outer}
 	x.wait(pending{p: h.worldPart(), ran: true, err: err})
 	return x.err()
 }
@@ -171,10 +172,10 @@ func (h *Comm) standIn(c comm.Call, why error) (stand comm.Call, ok bool) {
 
 // countsOf is every element count c's buffers imply, the Signature's
 // first, without repeats. A buffer this rank does not use (a non-root's
-// recv of Reduce, its send of Scatter: comm.Call.Uses) implies nothing.
+// recv of Reduce, its send of Scatter: tier.Uses) implies nothing.
 func (h *Comm) countsOf(c comm.Call) []int {
 	out := []int{max(0, int(c.Signature().Count))}
-	useSend, useRecv := c.Uses(h.rank)
+	useSend, useRecv := tier.Uses(c, h.rank)
 	add := func(b comm.Buffer, used bool, per int) {
 		if n := b.Len() / per; used && !b.IsZero() && !slices.Contains(out, n) {
 			out = append(out, n)

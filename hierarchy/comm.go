@@ -14,6 +14,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -124,7 +125,7 @@ type Config struct {
 	AskAfter time.Duration
 	// FlightRecorder, if positive, makes the communicator (and its Split
 	// children) keep its last FlightRecorder collectives as the user
-	// called them (comm.FlightRecorder, with the part and phase each was
+	// called them (tier.FlightRecorder, with the part and phase each was
 	// in, "rail 1 AllReduce") and write them to Logger at its first
 	// deadline, abort, mismatch or peer failure, as
 	// nexar.Options.FlightRecorder. The parts keep their own if their
@@ -135,7 +136,7 @@ type Config struct {
 // Comm is a hierarchical communicator. It owns its parts: Close closes
 // them.
 type Comm struct {
-	comm.Blocking
+	tier.Blocking
 	cfg   Config
 	topo  *topology.Topology
 	rank  int
@@ -167,8 +168,8 @@ type Comm struct {
 	intraRanks, railRanks []int
 	log                   *slog.Logger
 
-	exec *comm.Exec[splitRun] // numbers and runs the collectives and Splits
-	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
+	exec *tier.Exec[splitRun] // numbers and runs the collectives and Splits
+	rec  *tier.FlightRecorder // nil unless Config.FlightRecorder
 
 	// watchers wait for a part to be aborted (comm.Control's Aborted) until
 	// stop is closed (Close).
@@ -178,9 +179,9 @@ type Comm struct {
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	// failure keeps the first failure that aborted the hierarchy, its
-	// cause (comm.Failure.Abort); the census (stall) and the parts' watch
+	// cause (tier.Failure.Abort); the census (stall) and the parts' watch
 	// are the detectors that feed it.
-	failure comm.Failure
+	failure tier.Failure
 	// abortedCh is closed when the failure machine aborts the hierarchy
 	// (comm.Control's Aborted).
 	abortedCh chan struct{}
@@ -191,11 +192,11 @@ type Comm struct {
 	// stall keeps where this rank stands (its last started collective or
 	// Split and the user's latest calls: what it answers a census on the
 	// world part, comm.Control's census) and decides when to ask and what
-	// the answers mean (comm.Watch, census.go); its Running is whether a
+	// the answers mean (tier.Watch, census.go); its Running is whether a
 	// collective or Split is in its phases. census is the world part,
 	// when it holds this hierarchy's answer (not another's built over
 	// it); uncensus uninstalls it.
-	stall    comm.Watch
+	stall    tier.Watch
 	asked    bool // the first call after the abort asked (askOnce)
 	census   comm.Control
 	uncensus func()
@@ -203,7 +204,7 @@ type Comm struct {
 
 // task is a collective or Split on the executor; X, when set, is a Split,
 // run instead of a call.
-type task = comm.Task[splitRun]
+type task = tier.Task[splitRun]
 
 type splitRun func(t *task) error
 
@@ -256,16 +257,16 @@ func New(cfg Config) (*Comm, error) {
 		intraRanks: t.Nodes()[node].Ranks,
 		log:        cfg.Logger,
 		abortedCh:  make(chan struct{}),
-		failure:    comm.Failure{Rank: r},
+		failure:    tier.Failure{Rank: r},
 	}
 	for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
 		h.switchAt[c] = cfg.Cost.Switch(c, g, t.NumNodes())
 	}
-	h.Blocking = comm.Blocking{S: h}
+	h.Blocking = tier.Blocking{S: h}
 	if cfg.FlightRecorder > 0 {
-		h.rec = comm.NewFlightRecorder(cfg.FlightRecorder, cfg.Name, r, cfg.Logger)
+		h.rec = tier.NewFlightRecorder(cfg.FlightRecorder, cfg.Name, r, cfg.Logger)
 	}
-	h.exec = comm.NewExec(comm.ExecConfig[splitRun]{
+	h.exec = tier.NewExec(tier.ExecConfig[splitRun]{
 		Recorder: h.rec,
 		Run:      h.runTask,
 		Recycle:  true, // runTask keeps nothing of its task once it returns
@@ -305,7 +306,7 @@ func New(cfg Config) (*Comm, error) {
 		h.cfg.Stager = NewHostStager()
 	}
 	h.stop = make(chan struct{})
-	h.stall = comm.Watch{Rank: r, AskAfter: cfg.AskAfter, AskAtMost: askAtMost, Expect: h.stallAfter}
+	h.stall = tier.Watch{Rank: r, AskAfter: cfg.AskAfter, AskAtMost: askAtMost, Expect: h.stallAfter}
 	if remove, ok := h.world.SetProgress(h.standing); ok {
 		h.census, h.uncensus = h.world, remove
 	}
@@ -323,7 +324,7 @@ func New(cfg Config) (*Comm, error) {
 }
 
 // watch aborts the hierarchy when part p is aborted by a rank's failure,
-// a deadline or a cancel, as comm.Watch.PartAborted decides: news of it
+// a deadline or a cancel, as tier.Watch.PartAborted decides: news of it
 // that reaches this rank through one part (a peer announced its abort
 // there, a node-mate saw the process vanish) ends the operations waiting
 // on the others. A mismatch is left to the phase that meets it, which
@@ -353,7 +354,7 @@ func (h *Comm) watch(p part) {
 	h.mu.Lock()
 	act := h.stall.PartAborted(cause)
 	h.mu.Unlock()
-	if act == comm.PartIgnore {
+	if act == tier.PartIgnore {
 		return
 	}
 	if pe := h.blame(p, p.global(comm.PeerOf(cause)), cause); pe != nil {
@@ -367,10 +368,10 @@ func (h *Comm) watch(p part) {
 		}
 		cause = fmt.Errorf("%s was aborted: %w", p.name, cause)
 	}
-	if act == comm.PartAsk && h.stoppedIn() {
-		act = comm.PartAbort
+	if act == tier.PartAsk && h.stoppedIn() {
+		act = tier.PartAbort
 	}
-	if act != comm.PartAbort {
+	if act != tier.PartAbort {
 		h.mu.Lock()
 		running := h.stall.Running()
 		if running && h.deferred == nil {
@@ -385,7 +386,7 @@ func (h *Comm) watch(p part) {
 }
 
 // stoppedIn takes a census and reports whether it finds a rank that
-// stopped in the running collective or before it (comm.Watch.StoppedIn).
+// stopped in the running collective or before it (tier.Watch.StoppedIn).
 func (h *Comm) stoppedIn() bool {
 	answers, answered, ok := h.take()
 	if !ok {
@@ -566,29 +567,29 @@ func (h *Comm) String() string {
 }
 
 // Start implements comm.Communicator. Collectives run one at a time, in
-// the order they were started (comm.Exec: on the caller's goroutine when it
+// the order they were started (tier.Exec: on the caller's goroutine when it
 // blocks and nothing else is queued); Send and Recv go straight to the part
 // that reaches the peer.
 func (h *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return h.startP2P(ctx, call)
 	}
-	return h.exec.Start(ctx, call, h.check(call), nil)
+	return h.exec.Start(ctx, call, h.check(ctx, call), nil)
 }
 
-// Run implements comm.Runner: the blocking form of Start.
+// Run implements tier.Runner: the blocking form of Start.
 func (h *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return h.runP2P(ctx, call)
 	}
 	hoptrace.Mark(hoptrace.HierCall, h.rank, -1, 0, 0)
 	defer hoptrace.Mark(hoptrace.HierReturn, h.rank, -1, 0, 0)
-	return h.exec.Do(ctx, call, h.check(call), nil)
+	return h.exec.Do(ctx, call, h.check(ctx, call), nil)
 }
 
 // check is this rank's own verdict on call's arguments.
-func (h *Comm) check(call comm.Call) error {
-	if err := comm.Validate(call, h.rank, h.size); err != nil {
+func (h *Comm) check(ctx context.Context, call comm.Call) error {
+	if err := tier.Validate(ctx, call, h.rank, h.size); err != nil {
 		return err
 	}
 	return h.cfg.Stager.Check(call)
@@ -777,7 +778,7 @@ func (h *Comm) Close() error {
 // node's. One pair of ranks always uses the same part, so messages with
 // one tag keep their order.
 func (h *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	part, pc, intra, err := h.routeP2P(call)
+	part, pc, intra, err := h.routeP2P(ctx, call)
 	if err != nil {
 		return comm.Failed(err)
 	}
@@ -809,13 +810,13 @@ func (h *Comm) intraWork(w *comm.Work, kind comm.Kind, peer int) *comm.Work {
 }
 
 // runP2P is the blocking Send or Recv: on the calling goroutine when the
-// part that carries it can (comm.Runner).
+// part that carries it can (tier.Runner).
 func (h *Comm) runP2P(ctx context.Context, call comm.Call) error {
-	part, pc, intra, err := h.routeP2P(call)
+	part, pc, intra, err := h.routeP2P(ctx, call)
 	if err != nil {
 		return err
 	}
-	if r, ok := part.(comm.Runner); ok {
+	if r, ok := part.(tier.Runner); ok {
 		err = r.Run(ctx, pc)
 	} else {
 		err = part.Start(ctx, pc).Wait()
@@ -829,9 +830,9 @@ func (h *Comm) runP2P(ctx context.Context, call comm.Call) error {
 // routeP2P checks a Send or Recv and returns the part that reaches its
 // peer with the call as that part numbers its ranks, and whether that is
 // the intra-node part.
-func (h *Comm) routeP2P(call comm.Call) (part comm.Communicator, pc comm.Call, intra bool, err error) {
+func (h *Comm) routeP2P(ctx context.Context, call comm.Call) (part comm.Communicator, pc comm.Call, intra bool, err error) {
 	// The same memory as the collectives, whichever part carries it.
-	if err := h.check(call); err != nil {
+	if err := h.check(ctx, call); err != nil {
 		return nil, call, false, h.opError(call.Kind, 0, call.Peer, err)
 	}
 	h.mu.Lock()

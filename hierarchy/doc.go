@@ -90,7 +90,7 @@
 // diverge. A bad argument on one rank is an *comm.ArgError there; that rank
 // still issues every operation of the sequence, each with arguments its
 // part rejects, so each part tells its peers (comm.ErrPeerAbandoned) and
-// they do the same for the rest of the sequence (comm.Call.Refused
+// they do the same for the rest of the sequence (tier.Phase.Refused
 // carries the refusing rank's reason to them): every rank of the
 // hierarchy returns in bounded time and the communicator stays usable.
 // Anything else (a mismatch, a deadline, a dead peer, a closed part) aborts
@@ -108,7 +108,7 @@
 // meet in a part (a small Broadcast through the world part against an
 // AllReduce through the nodes and rails) are a *comm.MismatchError on
 // every rank within a second or two, naming the first collective that
-// differs (census.go; the rules are comm.Watch's). A mismatch is reported as a
+// differs (census.go; the rules are tier.Watch's). A mismatch is reported as a
 // *comm.MismatchError whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
 // part the news came through. After a failure, Shrink

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
 // With Config.FlightRecorder the hierarchy records the user's calls, each
 // with the part and phase it was in last, and a live dump
-// (comm.DumpLive, hiercomm's SIGUSR1) writes them for every rank.
+// (tier.DumpLive, hiercomm's SIGUSR1) writes them for every rank.
 func TestFlightRecorderRecordsTheUsersCallAndItsPhase(t *testing.T) {
 	var out procgroup.Buffer
 	old := slog.Default()
@@ -32,7 +33,7 @@ func TestFlightRecorderRecordsTheUsersCallAndItsPhase(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	comm.DumpLive("a test asked")
+	tier.DumpLive("a test asked")
 	for _, c := range cs {
 		c.Close()
 	}

@@ -15,7 +15,7 @@ import (
 
 // The phases of a hierarchical AllReduce sum whatever the op (Avg is
 // divided once at the end), so ranks that call Avg and Sum agree on every
-// phase: only the user's call, which every phase carries (comm.Call.Outer),
+// phase: only the user's call, which every phase carries (tier.Phase.Outer),
 // tells them apart. Every rank must get a mismatch in its own call's
 // terms, none a result, and none may wait in the next call.
 func TestUserMismatchSeenThroughThePhases(t *testing.T) {

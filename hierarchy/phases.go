@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -44,7 +45,7 @@ type phases struct {
 	kind comm.Kind
 	seq  uint64
 	sig  comm.Signature // the user's call
-	// outer is sig as every phase carries it (comm.Call.Outer), so that
+	// outer is sig as every phase carries it (tier.Phase.Outer), so that
 	// ranks whose user calls differ mismatch even where the phases agree
 	// (Avg runs as Sum through them).
 	outer comm.Outer
@@ -76,7 +77,7 @@ func (x *phases) do(p part, c comm.Call) bool { return x.wait(x.issue(p, c, true
 
 // issue starts c on p, carrying the user's call (Outer), without buffers
 // once the collective is abandoned, not at all once it failed. With block,
-// a part with a blocking form (comm.Runner) runs it at once: on this
+// a part with a blocking form (tier.Runner) runs it at once: on this
 // goroutine when the part is idle, no hand-off per phase.
 func (x *phases) issue(p part, c comm.Call, block bool) pending {
 	if x.fatal != nil {
@@ -89,21 +90,25 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 		}
 		return pending{p: p, ran: true, poisoned: true}
 	}
-	c.Outer = x.outer
+	ph := tier.Phase{Outer: x.outer}
 	if x.h.rec != nil {
 		x.h.rec.Note(x.seq, p.name+" "+c.Kind.String(), nil)
 	}
 	pd := pending{p: p, poisoned: x.abandoned != nil}
 	if pd.poisoned {
-		c = c.WithoutBuffers()
-		c.Refused = x.refusal()
+		c = tier.WithoutBuffers(c)
+		ph.Refused = x.refusal()
+	}
+	ctx := x.ctx
+	if ph.Outer != (comm.Outer{}) || ph.Refused != nil {
+		ctx = tier.WithPhase(ctx, ph)
 	}
 	x.mark(hoptrace.PartCall, p)
-	if r, ok := p.c.(comm.Runner); ok && block {
-		pd.ran, pd.err = true, r.Run(x.ctx, c)
+	if r, ok := p.c.(tier.Runner); ok && block {
+		pd.ran, pd.err = true, r.Run(ctx, c)
 		x.mark(hoptrace.PartReturn, p)
 	} else {
-		pd.w = p.c.Start(x.ctx, c)
+		pd.w = p.c.Start(ctx, c)
 	}
 	return pd
 }
@@ -394,7 +399,7 @@ func (x *phases) userMismatch(p part, peer int, err error) *comm.MismatchError {
 	}
 	var me *comm.MismatchError
 	if errors.As(err, &me) && me.Remote.Outer.Hash != 0 && me.Remote.Outer != x.outer {
-		remote, ok := me.Remote.Outer.Call(x.sig, x.seq)
+		remote, ok := tier.OuterCall(me.Remote.Outer, x.sig, x.seq)
 		if ok {
 			return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig, Remote: remote}
 		}

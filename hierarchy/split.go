@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -43,7 +44,7 @@ func (h *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 func (h *Comm) split(t *task, color, key int) (comm.Communicator, error) {
 	ctx := t.Ctx
 	x := &phases{h: h, ctx: ctx, kind: comm.KindSplit, seq: t.Seq, sig: comm.Signature{Kind: comm.KindSplit, DType: comm.I64, Root: -1, Count: 2}}
-	x.outer = x.sig.OuterAt(t.Seq)
+	x.outer = tier.OuterAt(x.sig, t.Seq)
 	if t.Err != nil {
 		x.abandoned = h.opError(comm.KindSplit, t.Seq, -1, t.Err)
 	}
@@ -64,7 +65,7 @@ func (h *Comm) split(t *task, color, key int) (comm.Communicator, error) {
 	for r := range h.size {
 		colors[r], keys[r] = int(all[2*r]), int(all[2*r+1])
 	}
-	groups := comm.SplitGroups(colors, keys)
+	groups := tier.SplitGroups(colors, keys)
 	type place struct{ node, local int }
 	places := make([]place, h.size)
 	newRank, railColor := -1, comm.NoColor

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Stager is the memory the 2D algorithms work in besides the caller's
@@ -40,7 +41,7 @@ type Stager interface {
 	// Reduce computes dst[i] = dst[i] op src[i] (same dtype and length;
 	// Avg as Sum).
 	Reduce(dst, src comm.Buffer, op comm.ReduceOp) error
-	// FinishAvg divides every element of buf by n (comm.FinishAvg).
+	// FinishAvg divides every element of buf by n (tier.FinishAvg).
 	FinishAvg(buf comm.Buffer, n int) error
 	// Write copies src, exactly dst.ByteLen() bytes of host memory, into
 	// dst, a buffer from Alloc (or a slice of one), and returns when the
@@ -65,7 +66,7 @@ type hostPool struct {
 }
 
 // Check implements Stager: every buffer must be host memory.
-func (HostStager) Check(c comm.Call) error { return comm.RequireHost(c) }
+func (HostStager) Check(c comm.Call) error { return tier.RequireHost(c) }
 
 // Alloc implements Stager.
 func (s HostStager) Alloc(like comm.Buffer, n int) (comm.Buffer, error) {
@@ -111,7 +112,7 @@ func (HostStager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 	if dst.Len() != src.Len() || dst.DType() != src.DType() {
 		return fmt.Errorf("hierarchy: reduction of %v into %v", src, dst)
 	}
-	f, err := comm.ReduceFunc(dst.DType(), op)
+	f, err := tier.ReduceFunc(dst.DType(), op)
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func (HostStager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 
 // FinishAvg implements Stager.
 func (HostStager) FinishAvg(buf comm.Buffer, n int) error {
-	comm.FinishAvg(buf.DType(), buf.Bytes(), n)
+	tier.FinishAvg(buf.DType(), buf.Bytes(), n)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The two-phase rooted and personalized exchanges: Gather, Scatter and
@@ -86,7 +87,7 @@ func (h *Comm) allToAllV(x *phases, c comm.Call) {
 	G, N := h.g, h.topo.NumNodes()
 	send, recv := c.Send, c.Recv
 	dt := send.DType()
-	sendAt, recvAt := comm.Offsets(c.SendCounts, 1), comm.Offsets(c.RecvCounts, 1)
+	sendAt, recvAt := tier.Offsets(c.SendCounts, 1), tier.Offsets(c.RecvCounts, 1)
 
 	// Counts: cnt[l'·N + m'] = what this rank sends to (m', l'); after the
 	// exchange, from[ls·N + m'] = what (this node, ls) sends to (m', l).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Config is how a Comm is made.
@@ -27,7 +28,7 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// FlightRecorder, if positive, makes the communicator (and its Split
-	// children) keep its last FlightRecorder collectives (comm.FlightRecorder,
+	// children) keep its last FlightRecorder collectives (tier.FlightRecorder,
 	// each with where it is: compared over the control, or queued on the
 	// stream and waiting for its event; its end is when the event
 	// completed) and write them to Logger at its first deadline, abort,
@@ -54,7 +55,7 @@ type Config struct {
 // polls the event (and the context, and NCCL's asynchronous error). So
 // the host comparison of call k+1 overlaps the GPU's work on call k.
 type Comm struct {
-	comm.Blocking
+	tier.Blocking
 	lib     *Library
 	dev     *Device
 	th      *osThread // every NCCL call of this communicator runs here
@@ -73,15 +74,15 @@ type Comm struct {
 	events []cuEvent
 	flag   comm.Buffer // one byte of device memory for Barrier
 
-	exec *comm.Exec[*task]    // numbers, sends the records, launches in order
-	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
+	exec *tier.Exec[*task]    // numbers, sends the records, launches in order
+	rec  *tier.FlightRecorder // nil unless Config.FlightRecorder
 
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	// failure keeps the first failure that aborted the communicator, its
-	// cause (comm.Failure.Abort); collectives' faults, the control's
+	// cause (tier.Failure.Abort); collectives' faults, the control's
 	// failure and Abort feed it.
-	failure comm.Failure
+	failure tier.Failure
 	// abortedCh is closed when the failure machine aborts the
 	// communicator (comm.Control's Aborted).
 	abortedCh chan struct{}
@@ -135,7 +136,7 @@ func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, err
 	// giveUp tells the peers (their watch ends their init) and releases
 	// what this rank holds.
 	giveUp := func(err error) (*Comm, error) {
-		control.Abort(comm.Inside(err))
+		control.Abort(tier.Inside(err))
 		control.Close()
 		<-w.done
 		th.stop()
@@ -261,7 +262,7 @@ func poll(ctx context.Context, stop <-chan struct{}, done func() (bool, error)) 
 		}
 		select {
 		case <-ctx.Done():
-			return comm.ContextError(ctx.Err())
+			return tier.ContextError(ctx.Err())
 		case <-stop:
 			return errors.New("the control communicator failed (a peer gave up or died) while NCCL was still initializing")
 		case <-time.After(wait):
@@ -330,14 +331,14 @@ func recvTimedOut(err error) bool {
 func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc ncclComm, cfg Config) (*Comm, error) {
 	c := &Comm{
 		lib: d.lib, dev: d, th: th, control: control, watcher: w, cfg: cfg, log: cfg.Logger,
-		rank: control.Rank(), size: control.Size(), nc: nc, failure: comm.Failure{Rank: control.Rank()},
+		rank: control.Rank(), size: control.Size(), nc: nc, failure: tier.Failure{Rank: control.Rank()},
 		stream:    cuStream(cfg.Stream),
 		completeQ: make(chan *task, 4096),
 		abortedCh: make(chan struct{}),
 		stopped:   make(chan struct{}),
 		watchDone: make(chan struct{}),
 	}
-	c.Blocking = comm.Blocking{S: c}
+	c.Blocking = tier.Blocking{S: c}
 	c.exec = c.newExec()
 	err := th.do(func() error {
 		if c.stream == 0 {
@@ -457,7 +458,7 @@ func (c *Comm) live(f func() error) error {
 
 // Abort implements comm.Control: the NCCL communicator is aborted (its
 // operations in flight end), and so is the control, which tells every peer.
-func (c *Comm) Abort(cause error) { c.abort(comm.FromOutside(cause)) }
+func (c *Comm) Abort(cause error) { c.abort(tier.FromOutside(cause)) }
 
 // abort aborts the communicator with cause; only the first call counts.
 func (c *Comm) abort(cause error) {
@@ -474,7 +475,7 @@ func (c *Comm) abort(cause error) {
 		c.abortChildren()
 		return nil
 	})
-	c.control.Abort(comm.Inside(cause)) // the control numbers its ranks as this communicator does
+	c.control.Abort(tier.Inside(cause)) // the control numbers its ranks as this communicator does
 }
 
 // Aborted implements comm.Control: the channel is closed once the

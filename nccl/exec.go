@@ -12,10 +12,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // task is one collective (or Split) on its way through the stages: the
-// executor (comm.Exec) numbers it and sends its record to the control in
+// executor (tier.Exec) numbers it and sends its record to the control in
 // the order of the calls, runs its launch in that order (on the caller's
 // goroutine when it blocks and nothing is queued), and the completer ends
 // it, in order, once the GPU has.
@@ -24,7 +25,7 @@ type task struct {
 	call comm.Call
 	seq  uint64
 	verr error       // this rank's own *comm.ArgError
-	done func(error) // completes the task's Work (comm.Task.Detach)
+	done func(error) // completes the task's Work (tier.Task.Detach)
 
 	// check is the control's AllGather of every rank's record; all is
 	// where it lands.
@@ -53,45 +54,45 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	verr := c.check(call)
+	verr := c.check(ctx, call)
 	return c.exec.Start(ctx, call, verr, &task{ctx: ctx, call: call, verr: verr})
 }
 
-// Run implements comm.Runner: the blocking form of Start, which launches
+// Run implements tier.Runner: the blocking form of Start, which launches
 // the collective on the calling goroutine when nothing is queued.
 func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call).Wait()
 	}
-	verr := c.check(call)
+	verr := c.check(ctx, call)
 	return c.exec.Do(ctx, call, verr, &task{ctx: ctx, call: call, verr: verr})
 }
 
 // check is this rank's own verdict on call's arguments.
-func (c *Comm) check(call comm.Call) error {
-	if err := comm.Validate(call, c.rank, c.size); err != nil {
+func (c *Comm) check(ctx context.Context, call comm.Call) error {
+	if err := tier.Validate(ctx, call, c.rank, c.size); err != nil {
 		return err
 	}
 	return c.dev.checkCall(call, "the NCCL communicator", false)
 }
 
 // newExec is the communicator's executor (see task).
-func (c *Comm) newExec() *comm.Exec[*task] {
+func (c *Comm) newExec() *tier.Exec[*task] {
 	if c.cfg.FlightRecorder > 0 {
-		c.rec = comm.NewFlightRecorder(c.cfg.FlightRecorder, c.cfg.Name, c.rank, c.log)
+		c.rec = tier.NewFlightRecorder(c.cfg.FlightRecorder, c.cfg.Name, c.rank, c.log)
 	}
-	return comm.NewExec(comm.ExecConfig[*task]{
+	return tier.NewExec(tier.ExecConfig[*task]{
 		Recorder: c.rec,
-		Admit: func(et *comm.Task[*task]) error {
+		Admit: func(et *tier.Task[*task]) error {
 			return c.admit(et.X, et.Seq)
 		},
-		Run: func(et *comm.Task[*task]) error {
+		Run: func(et *tier.Task[*task]) error {
 			t := et.X
 			t.done = et.Detach()
 			c.launcher(t)
 			return nil
 		},
-		Refuse: func(et *comm.Task[*task], err error) error {
+		Refuse: func(et *tier.Task[*task], err error) error {
 			t := et.X
 			if t.seq != 0 {
 				// Admitted, queued, and refused at Close.
@@ -122,7 +123,7 @@ func (c *Comm) admit(t *task, seq uint64) error {
 	}
 	mine := record(t, c.size)
 	t.all = make([]byte, len(mine)*c.size)
-	t.check = c.control.Start(t.ctx, comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
+	t.check = c.control.Start(tier.WithoutPhase(t.ctx), comm.Call{Kind: comm.KindAllGather, Send: comm.Host(mine), Recv: comm.Host(t.all)})
 	return nil
 }
 
@@ -154,7 +155,7 @@ const (
 )
 
 func record(t *task, size int) []byte {
-	sig := t.call.Signature()
+	sig := tier.SignatureOf(t.ctx, t.call)
 	n := recordBytes
 	if sig.Kind == comm.KindAllToAllV {
 		n += 8 * size
@@ -266,7 +267,7 @@ func (c *Comm) launcher(t *task) {
 			// the mismatch it is, as the comparison would have.
 			c.mismatchTold = true
 			peer := comm.PeerOf(aborted)
-			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.AbortedError{Cause: &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: aborted.Error()}})
+			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.AbortedError{Cause: &comm.MismatchError{Peer: peer, Seq: t.seq, Local: tier.SignatureOf(t.ctx, t.call), Reported: aborted.Error()}})
 		}
 		return
 	}
@@ -278,7 +279,7 @@ func (c *Comm) launcher(t *task) {
 			// A peer found the mismatch first and aborted the control
 			// before this rank's comparison completed.
 			peer := comm.PeerOf(err)
-			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: t.call.Signature(), Reported: err.Error()})
+			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.MismatchError{Peer: peer, Seq: t.seq, Local: tier.SignatureOf(t.ctx, t.call), Reported: err.Error()})
 			c.mismatchTold = true
 			c.abort(t.err)
 		} else {
@@ -390,7 +391,7 @@ func (c *Comm) await(t *task) error {
 			fault = c.opError(t.call.Kind, t.seq, -1, c.lib.ncclError("NCCL (asynchronous error)", async, c.nc))
 			c.abort(fault)
 		case fault == nil && aborted == nil && t.ctx.Err() != nil:
-			fault = c.opError(t.call.Kind, t.seq, -1, comm.ContextError(t.ctx.Err()))
+			fault = c.opError(t.call.Kind, t.seq, -1, tier.ContextError(t.ctx.Err()))
 			c.abort(fault)
 		}
 		if fault != nil && aborted == nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // ncclTypes maps comm's dtypes to NCCL's (nccl.h ncclDataType_t).
@@ -55,10 +56,10 @@ func (c *Comm) launch(t *task) error {
 		// (unless x/size underflows to a subnormal).
 		// Otherwise: Sum on the GPU, one division on the host.
 		op = ncclSum
-		if out := call.ResultAt(c.rank); !out.IsZero() {
+		if out := tier.ResultAt(call, c.rank); !out.IsZero() {
 			t.post = func() error {
 				return c.dev.hostOp([]comm.Buffer{out}, []bool{true}, []bool{true}, func(h [][]byte) error {
-					comm.FinishAvg(out.DType(), h[0], c.size)
+					tier.FinishAvg(out.DType(), h[0], c.size)
 					return nil
 				})
 			}
@@ -89,7 +90,7 @@ func (c *Comm) launch(t *task) error {
 		} else {
 			ops = one("ncclAllGather (min/max)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
 		}
-		if out := call.ResultAt(c.rank); !out.IsZero() {
+		if out := tier.ResultAt(call, c.rank); !out.IsZero() {
 			t.post = c.combine(all, c.size, int(n), call.Op, out)
 		}
 		return c.record(t, ops)
@@ -116,7 +117,7 @@ func (c *Comm) launch(t *task) error {
 			return s + uintptr(j)*n*es, n, r + uintptr(j)*n*es, n
 		})
 	case comm.KindAllToAllV:
-		so, ro := comm.Offsets(call.SendCounts, dt.Size()), comm.Offsets(call.RecvCounts, dt.Size())
+		so, ro := tier.Offsets(call.SendCounts, dt.Size()), tier.Offsets(call.RecvCounts, dt.Size())
 		ops = c.exchange(nt, func(j int) (uintptr, uintptr, uintptr, uintptr) {
 			return s + uintptr(so[j]), uintptr(call.SendCounts[j]), r + uintptr(ro[j]), uintptr(call.RecvCounts[j])
 		})
@@ -285,11 +286,11 @@ func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buf
 	return func() error {
 		if k == 0 {
 			return c.dev.hostOp([]comm.Buffer{dst}, []bool{false}, []bool{true}, func(h [][]byte) error {
-				comm.FillIdentity(dt, op, h[0])
+				tier.FillIdentity(dt, op, h[0])
 				return nil
 			})
 		}
-		f, err := comm.ReduceFunc(dt, op)
+		f, err := tier.ReduceFunc(dt, op)
 		if err != nil {
 			return err
 		}

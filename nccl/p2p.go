@@ -14,7 +14,7 @@ import (
 // order across tags; the control matches them that way. Tag t travels as
 // the control's tag t+1 (its tag 0 is watch's).
 func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	err := c.check(call)
+	err := c.check(ctx, call)
 	if err == nil && call.Tag == math.MaxInt {
 		err = &comm.ArgError{Kind: call.Kind, Arg: "tag", Problem: fmt.Sprintf("%d is the one tag this communicator reserves", call.Tag)}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Staged is a comm.Communicator that lets a host communicator (nexar
@@ -26,12 +27,12 @@ import (
 // It is how the hierarchy's rails and its flat world carry device data,
 // and how a flat world of one GPU per node does (see docs/gpu.md).
 type Staged struct {
-	comm.Blocking
+	tier.Blocking
 	inner      comm.Communicator
 	dev        *Device
 	pieceBytes int
 
-	exec *comm.Exec[[]*staging] // runs the first stage of each call, in order
+	exec *tier.Exec[[]*staging] // runs the first stage of each call, in order
 	out  chan *staging
 	done chan struct{}
 }
@@ -64,10 +65,10 @@ type staging struct {
 // owns inner: Close closes it.
 func NewStaged(inner comm.Communicator, dev *Device) *Staged {
 	s := &Staged{inner: inner, dev: dev, pieceBytes: StageChunkBytes, out: make(chan *staging, 4096), done: make(chan struct{})}
-	s.Blocking = comm.Blocking{S: s}
-	s.exec = comm.NewExec(comm.ExecConfig[[]*staging]{
+	s.Blocking = tier.Blocking{S: s}
+	s.exec = tier.NewExec(tier.ExecConfig[[]*staging]{
 		Run: s.stageIn,
-		Refuse: func(t *comm.Task[[]*staging], err error) error {
+		Refuse: func(t *tier.Task[[]*staging], err error) error {
 			return &comm.OpError{Rank: s.Rank(), Peer: -1, Kind: t.Call.Kind, Err: err}
 		},
 	})
@@ -93,7 +94,7 @@ func (s *Staged) Start(ctx context.Context, call comm.Call) *comm.Work {
 	return s.exec.Start(ctx, call, nil, s.stagings(ctx, call))
 }
 
-// Run implements comm.Runner: the first stage runs on the calling
+// Run implements tier.Runner: the first stage runs on the calling
 // goroutine when nothing is queued.
 func (s *Staged) Run(ctx context.Context, call comm.Call) error {
 	return s.exec.Do(ctx, call, nil, s.stagings(ctx, call))
@@ -101,18 +102,19 @@ func (s *Staged) Run(ctx context.Context, call comm.Call) error {
 
 // stagings are the pieces call is staged as.
 func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
-	verr := comm.Validate(call, s.Rank(), s.Size())
+	verr := tier.Validate(ctx, call, s.Rank(), s.Size())
 	if verr == nil {
 		verr = s.dev.checkCall(call, "the staging", true)
 	}
 	if pieces := s.pieces(call); verr == nil && len(pieces) > 1 {
-		if call.Outer == (comm.Outer{}) {
+		if ph := tier.PhaseOf(ctx); ph.Outer == (comm.Outer{}) {
 			// Every piece carries the whole call's signature, which the
 			// host communicator compares with its peers': ranks that
 			// disagree on the count get a mismatch at the first piece,
 			// even a rank whose smaller call is not cut and whose count
 			// happens to be a peer's first piece's.
-			call.Outer = call.Signature().AsOuter()
+			ph.Outer = tier.OuterAt(call.Signature(), 0)
+			ctx = tier.WithPhase(ctx, ph)
 		}
 		if call.Kind == comm.KindReduce && call.Root != s.Rank() {
 			call.Recv = comm.Buffer{} // ignored here, and of any length
@@ -225,7 +227,7 @@ func device(b comm.Buffer) bool { return !b.IsZero() && !b.OnHost() }
 // stageIn, on the executor (one call at a time, in order), copies each
 // piece's device inputs to host memory, starts it on the host
 // communicator and hands it to the second stage, which completes the call.
-func (s *Staged) stageIn(t *comm.Task[[]*staging]) error {
+func (s *Staged) stageIn(t *tier.Task[[]*staging]) error {
 	first := new(error)
 	t.X[len(t.X)-1].done = t.Detach()
 	for _, p := range t.X {
@@ -243,14 +245,14 @@ func (s *Staged) stageIn(t *comm.Task[[]*staging]) error {
 func (s *Staged) prepare(t *staging) {
 	c := t.call
 	if t.verr != nil {
-		t.host = c.WithoutBuffers()
+		t.host = tier.WithoutBuffers(c)
 		return
 	}
 	if t.blockPiece() {
 		s.prepareBlocks(t)
 		return
 	}
-	useSend, useRecv := c.Uses(s.Rank())
+	useSend, useRecv := tier.Uses(c, s.Rank())
 	if !device(c.Send) && !device(c.Recv) {
 		t.host = c
 		return
@@ -287,7 +289,7 @@ func (s *Staged) prepare(t *staging) {
 	}
 	if err != nil {
 		t.localFail = err
-		t.host = c.WithoutBuffers()
+		t.host = tier.WithoutBuffers(c)
 		return
 	}
 	if device(c.Recv) && !useRecv {
@@ -338,7 +340,7 @@ func (s *Staged) prepareBlocks(t *staging) {
 	if err != nil {
 		t.localFail = err
 		t.copyBack = false
-		t.host = c.WithoutBuffers()
+		t.host = tier.WithoutBuffers(c)
 		return
 	}
 	t.host = h

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Stager is the hierarchy's scratch memory and local steps on one GPU
@@ -73,7 +74,7 @@ func (s *Stager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 	if dst.Len() != src.Len() || dst.DType() != src.DType() {
 		return fmt.Errorf("nccl: reduction of %v into %v", src, dst)
 	}
-	f, err := comm.ReduceFunc(dst.DType(), op)
+	f, err := tier.ReduceFunc(dst.DType(), op)
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func (s *Stager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 // FinishAvg divides every element of buf by n (on a host copy).
 func (s *Stager) FinishAvg(buf comm.Buffer, n int) error {
 	return s.dev.hostOp([]comm.Buffer{buf}, []bool{true}, []bool{true}, func(h [][]byte) error {
-		comm.FinishAvg(buf.DType(), h[0], n)
+		tier.FinishAvg(buf.DType(), h[0], n)
 		return nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // runCollective executes a validated call on this rank: it picks the
@@ -14,14 +15,14 @@ import (
 func runCollective(o *op, c comm.Call) error {
 	P, r := o.size(), o.rank()
 	send, recv := c.Send.Bytes(), c.Recv.Bytes()
-	k := comm.Kernel{Size: max(1, c.Send.DType().Size(), c.Recv.DType().Size())}
+	k := tier.Kernel{Size: max(1, c.Send.DType().Size(), c.Recv.DType().Size())}
 	if c.Kind.Reduces() {
 		dt := c.Send.DType()
 		if c.Kind == comm.KindReduceScatter {
 			dt = c.Recv.DType()
 		}
 		var err error
-		if k, err = comm.NewKernel(dt, c.Op); err != nil {
+		if k, err = tier.NewKernel(dt, c.Op); err != nil {
 			return err
 		}
 	}
@@ -178,5 +179,5 @@ func (sc *scheduleCache) put(k scheduleKey, s schedule.Schedule) {
 func ringAllGather(o *op, buf []byte, es int) error {
 	P, r := o.size(), o.rank()
 	n := len(buf) / es / P
-	return o.run(schedule.RingAllGather(P, r, n, o.segBytes(es)/es), buf[r*n*es:(r+1)*n*es], buf, comm.Kernel{Size: es})
+	return o.run(schedule.RingAllGather(P, r, n, o.segBytes(es)/es), buf[r*n*es:(r+1)*n*es], buf, tier.Kernel{Size: es})
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -18,7 +19,7 @@ import (
 // A world Comm owns its Transport; the communicators Split makes from it
 // share the Transport and are told apart by their id in every frame.
 type Comm struct {
-	comm.Blocking
+	tier.Blocking
 	w       *world
 	id      uint64
 	name    string
@@ -30,8 +31,8 @@ type Comm struct {
 	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
-	exec      *comm.Exec[job]      // numbers and runs the collectives (guarded by mu)
-	rec       *comm.FlightRecorder // nil unless Options.FlightRecorder
+	exec      *tier.Exec[job]      // numbers and runs the collectives (guarded by mu)
+	rec       *tier.FlightRecorder // nil unless Options.FlightRecorder
 	done      chan struct{}        // closed by Close: every wait ends with comm.ErrClosed
 	notes     lastWords            // control frames being sent (failure notices, probe answers); see note
 	shrink    shrinkBox            // Shrink's agreement (shrink.go)
@@ -43,8 +44,8 @@ type Comm struct {
 
 	mu sync.Mutex // guards everything below
 	// failure decides how collectives end and when the communicator is
-	// aborted (comm.Failure); fed under mu (input, applyLocked).
-	failure comm.Failure
+	// aborted (tier.Failure); fed under mu (input, applyLocked).
+	failure tier.Failure
 	ops     map[uint64]*op // collectives in flight, by sequence number
 	// spareOps are finished ops that succeeded, for newOp to reuse: none
 	// is referenced from anywhere else (its watch of the caller's
@@ -106,7 +107,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 			c.left[i] = -1
 		}
 	}
-	c.Blocking = comm.Blocking{S: c}
+	c.Blocking = tier.Blocking{S: c}
 	for i := range c.index {
 		c.index[i] = -1
 	}
@@ -116,7 +117,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 			c.rank = r
 		}
 	}
-	c.failure = comm.Failure{Rank: c.rank, Rename: c.named, GaveUp: c.gaveUp}
+	c.failure = tier.Failure{Rank: c.rank, Rename: c.named, GaveUp: c.gaveUp}
 	c.exec = c.newExec()
 	return c
 }
@@ -178,7 +179,7 @@ func (c *Comm) commRank(worldRank int) int {
 // per-collective notices that keep its type), so that every survivor names
 // the root cause even if it first hears of a cascade of clean closes.
 func (c *Comm) abort(cause error) {
-	c.input(func(f *comm.Failure) comm.Effects { return f.AbortFor(cause) })
+	c.input(func(f *tier.Failure) tier.Effects { return f.AbortFor(cause) })
 }
 
 // Abort implements comm.Control: the communicator is aborted with cause on
@@ -190,7 +191,7 @@ func (c *Comm) abort(cause error) {
 // rank is taken as a world rank, since a composed communicator's world
 // part has the composer's ranks (as in dropBlamed).
 func (c *Comm) Abort(cause error) {
-	c.abortAs(comm.FromOutside(cause), true, false)
+	c.abortAs(tier.FromOutside(cause), true, false)
 	if b, ok := comm.CulpritOf(cause); ok && c.owner && errors.Is(cause, comm.ErrPeerFailed) && !errors.Is(cause, comm.ErrMismatch) &&
 		b.Rank >= 0 && b.Rank < c.w.size && b.Rank != c.w.rank {
 		c.w.learned(b.Rank, &comm.PeerError{Peer: b.Rank, Addr: c.w.tr.PeerAddr(b.Rank), Err: errors.New(b.How)}, -1, -1)
@@ -200,12 +201,12 @@ func (c *Comm) Abort(cause error) {
 	}
 }
 
-// abortAs aborts c with cause (the first cause stays; comm.Failure.Abort):
+// abortAs aborts c with cause (the first cause stays; tier.Failure.Abort):
 // every collective in flight fails and its peers are told; announce says
 // whether the first abort is announced to the live peers (or a later one,
 // after a quiet first abort: a deadline's).
 func (c *Comm) abortAs(cause error, announce, quiet bool) {
-	c.input(func(f *comm.Failure) comm.Effects { return f.Abort(cause, announce, quiet) })
+	c.input(func(f *tier.Failure) tier.Effects { return f.Abort(cause, announce, quiet) })
 }
 
 // Aborted implements comm.Control.
@@ -349,10 +350,10 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	return c.exec.Start(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), job{sig: call.Signature()})
+	return c.exec.Start(ctx, call, tier.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
 }
 
-// Run implements comm.Runner: the blocking form of Start, which runs the
+// Run implements tier.Runner: the blocking form of Start, which runs the
 // collective on the calling goroutine.
 func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	hoptrace.Mark(hoptrace.Call, c.w.rank, -1, 0, 0)
@@ -360,7 +361,7 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.doP2P(ctx, call)
 	}
-	return c.exec.Do(ctx, call, comm.ValidateHost(call, c.rank, c.Size()), job{sig: call.Signature()})
+	return c.exec.Do(ctx, call, tier.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
 }
 
 // job is a collective on the executor: its Signature, what Admit found
@@ -385,17 +386,17 @@ func (c *Comm) doSplit(ctx context.Context, sig comm.Signature, verr error, spli
 // frames carry it. A collective whose arguments failed validation still
 // takes its number, and the peers are told, so they fail it too instead of
 // waiting.
-func (c *Comm) newExec() *comm.Exec[job] {
+func (c *Comm) newExec() *tier.Exec[job] {
 	if c.opt.FlightRecorder > 0 {
-		c.rec = comm.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
+		c.rec = tier.NewFlightRecorder(c.opt.FlightRecorder, c.name, c.rank, c.opt.Logger)
 		c.rec.Identify(c.name, c.jobRank())
 	}
-	return comm.NewExec(comm.ExecConfig[job]{
+	return tier.NewExec(tier.ExecConfig[job]{
 		Recorder:   c.rec,
 		Concurrent: true,
 		Recycle:    true,  // Run keeps nothing of its task (the op is its own) once it returns
 		Locker:     &c.mu, // frames for a collective must find it registered once it is numbered
-		Admit: func(t *comm.Task[job]) error {
+		Admit: func(t *tier.Task[job]) error {
 			j := &t.X
 			j.o = c.newOp(t.Ctx, t.Seq, j.sig)
 			hoptrace.Mark(hoptrace.Admit, c.w.rank, -1, t.Seq, 0)
@@ -404,11 +405,11 @@ func (c *Comm) newExec() *comm.Exec[job] {
 			// communicator is aborted) still takes its number and its
 			// peers are told, so that a peer that has not heard of the
 			// failure does not wait for this rank; so does what peers
-			// said of this collective before (comm.Failure.Start).
+			// said of this collective before (tier.Failure.Start).
 			j.post = c.applyLocked(c.failure.Start(t.Seq, j.sig, t.Err))
 			return nil
 		},
-		Run: func(t *comm.Task[job]) error {
+		Run: func(t *tier.Task[job]) error {
 			j := &t.X
 			o := j.o
 			j.post()
@@ -435,7 +436,7 @@ func (c *Comm) newExec() *comm.Exec[job] {
 			}
 			return o.finish()
 		},
-		Refuse: func(t *comm.Task[job], err error) error {
+		Refuse: func(t *tier.Task[job], err error) error {
 			return &comm.OpError{Rank: c.rank, Peer: -1, Kind: t.X.sig.Kind, Comm: c.name, Err: err}
 		},
 	})
@@ -502,7 +503,7 @@ func (c *Comm) onData(f frame) {
 	c.mu.Lock()
 	c.countLocked(f.src)
 	// The failure machine checks the sender's call against this rank's
-	// (comm.Failure.Frame); a frame of a collective that may still take
+	// (tier.Failure.Frame); a frame of a collective that may still take
 	// it is kept.
 	keep, eff := c.failure.Frame(f.src, f.h.Seq, f.h.Sig)
 	if keep {
@@ -602,11 +603,11 @@ func (c *Comm) putLocked(k mkey, f frame) {
 }
 
 // onFail hands a peer's failure notice to the failure machine
-// (comm.Failure.Heard).
+// (tier.Failure.Heard).
 func (c *Comm) onFail(f frame) {
 	n := frameNotice(f)
 	putBuf(f.payload)
-	c.input(func(m *comm.Failure) comm.Effects { return m.Heard(f.src, n) })
+	c.input(func(m *tier.Failure) tier.Effects { return m.Heard(f.src, n) })
 }
 
 // onProbe answers a peer that has waited a while for this rank in
@@ -624,14 +625,14 @@ func (c *Comm) onProbe(f frame) {
 		sig        comm.Signature
 		stragglers []byte
 	)
-	if o := c.ops[f.h.Seq]; answer == comm.ProbeRunning && o != nil {
+	if o := c.ops[f.h.Seq]; answer == tier.ProbeRunning && o != nil {
 		sig, stragglers = o.sig, encodeBehind(o.behind, f.src)
 	}
 	post := c.applyLocked(eff)
 	c.mu.Unlock()
 	post()
 	switch {
-	case answer == comm.ProbeAhead:
+	case answer == tier.ProbeAhead:
 		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
 	case stragglers != nil:
 		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: sig}, stragglers)

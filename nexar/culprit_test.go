@@ -126,7 +126,7 @@ func TestChildPeerErrorNamesTheWorldRank(t *testing.T) {
 }
 
 // A composed communicator aborts a part with a cause that blames a rank
-// in its own numbering (comm.FromOutside): the part's peers hear the same
+// in its own numbering (tier.FromOutside): the part's peers hear the same
 // rank, marked as the composer's.
 func TestAbortFromOutsideKeepsTheComposersCulprit(t *testing.T) {
 	cs := memWorld(t, 3, Options{Timeout: time.Minute})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // onEveryRank runs f on every rank at once and returns each rank's error.
@@ -79,7 +80,7 @@ func TestTimeoutNamesTheRankThatNeverCame(t *testing.T) {
 // came while the op retired (sealed, not yet removed), and the next call
 // waited on the peer until the peer's close made it fail naming the close:
 // the hierarchy's TestSuites/2+3/nexar/mismatch failed so under -race
-// beside busy loops. The failure machine (comm.Failure) seals and retires
+// beside busy loops. The failure machine (tier.Failure) seals and retires
 // a collective in one step, so the news finds it retired.
 func TestMismatchNewsAfterTheOpRetired(t *testing.T) {
 	cs := memWorld(t, 2, Options{Timeout: 20 * time.Second})
@@ -98,7 +99,7 @@ func TestMismatchNewsAfterTheOpRetired(t *testing.T) {
 
 	theirs := sig
 	theirs.DType = comm.F64
-	c.onFail(frame{src: 0, h: Header{Kind: FrameFail, Comm: c.id, Seq: seq, Step: uint32(comm.FailMismatch), Sig: theirs},
+	c.onFail(frame{src: 0, h: Header{Kind: FrameFail, Comm: c.id, Seq: seq, Step: uint32(tier.FailMismatch), Sig: theirs},
 		payload: []byte("rank 0 saw the mismatch")})
 	if cause := c.AbortCause(); !errors.Is(cause, comm.ErrMismatch) {
 		t.Fatalf("after the news, the communicator's abort cause is %v; want the mismatch", cause)

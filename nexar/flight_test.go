@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // With Options.FlightRecorder, a deadline on a rank writes its last
@@ -74,7 +75,7 @@ func TestSplitIsNamedByItsWorldRank(t *testing.T) {
 		rails[r].(*Comm).SetName("rail 0")
 	}
 	rail := rails[2].(*Comm)
-	comm.DumpLive("split names test")
+	tier.DumpLive("split names test")
 	rail.deliver(1, Header{Kind: FrameData}, nil) // world rank 1 is on the other rail
 	for _, want := range []string{
 		`msg="flight recorder: the last collectives" comm="rail 0" rank=2 local=1`,

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The decoders of bytes a peer sends, beside FuzzDecodeHeader (wire_test.go):
@@ -23,7 +24,7 @@ func FuzzReadFrames(f *testing.F) {
 	for i, h := range []Header{
 		{Kind: FrameData, Comm: 1, Seq: 2, Step: 3, Sig: comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Count: 4}},
 		{Kind: FrameP2P, Seq: 1, Sig: comm.Signature{Root: 7, Count: -1}},
-		{Kind: FrameFail, Seq: 9, Step: uint32(comm.FailPeer)},
+		{Kind: FrameFail, Seq: 9, Step: uint32(tier.FailPeer)},
 		{Kind: FrameClosed, Sig: comm.Signature{Count: 12}},
 		{Kind: FramePeerDown, Seq: 2, Sig: comm.Signature{Root: 3}},
 	} {

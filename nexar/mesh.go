@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 	"golang.org/x/sync/errgroup"
 )
@@ -342,7 +343,7 @@ func (m *mesh) send(ctx context.Context, to int, h Header, payload []byte) error
 	}
 	defer func() { <-l.sem }()
 	if ctx.Err() != nil {
-		return comm.ContextError(ctx.Err())
+		return tier.ContextError(ctx.Err())
 	}
 	return m.write(p, l, to, h, payload)
 }
@@ -423,12 +424,12 @@ func acquire(ctx context.Context, sem chan struct{}) error {
 	case sem <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return comm.ContextError(ctx.Err())
+		return tier.ContextError(ctx.Err())
 	case <-fire:
 		if o, ok := ctx.(*op); ok {
 			o.expired()
 		}
-		return comm.ContextError(context.DeadlineExceeded)
+		return tier.ContextError(context.DeadlineExceeded)
 	}
 }
 
@@ -648,7 +649,7 @@ func (m *mesh) form(ctx context.Context, dial func(ctx context.Context, p *peer,
 			msg += "; " + s
 		}
 	}
-	return fmt.Errorf("%s: %w", msg, comm.ContextError(ctx.Err()))
+	return fmt.Errorf("%s: %w", msg, tier.ContextError(ctx.Err()))
 }
 
 // wantDialer reports whether rank may dial this one.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -86,15 +87,15 @@ func (o *op) expired() {
 
 // fail ends the collective with err (the first failure wins); with notify,
 // the other ranks are told so that none waits for this one. The
-// communicator's failure machine decides (comm.Failure.Fail): a mismatch
+// communicator's failure machine decides (tier.Failure.Fail): a mismatch
 // also aborts the communicator, even after this rank's part succeeded.
 func (o *op) fail(err error, notify bool) {
-	o.c.input(func(f *comm.Failure) comm.Effects { return f.Fail(o.seq, err, notify) })
+	o.c.input(func(f *tier.Failure) tier.Effects { return f.Fail(o.seq, err, notify) })
 }
 
 // input feeds the communicator's failure machine under c.mu and carries
 // out what it decided (applyLocked, then the rest outside the lock).
-func (c *Comm) input(in func(*comm.Failure) comm.Effects) {
+func (c *Comm) input(in func(*tier.Failure) tier.Effects) {
 	c.mu.Lock()
 	post := c.applyLocked(in(&c.failure))
 	c.mu.Unlock()
@@ -106,7 +107,7 @@ func (c *Comm) input(in func(*comm.Failure) comm.Effects) {
 // on goroutines of their own (note), and the aborted signal closes. It
 // returns what must run after c.mu is released: the end of the
 // point-to-point operations pending on an abort.
-func (c *Comm) applyLocked(eff comm.Effects) (post func()) {
+func (c *Comm) applyLocked(eff tier.Effects) (post func()) {
 	for _, e := range eff.End {
 		if o := c.ops[e.Seq]; o != nil {
 			o.err = e.Err
@@ -115,7 +116,7 @@ func (c *Comm) applyLocked(eff comm.Effects) (post func()) {
 	}
 	for _, t := range eff.Tell {
 		h, payload := noticeFrame(c.id, t.Notice)
-		if t.To == comm.Everyone {
+		if t.To == tier.Everyone {
 			c.note(func() { c.tellAll(h, payload) })
 		} else {
 			c.notifyLater(t.To, h, payload)
@@ -144,7 +145,7 @@ func (c *Comm) tellAll(h Header, payload []byte) {
 }
 
 // failAborted is Step's bit, in a failure notice, for a sender whose
-// communicator is aborted (comm.Notice.Aborted).
+// communicator is aborted (tier.Notice.Aborted).
 const failAborted = 1 << 31
 
 // noticeFrame is the FrameFail header and payload of a failure notice:
@@ -152,13 +153,13 @@ const failAborted = 1 << 31
 // reason as the payload, and the call in Sig —
 // for a peer's failure, the rank it blames in Sig.Root instead (-1: none)
 // and Sig.Count 1 when that rank is numbered outside this communicator
-// (a composed communicator named it, comm.FromOutside).
-func noticeFrame(id uint64, n comm.Notice) (Header, []byte) {
+// (a composed communicator named it, tier.FromOutside).
+func noticeFrame(id uint64, n tier.Notice) (Header, []byte) {
 	h := Header{Kind: FrameFail, Comm: id, Seq: n.Seq, Step: uint32(n.Code), Sig: n.Sig}
 	if n.Aborted {
 		h.Step |= failAborted
 	}
-	if n.Code == comm.FailPeer {
+	if n.Code == tier.FailPeer {
 		h.Sig = comm.Signature{Root: int32(n.Culprit)}
 		if n.Outside {
 			h.Sig.Count = 1
@@ -168,10 +169,10 @@ func noticeFrame(id uint64, n comm.Notice) (Header, []byte) {
 }
 
 // frameNotice reads a FrameFail back (noticeFrame).
-func frameNotice(f frame) comm.Notice {
-	n := comm.Notice{Seq: f.h.Seq, Sig: f.h.Sig, Code: comm.FailCode(f.h.Step &^ failAborted), Culprit: -1,
+func frameNotice(f frame) tier.Notice {
+	n := tier.Notice{Seq: f.h.Seq, Sig: f.h.Sig, Code: tier.FailCode(f.h.Step &^ failAborted), Culprit: -1,
 		Aborted: f.h.Step&failAborted != 0 || f.h.Seq == 0, Reason: string(f.payload)}
-	if n.Code == comm.FailPeer {
+	if n.Code == tier.FailPeer {
 		n.Sig = comm.Signature{}
 		if f.h.Sig.Root >= 0 {
 			n.Culprit, n.Outside = int(f.h.Sig.Root), f.h.Sig.Count == 1
@@ -208,7 +209,7 @@ func (c *Comm) named(re *comm.RemoteError) *comm.RemoteError {
 // localFailure classifies an error a schedule returned.
 func localFailure(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return comm.ContextError(err)
+		return tier.ContextError(err)
 	}
 	return err
 }
@@ -216,7 +217,7 @@ func localFailure(err error) error {
 // finish retires the op and returns its final error for the caller. A
 // failure from now on is too late to change its outcome; by the deadline
 // rule, one that a deadline or a cancel ended aborts the communicator
-// (comm.Failure.Finish), unannounced: the collective's failure notice has
+// (tier.Failure.Finish), unannounced: the collective's failure notice has
 // gone to every member already, and each aborts as it reads it.
 func (o *op) finish() error {
 	stopped := o.unwatch == nil || o.unwatch() // nothing will fail it from outside any more
@@ -292,7 +293,7 @@ func (o *op) recv(peer int, step uint32) ([]byte, error) {
 
 func (o *op) recvFrame(peer int, step uint32) (frame, error) {
 	f, err := o.c.await(o, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline)
-	if err == nil && !comm.SigMatch(o.sig, f.h.Sig) {
+	if err == nil && !tier.SigMatch(o.sig, f.h.Sig) {
 		// Frames that came before this rank started the collective are
 		// checked here, as they are taken.
 		putBuf(f.payload)

@@ -2,10 +2,10 @@ package nexar
 
 import (
 	"fmt"
-
-	"github.com/hiercomm/hiercomm/comm/schedule"
 	"log/slog"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm/schedule"
 )
 
 // Options tune a nexar communicator. The zero value gives the defaults;
@@ -45,7 +45,7 @@ type Options struct {
 	// Logger receives the communicator's logs. If nil, defaults to slog.Default().
 	Logger *slog.Logger
 	// FlightRecorder, if positive, makes every communicator keep its last
-	// FlightRecorder collectives (comm.FlightRecorder) and write them to
+	// FlightRecorder collectives (tier.FlightRecorder) and write them to
 	// Logger at its first deadline, abort, mismatch or peer failure, with
 	// the ranks it was left waiting on. If zero, nothing is recorded (and
 	// nothing costs anything).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -25,7 +26,7 @@ import (
 // completes the Work (postRecv). A longer message, or a Send whose
 // connection is busy with another frame, runs on a goroutine.
 func (c *Comm) startP2P(ctx context.Context, call comm.Call) *comm.Work {
-	num, err := c.admitP2P(call)
+	num, err := c.admitP2P(ctx, call)
 	if err != nil {
 		return comm.Failed(err)
 	}
@@ -77,7 +78,7 @@ func (c *Comm) sendNow(ctx context.Context, call comm.Call, num uint64) (bool, e
 // doP2P is the blocking Send or Recv, on the calling goroutine: no
 // goroutine and no Work between the caller and the transport.
 func (c *Comm) doP2P(ctx context.Context, call comm.Call) error {
-	num, err := c.admitP2P(call)
+	num, err := c.admitP2P(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -86,11 +87,11 @@ func (c *Comm) doP2P(ctx context.Context, call comm.Call) error {
 
 // admitP2P checks a point-to-point call and gives it its message number
 // among those with the same peer and tag.
-func (c *Comm) admitP2P(call comm.Call) (uint64, error) {
+func (c *Comm) admitP2P(ctx context.Context, call comm.Call) (uint64, error) {
 	fail := func(err error) (uint64, error) {
 		return 0, &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: err}
 	}
-	if err := comm.ValidateHost(call, c.rank, c.Size()); err != nil {
+	if err := tier.ValidateHost(ctx, call, c.rank, c.Size()); err != nil {
 		return fail(err)
 	}
 	k := p2pKey{peer: call.Peer, tag: call.Tag}

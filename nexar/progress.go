@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The progress census (comm.Control): a communicator composed on
@@ -13,12 +14,12 @@ import (
 // answers — how far its own collectives have got and the user's calls of
 // the latest ones (comm.Progress) — and asks every rank for its answer
 // when one of its collectives has waited too long (a mismatch of calls
-// that took different routes, comm.Judge) or passes its deadline (so the
+// that took different routes, tier.Judge) or passes its deadline (so the
 // error names the ranks that had not started it, however many parts away
 // the waiting rank stood from them). Every rank's read loop answers, also
 // outside any collective: a rank that is alive answers, one that is
 // stopped or cut off does not. The answer travels as the reply's payload,
-// in comm.AppendProgress's form.
+// in tier.AppendProgress's form.
 
 // census is a Comm's side of the progress census. Its zero value is
 // ready.
@@ -110,7 +111,7 @@ func (c *Comm) Progress(ctx context.Context) (answers []comm.Progress, answered 
 // Announce implements comm.Control: p goes to every live rank as a
 // census reply to no query (id 0; queries count from 1), which it keeps.
 func (c *Comm) Announce(p comm.Progress) {
-	answer := comm.AppendProgress(nil, p)
+	answer := tier.AppendProgress(nil, p)
 	for q, wr := range c.members {
 		if q == c.rank {
 			continue
@@ -126,7 +127,7 @@ func (c *Comm) onProgress(f frame) {
 	putBuf(f.payload)
 	var answer []byte // none: nothing installed here
 	if r := c.census.report.Load(); r != nil {
-		answer = comm.AppendProgress(nil, (*r)())
+		answer = tier.AppendProgress(nil, (*r)())
 	}
 	c.notifyLater(f.src, Header{Kind: FrameProgressReply, Comm: c.id, Seq: f.h.Seq}, answer)
 }
@@ -141,7 +142,7 @@ func (c *Comm) onProgressReply(f frame) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if f.h.Seq == 0 {
-		if p, err := comm.DecodeProgress(f.payload); err == nil && f.src != c.rank {
+		if p, err := tier.DecodeProgress(f.payload); err == nil && f.src != c.rank {
 			if b.told == nil {
 				b.told = map[int]comm.Progress{}
 			}
@@ -155,7 +156,7 @@ func (c *Comm) onProgressReply(f frame) {
 	}
 	q.heard[f.src] = true
 	if len(f.payload) > 0 {
-		if p, err := comm.DecodeProgress(f.payload); err == nil {
+		if p, err := tier.DecodeProgress(f.payload); err == nil {
 			q.answers[f.src], q.answered[f.src] = p, true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -20,7 +21,7 @@ import (
 // on its ticks channel (buffered for every step, so it never blocks); as a
 // lane's steps come in index order, its one waiter (schedule.Schedule
 // promises one) waits for step i by taking ticks until it sees i or later.
-func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
+func (o *op) run(s schedule.Schedule, send, recv []byte, k tier.Kernel) error {
 	if s.Lanes > 1 {
 		return o.runLanes(s, send, recv, k)
 	}
@@ -43,7 +44,7 @@ func (o *op) run(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
 }
 
 // runLanes is run for a schedule of several lanes.
-func (o *op) runLanes(s schedule.Schedule, send, recv []byte, k comm.Kernel) error {
+func (o *op) runLanes(s schedule.Schedule, send, recv []byte, k tier.Kernel) error {
 	x := &runner{o: o, s: s, send: send, recv: recv, k: k, temps: make([][]byte, len(s.Temps))}
 	defer x.release()
 	x.ticks = make([]chan int, s.Lanes)
@@ -85,7 +86,7 @@ type runner struct {
 	o          *op
 	s          schedule.Schedule
 	send, recv []byte
-	k          comm.Kernel
+	k          tier.Kernel
 	temps      [][]byte
 	ticks      []chan int
 	seen       []int
@@ -164,7 +165,7 @@ func (x *runner) step(i int) error {
 	case schedule.Finish:
 		x.k.Finish(x.bytes(st.Dst), o.size())
 	case schedule.Identity:
-		comm.FillIdentity(x.k.DType, x.k.Op, x.bytes(st.Dst))
+		tier.FillIdentity(x.k.DType, x.k.Op, x.bytes(st.Dst))
 	}
 	if st.Free {
 		x.free(st.Src.Slot)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Shrink (comm.Communicator): the survivors agree on which ranks failed, then
@@ -262,7 +263,7 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 	}
 	if err := ctx.Err(); err != nil {
 		// Not joining at all: the peers hear so in place of round 1.
-		return nil, c.abandonShrink(c.livePeers(known), attempt, 1, comm.ContextError(err))
+		return nil, c.abandonShrink(c.livePeers(known), attempt, 1, tier.ContextError(err))
 	}
 	var heard []int // the peers heard from in the round before; nil: every rank
 	for round := uint32(1); ; round++ {
@@ -476,7 +477,7 @@ func (c *Comm) notJoined(ctxErr error, silent []int, round uint32) error {
 		who = strings.Join(names[:n-1], ", ") + " and " + names[n-1]
 	}
 	return &peerFault{peer: silent[0], err: fmt.Errorf("%w: %s had not joined the agreement on the failed ranks (round %d): every surviving rank must call Shrink",
-		comm.ContextError(ctxErr), who, round)}
+		tier.ContextError(ctxErr), who, round)}
 }
 
 // rankNote is " (world rank w)" for a Split child's rank p, else "".

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Split implements comm.Communicator. It is a collective on c: every rank
@@ -55,7 +56,7 @@ func (c *Comm) split(o *op, color, key int) (*Comm, error) {
 		colors[i] = int(int64(binary.LittleEndian.Uint64(all[16*i:])))
 		keys[i] = int(int64(binary.LittleEndian.Uint64(all[16*i+8:])))
 	}
-	members := comm.SplitMembers(colors, keys, color)
+	members := tier.SplitMembers(colors, keys, color)
 	for i, r := range members {
 		members[i] = c.members[r]
 	}

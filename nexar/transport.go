@@ -19,7 +19,7 @@ const (
 	FrameP2P
 	// FrameFail says the sender ended collective Seq on its side; the payload
 	// is the reason as text, Sig the sender's call, Step encodes why
-	// (a comm.FailCode).
+	// (a tier.FailCode).
 	FrameFail
 	// FrameProbe asks the receiver whether it has started collective Seq
 	// and with which Signature; the sender has waited for it a while.

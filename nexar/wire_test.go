@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
@@ -25,7 +26,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{"probe reply", Header{Kind: FrameProbeReply, Sig: comm.Signature{Root: math.MaxInt32, Count: math.MaxInt64}, Len: MaxFrame}},
 		{"all bytes of sig", Header{Kind: FrameData, Sig: comm.Signature{Kind: 255, DType: 255, Op: 255}}},
 		{"phase of a hierarchy's call", Header{Kind: FrameData, Seq: 2, Sig: comm.Signature{Kind: comm.KindReduceScatter, DType: comm.F32, Op: comm.Sum, Root: -1, Count: 5,
-			Outer: comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Avg, Root: -1, Count: 17}.AsOuter()}}},
+			Outer: tier.OuterAt(comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Avg, Root: -1, Count: 17}, 0)}}},
 		{"closed", Header{Kind: FrameClosed, Comm: 9, Sig: comm.Signature{Count: 12}}},
 		{"peer down", Header{Kind: FramePeerDown, Seq: 2, Sig: comm.Signature{Root: 3}, Len: 40}},
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Comm is one rank of a shared-memory communicator. It implements
@@ -22,7 +23,7 @@ import (
 // Send and Recv run on a point-to-point engine of their own, so they
 // neither wait for nor block the collectives.
 type Comm struct {
-	comm.Blocking
+	tier.Blocking
 	cfg   Config
 	name  string
 	rank  int
@@ -41,15 +42,15 @@ type Comm struct {
 	// (waitPolicy).
 	p2pYield time.Duration
 
-	exec *comm.Exec[op]       // numbers and runs the collectives
-	rec  *comm.FlightRecorder // nil unless Config.FlightRecorder
+	exec *tier.Exec[op]       // numbers and runs the collectives
+	rec  *tier.FlightRecorder // nil unless Config.FlightRecorder
 
 	mu sync.Mutex // guards the fields below
 	// failure decides how each collective's failure ends it and when the
-	// communicator is aborted, with which cause (comm.Failure); fed under
+	// communicator is aborted, with which cause (tier.Failure); fed under
 	// mu (input). Its notices travel as the step headers and the abort
 	// record.
-	failure comm.Failure
+	failure tier.Failure
 	// abortedCh is closed when the failure machine aborts the
 	// communicator (comm.Control's Aborted).
 	abortedCh chan struct{}
@@ -195,12 +196,12 @@ func waitPolicy(ranks, hostProcs, cpus int, inProcess bool) (spin int, yield, p2
 }
 
 func newComm(cfg Config, name string, seg *segment, me procID) *Comm {
-	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{}), failure: comm.Failure{Rank: cfg.Rank},
+	c := &Comm{cfg: cfg, name: name, rank: cfg.Rank, size: cfg.Size, job: cfg.Rank, seg: seg, me: me, stopHB: make(chan struct{}), abortedCh: make(chan struct{}), failure: tier.Failure{Rank: cfg.Rank},
 		stalls: newStallWatch(cfg.FailureTimeout, time.Now())}
 	if cfg.Ranks != nil {
 		c.job = cfg.Ranks[c.rank]
 	}
-	c.Blocking = comm.Blocking{S: c}
+	c.Blocking = tier.Blocking{S: c}
 	c.words = make([]rankWords, c.size)
 	for r := range c.size {
 		c.words[r] = wordsOf(seg.mem, seg.l, r)
@@ -276,7 +277,7 @@ func (c *Comm) Close() error {
 // after a failure in the middle of a collective the ranks no longer agree
 // on where they are. Only goroutines counted in users call it.
 func (c *Comm) abort(cause error) {
-	c.input(func(f *comm.Failure) comm.Effects { return f.Abort(cause, false, false) })
+	c.input(func(f *tier.Failure) tier.Effects { return f.Abort(cause, false, false) })
 }
 
 // input feeds the failure machine under c.mu and carries out an abort it
@@ -285,7 +286,7 @@ func (c *Comm) abort(cause error) {
 // point-to-point operations in flight fail. The machine's notices of a
 // collective's failure need no sending here: the stepper's header
 // (refuse, LateError) and the abort record carry them.
-func (c *Comm) input(in func(*comm.Failure) comm.Effects) {
+func (c *Comm) input(in func(*tier.Failure) tier.Effects) {
 	c.mu.Lock()
 	eff := in(&c.failure)
 	closed := c.closed
@@ -309,7 +310,7 @@ func (c *Comm) input(in func(*comm.Failure) comm.Effects) {
 // also a mismatch's) as soon as they wait for this rank. A communicator
 // composed of this one and others (hierarchy) calls it when another of its
 // parts fails.
-func (c *Comm) Abort(cause error) { c.abortOpen(comm.FromOutside(cause)) }
+func (c *Comm) Abort(cause error) { c.abortOpen(tier.FromOutside(cause)) }
 
 // abortOpen is abort for a caller outside the communicator's own calls
 // (Abort, PeerFailed): nothing once it is aborted or closed, and Close

@@ -53,7 +53,7 @@ type Config struct {
 	// Logger receives the communicator's logs. If nil, slog.Default().
 	Logger *slog.Logger
 	// FlightRecorder, if positive, makes every communicator keep its last
-	// FlightRecorder collectives (comm.FlightRecorder, with the node-mates
+	// FlightRecorder collectives (tier.FlightRecorder, with the node-mates
 	// each waited on) and write them to Logger at its first deadline,
 	// abort, mismatch or peer failure, as nexar.Options.FlightRecorder. If
 	// zero, nothing is recorded.
@@ -82,7 +82,7 @@ type Config struct {
 	// the same schedule for the same call. A communicator that is a part
 	// of a composed one must not go eager (set it negative, as
 	// hiercomm.Init does for a hierarchy's nodes): a composer refuses a
-	// part's call without its buffers (comm.Call.WithoutBuffers) once the
+	// part's call without its buffers (tier.WithoutBuffers) once the
 	// collective failed elsewhere, and the refusing rank, its call empty,
 	// would take the staged way where its peers take the eager one.
 	EagerBytes int

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Eager broadcasts. A Broadcast of at most the segment's eagerBytes
@@ -205,7 +206,7 @@ func (s *stepper) eagerRefuse(why error) error {
 	if b.ctx.Err() != nil {
 		b = &bound{ctx: context.Background(), timeout: b.timeout}
 	}
-	status := uint32(comm.FailCodeOf(why))
+	status := uint32(tier.FailCodeOf(why))
 	s.enterEager(status)
 	if err := s.eagerPut(b, status, nil, why.Error()); err != nil {
 		s.broken = true
@@ -268,7 +269,7 @@ func (s *stepper) eagerGet(buf []byte, at, root int) error {
 	m := readMeta(slot)
 	switch {
 	case m.status != statusGo:
-		return c.named(comm.FailCode(m.status).Remote(root, m.reason))
+		return c.named(tier.FailCode(m.status).Remote(root, m.reason))
 	case m.sig != o.sig:
 		s.broken = true
 		return &comm.MismatchError{Peer: root, Seq: o.seq, Local: o.sig, Remote: m.sig}
@@ -325,7 +326,7 @@ func (s *stepper) eagerPeer(q int, ready func(int) bool) error {
 		// way: a refused call may say anything (a composer refuses its
 		// part's call with empty buffers), so q's call did not go eager
 		// where this rank's did. It is q's refusal, not a mismatch.
-		return c.named(comm.FailCode(h.status).Remote(q, h.reason))
+		return c.named(tier.FailCode(h.status).Remote(q, h.reason))
 	case h.seq == o.seq:
 		return &comm.MismatchError{Peer: q, Seq: o.seq, Local: o.sig, Remote: h.sig}
 	case ready == nil || ready(q): // a reader goes on; a root wrote its slot, then went on

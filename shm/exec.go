@@ -6,11 +6,12 @@ import (
 	"hash/fnv"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
 // op is one collective from Start to the completion of its Work. It rides
-// in the executor's task (comm.Task.X), which a blocking call recycles.
+// in the executor's task (tier.Task.X), which a blocking call recycles.
 type op struct {
 	ctx   context.Context
 	call  comm.Call
@@ -22,7 +23,7 @@ type op struct {
 
 // execState is the executor's: the step protocol's position, and the
 // heartbeat watch of its waits. One task runs at a time; it is handed from
-// one to the next under the executor's lock (comm.Exec).
+// one to the next under the executor's lock (tier.Exec).
 type execState struct {
 	seq   uint64 // the running collective's sequence number
 	g     uint64 // the last step this rank posted
@@ -49,24 +50,24 @@ type execState struct {
 // nothing else is queued (no hand-off, for latency), else on a goroutine
 // that drains the queue. The running task owns c.x (handed over under the
 // executor's lock).
-func (c *Comm) newExec() *comm.Exec[op] {
+func (c *Comm) newExec() *tier.Exec[op] {
 	if c.cfg.FlightRecorder > 0 {
-		c.rec = comm.NewFlightRecorder(c.cfg.FlightRecorder, c.name, c.rank, c.cfg.Logger)
+		c.rec = tier.NewFlightRecorder(c.cfg.FlightRecorder, c.name, c.rank, c.cfg.Logger)
 		if c.cfg.Ranks != nil {
 			c.rec.Identify(c.name, c.job)
 		}
 	}
-	return comm.NewExec(comm.ExecConfig[op]{
+	return tier.NewExec(tier.ExecConfig[op]{
 		Recorder: c.rec,
 		// Run and Refuse keep nothing of the task once they return: the
 		// task of a blocking call, its op inside it, serves the next.
 		Recycle: true,
-		Run: func(t *comm.Task[op]) error {
+		Run: func(t *tier.Task[op]) error {
 			t.X.seq = t.Seq
 			c.x.seq = t.Seq
 			return c.execute(&t.X)
 		},
-		Refuse: func(t *comm.Task[op], err error) error {
+		Refuse: func(t *tier.Task[op], err error) error {
 			t.X.seq = t.Seq
 			return c.opError(&t.X, err)
 		},
@@ -83,8 +84,8 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	return c.exec.Start(ctx, call, o.verr, o)
 }
 
-// Run implements comm.Runner: the blocking form of Start, which runs the
-// collective on the calling goroutine when it can (comm.Exec.Do).
+// Run implements tier.Runner: the blocking form of Start, which runs the
+// collective on the calling goroutine when it can (tier.Exec.Do).
 func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.p2p.start(ctx, call).Wait()
@@ -108,11 +109,11 @@ func (c *Comm) mark(h hoptrace.Hop, g uint64) {
 
 // newOp checks call on its own; a bad call is refused when it runs.
 func (c *Comm) newOp(ctx context.Context, call comm.Call) op {
-	return op{ctx: ctx, call: call, sig: call.Signature(), verr: comm.ValidateHost(call, c.rank, c.size)}
+	return op{ctx: ctx, call: call, sig: tier.SignatureOf(ctx, call), verr: tier.ValidateHost(ctx, call, c.rank, c.size)}
 }
 
 // execute runs o on this rank and returns its error for the caller. The
-// failure machine (comm.Failure) decides what its failure does.
+// failure machine (tier.Failure) decides what its failure does.
 //
 // A call that this rank refuses (a bad argument, or a context that ended
 // before it began) still takes its step: the header step tells the peers,
@@ -128,7 +129,7 @@ func (c *Comm) execute(o *op) error {
 		return c.opError(o, errKilled)
 	}
 	var refused error
-	c.input(func(f *comm.Failure) comm.Effects {
+	c.input(func(f *tier.Failure) tier.Effects {
 		eff := f.Start(o.seq, o.sig, nil)
 		if refused = f.Err(o.seq); refused != nil { // the communicator was aborted
 			more, _ := f.Finish(o.seq)
@@ -155,8 +156,8 @@ func (c *Comm) execute(o *op) error {
 	} else {
 		err = c.schedule(s)
 	}
-	c.input(func(f *comm.Failure) comm.Effects {
-		var eff comm.Effects
+	c.input(func(f *tier.Failure) tier.Effects {
+		var eff tier.Effects
 		if err != nil {
 			eff = f.Fail(o.seq, err, false)
 			if s.broken && !errors.Is(err, comm.ErrClosed) && !errors.Is(err, errKilled) {

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // alignedMem is n zeroed bytes aligned for 64-bit atomics, as a mapping is.
@@ -101,8 +102,8 @@ func FuzzSegmentHeader(f *testing.F) {
 // hold whatever that peer wrote. Reading them never leaves them, the
 // reason is cut to its field, and the error keeps the kind the code says.
 func FuzzAbortRecord(f *testing.F) {
-	f.Add(uint32(comm.FailPeer), int32(0), uint32(5), []byte("rank 0 failed: gone"), []byte{})
-	f.Add(uint32(comm.FailTimeout), int32(-1), uint32(0xffffffff), []byte("deadline"), make([]byte, 600))
+	f.Add(uint32(tier.FailPeer), int32(0), uint32(5), []byte("rank 0 failed: gone"), []byte{})
+	f.Add(uint32(tier.FailTimeout), int32(-1), uint32(0xffffffff), []byte("deadline"), make([]byte, 600))
 	f.Add(uint32(99), int32(1), uint32(3), []byte("abc"), []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80})
 	l := newLayout(2, minSlotBytes, DefaultStepBytes, 0)
 	f.Fuzz(func(t *testing.T, code uint32, peer int32, n uint32, text, meta []byte) {
@@ -123,13 +124,13 @@ func FuzzAbortRecord(f *testing.F) {
 		var re *comm.RemoteError
 		switch {
 		case errors.As(err, &pe):
-			if comm.FailCode(code) != comm.FailPeer || pe.Peer != int(peer) || pe.Peer == c.rank {
+			if tier.FailCode(code) != tier.FailPeer || pe.Peer != int(peer) || pe.Peer == c.rank {
 				t.Fatalf("code %d, peer %d: %v", code, peer, err)
 			}
 		case errors.As(err, &re):
 			if re.Peer != 1 || len(re.Reason) > len("it aborted the communicator: ")+abortText ||
-				errors.Is(err, comm.ErrTimeout) != (comm.FailCode(code) == comm.FailTimeout) ||
-				errors.Is(err, comm.ErrMismatch) != (comm.FailCode(code) == comm.FailMismatch) {
+				errors.Is(err, comm.ErrTimeout) != (tier.FailCode(code) == tier.FailTimeout) ||
+				errors.Is(err, comm.ErrMismatch) != (tier.FailCode(code) == tier.FailMismatch) {
 				t.Fatalf("code %d: %v (%+v)", code, err, re)
 			}
 		default:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Failure detection. A peer has failed when its process is gone (no such
@@ -109,10 +110,10 @@ func (c *Comm) peerState(q int) error {
 // waiter of the segment so that none sleeps through it. A peer failure
 // that cause blames on a rank (comm.CulpritOf) records that rank, whether
 // it is numbered by a composed communicator that aborted this one
-// (comm.FromOutside), and what happened to it.
+// (tier.FromOutside), and what happened to it.
 func (c *Comm) writeAbort(cause error) {
 	mem, base := c.seg.mem, c.seg.l.ctl(c.rank)+cAbort
-	note := comm.NoticeOf(0, comm.Signature{}, cause) // the failure machine's notice, as the record holds it
+	note := tier.NoticeOf(0, comm.Signature{}, cause) // the failure machine's notice, as the record holds it
 	peer, flags, text, code := int32(note.Culprit), uint32(0), note.Reason, note.Code
 	if note.Outside {
 		flags |= abortOutside
@@ -156,13 +157,13 @@ func (c *Comm) abortedAt(q int) (uint64, bool) {
 // collective.
 func (c *Comm) abortError(q int) error {
 	mem, base := c.seg.mem, c.seg.l.ctl(q)+cAbort
-	code := comm.FailCode(atomic.LoadUint32(u32At(mem, base+aCode)))
+	code := tier.FailCode(atomic.LoadUint32(u32At(mem, base+aCode)))
 	peer := int(int32(atomic.LoadUint32(u32At(mem, base+aPeer))))
 	outside := atomic.LoadUint32(u32At(mem, base+aFlags))&abortOutside != 0
 	n := min(int(atomic.LoadUint32(u32At(mem, base+aLen))), abortText)
 	text := string(mem[base+aText : base+aText+n])
 	switch {
-	case code != comm.FailPeer || peer < 0:
+	case code != tier.FailPeer || peer < 0:
 	case peer == c.rank && !outside, peer == c.job && outside && c.cfg.Ranks != nil:
 		// q gave this rank up (or the composer that aborted q blames
 		// this process, by its job rank).

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The schedules that move data without reducing it: the writer stages a
@@ -14,14 +15,14 @@ func (c *Comm) schedule(s *stepper) error {
 	call := s.o.call
 	send, recv := call.Send.Bytes(), call.Recv.Bytes()
 	es := max(1, call.Send.DType().Size(), call.Recv.DType().Size())
-	var k comm.Kernel
+	var k tier.Kernel
 	if call.Kind.Reduces() {
 		dt := call.Send.DType()
 		if call.Kind == comm.KindReduceScatter {
 			dt = call.Recv.DType()
 		}
 		var err error
-		if k, err = comm.NewKernel(dt, call.Op); err != nil {
+		if k, err = tier.NewKernel(dt, call.Op); err != nil {
 			return err // Validate refuses such calls first
 		}
 	}
@@ -167,7 +168,7 @@ func scatter(s *stepper, send, recv []byte, root, es int) error {
 func allToAll(s *stepper, send []byte, sendCounts []int, recv []byte, recvCounts []int, es int) error {
 	P, me := s.c.size, s.c.rank
 	B := s.blockBytes(es)
-	sendOff, recvOff := comm.Offsets(sendCounts, es), comm.Offsets(recvCounts, es)
+	sendOff, recvOff := tier.Offsets(sendCounts, es), tier.Offsets(recvCounts, es)
 	K := 1
 	for i := 0; i < K; i++ {
 		lo := i * B

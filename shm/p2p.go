@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Send and Recv. Each rank sends to each other rank through a ring of its
@@ -98,7 +99,7 @@ func newP2P(c *Comm) *p2pEngine {
 
 func (e *p2pEngine) opError(call comm.Call, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		err = comm.ContextError(err)
+		err = tier.ContextError(err)
 	}
 	peer := call.Peer
 	if p := comm.PeerOf(err); p >= 0 {
@@ -110,7 +111,7 @@ func (e *p2pEngine) opError(call comm.Call, err error) error {
 // start begins a Send or Recv.
 func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
 	c := e.c
-	if err := comm.ValidateHost(call, c.rank, c.size); err != nil {
+	if err := tier.ValidateHost(ctx, call, c.rank, c.size); err != nil {
 		return comm.Failed(e.opError(call, err))
 	}
 	e.mu.Lock()

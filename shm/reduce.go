@@ -1,7 +1,7 @@
 package shm
 
 import (
-	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The reducing schedules. Every reduction runs in rank order (rank 0's
@@ -18,7 +18,7 @@ const reduceBlock = 16 << 10
 // With also set (as long as dst), each finished block is copied there too,
 // with put, while it is in L1: the direct AllReduce's own slice reaches
 // the rank's recv without another pass over memory.
-func reduceInto(k comm.Kernel, dst, also []byte, put func(dst, src []byte), n int, src func(q int) []byte) {
+func reduceInto(k tier.Kernel, dst, also []byte, put func(dst, src []byte), n int, src func(q int) []byte) {
 	for b := 0; b < len(dst); b += reduceBlock {
 		e := min(len(dst), b+reduceBlock)
 		d := dst[b:e]
@@ -52,7 +52,7 @@ func reduceInto(k comm.Kernel, dst, also []byte, put func(dst, src []byte), n in
 // rank's input and result crosses memory as few times as shared staging
 // allows: staged once, read once by its reducer, published once, copied
 // out once by each other rank.
-func allReduce(s *stepper, send, recv []byte, k comm.Kernel, root int) error {
+func allReduce(s *stepper, send, recv []byte, k tier.Kernel, root int) error {
 	P, me, es := s.c.size, s.c.rank, k.Size
 	out := root < 0 || root == me
 	if n := len(send); s.c.oneStep(n) && n <= s.half() {
@@ -135,7 +135,7 @@ func (s *stepper) blockBytes(es int) int {
 // is block r of send) the rank stages its own piece too: the reduction,
 // which starts from rank 0's piece, overwrites recv before it reaches
 // this rank's.
-func reduceScatter(s *stepper, send, recv []byte, k comm.Kernel) error {
+func reduceScatter(s *stepper, send, recv []byte, k tier.Kernel) error {
 	P, me := s.c.size, s.c.rank
 	m := len(recv)
 	B := s.blockBytes(k.Size)
@@ -165,7 +165,7 @@ func reduceScatter(s *stepper, send, recv []byte, k comm.Kernel) error {
 
 // scan is Scan (inclusive) and ExScan: rank r reduces the staged chunks of
 // ranks 0…r (0…r-1), and rank 0 of an ExScan gets the op's identity.
-func scan(s *stepper, send, recv []byte, k comm.Kernel, exclusive bool) error {
+func scan(s *stepper, send, recv []byte, k tier.Kernel, exclusive bool) error {
 	me := s.c.rank
 	n := len(send)
 	C := s.chunkBytes(k.Size)
@@ -182,7 +182,7 @@ func scan(s *stepper, send, recv []byte, k comm.Kernel, exclusive bool) error {
 		}
 		dst := recv[lo : lo+cnt]
 		if upto == 0 {
-			comm.FillIdentity(k.DType, k.Op, dst)
+			tier.FillIdentity(k.DType, k.Op, dst)
 			continue
 		}
 		reduceInto(k, dst, nil, nil, upto, func(q int) []byte { return s.read(q)[:cnt] })

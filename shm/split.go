@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // splitOp carries Split's arguments and result through the executor.
@@ -55,7 +56,7 @@ func (c *Comm) splitSchedule(s *stepper) error {
 			colors[q], keys[q] = int(s.peerCount(q, hdr, 0)), int(s.peerCount(q, hdr, 1))
 		}
 	}
-	group := comm.SplitMembers(colors, keys, sp.color)
+	group := tier.SplitMembers(colors, keys, sp.color)
 	c.mu.Lock()
 	c.splits++
 	nth := c.splits

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // ErrStalled is comm.ErrStalled: this rank's own process was stalled
@@ -89,7 +90,7 @@ func (c *Comm) expelled(q int, how string, at int64) error {
 		return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &comm.StalledError{Gap: gap, Timeout: c.cfg.FailureTimeout,
 			What: c.rankName(q) + " reports that it gave this rank up", Cause: errors.New(how)}}
 	}
-	return comm.FailPeer.Blamed(q, comm.Blame{Rank: c.rank, How: "its peers gave this rank up: " + how}, how)
+	return tier.FailPeer.Blamed(q, comm.Blame{Rank: c.rank, How: "its peers gave this rank up: " + how}, how)
 }
 
 // rankName names rank q in a message: by its job rank first where

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
 )
 
@@ -29,7 +30,7 @@ type stepper struct {
 }
 
 // statusGo is the header status of a rank that takes part; a rank that
-// refuses the collective writes why, a comm.FailCode (always below it).
+// refuses the collective writes why, a tier.FailCode (always below it).
 const statusGo uint32 = 1 << 31
 
 // half is the size of a slot's part.
@@ -138,7 +139,7 @@ func (s *stepper) refuse(why error) error {
 		}
 	}
 	g := x.g + 1
-	s.writeMeta(g, uint32(comm.FailCodeOf(why)), why.Error())
+	s.writeMeta(g, uint32(tier.FailCodeOf(why)), why.Error())
 	c.post(g)
 	x.g = g
 	x.eagerHeader(s.o.seq)
@@ -270,7 +271,7 @@ func (s *stepper) checkHeaders(g uint64) error {
 				mismatch = s.elsewhere(q, m.seq)
 			}
 		case m.status != statusGo:
-			return s.c.named(comm.FailCode(m.status).Remote(q, m.reason))
+			return s.c.named(tier.FailCode(m.status).Remote(q, m.reason))
 		case m.sig != s.o.sig:
 			if mismatch == nil {
 				mismatch = &comm.MismatchError{Peer: q, Seq: s.o.seq, Local: s.o.sig, Remote: m.sig}

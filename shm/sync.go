@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The step protocol. Every rank has a step counter (posted) in its control
@@ -85,7 +86,7 @@ func (c *Comm) post(g uint64) {
 // ctxErr is the end of ctx as a comm error (ErrTimeout or ErrCanceled).
 func ctxErr(ctx context.Context) error {
 	if err := context.Cause(ctx); err != nil {
-		return comm.ContextError(err)
+		return tier.ContextError(err)
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ var badCases = []badCase{
 // overlapping send and recv, a missing buffer, a Broadcast that is not in
 // place, an AllToAll in place, bad AllToAllV counts. That rank must get an
 // error with errors.Is(err, comm.ErrInvalidArgument) whose *comm.ArgError
-// names the argument as comm.Validate does; every other rank of a
+// names the argument as tier.Validate does; every other rank of a
 // collective must either finish (its part needed nothing from the bad rank)
 // or get an error with errors.Is(err, comm.ErrPeerAbandoned) — not a
 // timeout: they must be told, not wait — within Options.Timeout.

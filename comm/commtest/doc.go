@@ -60,7 +60,7 @@
 //     with different tags can be received in any order; a rank can send to
 //     itself; Start of a Send or Recv does not wait for the peer.
 //   - A bad argument on one rank is an *comm.ArgError there (named as
-//     comm.Validate names it) and an error that wraps comm.ErrPeerAbandoned
+//     tier.Validate names it) and an error that wraps comm.ErrPeerAbandoned
 //     on every other rank of the collective, after which the communicator
 //     still works.
 //   - Ranks that disagree on a collective all get a *comm.MismatchError whose

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // The reference communicator: an obviously correct comm.Communicator for N
 // goroutine ranks, to prove that the suites pass on a correct implementation
 // and (with a bug switched on) fail on a wrong one. Every collective meets at
 // a rendezvous keyed by its sequence number; the last rank to arrive checks
-// the calls (comm.Validate, then every Signature), computes every rank's
+// the calls (tier.Validate, then every Signature), computes every rank's
 // result sequentially, element by element in float64 or integer arithmetic,
 // and hands the results back. Send and Recv meet in slots keyed by (source,
 // destination, tag, message number).
@@ -79,13 +80,13 @@ type refRound struct {
 
 type refEntry struct {
 	call       comm.Call
-	err        error // from comm.Validate
+	err        error // from tier.Validate
 	split      bool
 	color, key int
 }
 
 type refComm struct {
-	comm.Blocking
+	tier.Blocking
 	refControl
 	g    *refGroup
 	rank int
@@ -112,7 +113,7 @@ func newRefWorld(size int, b bug) []comm.Communicator {
 
 func newRefComm(g *refGroup, rank int) *refComm {
 	c := &refComm{g: g, rank: rank}
-	c.Blocking = comm.Blocking{S: c}
+	c.Blocking = tier.Blocking{S: c}
 	return c
 }
 
@@ -200,7 +201,7 @@ func (c *refComm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if !ok {
 		return comm.Failed(c.opErr(call.Kind, seq, -1, comm.ErrClosed))
 	}
-	err := comm.ValidateHost(call, c.rank, c.g.size)
+	err := tier.ValidateHost(ctx, call, c.rank, c.g.size)
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		if err == nil && c.g.bug == bugSplitNoP2P && c.g.child {
 			err = errors.New("point-to-point is not supported on split communicators")
@@ -266,7 +267,7 @@ func (c *refComm) meet(ctx context.Context, seq uint64, e refEntry) (*refRound, 
 				res[q] = &comm.RemoteError{Peer: c.rank, Reason: cause.Error(),
 					Timeout: errors.Is(cause, context.DeadlineExceeded), Canceled: errors.Is(cause, context.Canceled)}
 			}
-			res[c.rank] = comm.ContextError(cause)
+			res[c.rank] = tier.ContextError(cause)
 			g.finish(rd, res)
 		}
 		g.mu.Unlock()
@@ -592,7 +593,7 @@ func (c *refComm) p2p(ctx context.Context, call comm.Call) *comm.Work {
 			copy(call.Recv.Bytes(), msg)
 			w.Complete(nil)
 		case <-ctx.Done():
-			w.Complete(c.opErr(call.Kind, 0, call.Peer, comm.ContextError(ctx.Err())))
+			w.Complete(c.opErr(call.Kind, 0, call.Peer, tier.ContextError(ctx.Err())))
 		}
 	}()
 	return w

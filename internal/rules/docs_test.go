@@ -365,7 +365,7 @@ func (d *docChecker) checkGoCode(f fence, errorf func(int, string, ...any)) {
 var pathRE = regexp.MustCompile(`^[A-Za-z0-9_.\-/]+$`)
 
 // checkPath checks a code span's token that may be a repository path:
-// `comm/failure.go`, `.ci/run`, `docs/errors.md`, `./examples/gpu`,
+// `comm/tier/failure.go`, `.ci/run`, `docs/errors.md`, `./examples/gpu`,
 // `nexar/`, and bare Go or Markdown file names (`op.go`), which must be some
 // file's name. inCommand says the token is a word of a command line, where
 // only ./paths and paths under the root's directories are taken as paths.

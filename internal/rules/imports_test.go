@@ -49,12 +49,14 @@ var testOnly = []string{"comm/commtest", "internal/nexarjob"}
 // not, fix the one that is wrong.
 var importRules = []rule{
 	// The contract and the pure layers: nothing of ours.
-	{pkg: "comm", tests: []string{"nexar"},
-		why: "comm imports nothing of ours: every tier and the hierarchy import it (its examples and Wrap tests run on nexar's in-memory world)"},
+	{pkg: "comm", tests: []string{"nexar", "comm/tier"},
+		why: "comm imports nothing of ours: every tier and the hierarchy import it (its examples and Wrap tests run on nexar's in-memory world, and its fused AllReduce's test double reduces with comm/tier's kernels)"},
+	{pkg: "comm/tier", imports: []string{"comm"},
+		why: "comm/tier, the implementer's toolkit, imports comm only (comm cannot import it): the tiers, the hierarchy and the root package import it, a training program never needs to"},
 	{pkg: "comm/schedule", imports: []string{"comm"},
 		why: "comm/schedule imports nothing of ours but comm (today not even that) and never a transport: schedules and the cost model are pure"},
-	{pkg: "comm/commtest", imports: []string{"comm"},
-		why: "comm/commtest imports comm and the standard library only, so every implementation's tests can use it; only tests import it"},
+	{pkg: "comm/commtest", imports: []string{"comm"}, tests: []string{"comm/tier"},
+		why: "comm/commtest imports comm and the standard library only, so every implementation's tests can use it; only tests import it (its own tests' reference communicator is built from comm/tier)"},
 	{pkg: "topology",
 		why: "topology imports nothing of ours (pure functions, no I/O; it cannot import comm)"},
 
@@ -73,24 +75,24 @@ var importRules = []rule{
 	// nexar also imports comm/schedule (its schedules and cost model) and
 	// internal/hoptrace, as nexar/doc.go says; its multi-process tests
 	// start their worlds with internal/nexarjob.
-	{pkg: "nexar", imports: []string{"comm", "comm/schedule", "internal/hoptrace"},
+	{pkg: "nexar", imports: []string{"comm", "comm/tier", "comm/schedule", "internal/hoptrace"},
 		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob"},
-		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other; nexar's multi-process tests use internal/nexarjob"},
+		why:   "nexar, shm and nccl import comm and comm/tier (and comm/schedule, internal/hoptrace) and never each other; nexar's multi-process tests use internal/nexarjob"},
 	// shm also imports comm/schedule (Config.Cost) and internal/hoptrace,
 	// as shm/doc.go says. Its tests build hierarchies over nexar to run shm
 	// as a node's part.
-	{pkg: "shm", imports: []string{"comm", "comm/schedule", "internal/hoptrace"},
+	{pkg: "shm", imports: []string{"comm", "comm/tier", "comm/schedule", "internal/hoptrace"},
 		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob", "nexar", "hierarchy", "topology"},
-		why:   "nexar, shm and nccl import comm (and comm/schedule, internal/hoptrace) and never each other"},
+		why:   "nexar, shm and nccl import comm and comm/tier (and comm/schedule, internal/hoptrace) and never each other"},
 	// nccl calls the CUDA driver and NCCL through the function table of
 	// nccl/internal/cuapi; its tests put nccl/ncclfake's double behind it.
-	{pkg: "nccl", imports: []string{"comm", "nccl/internal/cuapi"},
+	{pkg: "nccl", imports: []string{"comm", "comm/tier", "nccl/internal/cuapi"},
 		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl/ncclfake"},
-		why:   "nccl imports comm and its seam nccl/internal/cuapi only (and purego); its tests use nccl/ncclfake, nexar's in-memory world and shm as the host communicator"},
+		why:   "nccl imports comm, comm/tier and its seam nccl/internal/cuapi only (and purego); its tests use nccl/ncclfake, nexar's in-memory world and shm as the host communicator"},
 	{pkg: "nccl/internal/cuapi",
 		why: "nccl/internal/cuapi, the function table and ABI between nccl and the libraries, imports nothing of ours"},
-	{pkg: "nccl/ncclfake", imports: []string{"comm", "nccl", "nccl/internal/cuapi"},
-		why: "nccl/ncclfake, the in-process CUDA driver and NCCL, imports comm, nccl and nccl/internal/cuapi, whose table it fills; tests and the examples' -fake-gpu import it, the library packages never"},
+	{pkg: "nccl/ncclfake", imports: []string{"comm", "comm/tier", "nccl", "nccl/internal/cuapi"},
+		why: "nccl/ncclfake, the in-process CUDA driver and NCCL, imports comm, comm/tier (its reductions), nccl and nccl/internal/cuapi, whose table it fills; tests and the examples' -fake-gpu import it, the library packages never"},
 
 	// The launch environment: a parser, the standard library only.
 	{pkg: "cluster/launchenv",
@@ -106,9 +108,9 @@ var importRules = []rule{
 	// The composition: takes communicators as values.
 	// hierarchy also imports comm/schedule (Config.Cost, a
 	// schedule.Hierarchy) and internal/hoptrace, as hierarchy/doc.go says.
-	{pkg: "hierarchy", imports: []string{"comm", "comm/schedule", "topology", "internal/hoptrace"},
+	{pkg: "hierarchy", imports: []string{"comm", "comm/tier", "comm/schedule", "topology", "internal/hoptrace"},
 		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl", "nccl/ncclfake"},
-		why:   "hierarchy imports comm, comm/schedule and topology (and internal/hoptrace); it takes its parts as values and never constructs a transport"},
+		why:   "hierarchy imports comm, comm/tier, comm/schedule and topology (and internal/hoptrace); it takes its parts as values and never constructs a transport"},
 
 	// Measurement over any Communicator.
 	{pkg: "bench", imports: []string{"comm", "comm/schedule"},
@@ -128,9 +130,9 @@ var importRules = []rule{
 
 	// On top: the root package, the only place that wires the parts, and the
 	// commands.
-	{pkg: "", imports: []string{"cluster", "cluster/launchenv", "comm", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
+	{pkg: "", imports: []string{"cluster", "cluster/launchenv", "comm", "comm/tier", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
 		tests: []string{"comm/commtest", "internal/procgroup", "internal/netemu", "nccl/ncclfake"},
-		why:   "the root package composes: it imports cluster (and cluster/launchenv), topology, comm and the tiers, and none of them imports it"},
+		why:   "the root package composes: it imports cluster (and cluster/launchenv), topology, comm, comm/tier and the tiers, and none of them imports it"},
 	{pkg: "cmd/hiercomm", imports: []string{anyLibrary},
 		why: "the commands sit on top and may import any library package (never a test-only one)"},
 	{pkg: "cmd/hiercomm-bench", imports: []string{anyLibrary},

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/nccl/internal/cuapi"
 )
 
@@ -99,7 +100,7 @@ func reduceAs(dt cuapi.DataType, op cuapi.RedOp, ins [][]byte) []byte {
 			preMul(cdt, b, n)
 		}
 	}
-	f, err := comm.ReduceFunc(cdt, cop)
+	f, err := tier.ReduceFunc(cdt, cop)
 	if err != nil {
 		panic(err) // every (dtype, Sum|Prod|Min|Max) has a kernel: a bug
 	}

@@ -1,14 +1,16 @@
-package comm
+package tier
 
 import (
 	"errors"
 	"fmt"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // FailCode says, in a frame or a shared-memory record, why a rank ended a
 // collective or aborted a communicator, so that the peer that reads it
-// rebuilds an error of the same kind (RemoteError): errors.Is with
-// ErrTimeout, ErrCanceled, ErrPeerFailed and ErrMismatch holds on every
+// rebuilds an error of the same kind (comm.RemoteError): errors.Is with
+// comm.ErrTimeout, comm.ErrCanceled, comm.ErrPeerFailed and comm.ErrMismatch holds on every
 // rank as on the one that failed. The values travel between processes:
 // never renumber them.
 type FailCode uint32
@@ -45,15 +47,15 @@ func (c FailCode) String() string {
 // then the context's end, then a bad argument.
 func FailCodeOf(err error) FailCode {
 	switch {
-	case errors.Is(err, ErrPeerFailed):
+	case errors.Is(err, comm.ErrPeerFailed):
 		return FailPeer
-	case errors.Is(err, ErrMismatch):
+	case errors.Is(err, comm.ErrMismatch):
 		return FailMismatch
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, comm.ErrTimeout):
 		return FailTimeout
-	case errors.Is(err, ErrCanceled):
+	case errors.Is(err, comm.ErrCanceled):
 		return FailCanceled
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, comm.ErrInvalidArgument):
 		return FailInvalid
 	}
 	return FailOther
@@ -62,15 +64,15 @@ func FailCodeOf(err error) FailCode {
 // Remote is the error of a rank whose peer ended the collective (or
 // aborted the communicator) with code c, saying reason; it names no
 // culprit (Blamed does).
-func (c FailCode) Remote(peer int, reason string) *RemoteError {
-	return &RemoteError{Peer: peer, Reason: reason, Culprit: -1,
+func (c FailCode) Remote(peer int, reason string) *comm.RemoteError {
+	return &comm.RemoteError{Peer: peer, Reason: reason, Culprit: -1,
 		Timeout: c == FailTimeout, Canceled: c == FailCanceled, PeerFailed: c == FailPeer, Mismatch: c == FailMismatch}
 }
 
 // Blamed is Remote for a peer that gave up because of the failure of
 // rank b.Rank: reason is b.How. With code other than FailPeer, or a
 // negative b.Rank, it is Remote(peer, reason).
-func (c FailCode) Blamed(peer int, b Blame, reason string) *RemoteError {
+func (c FailCode) Blamed(peer int, b comm.Blame, reason string) *comm.RemoteError {
 	e := c.Remote(peer, reason)
 	if c == FailPeer && b.Rank >= 0 {
 		e.Culprit, e.CulpritOutside, e.Reason = b.Rank, b.Outside, b.How

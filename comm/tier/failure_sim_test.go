@@ -1,4 +1,4 @@
-package comm
+package tier
 
 import (
 	"container/heap"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // A simulated world of Failures (failure.go): N ranks (2 to 6), one
@@ -132,16 +134,16 @@ type fsimResult struct {
 
 type fsimRank struct {
 	f       Failure
-	script  []Signature // script[s-1]: the call of collective s
-	cur     uint64      // the collective running, 0 between calls
-	done    uint64      // the last collective ended
+	script  []comm.Signature // script[s-1]: the call of collective s
+	cur     uint64           // the collective running, 0 between calls
+	done    uint64           // the last collective ended
 	dead    bool
 	sender  bool // its part of the mismatched collective only sends
 	ending  bool // its collective has ended (End), not yet finished
 	endErr  error
-	held    [][]bool      // held[s][p]: a kept frame of collective s from p
-	heldSig [][]Signature // its Signature
-	res     []fsimResult  // res[s]
+	held    [][]bool           // held[s][p]: a kept frame of collective s from p
+	heldSig [][]comm.Signature // its Signature
+	res     []fsimResult       // res[s]
 }
 
 // fsimStep is one line of a seed's trace.
@@ -364,7 +366,7 @@ func (w *fsimWorld) tryComplete(i int) {
 	w.finish(i, s, nil)
 }
 
-func (w *fsimWorld) frame(i, from int, seq uint64, sig Signature) {
+func (w *fsimWorld) frame(i, from int, seq uint64, sig comm.Signature) {
 	sr := w.ranks[i]
 	if sr.dead {
 		return
@@ -426,7 +428,7 @@ func (w *fsimWorld) probe(i int, s uint64) {
 	w.at(fsimProbeAfter, i, func() { w.probe(i, s) })
 }
 
-func (w *fsimWorld) probed(i, from int, s uint64, sig Signature) {
+func (w *fsimWorld) probed(i, from int, s uint64, sig comm.Signature) {
 	sr := w.ranks[i]
 	if sr.dead {
 		return
@@ -452,7 +454,7 @@ func (w *fsimWorld) die() {
 		w.at(time.Millisecond+time.Duration(w.r.Int64N(int64(fsimDetect))), q, func() {
 			if !w.ranks[q].dead {
 				w.step(q, "detector", w.dies, 0, nil)
-				w.apply(q, w.ranks[q].f.AbortFor(&PeerError{Peer: w.dies, Err: errHeartbeat}))
+				w.apply(q, w.ranks[q].f.AbortFor(&comm.PeerError{Peer: w.dies, Err: errHeartbeat}))
 			}
 		})
 	}
@@ -469,7 +471,7 @@ func fsimNew(seed uint64) *fsimWorld {
 	if r.IntN(3) == 0 {
 		w.loss, w.onlyData = []float64{0.02, 0.1, 0.3}[r.IntN(3)], r.IntN(2) == 0
 	}
-	script := make([]Signature, w.k)
+	script := make([]comm.Signature, w.k)
 	for i := range script {
 		script[i] = simCall(r.IntN(4), int64(1+r.IntN(1000)))
 	}
@@ -492,10 +494,10 @@ func fsimNew(seed uint64) *fsimWorld {
 		}
 	}
 	for i := range w.n {
-		sr := &fsimRank{f: Failure{Rank: i}, script: append([]Signature(nil), script...),
-			held: make([][]bool, w.k+1), heldSig: make([][]Signature, w.k+1), res: make([]fsimResult, w.k+1)}
+		sr := &fsimRank{f: Failure{Rank: i}, script: append([]comm.Signature(nil), script...),
+			held: make([][]bool, w.k+1), heldSig: make([][]comm.Signature, w.k+1), res: make([]fsimResult, w.k+1)}
 		for s := range sr.held {
-			sr.held[s], sr.heldSig[s] = make([]bool, w.n), make([]Signature, w.n)
+			sr.held[s], sr.heldSig[s] = make([]bool, w.n), make([]comm.Signature, w.n)
 		}
 		sr.sender = w.mismatch != 0 && len(faults) == 1 && i != w.odd && r.IntN(4) == 0
 		if w.mismatch != 0 && i == w.odd {
@@ -604,7 +606,7 @@ func (w *fsimWorld) check() []string {
 	for _, sr := range w.ranks {
 		for s := uint64(1); s <= w.k; s++ {
 			res := sr.res[s]
-			if res.ended && EndedByDeadline(res.err) && (stopped == 0 || s < stopped) {
+			if res.ended && comm.EndedByDeadline(res.err) && (stopped == 0 || s < stopped) {
 				stopped = s
 			}
 			if res.ended && res.err != nil && (failed == 0 || s < failed) {
@@ -623,13 +625,13 @@ func (w *fsimWorld) check() []string {
 			if err == nil {
 				continue
 			}
-			if b, ok := CulpritOf(err); ok && !b.Outside && (b.Rank != w.dies || w.dies < 0) {
+			if b, ok := comm.CulpritOf(err); ok && !b.Outside && (b.Rank != w.dies || w.dies < 0) {
 				badf("2: rank %d blames rank %d, which did not die: %v", i, b.Rank, err)
 			}
-			if m == 0 && errors.Is(err, ErrMismatch) {
+			if m == 0 && errors.Is(err, comm.ErrMismatch) {
 				badf("3: rank %d has a mismatch where every rank made the same calls: %v", i, err)
 			}
-			var me *MismatchError
+			var me *comm.MismatchError
 			if m != 0 && errors.As(err, &me) {
 				switch {
 				case me.Seq != m:
@@ -677,7 +679,7 @@ func (w *fsimWorld) check() []string {
 		// 2, with the death alone: every error blames the dead rank.
 		if alone && w.dies >= 0 {
 			for _, err := range errs {
-				if b, ok := CulpritOf(err); err != nil && (!errors.Is(err, ErrPeerFailed) || !ok || b.Rank != w.dies) {
+				if b, ok := comm.CulpritOf(err); err != nil && (!errors.Is(err, comm.ErrPeerFailed) || !ok || b.Rank != w.dies) {
 					badf("2: rank %d has %v; want rank %d's death", i, err, w.dies)
 				}
 			}
@@ -689,7 +691,7 @@ func (w *fsimWorld) check() []string {
 		if alone && m != 0 {
 			for s := uint64(1); s <= w.k; s++ {
 				err := sr.res[s].err
-				var me *MismatchError
+				var me *comm.MismatchError
 				switch {
 				case s < m && err != nil:
 					badf("3: rank %d failed #%d, before the mismatch at #%d: %v", i, s, m, err)
@@ -699,11 +701,11 @@ func (w *fsimWorld) check() []string {
 					badf("3: rank %d failed #%d with %v; want a *MismatchError for it", i, s, err)
 				case s > m && err == nil:
 					badf("3: rank %d completed #%d after the mismatch at #%d", i, s, m)
-				case s > m && !errors.Is(err, ErrMismatch):
+				case s > m && !errors.Is(err, comm.ErrMismatch):
 					badf("3: rank %d failed #%d, after the mismatch at #%d, with %v; want ErrMismatch", i, s, m, err)
 				}
 			}
-			if !errors.Is(aborted, ErrMismatch) {
+			if !errors.Is(aborted, comm.ErrMismatch) {
 				badf("3: rank %d ends aborted by %v; want the mismatch", i, aborted)
 			}
 		}
@@ -728,9 +730,9 @@ func (w *fsimWorld) check() []string {
 				badf("4: rank %d is not aborted, after a deadline or cancel ended #%d", i, stopped)
 			}
 		}
-		if at, kind := max(w.cancel, w.short, w.stall), ErrCanceled; alone && at != 0 {
+		if at, kind := max(w.cancel, w.short, w.stall), comm.ErrCanceled; alone && at != 0 {
 			if w.cancel == 0 {
-				kind = ErrTimeout
+				kind = comm.ErrTimeout
 			}
 			for s := uint64(1); s <= w.k; s++ {
 				err := sr.res[s].err
@@ -764,7 +766,7 @@ func (w *fsimWorld) check() []string {
 // whose call there was rank i's own (the mismatch it saw was with a third
 // rank's). Never the odd rank's: every peer's call differs from its own.
 func (w *fsimWorld) report(i int, err error) bool {
-	var re *RemoteError
+	var re *comm.RemoteError
 	m := w.mismatch
 	return i != w.odd && errors.As(err, &re) && re.Mismatch && re.Peer >= 0 && re.Peer < w.n &&
 		w.ranks[re.Peer].script[m-1] == w.ranks[i].script[m-1]

@@ -1,4 +1,4 @@
-package comm
+package tier
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // The recorder keeps the last n collectives, oldest first, says how each
@@ -14,12 +16,12 @@ import (
 func TestFlightRecorder(t *testing.T) {
 	var out bytes.Buffer
 	f := NewFlightRecorder(3, "world", 0, slog.New(slog.NewTextHandler(&out, nil)))
-	sig := Signature{Kind: KindAllReduce, DType: F32, Op: Sum, Root: -1, Count: 8}
+	sig := comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Root: -1, Count: 8}
 	for seq := uint64(1); seq <= 4; seq++ {
 		f.begin(seq, sig)
 		f.end(seq, nil)
 	}
-	f.begin(5, Signature{Kind: KindBarrier, Root: -1})
+	f.begin(5, comm.Signature{Kind: comm.KindBarrier, Root: -1})
 	recs := f.Records()
 	if len(recs) != 3 || recs[0].Seq != 3 || recs[1].Seq != 4 || recs[2].Seq != 5 {
 		t.Fatalf("kept %+v, want collectives 3, 4 and 5", recs)
@@ -30,8 +32,8 @@ func TestFlightRecorder(t *testing.T) {
 	if out.Len() != 0 {
 		t.Fatalf("wrote before any failure: %s", out.String())
 	}
-	late := &LateError{Err: ContextError(context.DeadlineExceeded), Ranks: []int{2}, Last: []uint64{4}, Seq: 5}
-	f.end(5, &OpError{Rank: 0, Peer: 2, Kind: KindBarrier, Seq: 5, Comm: "world", Err: late})
+	late := &comm.LateError{Err: ContextError(context.DeadlineExceeded), Ranks: []int{2}, Last: []uint64{4}, Seq: 5}
+	f.end(5, &comm.OpError{Rank: 0, Peer: 2, Kind: comm.KindBarrier, Seq: 5, Comm: "world", Err: late})
 	dump := out.String()
 	for _, want := range []string{"seq=3", "seq=4", "seq=5", `call=Barrier()`, "state=failed", `"waited on"=[2]`,
 		`msg="flight recorder: rank behind"`, "behind=2", `"its last started"=4`, `"this rank at"=5`} {
@@ -41,7 +43,7 @@ func TestFlightRecorder(t *testing.T) {
 	}
 	out.Reset()
 	f.begin(6, sig)
-	f.end(6, &AbortedError{Cause: late})
+	f.end(6, &comm.AbortedError{Cause: late})
 	if out.Len() != 0 {
 		t.Errorf("wrote a second dump:\n%s", out.String())
 	}
@@ -58,7 +60,7 @@ func TestDumpLiveWritesEveryLiveRecorder(t *testing.T) {
 		f.Note(t.Seq, "phase 2 of 3: rail 1 AllReduce", nil)
 		return nil
 	}})
-	call := Call{Kind: KindBarrier}
+	call := comm.Call{Kind: comm.KindBarrier}
 	if err := e.Do(context.Background(), call, nil, struct{}{}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +88,8 @@ func TestFlightRecorderIdentify(t *testing.T) {
 	var out bytes.Buffer
 	f := NewFlightRecorder(2, "world", 1, slog.New(slog.NewTextHandler(&out, nil)))
 	f.Identify("node 1 shm", 3)
-	f.begin(1, Signature{Kind: KindBarrier, Root: -1})
-	f.end(1, &OpError{Rank: 1, Peer: 0, Kind: KindBarrier, Seq: 1, Comm: "node 1 shm", Err: &PeerError{Peer: 0, Err: ErrTimeout}})
+	f.begin(1, comm.Signature{Kind: comm.KindBarrier, Root: -1})
+	f.end(1, &comm.OpError{Rank: 1, Peer: 0, Kind: comm.KindBarrier, Seq: 1, Comm: "node 1 shm", Err: &comm.PeerError{Peer: 0, Err: comm.ErrTimeout}})
 	dump := out.String()
 	for _, want := range []string{
 		`msg="flight recorder: the last collectives" comm="node 1 shm" rank=3 local=1 kept=1`,
@@ -109,7 +111,7 @@ func TestFlightRecorderIdentify(t *testing.T) {
 //
 //	go test -run '^$' -bench ExecFlightRecorder -count 6 ./comm/
 func BenchmarkExecFlightRecorder(b *testing.B) {
-	call := Call{Kind: KindAllReduce, Send: Host(make([]float32, 2)), Recv: Host(make([]float32, 2)), Op: Sum}
+	call := comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 2)), Recv: comm.Host(make([]float32, 2)), Op: comm.Sum}
 	for _, on := range []bool{false, true} {
 		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
 			cfg := ExecConfig[struct{}]{Run: func(*Task[struct{}]) error { return nil }}

@@ -1,4 +1,4 @@
-package comm
+package tier
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // One test per rule of the failure machine (its doc comment lists them);
 // failure_sim_test.go checks them together in a simulated world.
 
 var (
-	sigA = Signature{Kind: KindAllReduce, DType: F32, Op: Sum, Count: 8, Root: -1}
-	sigB = Signature{Kind: KindBroadcast, DType: F32, Count: 8}
+	sigA = comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Count: 8, Root: -1}
+	sigB = comm.Signature{Kind: comm.KindBroadcast, DType: comm.F32, Count: 8}
 )
 
 func told(eff Effects, to int, seq uint64) (Notice, bool) {
@@ -39,7 +41,7 @@ func TestFailureFirstFailureWinsAndIsToldOnce(t *testing.T) {
 	f.Start(1, sigA, nil)
 	first := ContextError(context.DeadlineExceeded)
 	eff := f.Fail(1, first, true)
-	if !errors.Is(ended(eff, 1), ErrTimeout) {
+	if !errors.Is(ended(eff, 1), comm.ErrTimeout) {
 		t.Fatalf("End = %v; want the deadline", eff.End)
 	}
 	n, ok := told(eff, Everyone, 1)
@@ -50,7 +52,7 @@ func TestFailureFirstFailureWinsAndIsToldOnce(t *testing.T) {
 		t.Fatalf("a second failure had effects: %+v", again)
 	}
 	_, err := f.Finish(1)
-	if !errors.Is(err, ErrTimeout) {
+	if !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("Finish = %v; want the first failure", err)
 	}
 }
@@ -61,13 +63,13 @@ func TestFailureDeadlineRuleAbortsQuietly(t *testing.T) {
 	f.Start(2, sigB, nil) // concurrent collectives
 	f.Fail(1, ContextError(context.Canceled), true)
 	eff, err := f.Finish(1)
-	if !errors.Is(err, ErrCanceled) || eff.Aborted == nil || !errors.Is(f.AbortCause(), ErrCanceled) {
+	if !errors.Is(err, comm.ErrCanceled) || eff.Aborted == nil || !errors.Is(f.AbortCause(), comm.ErrCanceled) {
 		t.Fatalf("Finish = %v, aborted %v; want the cancel to abort the communicator", err, eff.Aborted)
 	}
 	if _, ok := told(eff, Everyone, 0); ok {
 		t.Fatal("the deadline rule's abort was announced")
 	}
-	if !errors.Is(ended(eff, 2), ErrAborted) {
+	if !errors.Is(ended(eff, 2), comm.ErrAborted) {
 		t.Fatalf("the collective in flight was not ended by the abort: %+v", eff.End)
 	}
 	if _, ok := told(eff, Everyone, 2); !ok {
@@ -81,7 +83,7 @@ func TestFailureDeadlineRuleAbortsQuietly(t *testing.T) {
 	if again := f.Abort(errors.New("again"), true, false); len(again.Tell) != 0 {
 		t.Fatalf("announced twice: %+v", again.Tell)
 	}
-	if !errors.Is(f.AbortCause(), ErrCanceled) {
+	if !errors.Is(f.AbortCause(), comm.ErrCanceled) {
 		t.Fatalf("cause = %v; want the first one kept", f.AbortCause())
 	}
 }
@@ -90,11 +92,11 @@ func TestFailureMismatchAbortsUnannounced(t *testing.T) {
 	f := Failure{Rank: 0}
 	f.Start(1, sigA, nil)
 	keep, eff := f.Frame(2, 1, sigB)
-	var me *MismatchError
+	var me *comm.MismatchError
 	if keep || !errors.As(ended(eff, 1), &me) || me.Peer != 2 || me.Local != sigA || me.Remote != sigB {
 		t.Fatalf("Frame: keep %v, End %+v; want #1 ended with the mismatch against rank 2", keep, eff.End)
 	}
-	if eff.Aborted == nil || !errors.Is(f.AbortCause(), ErrMismatch) {
+	if eff.Aborted == nil || !errors.Is(f.AbortCause(), comm.ErrMismatch) {
 		t.Fatal("a mismatch did not abort")
 	}
 	if _, ok := told(eff, Everyone, 0); ok {
@@ -106,7 +108,7 @@ func TestFailureMismatchAbortsUnannounced(t *testing.T) {
 	// The next call is refused, and told as the mismatched collective,
 	// with this rank's call there.
 	eff = f.Start(2, sigA, nil)
-	if !errors.Is(ended(eff, 2), ErrMismatch) || !errors.Is(ended(eff, 2), ErrAborted) {
+	if !errors.Is(ended(eff, 2), comm.ErrMismatch) || !errors.Is(ended(eff, 2), comm.ErrAborted) {
 		t.Fatalf("the next call: %+v; want it refused with the mismatch", eff.End)
 	}
 	if n, ok := told(eff, Everyone, 1); !ok || n.Sig != sigA {
@@ -122,7 +124,7 @@ func TestFailureMismatchAfterThisRankFinished(t *testing.T) {
 	}
 	// A late frame with another call: abort, and tell its sender.
 	keep, eff := f.Frame(3, 1, sigB)
-	if keep || eff.Aborted == nil || !errors.Is(f.AbortCause(), ErrMismatch) {
+	if keep || eff.Aborted == nil || !errors.Is(f.AbortCause(), comm.ErrMismatch) {
 		t.Fatalf("late frame: keep %v, aborted %v", keep, eff.Aborted)
 	}
 	if n, ok := told(eff, 3, 1); !ok || n.Code != FailMismatch || n.Sig != sigA {
@@ -134,7 +136,7 @@ func TestFailureMismatchAfterThisRankFinished(t *testing.T) {
 	g.Start(1, sigA, nil)
 	g.Finish(1)
 	eff = g.Heard(2, Notice{Seq: 1, Sig: sigB, Code: FailMismatch, Culprit: -1, Reason: "rank 2 saw it"})
-	if !errors.As(g.AbortCause(), new(*MismatchError)) || eff.Aborted == nil {
+	if !errors.As(g.AbortCause(), new(*comm.MismatchError)) || eff.Aborted == nil {
 		t.Fatalf("cause = %v; want the mismatch", g.AbortCause())
 	}
 	// But news of another failure after the end changes nothing.
@@ -150,7 +152,7 @@ func TestFailureWhatCameBeforeStart(t *testing.T) {
 	f := Failure{Rank: 0}
 	f.Heard(1, Notice{Seq: 1, Code: FailInvalid, Culprit: -1, Reason: "bad count"})
 	eff := f.Start(1, sigA, nil)
-	var re *RemoteError
+	var re *comm.RemoteError
 	if !errors.As(ended(eff, 1), &re) || re.Peer != 1 || !strings.Contains(re.Reason, "bad count") {
 		t.Fatalf("Start after a notice: %+v; want the peer's failure", eff.End)
 	}
@@ -163,7 +165,7 @@ func TestFailureWhatCameBeforeStart(t *testing.T) {
 		t.Fatal("a frame that came early was not kept")
 	}
 	eff = g.Start(1, sigA, nil)
-	var me *MismatchError
+	var me *comm.MismatchError
 	if !errors.As(ended(eff, 1), &me) || me.Peer != 2 || me.Remote != sigB {
 		t.Fatalf("Start after another call's frame: %+v; want the mismatch", eff.End)
 	}
@@ -182,9 +184,9 @@ func TestFailureWhatCameBeforeStart(t *testing.T) {
 
 func TestFailureRefusedCallIsToldAndKeepsNoFrames(t *testing.T) {
 	f := Failure{Rank: 0}
-	bad := &ArgError{Kind: KindAllReduce, Arg: "count", Problem: "is negative"}
+	bad := &comm.ArgError{Kind: comm.KindAllReduce, Arg: "count", Problem: "is negative"}
 	eff := f.Start(1, sigA, bad)
-	if !errors.Is(ended(eff, 1), ErrInvalidArgument) {
+	if !errors.Is(ended(eff, 1), comm.ErrInvalidArgument) {
 		t.Fatalf("End = %+v", eff.End)
 	}
 	if n, ok := told(eff, Everyone, 1); !ok || n.Code != FailInvalid {
@@ -199,7 +201,7 @@ func TestFailureRefusedCallIsToldAndKeepsNoFrames(t *testing.T) {
 }
 
 func TestFailureBlame(t *testing.T) {
-	died := &PeerError{Peer: 3, Err: errors.New("its heartbeat stopped")}
+	died := &comm.PeerError{Peer: 3, Err: errors.New("its heartbeat stopped")}
 	n := NoticeOf(5, sigA, died)
 	if n.Code != FailPeer || n.Culprit != 3 || n.Outside || n.Reason != "its heartbeat stopped" {
 		t.Fatalf("NoticeOf = %+v; want rank 3 blamed with what happened to it", n)
@@ -211,7 +213,7 @@ func TestFailureBlame(t *testing.T) {
 	f := Failure{Rank: 0}
 	f.Start(5, sigA, nil)
 	eff := f.Heard(2, n)
-	b, ok := CulpritOf(ended(eff, 5))
+	b, ok := comm.CulpritOf(ended(eff, 5))
 	if !ok || b.Rank != 3 {
 		t.Fatalf("blame = %+v, %v; want rank 3, not the relay 2", b, ok)
 	}
@@ -223,7 +225,7 @@ func TestFailureBlame(t *testing.T) {
 		t.Fatalf("got %v; want it to say its peers gave it up", err)
 	}
 	stalled := errors.New("stalled")
-	h := Failure{Rank: 3, GaveUp: func(int, *RemoteError) error { return stalled }}
+	h := Failure{Rank: 3, GaveUp: func(int, *comm.RemoteError) error { return stalled }}
 	h.Start(5, sigA, nil)
 	if err := ended(h.Heard(2, n), 5); err != stalled {
 		t.Fatalf("GaveUp not asked: %v", err)
@@ -239,7 +241,7 @@ func TestFailureProbed(t *testing.T) {
 	if p, eff := f.Probed(1, 1, sigA); p != ProbeRunning || len(eff.End) != 0 {
 		t.Fatalf("probe with the same call: %v %+v", p, eff)
 	}
-	if _, eff := f.Probed(1, 1, sigB); !errors.Is(ended(eff, 1), ErrMismatch) {
+	if _, eff := f.Probed(1, 1, sigB); !errors.Is(ended(eff, 1), comm.ErrMismatch) {
 		t.Fatalf("probe with another call: %+v; want the mismatch", eff.End)
 	}
 	g := Failure{Rank: 0}
@@ -265,14 +267,14 @@ func ExampleFailure() {
 			fmt.Println("aborted")
 		}
 	}
-	call := Signature{Kind: KindAllReduce, DType: F32, Op: Sum, Count: 4, Root: -1}
+	call := comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Count: 4, Root: -1}
 	show(f.Start(1, call, nil))
 	// A frame of collective 1 from rank 2, which called a Broadcast.
-	other := Signature{Kind: KindBroadcast, DType: F32, Count: 4}
+	other := comm.Signature{Kind: comm.KindBroadcast, DType: comm.F32, Count: 4}
 	_, eff := f.Frame(2, 1, other)
 	show(eff)
 	_, err := f.Finish(1)
-	fmt.Println(errors.Is(err, ErrMismatch))
+	fmt.Println(errors.Is(err, comm.ErrMismatch))
 	// Output:
 	// end #1: mismatched collective #1: this rank called AllReduce(4×f32, sum), rank 2 called Broadcast(4×f32, root 0) (the kind, the op and the root differ); every rank must start the same collectives in the same order with the same counts, dtypes, ops and roots
 	// tell -1: #1 mismatch
@@ -288,7 +290,7 @@ func ExampleFailure() {
 // AllGather(256×u8)", the hierarchy's #2 told as the control's.) A peer
 // that reads such a notice with its own call gets the peer's report.
 func TestFailureMismatchFromOutside(t *testing.T) {
-	theirs := &MismatchError{Peer: 3, Seq: 2, Local: sigA, Remote: sigB}
+	theirs := &comm.MismatchError{Peer: 3, Seq: 2, Local: sigA, Remote: sigB}
 	f := Failure{Rank: 1}
 	f.Abort(Inside(theirs), true, false)
 	eff := f.Start(5, sigB, nil)
@@ -299,7 +301,7 @@ func TestFailureMismatchFromOutside(t *testing.T) {
 	g := Failure{Rank: 0}
 	g.Start(5, sigB, nil)
 	err := ended(g.Heard(1, n), 5)
-	var me *MismatchError
+	var me *comm.MismatchError
 	if !errors.As(err, &me) || me.Seq != 5 || me.Reported == "" || !strings.Contains(err.Error(), "rank 1 reported") {
 		t.Fatalf("got %v; want rank 1's report of #5", err)
 	}
@@ -321,7 +323,7 @@ func TestFailureAbortedPeerAborts(t *testing.T) {
 	f := Failure{Rank: 0}
 	f.Start(3, sigA, nil)
 	eff = f.Heard(2, n)
-	if !errors.Is(ended(eff, 3), ErrPeerAbandoned) || eff.Aborted != nil {
+	if !errors.Is(ended(eff, 3), comm.ErrPeerAbandoned) || eff.Aborted != nil {
 		t.Fatalf("End %+v, aborted %v; want #3 ended by the peer, the abort left to its end", eff.End, eff.Aborted)
 	}
 	if eff, _ := f.Finish(3); eff.Aborted == nil {
@@ -329,14 +331,14 @@ func TestFailureAbortedPeerAborts(t *testing.T) {
 	} else if _, ok := told(eff, Everyone, 0); ok {
 		t.Fatal("that abort was announced")
 	}
-	if err := ended(f.Start(4, sigA, nil), 4); !errors.Is(err, ErrAborted) {
+	if err := ended(f.Start(4, sigA, nil), 4); !errors.Is(err, comm.ErrAborted) {
 		t.Fatalf("the next call: %v; want ErrAborted", err)
 	}
 	// A notice from a peer that is not aborted (a bad argument) aborts
 	// nothing.
 	g := Failure{Rank: 0}
 	g.Start(3, sigA, nil)
-	if eff := g.Heard(2, NoticeOf(3, sigA, &ArgError{Kind: KindAllReduce, Arg: "count", Problem: "is negative"})); eff.Aborted != nil {
+	if eff := g.Heard(2, NoticeOf(3, sigA, &comm.ArgError{Kind: comm.KindAllReduce, Arg: "count", Problem: "is negative"})); eff.Aborted != nil {
 		t.Fatal("a peer's bad argument aborted")
 	}
 }

@@ -1,4 +1,4 @@
-package comm_test
+package tier_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 func TestSplitMembersExtremeKeys(t *testing.T) {
@@ -24,11 +25,11 @@ func TestSplitMembersExtremeKeys(t *testing.T) {
 		{[]int{0, 1, 0, 1}, []int{7, 7, 7, 7}, 1, []int{1, 3}},
 		{[]int{comm.NoColor, 2, comm.NoColor}, []int{0, 0, 0}, comm.NoColor, nil},
 	} {
-		got := comm.SplitMembers(tc.colors, tc.keys, tc.color)
+		got := tier.SplitMembers(tc.colors, tc.keys, tc.color)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("SplitMembers(%v, %v, %d) = %v, want %v", tc.colors, tc.keys, tc.color, got, tc.want)
 		}
-		groups := comm.SplitGroups(tc.colors, tc.keys)
+		groups := tier.SplitGroups(tc.colors, tc.keys)
 		if tc.color != comm.NoColor && !slices.Equal(groups[tc.color], tc.want) {
 			t.Errorf("SplitGroups(%v, %v)[%d] = %v, want %v", tc.colors, tc.keys, tc.color, groups[tc.color], tc.want)
 		}
@@ -41,19 +42,19 @@ func TestSplitMembersExtremeKeys(t *testing.T) {
 func TestFailCodeRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
-		code comm.FailCode
+		code tier.FailCode
 		is   []error
 	}{
-		{&comm.PeerError{Peer: 3, Err: errors.New("killed")}, comm.FailPeer, []error{comm.ErrPeerFailed}},
-		{&comm.MismatchError{Peer: 1}, comm.FailMismatch, []error{comm.ErrMismatch}},
-		{comm.ContextError(fmt.Errorf("waiting for rank 1: %w", context.DeadlineExceeded)), comm.FailTimeout, []error{comm.ErrTimeout}},
-		{comm.ErrCanceled, comm.FailCanceled, []error{comm.ErrCanceled}},
-		{&comm.ArgError{Kind: comm.KindAllReduce, Arg: "recv", Problem: "short"}, comm.FailInvalid, nil},
-		{errors.New("disk full"), comm.FailOther, nil},
+		{&comm.PeerError{Peer: 3, Err: errors.New("killed")}, tier.FailPeer, []error{comm.ErrPeerFailed}},
+		{&comm.MismatchError{Peer: 1}, tier.FailMismatch, []error{comm.ErrMismatch}},
+		{tier.ContextError(fmt.Errorf("waiting for rank 1: %w", context.DeadlineExceeded)), tier.FailTimeout, []error{comm.ErrTimeout}},
+		{comm.ErrCanceled, tier.FailCanceled, []error{comm.ErrCanceled}},
+		{&comm.ArgError{Kind: comm.KindAllReduce, Arg: "recv", Problem: "short"}, tier.FailInvalid, nil},
+		{errors.New("disk full"), tier.FailOther, nil},
 		// A failure that aborted a communicator keeps its kind.
-		{&comm.AbortedError{Cause: &comm.PeerError{Peer: 2, Err: errors.New("gone")}}, comm.FailPeer, []error{comm.ErrPeerFailed}},
+		{&comm.AbortedError{Cause: &comm.PeerError{Peer: 2, Err: errors.New("gone")}}, tier.FailPeer, []error{comm.ErrPeerFailed}},
 	} {
-		code := comm.FailCodeOf(tc.err)
+		code := tier.FailCodeOf(tc.err)
 		if code != tc.code {
 			t.Errorf("FailCodeOf(%v) = %d, want %d", tc.err, code, tc.code)
 		}
@@ -66,7 +67,7 @@ func TestFailCodeRoundTrip(t *testing.T) {
 				t.Errorf("the peer's error for %v: errors.Is(%v) = %v, want %v", tc.err, target, !want, want)
 			}
 		}
-		if got := comm.FailCodeOf(re); len(tc.is) > 0 && got != code {
+		if got := tier.FailCodeOf(re); len(tc.is) > 0 && got != code {
 			t.Errorf("a relayed %v classifies as %d, want %d (the kind survives every hop)", tc.err, got, code)
 		}
 	}

@@ -1,9 +1,11 @@
-package comm
+package tier
 
 import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // Watch is one rank's side of a composed communicator's census (see
@@ -25,14 +27,14 @@ type Watch struct {
 	// keeps waiting (each waits twice the one before). AskAfter ≤ 0: Tick
 	// never asks.
 	AskAfter, AskAtMost time.Duration
-	Expect              func(Signature) time.Duration
+	Expect              func(comm.Signature) time.Duration
 
-	progress  Progress
+	progress  comm.Progress
 	running   bool
 	seen      uint64    // the collective Tick last saw running; 0: none
 	next      time.Time // when Tick asks about it
 	wait      time.Duration
-	found     *MismatchError
+	found     *comm.MismatchError
 	announced bool
 }
 
@@ -40,7 +42,7 @@ type Watch struct {
 type Verdict struct {
 	// Mismatch is the mismatch found, this one or an earlier verdict's
 	// (a verdict stands): abort with it. Nil: none yet.
-	Mismatch *MismatchError
+	Mismatch *comm.MismatchError
 	// Behind says that a rank that answered has not yet started the
 	// collective asked about: it may still be in an earlier one, which a
 	// verdict would fail; ask again later.
@@ -52,7 +54,7 @@ type Verdict struct {
 
 // Started records that collective seq, the user's call sig, began to run;
 // collectives start in order, one at a time.
-func (w *Watch) Started(seq uint64, sig Signature) {
+func (w *Watch) Started(seq uint64, sig comm.Signature) {
 	w.progress.Record(seq, sig)
 	w.running = true
 }
@@ -64,10 +66,10 @@ func (w *Watch) Ended() { w.running = false }
 func (w *Watch) Running() bool { return w.running }
 
 // Progress is where this rank stands: what it answers a census.
-func (w *Watch) Progress() Progress { return w.progress }
+func (w *Watch) Progress() comm.Progress { return w.progress }
 
 // Found is the mismatch a census found, or nil.
-func (w *Watch) Found() *MismatchError { return w.found }
+func (w *Watch) Found() *comm.MismatchError { return w.found }
 
 // Tick is called at regular times now (at most AskAfter/2 apart for a
 // census within 1.5 AskAfter); it reports whether to take a census about
@@ -98,7 +100,7 @@ func (w *Watch) Tick(now time.Time) bool {
 // Answers judges a census's answers about collective seq (this rank's
 // current one, or the one a part found mismatched): see Judge. A verdict
 // once found stands.
-func (w *Watch) Answers(seq uint64, answers []Progress, answered []bool) Verdict {
+func (w *Watch) Answers(seq uint64, answers []comm.Progress, answered []bool) Verdict {
 	if w.found != nil {
 		return Verdict{Mismatch: w.found}
 	}
@@ -115,12 +117,12 @@ func (w *Watch) Answers(seq uint64, answers []Progress, answered []bool) Verdict
 // (from now on its Progress says Stopped: it starts no further
 // collective, so no census waits for it to); it reports whether to tell
 // every rank this rank's Progress
-// (Control.Announce): once, for a mismatch, whoever found it (a
+// (comm.Control.Announce): once, for a mismatch, whoever found it (a
 // census or a part), so that a rank that meets the mismatch after this
 // one has left still sees this rank's calls.
 func (w *Watch) Aborting(cause error) (announce bool) {
 	w.progress.Stopped = true
-	if w.announced || !errors.Is(cause, ErrMismatch) {
+	if w.announced || !errors.Is(cause, comm.ErrMismatch) {
 		return false
 	}
 	w.announced = true
@@ -169,12 +171,12 @@ func (a PartAction) String() string {
 // communicator's cause, its ranks in the composed communicator's terms)
 // and says what to do. A peer's failure aborts the composed communicator
 // (now, or when the running collective ends), and so does a deadline or
-// a cancel (the rule of every tier, EndedByDeadline); anything else is
+// a cancel (the rule of every tier, comm.EndedByDeadline); anything else is
 // left to the phases.
 func (w *Watch) PartAborted(cause error) PartAction {
-	deadline := EndedByDeadline(cause)
+	deadline := comm.EndedByDeadline(cause)
 	switch {
-	case !deadline && (!errors.Is(cause, ErrPeerFailed) || errors.Is(cause, ErrMismatch)):
+	case !deadline && (!errors.Is(cause, comm.ErrPeerFailed) || errors.Is(cause, comm.ErrMismatch)):
 		return PartIgnore
 	case !w.running:
 		return PartAbort
@@ -187,7 +189,7 @@ func (w *Watch) PartAborted(cause error) PartAction {
 // StoppedIn reports whether a census's answers show a rank (not this one)
 // that has stopped — its communicator was aborted — in the running
 // collective or before it: that collective cannot complete on every rank.
-func (w *Watch) StoppedIn(answers []Progress, answered []bool) bool {
+func (w *Watch) StoppedIn(answers []comm.Progress, answered []bool) bool {
 	for r, p := range answers {
 		if r != w.Rank && r < len(answered) && answered[r] && p.Stopped && p.Started <= w.progress.Started {
 			return true
@@ -199,7 +201,7 @@ func (w *Watch) StoppedIn(answers []Progress, answered []bool) bool {
 // Stragglers are, from a census's answers about collective seq, the ranks
 // that had not started it (with the last they had) and the ranks that did
 // not answer, this rank (rank) left out: what a deadline's error names.
-func Stragglers(rank int, seq uint64, answers []Progress, answered []bool) (late []int, last []uint64, silent []int) {
+func Stragglers(rank int, seq uint64, answers []comm.Progress, answered []bool) (late []int, last []uint64, silent []int) {
 	for r := range answers {
 		switch {
 		case r == rank:

@@ -1,10 +1,12 @@
-package comm
+package tier
 
 import (
 	"math"
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // The conversions are checked against a reference written from the
@@ -123,23 +125,23 @@ func (f *halfFormat) isNaN(h uint16) bool { return h&0x7fff > f.inf }
 
 func (f *halfFormat) value(h uint16) float32 {
 	if f.name == "f16" {
-		return Float16(h).Float32()
+		return comm.Float16(h).Float32()
 	}
-	return BFloat16(h).Float32()
+	return comm.BFloat16(h).Float32()
 }
 
 func (f *halfFormat) from32(x float32) uint16 {
 	if f.name == "f16" {
-		return uint16(Float16From(x))
+		return uint16(comm.Float16From(x))
 	}
-	return uint16(BFloat16From(x))
+	return uint16(comm.BFloat16From(x))
 }
 
 func (f *halfFormat) from64(x float64) uint16 {
 	if f.name == "f16" {
-		return uint16(Float16FromFloat64(x))
+		return uint16(comm.Float16FromFloat64(x))
 	}
-	return uint16(BFloat16FromFloat64(x))
+	return uint16(comm.BFloat16FromFloat64(x))
 }
 
 var halfFormats = []*halfFormat{refF16, refBF16}
@@ -292,20 +294,20 @@ func TestHalfSpecialCases(t *testing.T) {
 		{"-Inf", 0xfc00, 0xff80, math.Inf(-1), true},
 	}
 	for _, c := range cases {
-		if got := Float16FromFloat64(c.x); uint16(got) != c.f16 {
+		if got := comm.Float16FromFloat64(c.x); uint16(got) != c.f16 {
 			t.Errorf("%s: Float16FromFloat64(%v) = %#04x, want %#04x", c.name, c.x, got, c.f16)
 		}
-		if got := BFloat16FromFloat64(c.x); uint16(got) != c.bf16 {
+		if got := comm.BFloat16FromFloat64(c.x); uint16(got) != c.bf16 {
 			t.Errorf("%s: BFloat16FromFloat64(%v) = %#04x, want %#04x", c.name, c.x, got, c.bf16)
 		}
 		if c.exact32 {
 			if float64(float32(c.x)) != c.x && !math.IsInf(c.x, 0) {
 				t.Fatalf("%s: %v is not a float32", c.name, c.x)
 			}
-			if got := Float16From(float32(c.x)); uint16(got) != c.f16 {
+			if got := comm.Float16From(float32(c.x)); uint16(got) != c.f16 {
 				t.Errorf("%s: Float16From(%v) = %#04x, want %#04x", c.name, c.x, got, c.f16)
 			}
-			if got := BFloat16From(float32(c.x)); uint16(got) != c.bf16 {
+			if got := comm.BFloat16From(float32(c.x)); uint16(got) != c.bf16 {
 				t.Errorf("%s: BFloat16From(%v) = %#04x, want %#04x", c.name, c.x, got, c.bf16)
 			}
 		}
@@ -313,7 +315,7 @@ func TestHalfSpecialCases(t *testing.T) {
 	// NaNs: stay NaN (a signaling NaN whose payload would shift out must not
 	// become Inf), keep the sign, come out quiet.
 	for _, b := range []uint32{0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fbfffff, 0x7f802000} {
-		h, bf := Float16From(f32(b)), BFloat16From(f32(b))
+		h, bf := comm.Float16From(f32(b)), comm.BFloat16From(f32(b))
 		if h&0x7fff <= 0x7c00 || h&0x0200 == 0 || (h&0x8000 != 0) != (b>>31 == 1) {
 			t.Errorf("Float16From(NaN %#08x) = %#04x, want a quiet NaN of the same sign", b, h)
 		}
@@ -322,7 +324,7 @@ func TestHalfSpecialCases(t *testing.T) {
 		}
 	}
 	for _, b := range []uint64{0x7ff8000000000000, 0xfff8000000000000, 0x7ff0000000000001, 0xfff0000000000001} {
-		h, bf := Float16FromFloat64(f64(b)), BFloat16FromFloat64(f64(b))
+		h, bf := comm.Float16FromFloat64(f64(b)), comm.BFloat16FromFloat64(f64(b))
 		if h&0x7fff <= 0x7c00 || h&0x0200 == 0 || (h&0x8000 != 0) != (b>>63 == 1) {
 			t.Errorf("Float16FromFloat64(NaN %#016x) = %#04x, want a quiet NaN of the same sign", b, h)
 		}

@@ -1,6 +1,8 @@
 //go:build !purego
 
-package comm
+package tier
+
+import "github.com/hiercomm/hiercomm/comm"
 
 // AVX2 kernels (reduce_amd64.s), used where the CPU and the OS support AVX2
 // (checked once, at start). The scalar loops of reduce.go are ALU-bound at
@@ -98,42 +100,42 @@ func hasAVX2() bool {
 
 // vectorKernels is scalar with the AVX2 kernels in place where the machine
 // has them.
-func vectorKernels(scalar [U64 + 1][Avg + 1]func(dst, src []byte)) [U64 + 1][Avg + 1]func(dst, src []byte) {
+func vectorKernels(scalar [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte)) [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte) {
 	k := scalar
 	if !hasAVX2() {
 		return k
 	}
-	k[F32][Sum] = whole(F32, addF32AVX2)
-	k[F32][Prod] = whole(F32, mulF32AVX2)
-	k[F32][Min] = vectorized(F32, func(d, s *byte, n int) { minMaxF32AVX2(d, s, n, 0) }, func(d, s []uint32) { minMax32(d, s, 0) })
-	k[F32][Max] = vectorized(F32, func(d, s *byte, n int) { minMaxF32AVX2(d, s, n, -1) }, func(d, s []uint32) { minMax32(d, s, -1) })
-	k[F64][Sum] = whole(F64, addF64AVX2)
-	k[F64][Prod] = whole(F64, mulF64AVX2)
-	k[F64][Min] = vectorized(F64, func(d, s *byte, n int) { minMaxF64AVX2(d, s, n, 0) }, func(d, s []uint64) { minMax64(d, s, 0) })
-	k[F64][Max] = vectorized(F64, func(d, s *byte, n int) { minMaxF64AVX2(d, s, n, -1) }, func(d, s []uint64) { minMax64(d, s, -1) })
-	for _, dt := range []DType{I8, U8} {
-		k[dt][Sum] = vectorized(dt, addI8AVX2, sumBytes)
+	k[comm.F32][comm.Sum] = whole(comm.F32, addF32AVX2)
+	k[comm.F32][comm.Prod] = whole(comm.F32, mulF32AVX2)
+	k[comm.F32][comm.Min] = vectorized(comm.F32, func(d, s *byte, n int) { minMaxF32AVX2(d, s, n, 0) }, func(d, s []uint32) { minMax32(d, s, 0) })
+	k[comm.F32][comm.Max] = vectorized(comm.F32, func(d, s *byte, n int) { minMaxF32AVX2(d, s, n, -1) }, func(d, s []uint32) { minMax32(d, s, -1) })
+	k[comm.F64][comm.Sum] = whole(comm.F64, addF64AVX2)
+	k[comm.F64][comm.Prod] = whole(comm.F64, mulF64AVX2)
+	k[comm.F64][comm.Min] = vectorized(comm.F64, func(d, s *byte, n int) { minMaxF64AVX2(d, s, n, 0) }, func(d, s []uint64) { minMax64(d, s, 0) })
+	k[comm.F64][comm.Max] = vectorized(comm.F64, func(d, s *byte, n int) { minMaxF64AVX2(d, s, n, -1) }, func(d, s []uint64) { minMax64(d, s, -1) })
+	for _, dt := range []comm.DType{comm.I8, comm.U8} {
+		k[dt][comm.Sum] = vectorized(dt, addI8AVX2, sumBytes)
 	}
-	k[I8][Min] = vectorized(I8, minI8AVX2, minLoop[int8])
-	k[I8][Max] = vectorized(I8, maxI8AVX2, maxLoop[int8])
-	k[U8][Min] = vectorized(U8, minU8AVX2, minLoop[uint8])
-	k[U8][Max] = vectorized(U8, maxU8AVX2, maxLoop[uint8])
-	k[I32][Sum] = vectorized(I32, addI32AVX2, sumLoop[int32])
-	k[U32][Sum] = vectorized(U32, addI32AVX2, sumLoop[uint32])
-	k[I32][Prod] = vectorized(I32, mulI32AVX2, prodLoop[int32])
-	k[U32][Prod] = vectorized(U32, mulI32AVX2, prodLoop[uint32])
-	k[I32][Min] = vectorized(I32, minI32AVX2, minLoop[int32])
-	k[I32][Max] = vectorized(I32, maxI32AVX2, maxLoop[int32])
-	k[U32][Min] = vectorized(U32, minU32AVX2, minLoop[uint32])
-	k[U32][Max] = vectorized(U32, maxU32AVX2, maxLoop[uint32])
-	k[I64][Sum] = vectorized(I64, addI64AVX2, sumLoop[int64])
-	k[U64][Sum] = vectorized(U64, addI64AVX2, sumLoop[uint64])
+	k[comm.I8][comm.Min] = vectorized(comm.I8, minI8AVX2, minLoop[int8])
+	k[comm.I8][comm.Max] = vectorized(comm.I8, maxI8AVX2, maxLoop[int8])
+	k[comm.U8][comm.Min] = vectorized(comm.U8, minU8AVX2, minLoop[uint8])
+	k[comm.U8][comm.Max] = vectorized(comm.U8, maxU8AVX2, maxLoop[uint8])
+	k[comm.I32][comm.Sum] = vectorized(comm.I32, addI32AVX2, sumLoop[int32])
+	k[comm.U32][comm.Sum] = vectorized(comm.U32, addI32AVX2, sumLoop[uint32])
+	k[comm.I32][comm.Prod] = vectorized(comm.I32, mulI32AVX2, prodLoop[int32])
+	k[comm.U32][comm.Prod] = vectorized(comm.U32, mulI32AVX2, prodLoop[uint32])
+	k[comm.I32][comm.Min] = vectorized(comm.I32, minI32AVX2, minLoop[int32])
+	k[comm.I32][comm.Max] = vectorized(comm.I32, maxI32AVX2, maxLoop[int32])
+	k[comm.U32][comm.Min] = vectorized(comm.U32, minU32AVX2, minLoop[uint32])
+	k[comm.U32][comm.Max] = vectorized(comm.U32, maxU32AVX2, maxLoop[uint32])
+	k[comm.I64][comm.Sum] = vectorized(comm.I64, addI64AVX2, sumLoop[int64])
+	k[comm.U64][comm.Sum] = vectorized(comm.U64, addI64AVX2, sumLoop[uint64])
 	return k
 }
 
 // vectorized runs vec over the whole 32-byte blocks of dst and src and the
 // scalar loop over the rest, after the length check typed makes.
-func vectorized[T any](dt DType, vec func(d, s *byte, n int), tail func(d, s []T)) func(dst, src []byte) {
+func vectorized[T any](dt comm.DType, vec func(d, s *byte, n int), tail func(d, s []T)) func(dst, src []byte) {
 	return func(dst, src []byte) {
 		checkLengths(dt, dst, src)
 		n := len(dst) &^ 31
@@ -148,7 +150,7 @@ func vectorized[T any](dt DType, vec func(d, s *byte, n int), tail func(d, s []T
 
 // whole runs vec, which takes any whole number of elements, over all of dst
 // and src, after the length check typed makes.
-func whole(dt DType, vec func(d, s *byte, n int)) func(dst, src []byte) {
+func whole(dt comm.DType, vec func(d, s *byte, n int)) func(dst, src []byte) {
 	return func(dst, src []byte) {
 		checkLengths(dt, dst, src)
 		if len(dst) > 0 {

@@ -1,4 +1,4 @@
-package comm
+package tier
 
 import (
 	"container/heap"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // A simulated world of Watches: ranks run a script of collectives, one of
@@ -65,9 +67,9 @@ func (q *simQueue) Pop() any {
 
 type simRank struct {
 	w         Watch
-	script    []Signature // script[s-1]: the call of collective s
-	cur       uint64      // the collective running, 0 between calls
-	done      uint64      // the last collective completed
+	script    []comm.Signature // script[s-1]: the call of collective s
+	cur       uint64           // the collective running, 0 between calls
+	done      uint64           // the last collective completed
 	startedAt map[uint64]time.Duration
 	dead      bool
 	closed    bool
@@ -84,7 +86,7 @@ type simWorld struct {
 	q        simQueue
 	n        int
 	ranks    []*simRank
-	told     []*Progress // announcements
+	told     []*comm.Progress // announcements
 	loss     float64
 	mismatch uint64 // the mismatched collective, 0: none
 	odd      int
@@ -103,8 +105,8 @@ func (w *simWorld) clock() time.Time { return time.Unix(0, 0).Add(w.now) }
 
 // census is what rank asks about collective seq: every other rank's
 // Progress, as it stands now.
-func (w *simWorld) census(rank int, seq uint64) ([]Progress, []bool) {
-	answers, answered := make([]Progress, w.n), make([]bool, w.n)
+func (w *simWorld) census(rank int, seq uint64) ([]comm.Progress, []bool) {
+	answers, answered := make([]comm.Progress, w.n), make([]bool, w.n)
 	for q, sr := range w.ranks {
 		switch {
 		case q == rank:
@@ -159,7 +161,7 @@ func (w *simWorld) news(rank int, cause error) {
 	if sr.dead || sr.err != nil || sr.settling || sr.cur == 0 {
 		return
 	}
-	if !errors.Is(cause, ErrMismatch) {
+	if !errors.Is(cause, comm.ErrMismatch) {
 		w.deadline(rank, sr.cur)
 		return
 	}
@@ -179,7 +181,7 @@ func (w *simWorld) settle(rank int, seq uint64, wait, silent time.Duration) {
 		w.fail(rank, v.Mismatch)
 		return
 	case !v.Behind && (!v.Silent || silent >= 500*time.Millisecond):
-		w.fail(rank, fmt.Errorf("a part's mismatch without the census's verdict: %w", ErrMismatch))
+		w.fail(rank, fmt.Errorf("a part's mismatch without the census's verdict: %w", comm.ErrMismatch))
 		return
 	}
 	if !v.Behind {
@@ -207,7 +209,7 @@ func (w *simWorld) start(rank int) {
 // tryComplete completes collective s on every rank once all have started
 // it with the same call.
 func (w *simWorld) tryComplete(s uint64) {
-	var first Signature
+	var first comm.Signature
 	for i, sr := range w.ranks {
 		c, ok := sr.w.progress.Call(s)
 		if sr.dead || !ok || i > 0 && c != first {
@@ -248,7 +250,7 @@ func (w *simWorld) deadline(rank int, s uint64) {
 		return
 	}
 	late, last, silent := Stragglers(rank, s, answers, answered)
-	w.fail(rank, &LateError{Seq: s, Ranks: append(late, silent...), Last: last, Err: ErrTimeout})
+	w.fail(rank, &comm.LateError{Seq: s, Ranks: append(late, silent...), Last: last, Err: comm.ErrTimeout})
 }
 
 func (w *simWorld) tick(rank int) {
@@ -267,16 +269,16 @@ func (w *simWorld) tick(rank int) {
 	w.at(simTick, rank, func() { w.tick(rank) })
 }
 
-func simCall(kind int, n int64) Signature {
+func simCall(kind int, n int64) comm.Signature {
 	switch kind {
 	case 0:
-		return Signature{Kind: KindAllReduce, DType: F32, Op: Sum, Root: -1, Count: n}
+		return comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Root: -1, Count: n}
 	case 1:
-		return Signature{Kind: KindBroadcast, DType: F32, Root: 0, Count: n}
+		return comm.Signature{Kind: comm.KindBroadcast, DType: comm.F32, Root: 0, Count: n}
 	case 2:
-		return Signature{Kind: KindBarrier, Root: -1}
+		return comm.Signature{Kind: comm.KindBarrier, Root: -1}
 	}
-	return Signature{Kind: KindReduceScatter, DType: F32, Op: Sum, Root: -1, Count: n}
+	return comm.Signature{Kind: comm.KindReduceScatter, DType: comm.F32, Op: comm.Sum, Root: -1, Count: n}
 }
 
 // simulate runs one seed and checks its outcome.
@@ -284,7 +286,7 @@ func simulate(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	n := 2 + r.IntN(7)
 	w := &simWorld{t: t, r: r, n: n, k: uint64(3 + r.IntN(10)), dies: -1, loss: []float64{0, 0, 0.1, 0.3}[r.IntN(4)]}
-	script := make([]Signature, w.k)
+	script := make([]comm.Signature, w.k)
 	for i := range script {
 		script[i] = simCall(r.IntN(4), int64(1+r.IntN(1000)))
 	}
@@ -295,9 +297,9 @@ func simulate(t *testing.T, seed uint64) {
 	case 2:
 		w.dies = r.IntN(n)
 	}
-	w.told = make([]*Progress, n)
+	w.told = make([]*comm.Progress, n)
 	for i := range n {
-		sr := &simRank{script: append([]Signature(nil), script...), startedAt: map[uint64]time.Duration{},
+		sr := &simRank{script: append([]comm.Signature(nil), script...), startedAt: map[uint64]time.Duration{},
 			w: Watch{Rank: i, AskAfter: simAskAfter, AskAtMost: simBound}}
 		if w.mismatch != 0 && i == w.odd {
 			odd := script[w.mismatch-1]
@@ -338,7 +340,7 @@ func (w *simWorld) check(seed uint64) {
 		if sr.dead {
 			continue
 		}
-		var me *MismatchError
+		var me *comm.MismatchError
 		isMismatch := errors.As(sr.err, &me)
 		switch {
 		case w.mismatch == 0 && isMismatch:
@@ -346,7 +348,7 @@ func (w *simWorld) check(seed uint64) {
 		case w.mismatch == 0 && w.dies < 0 && (sr.err != nil || sr.done != w.k):
 			t.Errorf("%s: rank %d completed %d of %d collectives, err %v; want all", where, i, sr.done, w.k, sr.err)
 		case w.mismatch == 0 && w.dies >= 0 && sr.err != nil:
-			var le *LateError
+			var le *comm.LateError
 			if !errors.As(sr.err, &le) || !contains(le.Ranks, w.dies) {
 				t.Errorf("%s: rank %d ended with %v; want its deadline naming rank %d", where, i, sr.err, w.dies)
 			}

@@ -1,4 +1,4 @@
-package comm
+package tier
 
 import (
 	"encoding/binary"
@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // The kernels are checked element by element against a reference written
@@ -18,26 +20,26 @@ import (
 // out, and integer results wrapped modulo 2^bits.
 
 // elem reads element i of b (little-endian) as its bits.
-func elem(dt DType, b []byte, i int) uint64 {
+func elem(dt comm.DType, b []byte, i int) uint64 {
 	var w [8]byte
 	copy(w[:], b[i*dt.Size():(i+1)*dt.Size()])
 	return binary.LittleEndian.Uint64(w[:])
 }
 
-func putElem(dt DType, b []byte, i int, bits uint64) {
+func putElem(dt comm.DType, b []byte, i int, bits uint64) {
 	var w [8]byte
 	binary.LittleEndian.PutUint64(w[:], bits)
 	copy(b[i*dt.Size():(i+1)*dt.Size()], w[:dt.Size()])
 }
 
 // refFloat is the exact value of the bits of a float element.
-func refFloat(dt DType, bits uint64) float64 {
+func refFloat(dt comm.DType, bits uint64) float64 {
 	switch dt {
-	case F32:
+	case comm.F32:
 		return float64(math.Float32frombits(uint32(bits)))
-	case F64:
+	case comm.F64:
 		return math.Float64frombits(bits)
-	case F16:
+	case comm.F16:
 		return refF16.decode(uint16(bits))
 	default:
 		return refBF16.decode(uint16(bits))
@@ -45,13 +47,13 @@ func refFloat(dt DType, bits uint64) float64 {
 }
 
 // refInt is the value of the bits of an integer element.
-func refInt(dt DType, bits uint64) *big.Int {
+func refInt(dt comm.DType, bits uint64) *big.Int {
 	switch dt {
-	case I8:
+	case comm.I8:
 		return big.NewInt(int64(int8(bits)))
-	case I32:
+	case comm.I32:
 		return big.NewInt(int64(int32(bits)))
-	case I64:
+	case comm.I64:
 		return big.NewInt(int64(bits))
 	}
 	return new(big.Int).SetUint64(bits)
@@ -59,13 +61,13 @@ func refInt(dt DType, bits uint64) *big.Int {
 
 // refEncode rounds a float64 that holds a value of the compute type (float32
 // for the 16-bit types) to dt's bits.
-func refEncode(dt DType, x float64) uint64 {
+func refEncode(dt comm.DType, x float64) uint64 {
 	switch dt {
-	case F32:
+	case comm.F32:
 		return uint64(math.Float32bits(float32(x))) // exact: x is a float32
-	case F64:
+	case comm.F64:
 		return math.Float64bits(x)
-	case F16:
+	case comm.F16:
 		return uint64(refF16.round(x))
 	default:
 		return uint64(refBF16.round(x))
@@ -75,24 +77,24 @@ func refEncode(dt DType, x float64) uint64 {
 // refReduce is a op b on dt's bits. anyNaN says that the result must be a
 // NaN but IEEE leaves its payload open (Sum and Prod with a NaN operand, or
 // an invalid operation).
-func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
-	if op == Avg {
-		op = Sum
+func refReduce(dt comm.DType, op comm.ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
+	if op == comm.Avg {
+		op = comm.Sum
 	}
 	if !dt.IsFloat() {
 		x, y := refInt(dt, a), refInt(dt, b)
 		var r *big.Int
 		switch op {
-		case Sum:
+		case comm.Sum:
 			r = new(big.Int).Add(x, y)
-		case Prod:
+		case comm.Prod:
 			r = new(big.Int).Mul(x, y)
-		case Min:
+		case comm.Min:
 			if y.Cmp(x) < 0 {
 				return b, false
 			}
 			return a, false
-		case Max:
+		case comm.Max:
 			if y.Cmp(x) > 0 {
 				return b, false
 			}
@@ -104,7 +106,7 @@ func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
 	x, y := refFloat(dt, a), refFloat(dt, b)
 	xNaN, yNaN := math.IsNaN(x), math.IsNaN(y)
 	switch op {
-	case Min, Max:
+	case comm.Min, comm.Max:
 		switch {
 		case xNaN:
 			return a, false
@@ -113,7 +115,7 @@ func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
 		}
 		yBelow := y < x || x == 0 && y == 0 && math.Signbit(y) && !math.Signbit(x)
 		yAbove := y > x || x == 0 && y == 0 && !math.Signbit(y) && math.Signbit(x)
-		if op == Min && yBelow || op == Max && yAbove {
+		if op == comm.Min && yBelow || op == comm.Max && yAbove {
 			return b, false
 		}
 		return a, false
@@ -125,15 +127,15 @@ func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
 	negProd := math.Signbit(x) != math.Signbit(y)
 	var r float64
 	switch {
-	case op == Sum && xInf && yInf && math.Signbit(x) != math.Signbit(y):
+	case op == comm.Sum && xInf && yInf && math.Signbit(x) != math.Signbit(y):
 		return 0, true // Inf - Inf
-	case op == Sum && xInf:
+	case op == comm.Sum && xInf:
 		r = x
-	case op == Sum && yInf:
+	case op == comm.Sum && yInf:
 		r = y
-	case op == Prod && (xInf && y == 0 || yInf && x == 0):
+	case op == comm.Prod && (xInf && y == 0 || yInf && x == 0):
 		return 0, true // Inf × 0
-	case op == Prod && (xInf || yInf):
+	case op == comm.Prod && (xInf || yInf):
 		r = math.Inf(1)
 		if negProd {
 			r = math.Inf(-1)
@@ -141,12 +143,12 @@ func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
 	default:
 		rx, ry := new(big.Rat).SetFloat64(x), new(big.Rat).SetFloat64(y)
 		exact := new(big.Rat)
-		if op == Sum {
+		if op == comm.Sum {
 			exact.Add(rx, ry)
 		} else {
 			exact.Mul(rx, ry)
 		}
-		if dt == F64 {
+		if dt == comm.F64 {
 			r, _ = exact.Float64()
 		} else {
 			r32, _ := exact.Float32()
@@ -155,7 +157,7 @@ func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
 		if r == 0 { // exact zero or underflow: the sign rules of IEEE 754
 			neg := exact.Sign() < 0
 			if exact.Sign() == 0 {
-				neg = op == Sum && math.Signbit(x) && math.Signbit(y) || op == Prod && negProd
+				neg = op == comm.Sum && math.Signbit(x) && math.Signbit(y) || op == comm.Prod && negProd
 			}
 			r = 0
 			if neg {
@@ -166,41 +168,41 @@ func refReduce(dt DType, op ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
 	return refEncode(dt, r), false
 }
 
-func isNaNBits(dt DType, bits uint64) bool {
+func isNaNBits(dt comm.DType, bits uint64) bool {
 	switch dt {
-	case F32:
+	case comm.F32:
 		return bits&0x7fffffff > 0x7f800000
-	case F64:
+	case comm.F64:
 		return bits&^(1<<63) > 0x7ff0000000000000
-	case F16:
+	case comm.F16:
 		return bits&0x7fff > 0x7c00
-	case BF16:
+	case comm.BF16:
 		return bits&0x7fff > 0x7f80
 	}
 	return false
 }
 
 // edgeValues are the bits of the values where kernels go wrong.
-func edgeValues(dt DType) []uint64 {
+func edgeValues(dt comm.DType) []uint64 {
 	switch dt {
-	case F32:
+	case comm.F32:
 		return []uint64{0, 0x80000000, 1, 0x80000001, 0x007fffff, 0x00800000, 0x80800000, 0x3f800000, 0xbf800000,
 			0x3f800001, 0x33800000, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
 			0x40000000, 0x3f000000, 0x5f800000}
-	case F64:
+	case comm.F64:
 		return []uint64{0, 1 << 63, 1, 1<<63 | 1, 0x000fffffffffffff, 0x0010000000000000, 0x3ff0000000000000,
 			0xbff0000000000000, 0x3ff0000000000001, 0x3ca0000000000000, 0x7fefffffffffffff, 0xffefffffffffffff,
 			0x7ff0000000000000, 0xfff0000000000000, 0x7ff8000000000000, 0xfff8000000000001, 0x7ff0000000000001,
 			0x4000000000000000, 0x5ff0000000000000}
-	case F16:
+	case comm.F16:
 		return []uint64{0, 0x8000, 1, 0x8001, 0x03ff, 0x0400, 0x8400, 0x3c00, 0xbc00, 0x3c01, 0x1400, 0x1000, 0x0c00,
 			0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7c01, 0x4000, 0x3800, 0x5bff, 0x5c00}
-	case BF16:
+	case comm.BF16:
 		return []uint64{0, 0x8000, 1, 0x8001, 0x007f, 0x0080, 0x8080, 0x3f80, 0xbf80, 0x3f81, 0x3b80, 0x3b00,
 			0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81, 0x4000, 0x3f00, 0x5f80, 0x1f80}
-	case I8, U8:
+	case comm.I8, comm.U8:
 		return []uint64{0, 1, 0x7f, 0x80, 0xff, 0x81, 2, 0x40}
-	case I32, U32:
+	case comm.I32, comm.U32:
 		return []uint64{0, 1, 0x7fffffff, 0x80000000, 0xffffffff, 0x80000001, 2, 0x10000, 0xffff}
 	default:
 		return []uint64{0, 1, 1<<63 - 1, 1 << 63, 1<<64 - 1, 1<<63 + 1, 2, 1 << 32, 1<<32 - 1}
@@ -210,7 +212,7 @@ func edgeValues(dt DType) []uint64 {
 // randomValue is either random bits (every exponent, NaNs and Infs among
 // them), an ordinary value of moderate magnitude (where rounding decides the
 // last bit), or an edge value.
-func randomValue(dt DType, rng *rand.Rand) uint64 {
+func randomValue(dt comm.DType, rng *rand.Rand) uint64 {
 	switch rng.IntN(5) {
 	case 0:
 		return rng.Uint64() >> (64 - 8*dt.Size())
@@ -220,13 +222,13 @@ func randomValue(dt DType, rng *rand.Rand) uint64 {
 	}
 	sign := uint64(rng.IntN(2))
 	switch dt {
-	case F32:
+	case comm.F32:
 		return sign<<31 | uint64(117+rng.IntN(20))<<23 | rng.Uint64()&0x7fffff
-	case F64:
+	case comm.F64:
 		return sign<<63 | uint64(1013+rng.IntN(20))<<52 | rng.Uint64()&(1<<52-1)
-	case F16:
+	case comm.F16:
 		return sign<<15 | uint64(10+rng.IntN(10))<<10 | rng.Uint64()&0x3ff
-	case BF16:
+	case comm.BF16:
 		return sign<<15 | uint64(117+rng.IntN(20))<<7 | rng.Uint64()&0x7f
 	}
 	v := uint64(rng.IntN(7)) - 3 // small integers, for Prod
@@ -235,7 +237,7 @@ func randomValue(dt DType, rng *rand.Rand) uint64 {
 
 // checkKernel runs the kernel of dt and op on dst and src and compares every
 // element with the reference.
-func checkKernel(t *testing.T, dt DType, op ReduceOp, dst, src []byte) {
+func checkKernel(t *testing.T, dt comm.DType, op comm.ReduceOp, dst, src []byte) {
 	t.Helper()
 	kernel, err := ReduceFunc(dt, op)
 	if err != nil {
@@ -263,7 +265,7 @@ func checkKernel(t *testing.T, dt DType, op ReduceOp, dst, src []byte) {
 	}
 }
 
-func describe(dt DType, bits uint64) string {
+func describe(dt comm.DType, bits uint64) string {
 	if dt.IsFloat() {
 		return fmt.Sprint(refFloat(dt, bits))
 	}
@@ -271,9 +273,9 @@ func describe(dt DType, bits uint64) string {
 }
 
 func TestReduceEveryDTypeAndOp(t *testing.T) {
-	for _, dt := range DTypes {
-		for _, op := range ReduceOps {
-			if CanReduce(dt, op) != nil {
+	for _, dt := range comm.DTypes {
+		for _, op := range comm.ReduceOps {
+			if comm.CanReduce(dt, op) != nil {
 				continue
 			}
 			t.Run(dt.String()+"/"+op.String(), func(t *testing.T) {
@@ -293,7 +295,7 @@ func TestReduceEveryDTypeAndOp(t *testing.T) {
 
 // TestReduceEdgePairs: every pair of edge values, both ways round.
 func TestReduceEdgePairs(t *testing.T) {
-	for _, dt := range DTypes {
+	for _, dt := range comm.DTypes {
 		edges := edgeValues(dt)
 		dst, src := make([]byte, len(edges)*len(edges)*dt.Size()), make([]byte, len(edges)*len(edges)*dt.Size())
 		for i, a := range edges {
@@ -302,8 +304,8 @@ func TestReduceEdgePairs(t *testing.T) {
 				putElem(dt, src, i*len(edges)+j, b)
 			}
 		}
-		for _, op := range ReduceOps {
-			if CanReduce(dt, op) == nil {
+		for _, op := range comm.ReduceOps {
+			if comm.CanReduce(dt, op) == nil {
 				checkKernel(t, dt, op, append([]byte(nil), dst...), src)
 			}
 		}
@@ -317,14 +319,14 @@ func TestReduceHalfRandomPairs(t *testing.T) {
 	if testing.Short() {
 		n = 2000
 	}
-	for _, dt := range []DType{F16, BF16} {
+	for _, dt := range []comm.DType{comm.F16, comm.BF16} {
 		rng := rand.New(rand.NewPCG(3, uint64(dt)))
 		dst, src := make([]byte, 2*n), make([]byte, 2*n)
 		for i := range n {
 			putElem(dt, dst, i, uint64(rng.Uint32()&0xffff))
 			putElem(dt, src, i, randomValue(dt, rng))
 		}
-		for _, op := range []ReduceOp{Sum, Prod} {
+		for _, op := range []comm.ReduceOp{comm.Sum, comm.Prod} {
 			checkKernel(t, dt, op, append([]byte(nil), dst...), src)
 		}
 	}
@@ -336,34 +338,34 @@ func TestReduceRounding(t *testing.T) {
 	f16 := func(x float64) uint64 { return uint64(refF16.round(x)) }
 	bf16 := func(x float64) uint64 { return uint64(refBF16.round(x)) }
 	cases := []struct {
-		dt         DType
-		op         ReduceOp
+		dt         comm.DType
+		op         comm.ReduceOp
 		a, b, want uint64
 	}{
-		{F16, Sum, 0x3c00, f16(0x1p-11), 0x3c00},                               // 1 + half ulp: tie, to even
-		{F16, Sum, 0x3c01, f16(0x1p-11), 0x3c02},                               // odd + half ulp: tie, up to even
-		{F16, Sum, 0x7bff, f16(16), 0x7c00},                                    // 65504 + 16 = 65520: overflow
-		{F16, Sum, 0x7bff, f16(8), 0x7bff},                                     // 65512 rounds back
-		{F16, Sum, 0x0001, 0x8001, 0x0000},                                     // x + -x = +0
-		{F16, Sum, 0x8000, 0x8000, 0x8000},                                     // -0 + -0 = -0
-		{F16, Prod, 0x0001, 0x3800, 0x0000},                                    // 2^-24 × 0.5 = 2^-25: tie to zero
-		{F16, Prod, 0x8001, 0x3800, 0x8000},                                    // … keeping the sign
-		{F16, Prod, 0x0003, 0x3800, 0x0002},                                    // 1.5 units: tie, to even 2
-		{BF16, Sum, 0x3f80, bf16(0x1p-8), 0x3f80},                              // 1 + half ulp: tie, to even
-		{BF16, Sum, 0x3f81, bf16(0x1p-8), 0x3f82},                              // odd + half ulp: up to even
-		{BF16, Sum, 0x7f7f, 0x7f7f, 0x7f80},                                    // overflow
-		{F16, Min, 0x0000, 0x8000, 0x8000},                                     // min(+0, -0) = -0
-		{F16, Min, 0x8000, 0x0000, 0x8000},                                     // either order
-		{F16, Max, 0x8000, 0x0000, 0x0000},                                     // max(-0, +0) = +0
-		{F16, Max, 0x7e01, 0x7e02, 0x7e01},                                     // two NaNs: dst's
-		{F16, Min, 0x3c00, 0xfe03, 0xfe03},                                     // a NaN in src wins, bits kept
-		{F32, Max, 0x7f800001, 0x3f800000, 0x7f800001},                         // a signaling NaN in dst, bits kept
-		{F64, Min, 0x3ff0000000000000, 0xfff0000000000000, 0xfff0000000000000}, // -Inf
-		{I8, Sum, 0x7f, 0x01, 0x80},                                            // 127 + 1 wraps to -128
-		{U8, Sum, 0xff, 0x02, 0x01},                                            // 255 + 2 wraps to 1
-		{I32, Prod, 0x10000, 0x10000, 0},                                       // 2^32 wraps to 0
-		{I64, Min, 1 << 63, 0, 1 << 63},                                        // math.MinInt64
-		{U64, Max, 1 << 63, 1, 1 << 63},                                        // unsigned compare
+		{comm.F16, comm.Sum, 0x3c00, f16(0x1p-11), 0x3c00},                               // 1 + half ulp: tie, to even
+		{comm.F16, comm.Sum, 0x3c01, f16(0x1p-11), 0x3c02},                               // odd + half ulp: tie, up to even
+		{comm.F16, comm.Sum, 0x7bff, f16(16), 0x7c00},                                    // 65504 + 16 = 65520: overflow
+		{comm.F16, comm.Sum, 0x7bff, f16(8), 0x7bff},                                     // 65512 rounds back
+		{comm.F16, comm.Sum, 0x0001, 0x8001, 0x0000},                                     // x + -x = +0
+		{comm.F16, comm.Sum, 0x8000, 0x8000, 0x8000},                                     // -0 + -0 = -0
+		{comm.F16, comm.Prod, 0x0001, 0x3800, 0x0000},                                    // 2^-24 × 0.5 = 2^-25: tie to zero
+		{comm.F16, comm.Prod, 0x8001, 0x3800, 0x8000},                                    // … keeping the sign
+		{comm.F16, comm.Prod, 0x0003, 0x3800, 0x0002},                                    // 1.5 units: tie, to even 2
+		{comm.BF16, comm.Sum, 0x3f80, bf16(0x1p-8), 0x3f80},                              // 1 + half ulp: tie, to even
+		{comm.BF16, comm.Sum, 0x3f81, bf16(0x1p-8), 0x3f82},                              // odd + half ulp: up to even
+		{comm.BF16, comm.Sum, 0x7f7f, 0x7f7f, 0x7f80},                                    // overflow
+		{comm.F16, comm.Min, 0x0000, 0x8000, 0x8000},                                     // min(+0, -0) = -0
+		{comm.F16, comm.Min, 0x8000, 0x0000, 0x8000},                                     // either order
+		{comm.F16, comm.Max, 0x8000, 0x0000, 0x0000},                                     // max(-0, +0) = +0
+		{comm.F16, comm.Max, 0x7e01, 0x7e02, 0x7e01},                                     // two NaNs: dst's
+		{comm.F16, comm.Min, 0x3c00, 0xfe03, 0xfe03},                                     // a NaN in src wins, bits kept
+		{comm.F32, comm.Max, 0x7f800001, 0x3f800000, 0x7f800001},                         // a signaling NaN in dst, bits kept
+		{comm.F64, comm.Min, 0x3ff0000000000000, 0xfff0000000000000, 0xfff0000000000000}, // -Inf
+		{comm.I8, comm.Sum, 0x7f, 0x01, 0x80},                                            // 127 + 1 wraps to -128
+		{comm.U8, comm.Sum, 0xff, 0x02, 0x01},                                            // 255 + 2 wraps to 1
+		{comm.I32, comm.Prod, 0x10000, 0x10000, 0},                                       // 2^32 wraps to 0
+		{comm.I64, comm.Min, 1 << 63, 0, 1 << 63},                                        // math.MinInt64
+		{comm.U64, comm.Max, 1 << 63, 1, 1 << 63},                                        // unsigned compare
 	}
 	for _, c := range cases {
 		dst, src := make([]byte, c.dt.Size()), make([]byte, c.dt.Size())
@@ -383,8 +385,8 @@ func TestReduceRounding(t *testing.T) {
 // TestReduceInPlace: dst and src may be the same memory.
 func TestReduceInPlace(t *testing.T) {
 	x := []float32{1, -2, 3.5, 0}
-	b := Host(x).Bytes()
-	kernel, _ := ReduceFunc(F32, Sum)
+	b := comm.Host(x).Bytes()
+	kernel, _ := ReduceFunc(comm.F32, comm.Sum)
 	kernel(b, b)
 	if want := []float32{2, -4, 7, 0}; fmt.Sprint(x) != fmt.Sprint(want) {
 		t.Fatalf("in-place sum gave %v, want %v", x, want)
@@ -394,7 +396,7 @@ func TestReduceInPlace(t *testing.T) {
 // TestReduceLongUnrolled runs lengths around the unrolling and word sizes of
 // the loops, with rank-distinct-like data, through every Sum kernel.
 func TestReduceLongUnrolled(t *testing.T) {
-	for _, dt := range DTypes {
+	for _, dt := range comm.DTypes {
 		rng := rand.New(rand.NewPCG(5, uint64(dt)))
 		for n := range 20 {
 			dst, src := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
@@ -402,8 +404,8 @@ func TestReduceLongUnrolled(t *testing.T) {
 				putElem(dt, dst, i, randomValue(dt, rng))
 				putElem(dt, src, i, randomValue(dt, rng))
 			}
-			checkKernel(t, dt, Sum, dst, src)
-			checkKernel(t, dt, Prod, dst, src)
+			checkKernel(t, dt, comm.Sum, dst, src)
+			checkKernel(t, dt, comm.Prod, dst, src)
 		}
 	}
 }
@@ -414,7 +416,7 @@ func TestReduceLongUnrolled(t *testing.T) {
 // kernels element-aligned offsets.
 func TestReduceOffsets(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 29))
-	for _, dt := range DTypes {
+	for _, dt := range comm.DTypes {
 		es := dt.Size()
 		for od := 0; od < 8; od += es {
 			for os := 0; os < 8; os += es {
@@ -425,7 +427,7 @@ func TestReduceOffsets(t *testing.T) {
 						putElem(dt, dst, i, randomValue(dt, rng))
 						putElem(dt, src, i, randomValue(dt, rng))
 					}
-					checkKernel(t, dt, Sum, dst, src)
+					checkKernel(t, dt, comm.Sum, dst, src)
 				}
 			}
 		}
@@ -434,16 +436,16 @@ func TestReduceOffsets(t *testing.T) {
 
 func TestReduceFuncRefuses(t *testing.T) {
 	cases := []struct {
-		dt   DType
-		op   ReduceOp
+		dt   comm.DType
+		op   comm.ReduceOp
 		want string
 	}{
-		{I32, Avg, "avg is not defined on integer dtype i32"},
-		{U8, Avg, "avg is not defined"},
-		{0, Sum, "invalid dtype"},
-		{U64 + 1, Sum, "invalid dtype"},
-		{F32, 0, "invalid reduce op"},
-		{F32, Avg + 1, "invalid reduce op"},
+		{comm.I32, comm.Avg, "avg is not defined on integer dtype i32"},
+		{comm.U8, comm.Avg, "avg is not defined"},
+		{0, comm.Sum, "invalid dtype"},
+		{comm.U64 + 1, comm.Sum, "invalid dtype"},
+		{comm.F32, 0, "invalid reduce op"},
+		{comm.F32, comm.Avg + 1, "invalid reduce op"},
 	}
 	for _, c := range cases {
 		k, err := ReduceFunc(c.dt, c.op)
@@ -455,15 +457,15 @@ func TestReduceFuncRefuses(t *testing.T) {
 
 // TestReduceAvgIsSum: Avg reduces like Sum; the division comes at the end.
 func TestReduceAvgIsSum(t *testing.T) {
-	for _, dt := range []DType{F32, F64, F16, BF16} {
+	for _, dt := range []comm.DType{comm.F32, comm.F64, comm.F16, comm.BF16} {
 		rng := rand.New(rand.NewPCG(9, uint64(dt)))
 		dst, src := make([]byte, 64*dt.Size()), make([]byte, 64*dt.Size())
 		for i := range 64 {
 			putElem(dt, dst, i, randomValue(dt, rng))
 			putElem(dt, src, i, randomValue(dt, rng))
 		}
-		sum, _ := ReduceFunc(dt, Sum)
-		avg, _ := ReduceFunc(dt, Avg)
+		sum, _ := ReduceFunc(dt, comm.Sum)
+		avg, _ := ReduceFunc(dt, comm.Avg)
 		d1, d2 := append([]byte(nil), dst...), append([]byte(nil), dst...)
 		sum(d1, src)
 		avg(d2, src)
@@ -477,10 +479,10 @@ func TestReduceAvgIsSum(t *testing.T) {
 
 func TestReduceKernelPanicsOnBadLengths(t *testing.T) {
 	for _, c := range []struct {
-		dt       DType
+		dt       comm.DType
 		dst, src int
-	}{{F32, 8, 4}, {F32, 4, 8}, {F32, 6, 6}, {F64, 12, 12}, {F16, 3, 3}, {I8, 2, 3}} {
-		kernel, _ := ReduceFunc(c.dt, Sum)
+	}{{comm.F32, 8, 4}, {comm.F32, 4, 8}, {comm.F32, 6, 6}, {comm.F64, 12, 12}, {comm.F16, 3, 3}, {comm.I8, 2, 3}} {
+		kernel, _ := ReduceFunc(c.dt, comm.Sum)
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -493,7 +495,7 @@ func TestReduceKernelPanicsOnBadLengths(t *testing.T) {
 }
 
 // refAvg is x/n rounded once to dt.
-func refAvg(dt DType, bits uint64, n int) (want uint64, anyNaN bool) {
+func refAvg(dt comm.DType, bits uint64, n int) (want uint64, anyNaN bool) {
 	x := refFloat(dt, bits)
 	switch {
 	case math.IsNaN(x):
@@ -501,17 +503,17 @@ func refAvg(dt DType, bits uint64, n int) (want uint64, anyNaN bool) {
 	case math.IsInf(x, 0) || x == 0:
 		return bits, false
 	}
-	if dt == F16 {
+	if dt == comm.F16 {
 		return uint64(refF16.roundQuo(x, n)), false
 	}
-	if dt == BF16 {
+	if dt == comm.BF16 {
 		return uint64(refBF16.roundQuo(x, n)), false
 	}
 	q := new(big.Rat).SetFloat64(x)
 	q.Quo(q, big.NewRat(int64(n), 1))
 	var r float64
 	switch dt {
-	case F32:
+	case comm.F32:
 		r32, _ := q.Float32()
 		return uint64(math.Float32bits(r32)) | bits&0x80000000, false // an underflow to zero keeps the sign
 	}
@@ -519,7 +521,7 @@ func refAvg(dt DType, bits uint64, n int) (want uint64, anyNaN bool) {
 	return math.Float64bits(r) | bits&(1<<63), false
 }
 
-func checkAvg(t *testing.T, dt DType, values []uint64, n int) {
+func checkAvg(t *testing.T, dt comm.DType, values []uint64, n int) {
 	t.Helper()
 	buf := make([]byte, len(values)*dt.Size())
 	for i, v := range values {
@@ -543,7 +545,7 @@ func TestFinishAvg(t *testing.T) {
 		all[i] = uint64(i)
 	}
 	ns := []int{3, 7}
-	for _, dt := range []DType{F16, BF16} {
+	for _, dt := range []comm.DType{comm.F16, comm.BF16} {
 		for _, n := range ns {
 			checkAvg(t, dt, all, n)
 		}
@@ -556,7 +558,7 @@ func TestFinishAvg(t *testing.T) {
 			checkAvg(t, dt, some, n)
 		}
 	}
-	for _, dt := range []DType{F32, F64} {
+	for _, dt := range []comm.DType{comm.F32, comm.F64} {
 		rng := rand.New(rand.NewPCG(17, uint64(dt)))
 		values := append([]uint64(nil), edgeValues(dt)...)
 		for range 5000 {
@@ -570,10 +572,10 @@ func TestFinishAvg(t *testing.T) {
 
 func TestFinishAvgPanics(t *testing.T) {
 	for _, c := range []struct {
-		dt DType
+		dt comm.DType
 		n  int
 		b  int
-	}{{I32, 2, 8}, {U8, 2, 1}, {F32, 0, 8}, {F32, -1, 8}, {F64, 2, 4}, {0, 2, 4}} {
+	}{{comm.I32, 2, 8}, {comm.U8, 2, 1}, {comm.F32, 0, 8}, {comm.F32, -1, 8}, {comm.F64, 2, 4}, {0, 2, 4}} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -589,9 +591,9 @@ func TestFinishAvgPanics(t *testing.T) {
 // (any NaN for a NaN y under Sum and Prod, which quiet it; and +0 for y = -0
 // under float Sum, since the documented identity is +0, not IEEE's -0).
 func TestFillIdentity(t *testing.T) {
-	for _, dt := range DTypes {
-		for _, op := range ReduceOps {
-			if CanReduce(dt, op) != nil {
+	for _, dt := range comm.DTypes {
+		for _, op := range comm.ReduceOps {
+			if comm.CanReduce(dt, op) != nil {
 				continue
 			}
 			for _, n := range []int{0, 1, 7, 1000} {
@@ -620,11 +622,11 @@ func TestFillIdentity(t *testing.T) {
 			kernel(id, src)
 			for i, y := range ys {
 				got := elem(dt, id, i)
-				sum := op == Sum || op == Avg
+				sum := op == comm.Sum || op == comm.Avg
 				if dt.IsFloat() && sum && y == uint64(1)<<(8*dt.Size()-1) { // -0
 					y = 0
 				}
-				if got != y && !(isNaNBits(dt, y) && isNaNBits(dt, got) && (sum || op == Prod)) {
+				if got != y && !(isNaNBits(dt, y) && isNaNBits(dt, got) && (sum || op == comm.Prod)) {
 					t.Fatalf("%v %v: identity op %#x = %#x, want %#x", dt, op, y, got, y)
 				}
 			}
@@ -632,12 +634,12 @@ func TestFillIdentity(t *testing.T) {
 	}
 	// The documented values.
 	for _, c := range []struct {
-		dt   DType
-		op   ReduceOp
+		dt   comm.DType
+		op   comm.ReduceOp
 		want uint64
 	}{
-		{F32, Sum, 0}, {F64, Avg, 0}, {F16, Prod, 0x3c00}, {BF16, Min, 0x7f80}, {F16, Max, 0xfc00},
-		{I8, Min, 0x7f}, {I8, Max, 0x80}, {U32, Min, 0xffffffff}, {U32, Max, 0}, {I64, Prod, 1}, {U64, Sum, 0},
+		{comm.F32, comm.Sum, 0}, {comm.F64, comm.Avg, 0}, {comm.F16, comm.Prod, 0x3c00}, {comm.BF16, comm.Min, 0x7f80}, {comm.F16, comm.Max, 0xfc00},
+		{comm.I8, comm.Min, 0x7f}, {comm.I8, comm.Max, 0x80}, {comm.U32, comm.Min, 0xffffffff}, {comm.U32, comm.Max, 0}, {comm.I64, comm.Prod, 1}, {comm.U64, comm.Sum, 0},
 	} {
 		buf := make([]byte, c.dt.Size())
 		FillIdentity(c.dt, c.op, buf)
@@ -649,10 +651,10 @@ func TestFillIdentity(t *testing.T) {
 
 func TestFillIdentityPanics(t *testing.T) {
 	for _, c := range []struct {
-		dt DType
-		op ReduceOp
+		dt comm.DType
+		op comm.ReduceOp
 		b  int
-	}{{0, Sum, 4}, {F32, 0, 4}, {F32, Sum, 3}} {
+	}{{0, comm.Sum, 4}, {comm.F32, 0, 4}, {comm.F32, comm.Sum, 3}} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -676,28 +678,28 @@ func TestFillIdentityPanics(t *testing.T) {
 // their result is only required to be a NaN. (f16 and bf16 have no vector
 // kernels: their results must match exactly.)
 func TestVectorKernelsMatchScalar(t *testing.T) {
-	inUse := reflect.ValueOf(kernels[F32][Sum]).Pointer() != reflect.ValueOf(scalarKernels[F32][Sum]).Pointer()
+	inUse := reflect.ValueOf(kernels[comm.F32][comm.Sum]).Pointer() != reflect.ValueOf(scalarKernels[comm.F32][comm.Sum]).Pointer()
 	t.Logf("vector kernels in use: %v", inUse)
-	quiet := func(dt DType, bits uint64) uint64 {
-		if dt == F32 {
+	quiet := func(dt comm.DType, bits uint64) uint64 {
+		if dt == comm.F32 {
 			return bits | 1<<22
 		}
 		return bits | 1<<51
 	}
-	nan := func(dt DType, rng *rand.Rand) uint64 {
+	nan := func(dt comm.DType, rng *rand.Rand) uint64 {
 		switch dt {
-		case F32:
+		case comm.F32:
 			return uint64(rng.IntN(2))<<31 | 0x7f800000 | (1 + rng.Uint64()%(1<<23-1))
-		case F64:
+		case comm.F64:
 			return uint64(rng.IntN(2))<<63 | 0x7ff0000000000000 | (1 + rng.Uint64()%(1<<52-1))
 		}
 		return randomValue(dt, rng)
 	}
 	lengths := []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 1000, 4099}
-	for _, dt := range DTypes {
+	for _, dt := range comm.DTypes {
 		es := dt.Size()
-		for _, op := range []ReduceOp{Sum, Prod, Min, Max} {
-			if CanReduce(dt, op) != nil {
+		for _, op := range []comm.ReduceOp{comm.Sum, comm.Prod, comm.Min, comm.Max} {
+			if comm.CanReduce(dt, op) != nil {
 				continue
 			}
 			vector, scalar := kernels[dt][op], scalarKernels[dt][op]
@@ -722,7 +724,7 @@ func TestVectorKernelsMatchScalar(t *testing.T) {
 					for i := range n {
 						a, b := elem(dt, dst, i), elem(dt, src, i)
 						w, g := elem(dt, want, i), elem(dt, got, i)
-						if (dt == F32 || dt == F64) && (op == Sum || op == Prod) && isNaNBits(dt, a) && isNaNBits(dt, b) {
+						if (dt == comm.F32 || dt == comm.F64) && (op == comm.Sum || op == comm.Prod) && isNaNBits(dt, a) && isNaNBits(dt, b) {
 							if !isNaNBits(dt, w) {
 								t.Fatalf("%v %v n=%d [%d]: scalar %#x op %#x = %#x, want a NaN", dt, op, n, i, a, b, w)
 							}
@@ -744,3 +746,7 @@ func TestVectorKernelsMatchScalar(t *testing.T) {
 		}
 	}
 }
+
+// alignedBytes returns n zero bytes aligned for every dtype (8 bytes), as the
+// reduction kernels expect.
+func alignedBytes(n int) []byte { return comm.Host(make([]uint64, (n+7)/8)).Bytes()[:n] }

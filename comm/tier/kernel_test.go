@@ -1,15 +1,17 @@
-package comm
+package tier
 
 import (
 	"encoding/binary"
 	"math"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // TestKernel: NewKernel refuses what ReduceFunc refuses, reduces with the
 // op's step, and Finish divides for Avg only.
 func TestKernel(t *testing.T) {
-	if _, err := NewKernel(I32, Avg); err == nil {
+	if _, err := NewKernel(comm.I32, comm.Avg); err == nil {
 		t.Error("Avg on i32 accepted")
 	}
 	f32 := func(xs ...float32) []byte {
@@ -21,14 +23,14 @@ func TestKernel(t *testing.T) {
 	}
 	at := func(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
 	for _, c := range []struct {
-		op   ReduceOp
+		op   comm.ReduceOp
 		want float32
-	}{{Sum, 6}, {Avg, 3}, {Max, 4}} {
-		k, err := NewKernel(F32, c.op)
+	}{{comm.Sum, 6}, {comm.Avg, 3}, {comm.Max, 4}} {
+		k, err := NewKernel(comm.F32, c.op)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k.Size != 4 || k.DType != F32 || k.Op != c.op {
+		if k.Size != 4 || k.DType != comm.F32 || k.Op != c.op {
 			t.Errorf("%v: kernel %+v", c.op, k)
 		}
 		dst := f32(2)

@@ -1,4 +1,4 @@
-package comm
+package tier
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // FlightRecorder keeps a communicator's last collectives — what each was
@@ -38,12 +40,12 @@ type FlightRecorder struct {
 // FlightRecord is one collective in a FlightRecorder.
 type FlightRecord struct {
 	Seq        uint64
-	Call       Signature
+	Call       comm.Signature
 	Start, End time.Time // End is zero while it runs
 	// Err is how it ended (nil: it succeeded, or it still runs).
 	Err error
 	// Behind are the ranks it was left waiting on, as its error names them
-	// (*LateError, or the peer of a failure), with the last collective
+	// (*comm.LateError, or the peer of a failure), with the last collective
 	// each had started where known (0 otherwise).
 	Behind []int
 	Last   []uint64
@@ -172,7 +174,7 @@ func (f *FlightRecorder) find(seq uint64) *FlightRecord {
 }
 
 // begin records that collective seq started now.
-func (f *FlightRecorder) begin(seq uint64, call Signature) {
+func (f *FlightRecorder) begin(seq uint64, call comm.Signature) {
 	now := time.Now()
 	f.mu.Lock()
 	f.ring[f.next] = FlightRecord{Seq: seq, Call: call, Start: now}
@@ -204,7 +206,7 @@ func (f *FlightRecorder) end(seq uint64, err error) {
 
 // dumpWorthy says whether err is a failure the dump is for.
 func dumpWorthy(err error) bool {
-	for _, e := range []error{ErrTimeout, ErrAborted, ErrMismatch, ErrPeerFailed} {
+	for _, e := range []error{comm.ErrTimeout, comm.ErrAborted, comm.ErrMismatch, comm.ErrPeerFailed} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -214,11 +216,11 @@ func dumpWorthy(err error) bool {
 
 // behindOf is the ranks err says this rank was left waiting on.
 func behindOf(err error) ([]int, []uint64) {
-	var le *LateError
+	var le *comm.LateError
 	if errors.As(err, &le) {
 		return le.Ranks, le.Last
 	}
-	if b, ok := CulpritOf(err); ok && !b.Outside {
+	if b, ok := comm.CulpritOf(err); ok && !b.Outside {
 		return []int{b.Rank}, []uint64{0}
 	}
 	return nil, nil

@@ -1,22 +1,24 @@
-package comm
+package tier
 
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // call is an AllReduce of n floats, or, for a negative n, a Broadcast of
 // -n from root 0: two calls that a composed communicator routes apart.
-func call(n int) Signature {
+func call(n int) comm.Signature {
 	if n < 0 {
-		return Signature{Kind: KindBroadcast, DType: F32, Root: 0, Count: int64(-n)}
+		return comm.Signature{Kind: comm.KindBroadcast, DType: comm.F32, Root: 0, Count: int64(-n)}
 	}
-	return Signature{Kind: KindAllReduce, DType: F32, Op: Sum, Root: -1, Count: int64(n)}
+	return comm.Signature{Kind: comm.KindAllReduce, DType: comm.F32, Op: comm.Sum, Root: -1, Count: int64(n)}
 }
 
 // progressOf is a Progress that started the calls of ns in order.
-func progressOf(ns ...int) Progress {
-	var p Progress
+func progressOf(ns ...int) comm.Progress {
+	var p comm.Progress
 	for i, n := range ns {
 		p.Record(uint64(i+1), call(n))
 	}
@@ -24,7 +26,7 @@ func progressOf(ns ...int) Progress {
 }
 
 func TestProgressRemembersTheLatestCalls(t *testing.T) {
-	var p Progress
+	var p comm.Progress
 	if _, ok := p.Call(0); ok {
 		t.Errorf("a Progress that started nothing knows collective 0")
 	}
@@ -33,14 +35,14 @@ func TestProgressRemembersTheLatestCalls(t *testing.T) {
 	}
 	for s := uint64(0); s <= 22; s++ {
 		got, ok := p.Call(s)
-		want := s > 20-CensusWindow && s <= 20
+		want := s > 20-comm.CensusWindow && s <= 20
 		if ok != want || (ok && got != call(int(s))) {
 			t.Errorf("Call(%d) = %v, %t; want %t (call %v)", s, got, ok, want, call(int(s)))
 		}
 	}
-	q := Progress{}
-	q.Record(1, Signature{Kind: KindBarrier, Outer: Signature{Kind: KindBarrier}.OuterAt(1)})
-	if c, _ := q.Call(1); c.Outer != (Outer{}) {
+	q := comm.Progress{}
+	q.Record(1, comm.Signature{Kind: comm.KindBarrier, Outer: OuterAt(comm.Signature{Kind: comm.KindBarrier}, 1)})
+	if c, _ := q.Call(1); c.Outer != (comm.Outer{}) {
 		t.Errorf("Record kept the phases' Outer %v: a census compares the users' calls", c.Outer)
 	}
 }
@@ -48,9 +50,9 @@ func TestProgressRemembersTheLatestCalls(t *testing.T) {
 func TestProgressWireForm(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
-		var p Progress
+		var p comm.Progress
 		for s := range uint64(r.IntN(30)) {
-			p.Record(s+1, Signature{Kind: Kind(1 + r.IntN(14)), DType: DType(r.IntN(11)), Op: ReduceOp(r.IntN(6)),
+			p.Record(s+1, comm.Signature{Kind: comm.Kind(1 + r.IntN(14)), DType: comm.DType(r.IntN(11)), Op: comm.ReduceOp(r.IntN(6)),
 				Root: int32(r.IntN(9)) - 1, Count: r.Int64N(1<<40) - 1})
 		}
 		p.Stopped = r.IntN(2) == 0
@@ -86,54 +88,54 @@ func FuzzDecodeProgress(f *testing.F) {
 func TestJudge(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		mine     Progress
+		mine     comm.Progress
 		seq      uint64
-		answers  []Progress
+		answers  []comm.Progress
 		answered []bool
-		want     *MismatchError // Peer, Seq, Local, Remote
+		want     *comm.MismatchError // Peer, Seq, Local, Remote
 	}{
 		{name: "everyone agrees",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, 5), {}, progressOf(4, 5)}, answered: []bool{true, true, true}},
+			answers: []comm.Progress{progressOf(4, 5), {}, progressOf(4, 5)}, answered: []bool{true, true, true}},
 		{name: "a late rank is not a mismatch",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, 5), {}, progressOf(4)}, answered: []bool{true, true, true}},
+			answers: []comm.Progress{progressOf(4, 5), {}, progressOf(4)}, answered: []bool{true, true, true}},
 		{name: "the odd rank is named, with both calls",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, 5), {}, progressOf(4, -5)}, answered: []bool{true, true, true},
-			want: &MismatchError{Peer: 2, Seq: 2, Local: call(5), Remote: call(-5)}},
+			answers: []comm.Progress{progressOf(4, 5), {}, progressOf(4, -5)}, answered: []bool{true, true, true},
+			want: &comm.MismatchError{Peer: 2, Seq: 2, Local: call(5), Remote: call(-5)}},
 		{name: "the odd rank names the lowest other",
 			mine: progressOf(4, -5), seq: 2,
-			answers: []Progress{progressOf(4, 5), {}, progressOf(4, 5)}, answered: []bool{true, true, true},
-			want: &MismatchError{Peer: 0, Seq: 2, Local: call(-5), Remote: call(5)}},
+			answers: []comm.Progress{progressOf(4, 5), {}, progressOf(4, 5)}, answered: []bool{true, true, true},
+			want: &comm.MismatchError{Peer: 0, Seq: 2, Local: call(-5), Remote: call(5)}},
 		{name: "the first collective that differs, not the current one",
 			mine: progressOf(4, -5, 6), seq: 3,
-			answers: []Progress{progressOf(4, 5, 6), {}, progressOf(4, 5)}, answered: []bool{true, true, true},
-			want: &MismatchError{Peer: 0, Seq: 2, Local: call(-5), Remote: call(5)}},
+			answers: []comm.Progress{progressOf(4, 5, 6), {}, progressOf(4, 5)}, answered: []bool{true, true, true},
+			want: &comm.MismatchError{Peer: 0, Seq: 2, Local: call(-5), Remote: call(5)}},
 		{name: "no verdict while a rank is still before the collective that differs",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, -5), {}, progressOf(4)}, answered: []bool{true, true, true}},
+			answers: []comm.Progress{progressOf(4, -5), {}, progressOf(4)}, answered: []bool{true, true, true}},
 		{name: "the verdict once every rank that answered has started it",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, -5), {}, progressOf(4, 5, 6)}, answered: []bool{true, true, true},
-			want: &MismatchError{Peer: 0, Seq: 2, Local: call(5), Remote: call(-5)}},
+			answers: []comm.Progress{progressOf(4, -5), {}, progressOf(4, 5, 6)}, answered: []bool{true, true, true},
+			want: &comm.MismatchError{Peer: 0, Seq: 2, Local: call(5), Remote: call(-5)}},
 		{name: "a rank that stopped is not behind",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, -5), {}, {Started: 1, Calls: progressOf(4).Calls, Stopped: true}}, answered: []bool{true, true, true},
-			want: &MismatchError{Peer: 0, Seq: 2, Local: call(5), Remote: call(-5)}},
+			answers: []comm.Progress{progressOf(4, -5), {}, {Started: 1, Calls: progressOf(4).Calls, Stopped: true}}, answered: []bool{true, true, true},
+			want: &comm.MismatchError{Peer: 0, Seq: 2, Local: call(5), Remote: call(-5)}},
 		{name: "a call refused (unknown) mismatches nothing",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{func() Progress { p := progressOf(4); p.Record(2, Signature{}); return p }(), {}, progressOf(4, 5)}, answered: []bool{true, true, true}},
+			answers: []comm.Progress{func() comm.Progress { p := progressOf(4); p.Record(2, comm.Signature{}); return p }(), {}, progressOf(4, 5)}, answered: []bool{true, true, true}},
 		{name: "a rank that did not answer says nothing",
 			mine: progressOf(4, 5), seq: 2,
-			answers: []Progress{progressOf(4, 6), {}, {}}, answered: []bool{false, true, true}},
+			answers: []comm.Progress{progressOf(4, 6), {}, {}}, answered: []bool{false, true, true}},
 		{name: "beyond the window nothing is compared",
 			mine: progressOf(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), seq: 10,
-			answers: []Progress{progressOf(-1, 2, 3, 4, 5, 6, 7, 8, 9, 10), {}}, answered: []bool{true, true}},
+			answers: []comm.Progress{progressOf(-1, 2, 3, 4, 5, 6, 7, 8, 9, 10), {}}, answered: []bool{true, true}},
 		{name: "a rank ahead is compared where both remember",
 			mine: progressOf(1, 2), seq: 2,
-			answers: []Progress{progressOf(1, -2, 3, 4), {}}, answered: []bool{true, true},
-			want: &MismatchError{Peer: 0, Seq: 2, Local: call(2), Remote: call(-2)}},
+			answers: []comm.Progress{progressOf(1, -2, 3, 4), {}}, answered: []bool{true, true},
+			want: &comm.MismatchError{Peer: 0, Seq: 2, Local: call(2), Remote: call(-2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, _ := Judge(1, tc.mine, tc.seq, tc.answers, tc.answered) // this rank is rank 1

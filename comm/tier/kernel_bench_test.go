@@ -1,10 +1,12 @@
-package comm
+package tier
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // The reduction kernels against the two ceilings that matter: copy() of the
@@ -56,7 +58,7 @@ func BenchmarkPlainLoop(b *testing.B) {
 	for _, sz := range kernelBenchSizes {
 		b.Run(sz.name, func(b *testing.B) {
 			dst, src := benchBufs(sz.bytes)
-			fillBench(F32, Sum, dst, src)
+			fillBench(comm.F32, comm.Sum, dst, src)
 			d, s := view[float32](dst), view[float32](src)
 			b.SetBytes(int64(sz.bytes))
 			for b.Loop() {
@@ -68,8 +70,8 @@ func BenchmarkPlainLoop(b *testing.B) {
 
 func BenchmarkReduce(b *testing.B) {
 	bufs := map[int][2][]byte{}
-	for _, dt := range DTypes {
-		for _, op := range ReduceOps {
+	for _, dt := range comm.DTypes {
+		for _, op := range comm.ReduceOps {
 			kernel, err := ReduceFunc(dt, op)
 			if err != nil {
 				continue // avg on integers
@@ -97,7 +99,7 @@ func BenchmarkReduce(b *testing.B) {
 // slow on some CPUs and would measure the exception, not the kernel): dst in
 // [-1, 1], src in [-1, 1] for Sum and ±1 for Prod, so that repeated steps
 // neither grow nor shrink much. A 64 KiB pattern is repeated.
-func fillBench(dt DType, op ReduceOp, dst, src []byte) {
+func fillBench(dt comm.DType, op comm.ReduceOp, dst, src []byte) {
 	const pattern = 64 << 10
 	rng := rand.New(rand.NewPCG(1, uint64(dt)<<8|uint64(op)))
 	n := pattern / dt.Size()
@@ -105,25 +107,25 @@ func fillBench(dt DType, op ReduceOp, dst, src []byte) {
 	for i := range n {
 		pd[i] = rng.Float64()*2 - 1
 		ps[i] = rng.Float64()*2 - 1
-		if op == Prod {
+		if op == comm.Prod {
 			ps[i] = float64(1 - 2*rng.IntN(2))
 		}
 	}
 	enc := func(out []byte, v []float64) {
 		switch dt {
-		case F32:
+		case comm.F32:
 			for i, x := range v {
 				view[float32](out)[i] = float32(x)
 			}
-		case F64:
+		case comm.F64:
 			copy(view[float64](out), v)
-		case F16:
+		case comm.F16:
 			for i, x := range v {
-				view[Float16](out)[i] = Float16FromFloat64(x)
+				view[comm.Float16](out)[i] = comm.Float16FromFloat64(x)
 			}
-		case BF16:
+		case comm.BF16:
 			for i, x := range v {
-				view[BFloat16](out)[i] = BFloat16FromFloat64(x)
+				view[comm.BFloat16](out)[i] = comm.BFloat16FromFloat64(x)
 			}
 		default: // integers: random bits, wrapping is part of the job
 			for i := range out {

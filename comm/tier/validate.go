@@ -1,31 +1,36 @@
-package comm
+package tier
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"github.com/hiercomm/hiercomm/comm"
+)
 
 // Validate checks c on its own, on a communicator of the given rank and
-// size, and returns an *ArgError naming the first wrong argument. Every
-// implementation calls it before a collective touches the network, so bad
-// input is reported the same way everywhere. What only the other ranks can
-// check (that they agree) is the job of the Signature.
-func Validate(c Call, rank, size int) error {
-	if c.Refused != nil {
-		return refusal{c.Refused}
+// size, and returns a *comm.ArgError naming the first wrong argument, or,
+// for a call whose Phase (in ctx) the composed communicator refused, that
+// refusal. Every implementation calls it before a collective touches the
+// network, so bad input is reported the same way everywhere. What only
+// the other ranks can check (that they agree) is the job of the Signature.
+func Validate(ctx context.Context, c comm.Call, rank, size int) error {
+	if r := PhaseOf(ctx).Refused; r != nil {
+		return refusal{r}
 	}
 	bad := func(arg, format string, a ...any) error {
-		return &ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
+		return &comm.ArgError{Kind: c.Kind, Arg: arg, Problem: fmt.Sprintf(format, a...)}
 	}
-	if c.Kind == 0 || c.Kind > KindRecv { // KindSplit (after KindRecv) is a method, not a Call
+	if c.Kind == 0 || c.Kind > comm.KindRecv { // comm.KindSplit (after comm.KindRecv) is a method, not a Call
 		return bad("kind", "%v is not an operation Start can run", c.Kind)
 	}
 	if c.Kind.Rooted() && (c.Root < 0 || c.Root >= size) {
 		return bad("root", "%d is out of range [0, %d)", c.Root, size)
 	}
 	isRoot := c.Kind.Rooted() && c.Root == rank
-	useSend, useRecv := c.Uses(rank)
+	useSend, useRecv := Uses(c, rank)
 	for _, b := range []struct {
 		name string
 		use  bool
-		buf  Buffer
+		buf  comm.Buffer
 	}{{"send", useSend, c.Send}, {"recv", useRecv, c.Recv}} {
 		if b.use && !b.buf.DType().Valid() {
 			if b.buf.IsZero() {
@@ -45,10 +50,10 @@ func Validate(c Call, rank, size int) error {
 		if !useSend {
 			dt = c.Recv.DType()
 		}
-		if err := CanReduce(dt, c.Op); err != nil {
+		if err := comm.CanReduce(dt, c.Op); err != nil {
 			return bad("op", "%v", err)
 		}
-		if (c.Kind == KindScan || c.Kind == KindExScan) && c.Op == Avg {
+		if (c.Kind == comm.KindScan || c.Kind == comm.KindExScan) && c.Op == comm.Avg {
 			return bad("op", "avg is not defined for %v (a prefix has no single divisor); use sum", c.Kind)
 		}
 	}
@@ -69,37 +74,37 @@ func Validate(c Call, rank, size int) error {
 	}
 	var err error
 	switch c.Kind {
-	case KindAllReduce, KindScan, KindExScan:
+	case comm.KindAllReduce, comm.KindScan, comm.KindExScan:
 		err = lenIs("recv", nr, ns, "len(send)")
-	case KindBroadcast:
-		if !SameMemory(c.Send, c.Recv) {
+	case comm.KindBroadcast:
+		if !comm.SameMemory(c.Send, c.Recv) {
 			err = bad("buf", "Broadcast works in place: Send and Recv must be the same buffer")
 		}
-	case KindReduce:
+	case comm.KindReduce:
 		if isRoot {
 			err = lenIs("recv", nr, ns, "len(send) at the root")
 		}
-	case KindAllGather:
+	case comm.KindAllGather:
 		err = timesSize("recv", nr, ns, "send", "")
-	case KindReduceScatter:
+	case comm.KindReduceScatter:
 		err = timesSize("send", ns, nr, "recv", "")
-	case KindAllToAll:
+	case comm.KindAllToAll:
 		if ns%size != 0 {
 			err = bad("send", "has %d elements, not a multiple of size %d", ns, size)
 		} else {
 			err = lenIs("recv", nr, ns, "len(send)")
 		}
-	case KindAllToAllV:
+	case comm.KindAllToAllV:
 		err = validateCounts(c, size, bad)
-	case KindGather:
+	case comm.KindGather:
 		if isRoot {
 			err = timesSize("recv", nr, ns, "send", " at the root")
 		}
-	case KindScatter:
+	case comm.KindScatter:
 		if isRoot {
 			err = timesSize("send", ns, nr, "recv", " at the root")
 		}
-	case KindSend, KindRecv:
+	case comm.KindSend, comm.KindRecv:
 		if c.Peer < 0 || c.Peer >= size {
 			err = bad("peer", "%d is out of range [0, %d)", c.Peer, size)
 		} else if c.Tag < 0 {
@@ -109,10 +114,10 @@ func Validate(c Call, rank, size int) error {
 	if err != nil {
 		return err
 	}
-	if useSend && useRecv && Overlap(c.Send, c.Recv) && !inPlaceBlock(c, rank) {
+	if useSend && useRecv && comm.Overlap(c.Send, c.Recv) && !inPlaceBlock(c, rank) {
 		return bad("recv", "overlaps send without being the same memory (in place is send == recv, or for AllGather send == recv block rank, for ReduceScatter recv == send block rank)")
 	}
-	if useSend && useRecv && SameMemory(c.Send, c.Recv) && (c.Kind == KindAllToAll || c.Kind == KindAllToAllV) && c.Send.Len() > 0 {
+	if useSend && useRecv && comm.SameMemory(c.Send, c.Recv) && (c.Kind == comm.KindAllToAll || c.Kind == comm.KindAllToAllV) && c.Send.Len() > 0 {
 		return bad("recv", "%v cannot run in place: give it separate send and recv buffers", c.Kind)
 	}
 	return nil
@@ -120,59 +125,60 @@ func Validate(c Call, rank, size int) error {
 
 // Uses reports which of c's buffers the given rank uses (Broadcast: both,
 // they are one buffer); the others are ignored and may be zero.
-func (c Call) Uses(rank int) (send, recv bool) {
+func Uses(c comm.Call, rank int) (send, recv bool) {
 	isRoot := c.Kind.Rooted() && c.Root == rank
 	switch c.Kind {
-	case KindBarrier:
+	case comm.KindBarrier:
 		return false, false
-	case KindSend:
+	case comm.KindSend:
 		return true, false
-	case KindRecv:
+	case comm.KindRecv:
 		return false, true
-	case KindReduce, KindGather:
+	case comm.KindReduce, comm.KindGather:
 		return true, isRoot
-	case KindScatter:
+	case comm.KindScatter:
 		return isRoot, true
 	}
 	return true, true
 }
 
 // WithoutBuffers is c with no buffers (or counts): a call its communicator
-// rejects with an *ArgError on this rank while telling the peers, which is
+// rejects with a *comm.ArgError on this rank while telling the peers, which is
 // how a composed communicator keeps its parts aligned after a rank's own
-// bad argument (the hierarchy's phases, nccl.Staged).
-func (c Call) WithoutBuffers() Call {
-	return Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag, Outer: c.Outer, Refused: c.Refused}
+// bad argument (the hierarchy's phases, nccl.Staged). The Phase its
+// context carries goes with it.
+func WithoutBuffers(c comm.Call) comm.Call {
+	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
 }
 
-// refusal is Validate's error for a Call with Refused set: Refused's text,
+// refusal is Validate's error for a call whose Phase is Refused: its text,
 // and a bad argument for errors.Is, whatever Refused is.
 type refusal struct{ error }
 
 func (e refusal) Unwrap() error { return e.error }
 
-func (e refusal) Is(target error) bool { return target == ErrInvalidArgument }
+func (e refusal) Is(target error) bool { return target == comm.ErrInvalidArgument }
 
 // inPlaceBlock reports whether c is the in-place form of AllGather (send is
 // block rank of recv) or ReduceScatter (recv is block rank of send), as NCCL
 // defines them.
-func inPlaceBlock(c Call, rank int) bool {
+func inPlaceBlock(c comm.Call, rank int) bool {
 	switch c.Kind {
-	case KindAllGather:
+	case comm.KindAllGather:
 		n := c.Send.Len()
-		return SameMemory(c.Send, c.Recv.Slice(rank*n, n))
-	case KindReduceScatter:
+		return comm.SameMemory(c.Send, c.Recv.Slice(rank*n, n))
+	case comm.KindReduceScatter:
 		n := c.Recv.Len()
-		return SameMemory(c.Recv, c.Send.Slice(rank*n, n))
+		return comm.SameMemory(c.Recv, c.Send.Slice(rank*n, n))
 	}
 	return false
 }
 
-func validateCounts(c Call, size int, bad func(arg, format string, a ...any) error) error {
+func validateCounts(c comm.Call, size int, bad func(arg, format string, a ...any) error) error {
 	for _, side := range []struct {
 		name   string
 		counts []int
-		buf    Buffer
+		buf    comm.Buffer
 	}{{"sendCounts", c.SendCounts, c.Send}, {"recvCounts", c.RecvCounts, c.Recv}} {
 		if len(side.counts) != size {
 			return bad(side.name, "has %d entries, want one per rank (%d)", len(side.counts), size)
@@ -195,15 +201,15 @@ func validateCounts(c Call, size int, bad func(arg, format string, a ...any) err
 	return nil
 }
 
-// RequireHost returns an *ArgError when c uses device memory, for
+// RequireHost returns a *comm.ArgError when c uses device memory, for
 // communicators that move host memory only.
-func RequireHost(c Call) error {
+func RequireHost(c comm.Call) error {
 	for _, b := range []struct {
 		name string
-		buf  Buffer
+		buf  comm.Buffer
 	}{{"send", c.Send}, {"recv", c.Recv}} {
 		if !b.buf.IsZero() && !b.buf.OnHost() {
-			return &ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf("is device memory (%v) but this communicator moves host memory only; use the nccl or hierarchical communicator", b.buf)}
+			return &comm.ArgError{Kind: c.Kind, Arg: b.name, Problem: fmt.Sprintf("is device memory (%v) but this communicator moves host memory only; use the nccl or hierarchical communicator", b.buf)}
 		}
 	}
 	return nil
@@ -211,8 +217,8 @@ func RequireHost(c Call) error {
 
 // ValidateHost is Validate, then RequireHost: the checks of a communicator
 // that moves host memory.
-func ValidateHost(c Call, rank, size int) error {
-	if err := Validate(c, rank, size); err != nil {
+func ValidateHost(ctx context.Context, c comm.Call, rank, size int) error {
+	if err := Validate(ctx, c, rank, size); err != nil {
 		return err
 	}
 	return RequireHost(c)

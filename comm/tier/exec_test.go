@@ -1,4 +1,4 @@
-package comm_test
+package tier_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // goid is the calling goroutine's id, from its stack header.
@@ -34,8 +35,8 @@ type recorder struct {
 	runs []run
 }
 
-func (r *recorder) exec(cfg comm.ExecConfig[chan struct{}]) *comm.Exec[chan struct{}] {
-	cfg.Run = func(t *comm.Task[chan struct{}]) error {
+func (r *recorder) exec(cfg tier.ExecConfig[chan struct{}]) *tier.Exec[chan struct{}] {
+	cfg.Run = func(t *tier.Task[chan struct{}]) error {
 		if t.X != nil {
 			<-t.X
 		}
@@ -47,7 +48,7 @@ func (r *recorder) exec(cfg comm.ExecConfig[chan struct{}]) *comm.Exec[chan stru
 		}
 		return nil
 	}
-	return comm.NewExec(cfg)
+	return tier.NewExec(cfg)
 }
 
 func (r *recorder) seqs() []uint64 {
@@ -64,7 +65,7 @@ var barrier = comm.Call{Kind: comm.KindBarrier}
 
 func TestExecDoRunsInline(t *testing.T) {
 	var r recorder
-	e := r.exec(comm.ExecConfig[chan struct{}]{})
+	e := r.exec(tier.ExecConfig[chan struct{}]{})
 	me := goid()
 	for range 3 {
 		if err := e.Do(context.Background(), barrier, nil, nil); err != nil {
@@ -83,7 +84,7 @@ func TestExecDoRunsInline(t *testing.T) {
 
 func TestExecOrderAndHandOff(t *testing.T) {
 	var r recorder
-	e := r.exec(comm.ExecConfig[chan struct{}]{})
+	e := r.exec(tier.ExecConfig[chan struct{}]{})
 	gate := make(chan struct{})
 	w1 := e.Start(context.Background(), barrier, nil, gate) // holds the runner
 	w2 := e.Start(context.Background(), barrier, nil, nil)
@@ -115,8 +116,8 @@ func TestExecOrderAndHandOff(t *testing.T) {
 
 func TestExecCloseRefusesQueuedAndLater(t *testing.T) {
 	var r recorder
-	e := r.exec(comm.ExecConfig[chan struct{}]{
-		Refuse: func(t *comm.Task[chan struct{}], err error) error { return fmt.Errorf("task #%d: %w", t.Seq, err) },
+	e := r.exec(tier.ExecConfig[chan struct{}]{
+		Refuse: func(t *tier.Task[chan struct{}], err error) error { return fmt.Errorf("task #%d: %w", t.Seq, err) },
 	})
 	gate := make(chan struct{})
 	w1 := e.Start(context.Background(), barrier, nil, gate)
@@ -153,7 +154,7 @@ func TestExecCloseRefusesQueuedAndLater(t *testing.T) {
 
 func TestExecRefusalStillRuns(t *testing.T) {
 	var r recorder
-	e := r.exec(comm.ExecConfig[chan struct{}]{})
+	e := r.exec(tier.ExecConfig[chan struct{}]{})
 	bad := errors.New("bad argument")
 	if err := e.Do(context.Background(), barrier, bad, nil); !errors.Is(err, bad) {
 		t.Errorf("Do with a refusal: %v, want the refusal through Run", err)
@@ -168,9 +169,9 @@ func TestExecAdmit(t *testing.T) {
 	var lock sync.Mutex
 	var admitted []uint64
 	full := errors.New("admission refused")
-	e := r.exec(comm.ExecConfig[chan struct{}]{
+	e := r.exec(tier.ExecConfig[chan struct{}]{
 		Locker: &lock,
-		Admit: func(t *comm.Task[chan struct{}]) error {
+		Admit: func(t *tier.Task[chan struct{}]) error {
 			if lock.TryLock() {
 				panic("Admit ran without the Locker held")
 			}
@@ -194,7 +195,7 @@ func TestExecAdmit(t *testing.T) {
 
 func TestExecConcurrent(t *testing.T) {
 	var r recorder
-	e := r.exec(comm.ExecConfig[chan struct{}]{Concurrent: true})
+	e := r.exec(tier.ExecConfig[chan struct{}]{Concurrent: true})
 	gate := make(chan struct{})
 	w1 := e.Start(context.Background(), barrier, nil, gate)
 	// A blocking call does not wait for the held one, and runs inline.
@@ -213,8 +214,8 @@ func TestExecConcurrent(t *testing.T) {
 
 func TestExecDetach(t *testing.T) {
 	later := make(chan func(error), 2)
-	e := comm.NewExec(comm.ExecConfig[int]{
-		Run: func(t *comm.Task[int]) error {
+	e := tier.NewExec(tier.ExecConfig[int]{
+		Run: func(t *tier.Task[int]) error {
 			later <- t.Detach()
 			return errors.New("ignored: the task was detached")
 		},
@@ -234,7 +235,7 @@ func TestExecDetach(t *testing.T) {
 // A blocking call on an idle executor costs no goroutine hop; this shows
 // the difference against Start + Wait.
 func BenchmarkExec(b *testing.B) {
-	e := comm.NewExec(comm.ExecConfig[int]{Run: func(*comm.Task[int]) error { return nil }})
+	e := tier.NewExec(tier.ExecConfig[int]{Run: func(*tier.Task[int]) error { return nil }})
 	ctx := context.Background()
 	b.Run("Do", func(b *testing.B) {
 		for b.Loop() {
@@ -254,9 +255,9 @@ func BenchmarkExec(b *testing.B) {
 // detector's does on purpose: some are reused, not all.)
 func TestExecRecycle(t *testing.T) {
 	for _, recycle := range []bool{false, true} {
-		var seen []*comm.Task[*int]
+		var seen []*tier.Task[*int]
 		var stale []string
-		e := comm.NewExec(comm.ExecConfig[*int]{Recycle: recycle, Run: func(tk *comm.Task[*int]) error {
+		e := tier.NewExec(tier.ExecConfig[*int]{Recycle: recycle, Run: func(tk *tier.Task[*int]) error {
 			seen = append(seen, tk)
 			if tk.X == nil || *tk.X != int(tk.Seq) {
 				stale = append(stale, fmt.Sprintf("task #%d has X %v", tk.Seq, tk.X))
@@ -280,7 +281,7 @@ func TestExecRecycle(t *testing.T) {
 		if len(stale) > 0 {
 			t.Errorf("Recycle %v: %v", recycle, stale)
 		}
-		distinct := map[*comm.Task[*int]]bool{}
+		distinct := map[*tier.Task[*int]]bool{}
 		for _, tk := range seen {
 			distinct[tk] = true
 		}

@@ -1,10 +1,12 @@
-package comm
+package tier
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // The CPU reduction kernels: one step of a reduction, dst = dst op src,
@@ -38,13 +40,13 @@ import (
 // several goroutines at once.
 //
 // For Avg it returns the Sum kernel: divide once at the end with FinishAvg.
-// It returns an error when op is not defined on dt (see CanReduce).
-func ReduceFunc(dt DType, op ReduceOp) (func(dst, src []byte), error) {
-	if err := CanReduce(dt, op); err != nil {
+// It returns an error when op is not defined on dt (see comm.CanReduce).
+func ReduceFunc(dt comm.DType, op comm.ReduceOp) (func(dst, src []byte), error) {
+	if err := comm.CanReduce(dt, op); err != nil {
 		return nil, err
 	}
-	if op == Avg {
-		op = Sum
+	if op == comm.Avg {
+		op = comm.Sum
 	}
 	return kernels[dt][op], nil
 }
@@ -55,71 +57,71 @@ func ReduceFunc(dt DType, op ReduceOp) (func(dst, src []byte), error) {
 var kernels = vectorKernels(scalarKernels)
 
 // scalarKernels are the portable kernels, in Go.
-var scalarKernels = [U64 + 1][Avg + 1]func(dst, src []byte){
-	F32: {
-		Sum:  typed(F32, sumLoop[float32]),
-		Prod: typed(F32, prodLoop[float32]),
-		Min:  typed(F32, func(d, s []uint32) { minMax32(d, s, 0) }),
-		Max:  typed(F32, func(d, s []uint32) { minMax32(d, s, -1) }),
+var scalarKernels = [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte){
+	comm.F32: {
+		comm.Sum:  typed(comm.F32, sumLoop[float32]),
+		comm.Prod: typed(comm.F32, prodLoop[float32]),
+		comm.Min:  typed(comm.F32, func(d, s []uint32) { minMax32(d, s, 0) }),
+		comm.Max:  typed(comm.F32, func(d, s []uint32) { minMax32(d, s, -1) }),
 	},
-	F64: {
-		Sum:  typed(F64, sumLoop[float64]),
-		Prod: typed(F64, prodLoop[float64]),
-		Min:  typed(F64, func(d, s []uint64) { minMax64(d, s, 0) }),
-		Max:  typed(F64, func(d, s []uint64) { minMax64(d, s, -1) }),
+	comm.F64: {
+		comm.Sum:  typed(comm.F64, sumLoop[float64]),
+		comm.Prod: typed(comm.F64, prodLoop[float64]),
+		comm.Min:  typed(comm.F64, func(d, s []uint64) { minMax64(d, s, 0) }),
+		comm.Max:  typed(comm.F64, func(d, s []uint64) { minMax64(d, s, -1) }),
 	},
-	F16: {
-		Sum:  typed(F16, sumF16),
-		Prod: typed(F16, prodF16),
-		Min:  typed(F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, 0) }),
-		Max:  typed(F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, -1) }),
+	comm.F16: {
+		comm.Sum:  typed(comm.F16, sumF16),
+		comm.Prod: typed(comm.F16, prodF16),
+		comm.Min:  typed(comm.F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, 0) }),
+		comm.Max:  typed(comm.F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, -1) }),
 	},
-	BF16: {
-		Sum:  typed(BF16, sumBF16),
-		Prod: typed(BF16, prodBF16),
-		Min:  typed(BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, 0) }),
-		Max:  typed(BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, -1) }),
+	comm.BF16: {
+		comm.Sum:  typed(comm.BF16, sumBF16),
+		comm.Prod: typed(comm.BF16, prodBF16),
+		comm.Min:  typed(comm.BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, 0) }),
+		comm.Max:  typed(comm.BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, -1) }),
 	},
-	I8: {
-		Sum:  typed(I8, sumBytes),
-		Prod: typed(I8, prodLoop[int8]),
-		Min:  typed(I8, minLoop[int8]),
-		Max:  typed(I8, maxLoop[int8]),
+	comm.I8: {
+		comm.Sum:  typed(comm.I8, sumBytes),
+		comm.Prod: typed(comm.I8, prodLoop[int8]),
+		comm.Min:  typed(comm.I8, minLoop[int8]),
+		comm.Max:  typed(comm.I8, maxLoop[int8]),
 	},
-	U8: {
-		Sum:  typed(U8, sumBytes),
-		Prod: typed(U8, prodLoop[uint8]),
-		Min:  typed(U8, minLoop[uint8]),
-		Max:  typed(U8, maxLoop[uint8]),
+	comm.U8: {
+		comm.Sum:  typed(comm.U8, sumBytes),
+		comm.Prod: typed(comm.U8, prodLoop[uint8]),
+		comm.Min:  typed(comm.U8, minLoop[uint8]),
+		comm.Max:  typed(comm.U8, maxLoop[uint8]),
 	},
-	I32: {
-		Sum:  typed(I32, sumLoop[int32]),
-		Prod: typed(I32, prodLoop[int32]),
-		Min:  typed(I32, minLoop[int32]),
-		Max:  typed(I32, maxLoop[int32]),
+	comm.I32: {
+		comm.Sum:  typed(comm.I32, sumLoop[int32]),
+		comm.Prod: typed(comm.I32, prodLoop[int32]),
+		comm.Min:  typed(comm.I32, minLoop[int32]),
+		comm.Max:  typed(comm.I32, maxLoop[int32]),
 	},
-	U32: {
-		Sum:  typed(U32, sumLoop[uint32]),
-		Prod: typed(U32, prodLoop[uint32]),
-		Min:  typed(U32, minLoop[uint32]),
-		Max:  typed(U32, maxLoop[uint32]),
+	comm.U32: {
+		comm.Sum:  typed(comm.U32, sumLoop[uint32]),
+		comm.Prod: typed(comm.U32, prodLoop[uint32]),
+		comm.Min:  typed(comm.U32, minLoop[uint32]),
+		comm.Max:  typed(comm.U32, maxLoop[uint32]),
 	},
-	I64: {
-		Sum:  typed(I64, sumLoop[int64]),
-		Prod: typed(I64, prodLoop[int64]),
-		Min:  typed(I64, minLoop[int64]),
-		Max:  typed(I64, maxLoop[int64]),
+	comm.I64: {
+		comm.Sum:  typed(comm.I64, sumLoop[int64]),
+		comm.Prod: typed(comm.I64, prodLoop[int64]),
+		comm.Min:  typed(comm.I64, minLoop[int64]),
+		comm.Max:  typed(comm.I64, maxLoop[int64]),
 	},
-	U64: {
-		Sum:  typed(U64, sumLoop[uint64]),
-		Prod: typed(U64, prodLoop[uint64]),
-		Min:  typed(U64, minLoop[uint64]),
-		Max:  typed(U64, maxLoop[uint64]),
+	comm.U64: {
+		comm.Sum:  typed(comm.U64, sumLoop[uint64]),
+		comm.Prod: typed(comm.U64, prodLoop[uint64]),
+		comm.Min:  typed(comm.U64, minLoop[uint64]),
+		comm.Max:  typed(comm.U64, maxLoop[uint64]),
 	},
 }
 
 // typed adapts a loop over []T to raw bytes, checking the lengths once.
-func typed[T any](dt DType, loop func(d, s []T)) func(dst, src []byte) {
+func typed[T any](dt comm.DType, loop func(d, s []T)) func(dst, src []byte) {
 	return func(dst, src []byte) {
 		checkLengths(dt, dst, src)
 		loop(view[T](dst), view[T](src))
@@ -128,7 +130,7 @@ func typed[T any](dt DType, loop func(d, s []T)) func(dst, src []byte) {
 
 // checkLengths panics unless dst and src are equally long, a whole number
 // of dt's elements: a kernel's caller with other lengths has a bug.
-func checkLengths(dt DType, dst, src []byte) {
+func checkLengths(dt comm.DType, dst, src []byte) {
 	if size := dt.Size(); len(dst) != len(src) || len(dst)%size != 0 {
 		panic(fmt.Sprintf("comm: %v reduce kernel called with %d and %d bytes (want equal lengths, a multiple of %d)",
 			dt, len(dst), len(src), size))
@@ -313,43 +315,52 @@ func minMax64(d, s []uint64, flip int64) {
 // f16 and bf16 Sum and Prod: widen exactly, operate in float32, round once
 // to nearest even.
 
-func sumF16(d, s []Float16) {
-	t := f16ToF32
+func sumF16(d, s []comm.Float16) {
 	s = s[:len(d)]
 	for i, x := range s {
-		b := math.Float32bits(t[d[i]] + t[x])
-		h, ok := float16FromNormal(b)
+		f := d[i].Float32() + x.Float32()
+		h, ok := f16Normal(math.Float32bits(f))
 		if !ok {
-			h = float16FromRare(b)
+			h = comm.Float16From(f)
 		}
 		d[i] = h
 	}
 }
 
-func prodF16(d, s []Float16) {
-	t := f16ToF32
+func prodF16(d, s []comm.Float16) {
 	s = s[:len(d)]
 	for i, x := range s {
-		b := math.Float32bits(t[d[i]] * t[x])
-		h, ok := float16FromNormal(b)
+		f := d[i].Float32() * x.Float32()
+		h, ok := f16Normal(math.Float32bits(f))
 		if !ok {
-			h = float16FromRare(b)
+			h = comm.Float16From(f)
 		}
 		d[i] = h
 	}
 }
 
-func sumBF16(d, s []BFloat16) {
+// f16Normal is comm.Float16From for the float32 with bits b where the result
+// is a normal Float16 (ok), the common case, small enough to be inlined
+// into the loops above; comm.Float16From does the rest (and the same here).
+func f16Normal(b uint32) (h comm.Float16, ok bool) {
+	a := b & 0x7fffffff
+	// Rebias the exponent (127 → 15) in place, then round off the 13 low
+	// mantissa bits: adding 0xfff plus the lowest kept bit carries exactly
+	// when the dropped part is above half, or at half with the kept part odd.
+	return comm.Float16(b>>16&0x8000 | (a-0x38000000+0xfff+(a>>13&1))>>13), a-0x38800000 < 0x477ff000-0x38800000
+}
+
+func sumBF16(d, s []comm.BFloat16) {
 	s = s[:len(d)]
 	for i, x := range s {
-		d[i] = BFloat16From(d[i].Float32() + x.Float32())
+		d[i] = comm.BFloat16From(d[i].Float32() + x.Float32())
 	}
 }
 
-func prodBF16(d, s []BFloat16) {
+func prodBF16(d, s []comm.BFloat16) {
 	s = s[:len(d)]
 	for i, x := range s {
-		d[i] = BFloat16From(d[i].Float32() * x.Float32())
+		d[i] = comm.BFloat16From(d[i].Float32() * x.Float32())
 	}
 }
 
@@ -360,38 +371,38 @@ func prodBF16(d, s []BFloat16) {
 // cannot land on a 16-bit rounding boundary unless the true quotient does).
 // It panics when dt is not a float type or n < 1: Avg is refused on integers
 // before any data moves, so either is a bug.
-func FinishAvg(dt DType, buf []byte, n int) {
+func FinishAvg(dt comm.DType, buf []byte, n int) {
 	if !dt.IsFloat() || n < 1 || len(buf)%dt.Size() != 0 {
-		panic(fmt.Sprintf("comm.FinishAvg(%v, %d bytes, %d): want a float dtype, whole elements and n ≥ 1", dt, len(buf), n))
+		panic(fmt.Sprintf("FinishAvg(%v, %d bytes, %d): want a float dtype, whole elements and n ≥ 1", dt, len(buf), n))
 	}
 	if n == 1 {
 		return
 	}
 	switch dt {
-	case F32:
+	case comm.F32:
 		// n ≤ 2^24 converts exactly; beyond that no one has that many ranks.
 		div := float32(n)
 		v := view[float32](buf)
 		for i, x := range v {
 			v[i] = x / div
 		}
-	case F64:
+	case comm.F64:
 		div := float64(n)
 		v := view[float64](buf)
 		for i, x := range v {
 			v[i] = x / div
 		}
-	case F16:
+	case comm.F16:
 		div := float64(n)
-		v := view[Float16](buf)
+		v := view[comm.Float16](buf)
 		for i, x := range v {
-			v[i] = Float16FromFloat64(float64(x.Float32()) / div)
+			v[i] = comm.Float16FromFloat64(float64(x.Float32()) / div)
 		}
-	case BF16:
+	case comm.BF16:
 		div := float64(n)
-		v := view[BFloat16](buf)
+		v := view[comm.BFloat16](buf)
 		for i, x := range v {
-			v[i] = BFloat16FromFloat64(float64(x.Float32()) / div)
+			v[i] = comm.BFloat16FromFloat64(float64(x.Float32()) / div)
 		}
 	}
 }
@@ -406,9 +417,9 @@ func FinishAvg(dt DType, buf []byte, n int) {
 // IEEE addition's identity is -0 (+0 + -0 is +0): an algorithm that starts an
 // accumulator from FillIdentity turns a sum of -0s into +0; one that needs
 // the sign of a zero sum right starts from the first operand instead.
-func FillIdentity(dt DType, op ReduceOp, buf []byte) {
+func FillIdentity(dt comm.DType, op comm.ReduceOp, buf []byte) {
 	if !dt.Valid() || !op.Valid() || len(buf)%dt.Size() != 0 {
-		panic(fmt.Sprintf("comm.FillIdentity(%v, %v, %d bytes): want a valid dtype and op and whole elements", dt, op, len(buf)))
+		panic(fmt.Sprintf("FillIdentity(%v, %v, %d bytes): want a valid dtype and op and whole elements", dt, op, len(buf)))
 	}
 	if len(buf) == 0 {
 		return
@@ -416,11 +427,11 @@ func FillIdentity(dt DType, op ReduceOp, buf []byte) {
 	// The identity of one element, little-endian, then doubled across buf.
 	var one uint64
 	switch op {
-	case Prod:
+	case comm.Prod:
 		one = identityProd[dt]
-	case Min:
+	case comm.Min:
 		one = identityMin[dt]
-	case Max:
+	case comm.Max:
 		one = identityMax[dt]
 	}
 	size := dt.Size()
@@ -434,10 +445,10 @@ func FillIdentity(dt DType, op ReduceOp, buf []byte) {
 
 // The bits of the identity of Prod, Min and Max, by dtype (Sum's is 0).
 var (
-	identityProd = [U64 + 1]uint64{F32: 0x3f800000, F64: 0x3ff0000000000000, F16: 0x3c00, BF16: 0x3f80,
-		I8: 1, U8: 1, I32: 1, U32: 1, I64: 1, U64: 1}
-	identityMin = [U64 + 1]uint64{F32: 0x7f800000, F64: 0x7ff0000000000000, F16: 0x7c00, BF16: 0x7f80,
-		I8: math.MaxInt8, U8: math.MaxUint8, I32: math.MaxInt32, U32: math.MaxUint32, I64: math.MaxInt64, U64: math.MaxUint64}
-	identityMax = [U64 + 1]uint64{F32: 0xff800000, F64: 0xfff0000000000000, F16: 0xfc00, BF16: 0xff80,
-		I8: 0x80, U8: 0, I32: 0x80000000, U32: 0, I64: 1 << 63, U64: 0}
+	identityProd = [comm.U64 + 1]uint64{comm.F32: 0x3f800000, comm.F64: 0x3ff0000000000000, comm.F16: 0x3c00, comm.BF16: 0x3f80,
+		comm.I8: 1, comm.U8: 1, comm.I32: 1, comm.U32: 1, comm.I64: 1, comm.U64: 1}
+	identityMin = [comm.U64 + 1]uint64{comm.F32: 0x7f800000, comm.F64: 0x7ff0000000000000, comm.F16: 0x7c00, comm.BF16: 0x7f80,
+		comm.I8: math.MaxInt8, comm.U8: math.MaxUint8, comm.I32: math.MaxInt32, comm.U32: math.MaxUint32, comm.I64: math.MaxInt64, comm.U64: math.MaxUint64}
+	identityMax = [comm.U64 + 1]uint64{comm.F32: 0xff800000, comm.F64: 0xfff0000000000000, comm.F16: 0xfc00, comm.BF16: 0xff80,
+		comm.I8: 0x80, comm.U8: 0, comm.I32: 0x80000000, comm.U32: 0, comm.I64: 1 << 63, comm.U64: 0}
 )

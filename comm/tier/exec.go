@@ -1,15 +1,17 @@
-package comm
+package tier
 
 import (
 	"context"
 	"sync"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // Task is one collective (or Split) on its way through an Exec, with X, the
 // tier's own state of it.
 type Task[X any] struct {
 	Ctx  context.Context
-	Call Call
+	Call comm.Call
 	// Seq is the task's sequence number on its communicator, fixed when it
 	// was started (1, 2, …); 0 for a task refused before it was numbered.
 	Seq uint64
@@ -19,7 +21,7 @@ type Task[X any] struct {
 	Err error
 	X   X
 
-	work     *Work
+	work     *comm.Work
 	detached bool
 	// recordEnd, with a Recorder, records the end of a detached task
 	// when it completes (nil otherwise).
@@ -33,7 +35,7 @@ type Task[X any] struct {
 func (t *Task[X]) Detach() (done func(error)) {
 	t.detached = true
 	if t.work == nil {
-		t.work = NewWork()
+		t.work = comm.NewWork()
 	}
 	if t.recordEnd != nil {
 		return func(err error) {
@@ -65,7 +67,7 @@ type ExecConfig[X any] struct {
 	// Required.
 	Run func(t *Task[X]) error
 	// Refuse is the error of a task that will never run, wrapping err
-	// (ErrClosed): started after Close (Seq 0), or still queued at Close.
+	// (comm.ErrClosed): started after Close (Seq 0), or still queued at Close.
 	// If nil, the error is err.
 	Refuse func(t *Task[X], err error) error
 	// Recorder, if set, records every task that is numbered and how it
@@ -103,7 +105,7 @@ type Exec[X any] struct {
 // NewExec returns an executor with cfg.
 func NewExec[X any](cfg ExecConfig[X]) *Exec[X] {
 	if cfg.Run == nil {
-		panic("comm.NewExec: ExecConfig.Run is nil")
+		panic("NewExec: ExecConfig.Run is nil")
 	}
 	e := &Exec[X]{cfg: cfg}
 	e.mu = cfg.Locker
@@ -115,8 +117,8 @@ func NewExec[X any](cfg ExecConfig[X]) *Exec[X] {
 
 // Start numbers the task of call and returns its Work at once; verr is
 // this rank's refusal of call (Task.Err), x the tier's state.
-func (e *Exec[X]) Start(ctx context.Context, call Call, verr error, x X) *Work {
-	t := &Task[X]{Ctx: ctx, Call: call, Err: verr, X: x, work: NewWork()}
+func (e *Exec[X]) Start(ctx context.Context, call comm.Call, verr error, x X) *comm.Work {
+	t := &Task[X]{Ctx: ctx, Call: call, Err: verr, X: x, work: comm.NewWork()}
 	switch e.admit(t, false) {
 	case runGo:
 		go e.runOne(t)
@@ -128,7 +130,7 @@ func (e *Exec[X]) Start(ctx context.Context, call Call, verr error, x X) *Work {
 
 // Do is Start and Wait in one: when nothing is queued or running (always,
 // if Concurrent), the task runs on the calling goroutine.
-func (e *Exec[X]) Do(ctx context.Context, call Call, verr error, x X) error {
+func (e *Exec[X]) Do(ctx context.Context, call comm.Call, verr error, x X) error {
 	t := e.inlineTask()
 	t.Ctx, t.Call, t.Err, t.X = ctx, call, verr, x
 	switch e.admit(t, true) {
@@ -184,13 +186,13 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		e.complete(t, e.refuse(t, ErrClosed))
+		e.complete(t, e.refuse(t, comm.ErrClosed))
 		return runNone
 	}
 	e.seq++
 	t.Seq = e.seq
 	if rec := e.cfg.Recorder; rec != nil {
-		rec.begin(t.Seq, t.Call.Signature())
+		rec.begin(t.Seq, SignatureOf(t.Ctx, t.Call))
 		t.recordEnd = func(err error) { rec.end(t.Seq, err) }
 	}
 	if e.cfg.Admit != nil {
@@ -215,7 +217,7 @@ func (e *Exec[X]) admit(t *Task[X], inline bool) int {
 		return runHere
 	}
 	if t.work == nil {
-		t.work = NewWork()
+		t.work = comm.NewWork()
 	}
 	e.queue = append(e.queue, t)
 	if e.running {
@@ -237,7 +239,7 @@ func (e *Exec[X]) record(t *Task[X], err error) {
 // complete ends t with err (Start's and Do's Work, or Do's inline result).
 func (e *Exec[X]) complete(t *Task[X], err error) {
 	if t.work == nil {
-		t.work = NewWork()
+		t.work = comm.NewWork()
 	}
 	t.work.Complete(err)
 }
@@ -304,7 +306,7 @@ func (e *Exec[X]) handOff() {
 }
 
 // Close refuses every later task and every queued one (ExecConfig.Refuse
-// with ErrClosed); the running task goes on until the tier ends it. Only
+// with comm.ErrClosed); the running task goes on until the tier ends it. Only
 // the first call has an effect; it reports whether it was the first.
 func (e *Exec[X]) Close() bool {
 	e.mu.Lock()
@@ -320,7 +322,7 @@ func (e *Exec[X]) Close() bool {
 		e.cfg.Recorder.retire() // no longer live (DumpLive)
 	}
 	for _, t := range queued {
-		t.work.Complete(e.refuse(t, ErrClosed))
+		t.work.Complete(e.refuse(t, comm.ErrClosed))
 	}
 	return true
 }

@@ -1,10 +1,12 @@
-package comm
+package tier
 
 import (
 	"errors"
 	"maps"
 	"math"
 	"slices"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // Failure is the failure state machine of one rank of one communicator,
@@ -25,7 +27,7 @@ import (
 //   - A collective's first failure is its error; a rank that fails one
 //     tells every peer (a Notice), so none waits for it.
 //   - The communicator is aborted by its first cause (Abort), which later
-//     calls are refused with (an *AbortedError) and which ends every
+//     calls are refused with (a *comm.AbortedError) and which ends every
 //     collective in flight. An abort is announced to every peer (a Notice
 //     with Seq 0), but for a mismatch, which travels as the collectives'
 //     notices (they keep both calls) — unless a composed communicator
@@ -37,7 +39,7 @@ import (
 //     or after it finished (the last RecentCalls calls are kept), and
 //     whoever finds it tells the other side.
 //   - The deadline rule: a collective that a deadline or a cancel ended
-//     (this rank's, or a peer's through its notice; EndedByDeadline)
+//     (this rank's, or a peer's through its notice; comm.EndedByDeadline)
 //     aborts the communicator, quietly: the collective's notice has told
 //     every peer already. A later announced abort still announces.
 //   - A peer whose communicator is aborted takes part in nothing again:
@@ -52,23 +54,23 @@ import (
 type Failure struct {
 	// Rank is this rank's number in the communicator.
 	Rank int
-	// Rename, if set, rewrites every *RemoteError made from a peer's
+	// Rename, if set, rewrites every *comm.RemoteError made from a peer's
 	// Notice: a tier's way to name the peer (a Split child's peer by its
-	// world rank first, RemoteError.Who).
-	Rename func(*RemoteError) *RemoteError
+	// world rank first, comm.RemoteError.Who).
+	Rename func(*comm.RemoteError) *comm.RemoteError
 	// GaveUp, if set, is asked for the error of a Notice that blames this
 	// rank itself (its peers gave it up, re): a tier that can tell that
-	// its process was stalled returns that (ErrStalled); nil keeps the
+	// its process was stalled returns that (comm.ErrStalled); nil keeps the
 	// default, re with "its peers gave this rank up: " before its reason.
-	GaveUp func(from int, re *RemoteError) error
+	GaveUp func(from int, re *comm.RemoteError) error
 
 	started uint64
 	ops     map[uint64]failOp // by value: a collective allocates nothing here
 	recent  [RecentCalls]recentCall
 	ahead   map[uint64]aheadNote
-	aborted *AbortedError
-	quiet   bool           // aborted by the deadline rule, unannounced
-	own     *MismatchError // the mismatch of this communicator's own calls that aborted it
+	aborted *comm.AbortedError
+	quiet   bool                // aborted by the deadline rule, unannounced
+	own     *comm.MismatchError // the mismatch of this communicator's own calls that aborted it
 }
 
 // RecentCalls is how many finished collectives a Failure remembers, to
@@ -84,7 +86,7 @@ const abortedPrefix = "its side of the communicator was aborted: "
 const MaxReason = 4096
 
 type failOp struct {
-	sig     Signature
+	sig     comm.Signature
 	err     error // the first failure
 	refused bool  // failed before it began: frames for it are dropped
 	// then is the abort its Finish makes: a peer that is aborted told
@@ -94,7 +96,7 @@ type failOp struct {
 
 type recentCall struct {
 	seq uint64
-	sig Signature
+	sig comm.Signature
 }
 
 // aheadNote is what peers said of a collective this rank has not started.
@@ -102,9 +104,9 @@ type recentCall struct {
 // differs from one of them if they differ.
 type aheadNote struct {
 	sigFrom   int // the first rank whose Signature came, or -1
-	sig       Signature
+	sig       comm.Signature
 	otherFrom int // the first rank whose Signature differs from sig, or -1
-	other     Signature
+	other     comm.Signature
 	fail      *heard // a failure notice
 }
 
@@ -121,7 +123,7 @@ type heard struct {
 // record.
 type Notice struct {
 	Seq     uint64
-	Sig     Signature // the sender's call at Seq (a mismatch's other side)
+	Sig     comm.Signature // the sender's call at Seq (a mismatch's other side)
 	Code    FailCode
 	Culprit int
 	Outside bool
@@ -132,12 +134,12 @@ type Notice struct {
 }
 
 // NoticeOf is the Notice of err at collective seq, call sig: for a peer's
-// failure that err blames on a rank (CulpritOf), that rank, and only what
+// failure that err blames on a rank (comm.CulpritOf), that rank, and only what
 // happened to it as the reason, so that every rank that hears of it names
 // the same rank as the one that saw it.
-func NoticeOf(seq uint64, sig Signature, err error) Notice {
-	n := Notice{Seq: seq, Sig: sig, Code: FailCodeOf(err), Culprit: -1, Aborted: seq == 0 || errors.Is(err, ErrAborted), Reason: err.Error()}
-	if b, ok := CulpritOf(err); ok && n.Code == FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
+func NoticeOf(seq uint64, sig comm.Signature, err error) Notice {
+	n := Notice{Seq: seq, Sig: sig, Code: FailCodeOf(err), Culprit: -1, Aborted: seq == 0 || errors.Is(err, comm.ErrAborted), Reason: err.Error()}
+	if b, ok := comm.CulpritOf(err); ok && n.Code == FailPeer && b.Rank >= 0 && b.Rank <= math.MaxInt32 {
 		n.Culprit, n.Outside, n.Reason = b.Rank, b.Outside, b.How
 	}
 	if len(n.Reason) > MaxReason {
@@ -154,8 +156,8 @@ type Effects struct {
 	// Tell lists the notices to send.
 	Tell []Tell
 	// Aborted is set when this input aborted the communicator (the
-	// *AbortedError later calls get): wake what waits on the abort.
-	Aborted *AbortedError
+	// *comm.AbortedError later calls get): wake what waits on the abort.
+	Aborted *comm.AbortedError
 }
 
 // Ended is a collective that failed, and its error.
@@ -186,7 +188,7 @@ func (e *Effects) Add(more Effects) {
 // Started is the sequence number of the last collective started.
 func (f *Failure) Started() uint64 { return f.started }
 
-// Aborted is the error later calls are refused with (an *AbortedError),
+// Aborted is the error later calls are refused with (a *comm.AbortedError),
 // or nil.
 func (f *Failure) Aborted() error {
 	if f.aborted == nil {
@@ -218,7 +220,7 @@ func (f *Failure) Err(seq uint64) error {
 // so that none waits for this rank. What peers said of seq before ends
 // it now: a frame with a different Signature (a mismatch, whatever
 // else came), else the first failure notice.
-func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
+func (f *Failure) Start(seq uint64, sig comm.Signature, refused error) Effects {
 	if f.ops == nil {
 		f.ops = map[uint64]failOp{}
 	}
@@ -233,9 +235,9 @@ func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 	case refused != nil:
 		return f.Fail(seq, refused, true)
 	case had && a.sigFrom >= 0 && !SigMatch(sig, a.sig):
-		return f.Fail(seq, &MismatchError{Peer: a.sigFrom, Seq: seq, Local: sig, Remote: a.sig}, true)
+		return f.Fail(seq, &comm.MismatchError{Peer: a.sigFrom, Seq: seq, Local: sig, Remote: a.sig}, true)
 	case had && a.otherFrom >= 0 && !SigMatch(sig, a.other):
-		return f.Fail(seq, &MismatchError{Peer: a.otherFrom, Seq: seq, Local: sig, Remote: a.other}, true)
+		return f.Fail(seq, &comm.MismatchError{Peer: a.otherFrom, Seq: seq, Local: sig, Remote: a.other}, true)
 	case had && a.fail != nil:
 		eff := f.Fail(seq, f.remoteFailure(a.fail.from, a.fail.n, seq, sig), true)
 		if n := a.fail.n; n.Aborted && n.Code != FailMismatch {
@@ -254,7 +256,7 @@ func (f *Failure) Start(seq uint64, sig Signature, refused error) Effects {
 func (f *Failure) Fail(seq uint64, err error, notify bool) Effects {
 	var eff Effects
 	o, ok := f.ops[seq]
-	mismatch := errors.Is(err, ErrMismatch)
+	mismatch := errors.Is(err, comm.ErrMismatch)
 	switch {
 	case ok && o.err == nil:
 		o.err = err
@@ -269,7 +271,7 @@ func (f *Failure) Fail(seq uint64, err error, notify bool) Effects {
 		// is the abort reaching it.
 		return eff
 	case notify:
-		var sig Signature
+		var sig comm.Signature
 		if r := f.recent[seq%RecentCalls]; r.seq == seq {
 			sig = r.sig
 		}
@@ -290,8 +292,8 @@ func (f *Failure) Fail(seq uint64, err error, notify bool) Effects {
 // Only a mismatch of this communicator's own calls is told so: one a
 // composed communicator aborted it with (its sequence numbers are the
 // composer's) is told at seq, as the abort it is.
-func (f *Failure) noticeFor(seq uint64, sig Signature, err error) Notice {
-	if me := (*MismatchError)(nil); errors.As(err, &me) && me == f.own && me.Seq != 0 && me.Seq < seq && me.Local.Kind != 0 {
+func (f *Failure) noticeFor(seq uint64, sig comm.Signature, err error) Notice {
+	if me := (*comm.MismatchError)(nil); errors.As(err, &me) && me == f.own && me.Seq != 0 && me.Seq < seq && me.Local.Kind != 0 {
 		seq, sig = me.Seq, me.Local
 	}
 	return NoticeOf(seq, sig, err)
@@ -312,7 +314,7 @@ func (f *Failure) Finish(seq uint64) (Effects, error) {
 	var eff Effects
 	if o.err == nil {
 		f.recent[seq%RecentCalls] = recentCall{seq: seq, sig: o.sig}
-	} else if EndedByDeadline(o.err) {
+	} else if comm.EndedByDeadline(o.err) {
 		eff = f.Abort(o.err, false, true)
 	}
 	if o.then != nil {
@@ -322,7 +324,7 @@ func (f *Failure) Finish(seq uint64) (Effects, error) {
 }
 
 // Abort aborts the communicator with cause; the first cause stays. Every
-// collective in flight fails with the *AbortedError, and its peers are
+// collective in flight fails with the *comm.AbortedError, and its peers are
 // told. announce says whether the abort itself is told to every peer (a
 // Notice with Seq 0): the first abort's, or a later one after a quiet
 // first (quiet: the deadline rule's).
@@ -330,9 +332,9 @@ func (f *Failure) Abort(cause error, announce, quiet bool) Effects {
 	var eff Effects
 	first := f.aborted == nil
 	if first {
-		f.aborted = &AbortedError{Cause: cause}
+		f.aborted = &comm.AbortedError{Cause: cause}
 		f.quiet = quiet
-		f.own, _ = cause.(*MismatchError) // not one from outside (FromOutside, Inside)
+		f.own, _ = cause.(*comm.MismatchError) // not one from outside (FromOutside, Inside)
 		eff.Aborted = f.aborted
 	}
 	announce = announce && (first || f.quiet)
@@ -343,7 +345,7 @@ func (f *Failure) Abort(cause error, announce, quiet bool) Effects {
 		}
 	}
 	if announce {
-		eff.Tell = append(eff.Tell, Tell{To: Everyone, Notice: NoticeOf(0, Signature{}, cause)})
+		eff.Tell = append(eff.Tell, Tell{To: Everyone, Notice: NoticeOf(0, comm.Signature{}, cause)})
 	}
 	return eff
 }
@@ -351,7 +353,7 @@ func (f *Failure) Abort(cause error, announce, quiet bool) Effects {
 // AbortFor is Abort with the announcement rule of an abort a tier raises
 // itself: announced, but for a mismatch (its notices keep both calls).
 func (f *Failure) AbortFor(cause error) Effects {
-	return f.Abort(cause, !errors.Is(cause, ErrMismatch), false)
+	return f.Abort(cause, !errors.Is(cause, comm.ErrMismatch), false)
 }
 
 // Heard handles a peer's Notice: of an abort (Seq 0), the communicator is
@@ -360,7 +362,7 @@ func (f *Failure) AbortFor(cause error) Effects {
 // aborts: this rank's next call reports it). A notice from a peer whose
 // communicator is aborted (Notice.Aborted) aborts this one too, whichever
 // of them reaches it first: that peer takes part in nothing again, so
-// this rank's next call fails with ErrAborted, not with the peer's
+// this rank's next call fails with comm.ErrAborted, not with the peer's
 // refusal of it.
 func (f *Failure) Heard(from int, n Notice) Effects {
 	if n.Seq == 0 {
@@ -408,11 +410,11 @@ func (f *Failure) heard(from int, n Notice) Effects {
 	if n.Code != FailMismatch {
 		return Effects{}
 	}
-	var local Signature // unknown, unless the slot still holds this collective
+	var local comm.Signature // unknown, unless the slot still holds this collective
 	if r := f.recent[n.Seq%RecentCalls]; r.seq == n.Seq {
 		local = r.sig
 	}
-	return f.AbortFor(&MismatchError{Peer: from, Seq: n.Seq, Local: local, Remote: n.Sig, Reported: n.Reason})
+	return f.AbortFor(&comm.MismatchError{Peer: from, Seq: n.Seq, Local: local, Remote: n.Sig, Reported: n.Reason})
 }
 
 // Frame checks the Signature of a data frame of collective seq from
@@ -420,7 +422,7 @@ func (f *Failure) heard(from int, n Notice) Effects {
 // this rank starts seq (Start), or, for a collective finished here,
 // found late (the communicator is aborted and the sender told). keep
 // says whether the frame is for a collective that may still take it.
-func (f *Failure) Frame(from int, seq uint64, sig Signature) (keep bool, eff Effects) {
+func (f *Failure) Frame(from int, seq uint64, sig comm.Signature) (keep bool, eff Effects) {
 	if seq > f.started {
 		f.aheadSig(from, seq, sig)
 		return true, Effects{}
@@ -430,7 +432,7 @@ func (f *Failure) Frame(from int, seq uint64, sig Signature) (keep bool, eff Eff
 		return false, f.late(from, seq, sig)
 	}
 	if !SigMatch(o.sig, sig) {
-		return false, f.Fail(seq, &MismatchError{Peer: from, Seq: seq, Local: o.sig, Remote: sig}, true)
+		return false, f.Fail(seq, &comm.MismatchError{Peer: from, Seq: seq, Local: o.sig, Remote: sig}, true)
 	}
 	return !o.refused, Effects{}
 }
@@ -438,12 +440,12 @@ func (f *Failure) Frame(from int, seq uint64, sig Signature) (keep bool, eff Eff
 // late checks the Signature of a late frame of collective seq, finished
 // here: a different call aborts, and the sender is told (it may be
 // waiting on a rank that will not come).
-func (f *Failure) late(from int, seq uint64, sig Signature) Effects {
+func (f *Failure) late(from int, seq uint64, sig comm.Signature) Effects {
 	mine, differ := f.finishedDiffers(seq, sig)
 	if !differ {
 		return Effects{}
 	}
-	err := &MismatchError{Peer: from, Seq: seq, Local: mine, Remote: sig}
+	err := &comm.MismatchError{Peer: from, Seq: seq, Local: mine, Remote: sig}
 	eff := f.AbortFor(err)
 	eff.Tell = append(eff.Tell, Tell{To: from, Notice: mismatchNotice(seq, mine, err)})
 	return eff
@@ -452,14 +454,14 @@ func (f *Failure) late(from int, seq uint64, sig Signature) Effects {
 // finishedDiffers reports this rank's call at collective seq, finished
 // here, and whether it differs from sig (false when seq is no longer
 // among the RecentCalls kept).
-func (f *Failure) finishedDiffers(seq uint64, sig Signature) (mine Signature, differ bool) {
+func (f *Failure) finishedDiffers(seq uint64, sig comm.Signature) (mine comm.Signature, differ bool) {
 	r := f.recent[seq%RecentCalls]
 	return r.sig, r.seq == seq && !SigMatch(r.sig, sig)
 }
 
 // mismatchNotice tells a peer that this rank's call at seq was mine, and
 // what it found (me).
-func mismatchNotice(seq uint64, mine Signature, me *MismatchError) Notice {
+func mismatchNotice(seq uint64, mine comm.Signature, me *comm.MismatchError) Notice {
 	return Notice{Seq: seq, Sig: mine, Code: FailMismatch, Culprit: -1, Reason: me.Error()}
 }
 
@@ -480,7 +482,7 @@ const (
 // rank, about collective seq, its call sig: a different call here is a
 // mismatch on both sides (it fails here, or the peer is told if it
 // finished here).
-func (f *Failure) Probed(from int, seq uint64, sig Signature) (Probe, Effects) {
+func (f *Failure) Probed(from int, seq uint64, sig comm.Signature) (Probe, Effects) {
 	if seq > f.started {
 		f.aheadSig(from, seq, sig)
 		return ProbeAhead, Effects{}
@@ -492,10 +494,10 @@ func (f *Failure) Probed(from int, seq uint64, sig Signature) (Probe, Effects) {
 		if !differ {
 			return ProbeNothing, Effects{}
 		}
-		me := &MismatchError{Peer: f.Rank, Seq: seq, Local: sig, Remote: mine} // in the asker's words
+		me := &comm.MismatchError{Peer: f.Rank, Seq: seq, Local: sig, Remote: mine} // in the asker's words
 		return ProbeNothing, Effects{Tell: []Tell{{To: from, Notice: mismatchNotice(seq, mine, me)}}}
 	case !SigMatch(o.sig, sig):
-		return ProbeNothing, f.Fail(seq, &MismatchError{Peer: from, Seq: seq, Local: o.sig, Remote: sig}, true)
+		return ProbeNothing, f.Fail(seq, &comm.MismatchError{Peer: from, Seq: seq, Local: o.sig, Remote: sig}, true)
 	}
 	return ProbeRunning, Effects{}
 }
@@ -514,7 +516,7 @@ func (f *Failure) aheadFor(seq uint64) aheadNote {
 	return aheadNote{sigFrom: -1, otherFrom: -1}
 }
 
-func (f *Failure) aheadSig(from int, seq uint64, sig Signature) {
+func (f *Failure) aheadSig(from int, seq uint64, sig comm.Signature) {
 	switch a := f.aheadFor(seq); {
 	case a.sigFrom < 0:
 		a.sigFrom, a.sig = from, sig
@@ -527,12 +529,12 @@ func (f *Failure) aheadSig(from int, seq uint64, sig Signature) {
 
 // remoteFailure is this rank's error for collective seq (its call sig)
 // from a peer's Notice n.
-// A mismatch notice is a *MismatchError with the peer's report: where the
+// A mismatch notice is a *comm.MismatchError with the peer's report: where the
 // peer's call is this rank's own (its mismatch was with a third rank), the
 // error says what the peer reported rather than two equal calls.
-func (f *Failure) remoteFailure(from int, n Notice, seq uint64, sig Signature) error {
+func (f *Failure) remoteFailure(from int, n Notice, seq uint64, sig comm.Signature) error {
 	if n.Code == FailMismatch {
-		return &MismatchError{Peer: from, Seq: seq, Local: sig, Remote: n.Sig, Reported: n.Reason}
+		return &comm.MismatchError{Peer: from, Seq: seq, Local: sig, Remote: n.Sig, Reported: n.Reason}
 	}
 	return f.noticeError(from, n, "")
 }
@@ -541,7 +543,7 @@ func (f *Failure) remoteFailure(from int, n Notice, seq uint64, sig Signature) e
 // a mismatch at a collective this rank runs), prefix put before a reason
 // that blames no rank.
 func (f *Failure) noticeError(from int, n Notice, prefix string) error {
-	rename := func(re *RemoteError) *RemoteError {
+	rename := func(re *comm.RemoteError) *comm.RemoteError {
 		if f.Rename != nil {
 			return f.Rename(re)
 		}
@@ -550,7 +552,7 @@ func (f *Failure) noticeError(from int, n Notice, prefix string) error {
 	if n.Code != FailPeer || n.Culprit < 0 {
 		return rename(n.Code.Remote(from, prefix+n.Reason))
 	}
-	b := Blame{Rank: n.Culprit, Outside: n.Outside, How: n.Reason}
+	b := comm.Blame{Rank: n.Culprit, Outside: n.Outside, How: n.Reason}
 	re := rename(n.Code.Blamed(from, b, b.How))
 	if b.Rank != f.Rank || b.Outside {
 		return re
@@ -567,8 +569,8 @@ func (f *Failure) noticeError(from int, n Notice, prefix string) error {
 // SigMatch compares two ranks' Signatures of one collective. AllToAllV's
 // frames carry the element count for their receiver in Count, which the
 // receiver checks against its own receive counts instead.
-func SigMatch(a, b Signature) bool {
-	if a.Kind == KindAllToAllV && b.Kind == KindAllToAllV {
+func SigMatch(a, b comm.Signature) bool {
+	if a.Kind == comm.KindAllToAllV && b.Kind == comm.KindAllToAllV {
 		a.Count, b.Count = 0, 0
 	}
 	return a == b

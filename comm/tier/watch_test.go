@@ -1,9 +1,11 @@
-package comm
+package tier
 
 import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/comm"
 )
 
 // The rule for a part's abort (Watch.PartAborted): a peer's failure aborts
@@ -18,14 +20,14 @@ func TestPartAborted(t *testing.T) {
 		idle    PartAction // no collective running
 		running PartAction
 	}{
-		{"a peer failed", &PeerError{Peer: 2, Err: errors.New("killed")}, PartAbort, PartDefer},
-		{"a peer's news of a failure", FailPeer.Blamed(1, Blame{Rank: 3, How: "killed"}, "killed"), PartAbort, PartDefer},
+		{"a peer failed", &comm.PeerError{Peer: 2, Err: errors.New("killed")}, PartAbort, PartDefer},
+		{"a peer's news of a failure", FailPeer.Blamed(1, comm.Blame{Rank: 3, How: "killed"}, "killed"), PartAbort, PartDefer},
 		{"this rank's deadline", deadline, PartAbort, PartAsk},
 		{"a peer's cancel", FailCanceled.Remote(1, "canceled"), PartAbort, PartAsk},
 		{"a peer's deadline", FailTimeout.Remote(1, "timed out"), PartAbort, PartAsk},
-		{"a mismatch", &MismatchError{Peer: 1, Seq: 3}, PartIgnore, PartIgnore},
+		{"a mismatch", &comm.MismatchError{Peer: 1, Seq: 3}, PartIgnore, PartIgnore},
 		{"a mismatch's news", FailMismatch.Remote(1, "mismatched"), PartIgnore, PartIgnore},
-		{"an earlier abort", &AbortedError{Cause: deadline}, PartIgnore, PartIgnore},
+		{"an earlier abort", &comm.AbortedError{Cause: deadline}, PartIgnore, PartIgnore},
 		{"an outside abort", errors.New("the operator"), PartIgnore, PartIgnore},
 	}
 	for _, c := range cases {
@@ -33,7 +35,7 @@ func TestPartAborted(t *testing.T) {
 		if got := w.PartAborted(c.cause); got != c.idle {
 			t.Errorf("%s, no collective running: %v, want %v", c.name, got, c.idle)
 		}
-		w.Started(1, Signature{Kind: KindBarrier})
+		w.Started(1, comm.Signature{Kind: comm.KindBarrier})
 		if got := w.PartAborted(c.cause); got != c.running {
 			t.Errorf("%s, a collective running: %v, want %v", c.name, got, c.running)
 		}
@@ -44,22 +46,24 @@ func TestPartAborted(t *testing.T) {
 // it, never this rank, a rank that did not answer, one still going, or
 // one that stopped in a later collective.
 func TestStoppedIn(t *testing.T) {
-	at := func(started uint64, stopped bool) Progress { return Progress{Started: started, Stopped: stopped} }
+	at := func(started uint64, stopped bool) comm.Progress {
+		return comm.Progress{Started: started, Stopped: stopped}
+	}
 	w := Watch{Rank: 0}
-	w.Started(5, Signature{Kind: KindBarrier})
+	w.Started(5, comm.Signature{Kind: comm.KindBarrier})
 	cases := []struct {
 		name     string
-		answers  []Progress
+		answers  []comm.Progress
 		answered []bool
 		want     bool
 	}{
-		{"stopped in this one", []Progress{at(5, false), at(5, true), at(5, false)}, []bool{true, true, true}, true},
-		{"stopped before it", []Progress{at(5, false), at(4, true)}, []bool{true, true}, true},
-		{"stopped in a later one", []Progress{at(5, false), at(6, true)}, []bool{true, true}, false},
-		{"going on", []Progress{at(5, false), at(4, false)}, []bool{true, true}, false},
-		{"silent", []Progress{at(5, false), at(3, true)}, []bool{true, false}, false},
-		{"only this rank stopped", []Progress{at(5, true), at(5, false)}, []bool{true, true}, false},
-		{"fewer answered than answers", []Progress{at(5, false), at(5, true)}, []bool{true}, false},
+		{"stopped in this one", []comm.Progress{at(5, false), at(5, true), at(5, false)}, []bool{true, true, true}, true},
+		{"stopped before it", []comm.Progress{at(5, false), at(4, true)}, []bool{true, true}, true},
+		{"stopped in a later one", []comm.Progress{at(5, false), at(6, true)}, []bool{true, true}, false},
+		{"going on", []comm.Progress{at(5, false), at(4, false)}, []bool{true, true}, false},
+		{"silent", []comm.Progress{at(5, false), at(3, true)}, []bool{true, false}, false},
+		{"only this rank stopped", []comm.Progress{at(5, true), at(5, false)}, []bool{true, true}, false},
+		{"fewer answered than answers", []comm.Progress{at(5, false), at(5, true)}, []bool{true}, false},
 	}
 	for _, c := range cases {
 		if got := w.StoppedIn(c.answers, c.answered); got != c.want {
