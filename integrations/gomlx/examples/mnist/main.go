@@ -6,8 +6,9 @@
 // prints the test accuracy and the step breakdown (forward+backward graph,
 // AllReduce, update graph).
 //
-//	go run .                                                          # 1 process
-//	go run github.com/hiercomm/hiercomm/cmd/hiercomm run --nodes 2 --ranks-per-node 2 -- go run .
+//	go run .                                # 1 process
+//	go build -o /tmp/gomlx-mnist .          # then, at the repository's root:
+//	go run ./cmd/hiercomm run --nodes 2 --ranks-per-node 2 -- /tmp/gomlx-mnist
 //
 // It joins its job with hiercomm.Init, so it runs under `hiercomm run`,
 // torchrun, Slurm or Kubernetes as the project's other examples do.
@@ -30,6 +31,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	gctx "github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/layers"
 	"github.com/gomlx/gomlx/pkg/ml/layers/activations"
 	"github.com/gomlx/gomlx/pkg/ml/train"
 	"github.com/gomlx/gomlx/pkg/ml/train/losses"
@@ -54,6 +56,7 @@ type config struct {
 	epochs, batch, nTrain, nTest, log int
 	hidden                            []int
 	lr                                float64
+	stock                             bool
 	seed                              uint64
 }
 
@@ -67,6 +70,7 @@ func parse(args []string) (config, error) {
 	fs.IntVar(&c.log, "log", 50, "print rank 0's loss every this many steps (0: never)")
 	hidden := fs.String("hidden", "512,256", "hidden layer widths")
 	fs.Float64Var(&c.lr, "lr", 1e-3, "Adam's learning rate")
+	fs.BoolVar(&c.stock, "stock-dense", false, "GoMLX's layers.DenseWithBias instead of dense.go's layer (the same model; a slower gradient)")
 	fs.Uint64Var(&c.seed, "seed", 1, "the order of the samples (the same on every rank)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -111,7 +115,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer backend.Finalize()
 
 	model := func(ctx *gctx.Context, _ any, inputs []*graph.Node) []*graph.Node {
-		return []*graph.Node{logits(ctx, inputs[0], cfg.hidden)}
+		return []*graph.Node{logits(ctx, inputs[0], cfg)}
 	}
 	vctx := gctx.New()
 	opt := dpgomlx.Wrap(w, optimizers.Adam().LearningRate(cfg.lr).Done()) // line 1 of 2
@@ -121,8 +125,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	ds := &shards{set: trainSet, batch: cfg.batch, rank: rank, size: size, seed: cfg.seed}
 	steps := ds.stepsPerEpoch()
-	say("%d ranks on %d nodes; GoMLX %s backend; MLP 784-%s-10, Adam lr %g; global batch %d (%d per rank), %d steps per epoch, %d epochs",
-		size, w.Topology().NumNodes(), backend.Name(), join(cfg.hidden), cfg.lr, cfg.batch, cfg.batch/size, steps, cfg.epochs)
+	layer := "dense.go's dense layers"
+	if cfg.stock {
+		layer = "layers.DenseWithBias"
+	}
+	say("%d ranks on %d nodes; GoMLX %s backend; MLP 784-%s-10 (%s), Adam lr %g; global batch %d (%d per rank), %d steps per epoch, %d epochs",
+		size, w.Topology().NumNodes(), backend.Name(), join(cfg.hidden), layer, cfg.lr, cfg.batch, cfg.batch/size, steps, cfg.epochs)
 
 	var first dpgomlx.Stats // after step 1, whose times include compiling the graphs
 	loop.OnStep("log", 0, func(loop *train.Loop, metrics []*tensors.Tensor) error {
@@ -159,7 +167,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	say("gradients: %d buckets %v; %d tensor copies (%d bytes) between host and device; the Reducer was remade %d times",
 		len(opt.Buckets()), opt.Buckets(), st.Copies, st.CopiedBytes, st.Rebinds)
-	acc, err := accuracy(backend, vctx, cfg.hidden, testSet)
+	acc, err := accuracy(backend, vctx, cfg, testSet)
 	if err != nil {
 		return err
 	}
@@ -168,17 +176,24 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // logits is the MLP: dense layers with ReLU between them.
-func logits(ctx *gctx.Context, x *graph.Node, hidden []int) *graph.Node {
-	for i, n := range hidden {
-		x = activations.Relu(dense(ctx.In(fmt.Sprintf("dense%d", i)), x, n, i > 0))
+func logits(ctx *gctx.Context, x *graph.Node, cfg config) *graph.Node {
+	layer := func(i int, x *graph.Node, n int) *graph.Node {
+		ctx := ctx.In(fmt.Sprintf("dense%d", i))
+		if cfg.stock {
+			return layers.DenseWithBias(ctx, x, n)
+		}
+		return dense(ctx, x, n, i > 0)
 	}
-	return dense(ctx.In(fmt.Sprintf("dense%d", len(hidden))), x, mnist.Classes, len(hidden) > 0)
+	for i, n := range cfg.hidden {
+		x = activations.Relu(layer(i, x, n))
+	}
+	return layer(len(cfg.hidden), x, mnist.Classes)
 }
 
 // accuracy is the share of set that the model in vctx classifies right.
-func accuracy(backend backends.Backend, vctx *gctx.Context, hidden []int, set *mnist.Set) (float64, error) {
+func accuracy(backend backends.Backend, vctx *gctx.Context, cfg config, set *mnist.Set) (float64, error) {
 	predict, err := gctx.NewExec(backend, vctx.Reuse(), func(ctx *gctx.Context, x *graph.Node) *graph.Node {
-		return graph.ArgMax(logits(ctx, x, hidden), -1)
+		return graph.ArgMax(logits(ctx, x, cfg), -1)
 	})
 	if err != nil {
 		return 0, err
