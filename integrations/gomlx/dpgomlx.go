@@ -16,16 +16,23 @@
 // implement it). Every rank then applies the same averaged gradient to the
 // same weights, and the replicas stay bitwise identical.
 //
-// Memory. The AllReduce runs on the gradient tensors' own memory, reached
-// with tensors.Tensor.MutableFlatData. On a backend with shared buffers
-// (backends.Backend.HasSharedBuffers: the pure-Go simplego backend) the
-// tensor's flat slice is the buffer the graph wrote and the next graph
-// reads, so nothing is copied; the slice is kept after MutableFlatData's
-// callback returns, which GoMLX does not promise to be valid: it is, here,
-// because nothing else holds the tensor between the hook's AllReduce and
-// the update graph that reads it. Elsewhere (XLA) MutableFlatData copies
-// the tensor to the host and the update graph copies it back: Stats counts
-// those copies.
+// Memory. The AllReduce runs on the gradient tensors' own memory. A train
+// step's outputs are on-device tensors with no local copy; on a backend
+// with shared buffers (backends.Backend.HasSharedBuffers: the pure-Go
+// simplego backend) the device buffer is host memory, and
+// tensors.Tensor.ConstFlatData hands over that buffer itself
+// (backends.Backend.BufferData): nothing is copied. GoMLX says not to
+// change that slice, because a local copy would go out of step with the
+// device's; here there is no local copy, and nothing else holds the tensor
+// between the hook's AllReduce and the update graph that reads it. That
+// writing through it is safe is our reading of GoMLX v0.26.0's code, not
+// its promise. Any other tensor (an XLA backend's) goes through
+// MutableFlatData: a copy to the host when it has none there, and one back
+// to the device when the update graph runs; Stats counts them. GoMLX gives
+// each step's gradients new buffers, so the dp.Reducer is made again on
+// the new memory when it moved (Stats.Rebinds); with a bucket per gradient
+// (the default) its buckets are in place and remaking it lays out no
+// memory.
 //
 // Identical replicas. Attach gives the Context a fixed initializer seed
 // (context.ParamInitialSeed) when it has none, so every rank draws the
