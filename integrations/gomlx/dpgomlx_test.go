@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,4 +245,52 @@ func TestDifferentSeedsEndIdentical(t *testing.T) {
 	}
 	noErrors(t, each(n, func(r int) error { _, err := reps[r].loop.RunSteps(d, 3); return err }))
 	noErrors(t, each(n, func(r int) error { return reps[r].opt.Identical(context.Background()) }))
+}
+
+// TestCopiesCountedWhereNotShared: when the gradients have a local copy
+// (a hook before dpgomlx's read them to the host), the AllReduce goes
+// through MutableFlatData, which drops the device copy: one copy each, to
+// the device again, counted; the step is as right as without it (the
+// replicas match one trained without the extra hook).
+func TestCopiesCountedWhereNotShared(t *testing.T) {
+	const n, steps = 2, 3
+	be := backend(t)
+	d := []oneBatch{
+		{x: []float32{1, 2, 0, 1, 1, 1}, y: []float32{1, 2}},
+		{x: []float32{0, 1, 3, 2, 0, 1}, y: []float32{-1, 4}},
+	}
+	train2 := func(materialize bool) ([]*replica, [][]float32) {
+		cs := world(t, n)
+		reps := make([]*replica, n)
+		for r := range n {
+			reps[r] = newReplica(t, be, cs[r], optimizers.Adam().Done(), 5)
+			if materialize {
+				ctx := reps[r].ctx
+				reps[r].loop.OnStep("to the host", dpgomlx.HookPriority-1, func(*train.Loop, []*tensors.Tensor) error {
+					for v := range ctx.IterVariables() {
+						if strings.HasPrefix(v.Scope(), dpgomlx.GradScope) {
+							v.MustValue().MaterializeLocal()
+						}
+					}
+					return nil
+				})
+			}
+		}
+		noErrors(t, each(n, func(r int) error { _, err := reps[r].loop.RunSteps(d[r], steps); return err }))
+		noErrors(t, each(n, func(r int) error { return reps[r].opt.Identical(context.Background()) }))
+		return reps, [][]float32{weights(t, reps[0]), weights(t, reps[1])}
+	}
+	_, want := train2(false)
+	reps, got := train2(true)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("with the gradients on the host: %v; without: %v", got, want)
+	}
+	// 1 gradient (w), 1 copy a step; the weights, read at the first step's
+	// broadcast and by Identical, are device tensors on a shared-buffer
+	// backend: not copied.
+	for r, rep := range reps {
+		if st := rep.opt.Stats(); st.Copies != steps || st.CopiedBytes != steps*3*4 {
+			t.Errorf("rank %d: %v, want %d copies of 12 bytes", r, st, steps)
+		}
+	}
 }
