@@ -20,7 +20,7 @@ test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debia
 	HIERCOMM_SOAK=45s $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' ./cmd/hiercomm/ # a short soak: leaks show as RSS or goroutines
 	$(MAKE) gomlx
 
-gomlx: ## the GoMLX integration (integrations/gomlx, its own module): its tests, and its MNIST example on 2 x 2 processes to >= 97% with identical replicas (about 3.5 min on 2 cores; docs/training.md)
+gomlx: ## the GoMLX integration (integrations/gomlx, its own module): its tests, and its MNIST example on 2 x 2 processes to >= 97% with identical replicas (2.5 min on 2 cores; docs/training.md)
 	DPGOMLX_FULL=1 $(GO) -C integrations/gomlx test -count=1 -timeout 15m ./...
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
