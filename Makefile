@@ -8,7 +8,7 @@ SOAK        ?= 3m
 # gpu-test's binaries without symbol tables or local paths: 77 MB in all
 # instead of 105, to carry to a GPU host (panics still name functions).
 GPUFLAGS    ?= -trimpath -ldflags='-s -w'
-.PHONY: test bench demo peers lint fuzz soak soak-init faults gpu-test
+.PHONY: test gomlx bench demo peers lint fuzz soak soak-init faults gpu-test
 
 test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debian (.ci/fetch-libcuda)
 	HIERCOMM_TEST_LIBCUDA="$$(.ci/fetch-libcuda)" $(GO) test -race -timeout 15m ./...
@@ -18,6 +18,10 @@ test: ## every test; nccl's loader runs against NVIDIA's libcuda.so.1 from Debia
 	$(GO) test -timeout 15m -run 'Conformance|TestSuites' ./hierarchy/ # TestSuites here sends P2P's 1000003-element messages (the race pass: 65539)
 	HIERCOMM_TEST_FULL=1 $(GO) test -timeout 15m -run 'ConformanceMultiProcessHierarchy' .
 	HIERCOMM_SOAK=45s $(GO) test -count=1 -timeout 10m -run '^TestSoak$$' ./cmd/hiercomm/ # a short soak: leaks show as RSS or goroutines
+	$(MAKE) gomlx
+
+gomlx: ## the GoMLX integration (integrations/gomlx, its own module): its tests, and its MNIST example on 2 x 2 processes to >= 97% with identical replicas (2.5 min on 2 cores; docs/training.md)
+	DPGOMLX_FULL=1 $(GO) -C integrations/gomlx test -count=1 -timeout 15m ./...
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 	$(GO) run ./cmd/hiercomm-bench
@@ -29,10 +33,12 @@ demo: ## the main job: 4 local processes over QUIC, nccl-tests style tables
 peers: ## hiercomm beside OpenMPI on this machine (TCP loopback 2 and 4 ranks, shared memory 4 ranks; 3 alternating rounds): markdown tables and goals (docs/benchmarks.md); installs OpenMPI with apt-get when missing; PEERS=-quick for few sizes
 	GO=$(GO) bench/peers/run.sh $(PEERS)
 
-lint: ## gofmt, go vet and staticcheck (pinned) must all be clean
+lint: ## gofmt, go vet and staticcheck (pinned) must all be clean, in the main module and in integrations/gomlx
 	@test -z "$$(gofmt -l .)" || { echo "gofmt -l:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) -C integrations/gomlx vet ./...
+	cd integrations/gomlx && $(GO) run $(STATICCHECK) ./...
 
 fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) for FUZZTIME (15s) each (.ci/fuzz lists them), then the simulated worlds of the census and of the failure machine on 200,000 seeds each
 	FUZZTIME=$(FUZZTIME) GO=$(GO) .ci/fuzz
