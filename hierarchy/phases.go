@@ -49,6 +49,9 @@ type phases struct {
 	// ranks whose user calls differ mismatch even where the phases agree
 	// (Avg runs as Sum through them).
 	outer comm.Outer
+	// outerCtx is ctx carrying outer (tier.WithPhase), made at the first
+	// phase that needs it.
+	outerCtx context.Context
 	// abandoned is this rank's own *comm.ArgError or the first plain
 	// abandonment a part reported.
 	abandoned error
@@ -100,8 +103,16 @@ func (x *phases) issue(p part, c comm.Call, block bool) pending {
 		ph.Refused = x.refusal()
 	}
 	ctx := x.ctx
-	if ph.Outer != (comm.Outer{}) || ph.Refused != nil {
+	switch {
+	case ph.Refused != nil:
 		ctx = tier.WithPhase(ctx, ph)
+	case ph.Outer != (comm.Outer{}):
+		// Every phase of the collective carries the same Outer: one
+		// context for all of them, not one per part call.
+		if x.outerCtx == nil {
+			x.outerCtx = tier.WithPhase(x.ctx, ph)
+		}
+		ctx = x.outerCtx
 	}
 	x.mark(hoptrace.PartCall, p)
 	if r, ok := p.c.(tier.Runner); ok && block {
