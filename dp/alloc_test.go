@@ -155,6 +155,14 @@ func stepWays(t testing.TB, n int, lens []int, bucketBytes int) map[string]*step
 // started directly on buffers laid out beforehand: whatever a step
 // allocates, the communicator does.
 func TestReducerAllocatesNoMoreThanItsCollectives(t *testing.T) {
+	if raceEnabled {
+		// Under the race detector sync.Pool drops items at random, so the
+		// in-memory world's allocations vary from step to step (CI saw 43
+		// against 41). make test runs this test without it;
+		// TestReducerStepAllocatesNothing, exact on a world that allocates
+		// nothing, runs under it.
+		t.Skip("allocation counts of the in-memory world vary under the race detector (sync.Pool drops items at random); make test runs this test without it")
+	}
 	ways := stepWays(t, 2, []int{3000, 30, 2000, 20, 10}, 8000)
 	allocs := map[string]float64{}
 	for name, s := range ways {
