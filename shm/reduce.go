@@ -55,7 +55,7 @@ func reduceInto(k tier.Kernel, dst, also []byte, put func(dst, src []byte), n in
 func allReduce(s *stepper, send, recv []byte, k tier.Kernel, root int) error {
 	P, me, es := s.c.size, s.c.rank, k.Size
 	out := root < 0 || root == me
-	if n := len(send); s.c.oneStep(n) && n <= s.half() {
+	if s.c.oneStep(len(send)) {
 		if err := s.step(func(p []byte) { copy(p, send) }); err != nil {
 			return err
 		}
@@ -191,9 +191,12 @@ func scan(s *stepper, send, recv []byte, k tier.Kernel, exclusive bool) error {
 }
 
 // oneStep reports whether an AllReduce or Reduce of n bytes takes one step
-// (see allReduce): by Config.SmallReduceBytes when it is set, else by the
-// cost model.
+// (see allReduce): only when it fits half a slot, and then by
+// Config.SmallReduceBytes when it is set, else by the cost model.
 func (c *Comm) oneStep(n int) bool {
+	if n > c.seg.l.slotBytes/2 {
+		return false
+	}
 	if c.cfg.SmallReduceBytes != 0 {
 		return n*c.size <= c.cfg.SmallReduceBytes
 	}

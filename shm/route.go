@@ -18,7 +18,7 @@ func (c *Comm) Route(call comm.Call) string {
 	case c.eager(call.Signature()):
 		how = "eager: the root stages it and returns"
 	case call.Kind == comm.KindAllReduce || call.Kind == comm.KindReduce:
-		if n := call.Send.ByteLen(); c.oneStep(n) && n <= c.seg.l.slotBytes/2 {
+		if c.oneStep(call.Send.ByteLen()) {
 			how = "one step: every rank reduces the whole"
 		} else {
 			how = "in steps: each rank reduces its slice"
