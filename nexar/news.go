@@ -48,15 +48,27 @@ const maxNews = 4096
 // clean close, or err blames this rank rather than peer. Every
 // communicator that includes peer is aborted; those aborts are not
 // announced per communicator, the news covers them all.
+//
+// A later account of the same failure returns only once the first has
+// been acted on. The caller may be the read loop of a peer that told of
+// the failure and then closed (its caller exited on the failure): the
+// loop must not go on to that close while the communicators are still
+// unaborted, or a collective waiting on the closing peer fails on its
+// close, naming a rank that did nothing wrong.
 func (w *world) learned(peer int, err error, observer, from int) {
 	closed := errors.Is(err, ErrPeerClosed)
 	b, ok := comm.CulpritOf(err)
 	news := !closed && ok && !b.Outside && b.Rank == peer
 	w.mu.Lock()
 	if _, ok := w.dead[peer]; ok {
+		acted := w.acted[peer]
 		w.mu.Unlock()
+		<-acted
 		return
 	}
+	acted := make(chan struct{})
+	w.acted[peer] = acted
+	defer close(acted)
 	// The news is held before the failure is visible: a call that the
 	// failure fails may return, and its caller close the world, at once;
 	// the world Comm's Close then waits for this news to go out (a peer

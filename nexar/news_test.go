@@ -247,3 +247,54 @@ func TestFailureNewsGoesOutBeforeTheAbortedCallReturns(t *testing.T) {
 		}
 	}
 }
+
+// slowWarnings delays every warning, as a logger writing to a slow
+// terminal or pipe does: the time between a failure becoming visible and
+// the communicators being aborted for it grows.
+type slowWarnings struct{ slog.Handler }
+
+func (h slowWarnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// Two peers tell rank 0 that rank 1 failed, at once, and one of them then
+// closes (its caller exits on the failure), as survivors do when a rank is
+// killed. The second account must not let rank 0 go on to the close while
+// the first is still aborting rank 0's communicators: a collective waiting
+// on the closed peer then fails on its close, naming a rank that did
+// nothing wrong, instead of on rank 1's failure.
+func TestSecondNewsOfAFailureWaitsUntilTheFirstIsActedOn(t *testing.T) {
+	slow := slog.New(slowWarnings{slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	for i := range 5 {
+		cs := memWorld(t, 4, Options{Timeout: time.Minute, Logger: slow})
+		// Ranks 0 and 1 call: rank 0's exchange with rank 1 is done, and
+		// it waits on rank 2 when rank 1 is reported failed.
+		done := [2]chan error{make(chan error, 1), make(chan error, 1)}
+		for r := range done {
+			go func() {
+				x := make([]float32, 8)
+				done[r] <- cs[r].AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		w := cs[0].w
+		failed := func(observer int) *comm.PeerError {
+			return &comm.PeerError{Peer: 1, Addr: "memory:1", Err: fmt.Errorf("its connection was reset (seen by world rank %d)", observer)}
+		}
+		go w.PeerFailed(1, failed(2))
+		time.Sleep(2 * time.Millisecond) // the first account is being acted on
+		w.PeerFailed(1, failed(3))
+		for _, p := range []int{2, 3} {
+			w.PeerFailed(p, &comm.PeerError{Peer: p, Addr: fmt.Sprintf("memory:%d", p), Err: ErrPeerClosed})
+		}
+		if err := <-done[0]; blames(err, 1, "rank 1 ") != nil {
+			t.Fatalf("round %d: rank 0's AllReduce: %v", i, blames(err, 1, "rank 1 "))
+		}
+		if err := <-done[1]; err == nil {
+			t.Fatalf("round %d: rank 1's AllReduce succeeded without its peers", i)
+		}
+	}
+}

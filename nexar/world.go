@@ -32,8 +32,11 @@ type world struct {
 	early   map[uint64][]frame // frames for communicators this rank has not created yet
 	gone    map[uint64]bool    // ids of closed communicators: their late frames are dropped
 	dead    map[int]error      // peers (world ranks) whose connection failed
-	deathCh chan struct{}      // closed and replaced each time a peer dies
-	holds   int                // communicators that keep tr open: the world Comm and those shrunk (shrink.go)
+	// acted: per dead peer, closed once its failure has been acted on
+	// (every communicator that includes it aborted; news.go).
+	acted   map[int]chan struct{}
+	deathCh chan struct{} // closed and replaced each time a peer dies
+	holds   int           // communicators that keep tr open: the world Comm and those shrunk (shrink.go)
 	// expelledErr: a peer told this rank that it was given up (news.go);
 	// Shrink then refuses (shrink.go).
 	expelledErr error
@@ -60,6 +63,7 @@ func newWorld(log *slog.Logger, rank, size int) *world {
 		early:   map[uint64][]frame{},
 		gone:    map[uint64]bool{},
 		dead:    map[int]error{},
+		acted:   map[int]chan struct{}{},
 		deathCh: make(chan struct{}),
 		holds:   1, // the world Comm's
 	}
