@@ -256,12 +256,6 @@ const noticeRetransmitMult = 4
 // one: a few gossip rounds.
 func leaveWindow(d Detector) time.Duration { return 5 * d.GossipInterval }
 
-// leaveNotice is the gossip message of a member that leaves gracefully.
-type leaveNotice struct {
-	V     int    `json:"v"`
-	Leave string `json:"leave"` // the member's name
-}
-
 // noticeBroadcast is a leave notice in the gossip queue.
 type noticeBroadcast struct {
 	name string
@@ -273,7 +267,7 @@ type noticeBroadcast struct {
 var _ memberlist.NamedBroadcast = (*noticeBroadcast)(nil)
 
 func newNoticeBroadcast(name string, done chan struct{}) *noticeBroadcast {
-	msg, _ := json.Marshal(leaveNotice{V: metaVersion, Leave: name}) // cannot fail
+	msg, _ := json.Marshal(message{V: metaVersion, Leave: name}) // cannot fail
 	return &noticeBroadcast{name: name, msg: msg, done: done}
 }
 
@@ -320,11 +314,15 @@ func (v *view) nobodyListening() bool {
 }
 
 // NotifyMsg receives a leave notice: it is recorded, passed on, and
-// settles a member that is already gone.
+// settles a member that is already gone; or an admission (grow.go).
 func (v *view) NotifyMsg(b []byte) {
-	var n leaveNotice
-	if err := json.Unmarshal(b, &n); err != nil || n.V != metaVersion || n.Leave == "" {
-		v.log.Debug("cluster: ignoring a gossip message that is not a leave notice", "len", len(b))
+	var n message
+	if err := json.Unmarshal(b, &n); err != nil || n.V != metaVersion || n.Leave == "" && n.Admit == nil {
+		v.log.Debug("cluster: ignoring a gossip message that is neither a leave notice nor an admission", "len", len(b))
+		return
+	}
+	if n.Admit != nil {
+		v.admittedBy(n.Admit)
 		return
 	}
 	v.mu.Lock()
@@ -354,6 +352,9 @@ func (v *view) NotifyLeave(n *memberlist.Node) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.goneLocked(n.Name) {
+		return
+	}
 	if !v.formed {
 		if s, ok := v.seen[n.Name]; ok {
 			s.state, s.since = stateDead, time.Now()

@@ -24,7 +24,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		{Rank: -1, Host: "node-3", Local: 1, Device: 1, Addr: "10.0.0.7:29600"},
 		{Rank: 5, Host: "h", Local: 0, Device: -1},
 	} {
-		b, err := encodeMeta("train-42", m, nil)
+		b, err := encodeMeta("train-42", m, nil, false)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		for i, v := range agree {
 			settings[i].Value = v
 		}
-		again, err := encodeMeta(job, m, settings)
+		again, err := encodeMeta(job, m, settings, false)
 		if err != nil {
 			return // too long for memberlist: the sender could not have sent it
 		}
@@ -67,7 +67,7 @@ func FuzzDecodeMeta(f *testing.F) {
 // the job's size.
 func FuzzJoinMessages(f *testing.F) {
 	meta := func(rank, local int, host string) []byte {
-		b, err := encodeMeta("fuzz", topology.Member{Rank: rank, Host: host, Local: local, Device: -1, Addr: "127.0.0.1:1"}, nil)
+		b, err := encodeMeta("fuzz", topology.Member{Rank: rank, Host: host, Local: local, Device: -1, Addr: "127.0.0.1:1"}, nil, false)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func FuzzJoinMessages(f *testing.F) {
 		if strings.Contains(string(meta1)+string(meta2), `"rank":-1`) {
 			self.Rank = -1 // every member of a world lets membership assign, or none
 		}
-		selfMeta, err := encodeMeta("fuzz", self, nil)
+		selfMeta, err := encodeMeta("fuzz", self, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -239,7 +239,7 @@ func TestBindData(t *testing.T) {
 
 func TestMeta(t *testing.T) {
 	m := topology.Member{Rank: 3, Host: "node-7", Local: 1, Device: 1, Addr: "10.0.0.7:29600"}
-	b, err := encodeMeta("train-42", m, nil)
+	b, err := encodeMeta("train-42", m, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +252,11 @@ func TestMeta(t *testing.T) {
 	// host id, an IPv6 address) fits; a host id that does not is refused.
 	big := topology.Member{Rank: 1 << 20, Host: strings.Repeat("h", 250), Local: 999, Device: 999,
 		Addr: "[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535"}
-	if b, err := encodeMeta(strings.Repeat("j", maxJobIDLen), big, nil); err != nil || len(b) > memberlist.MetaMaxSize {
+	if b, err := encodeMeta(strings.Repeat("j", maxJobIDLen), big, nil, false); err != nil || len(b) > memberlist.MetaMaxSize {
 		t.Errorf("a 250-byte host id: %d bytes, %v; want it to fit in %d", len(b), err, memberlist.MetaMaxSize)
 	}
 	big.Host = strings.Repeat("h", 400)
-	if _, err := encodeMeta("job", big, nil); err == nil || !strings.Contains(err.Error(), "host id (400 bytes)") {
+	if _, err := encodeMeta("job", big, nil, false); err == nil || !strings.Contains(err.Error(), "host id (400 bytes)") {
 		t.Errorf("a 400-byte host id: %v; want an error naming the host id's length", err)
 	}
 

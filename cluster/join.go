@@ -67,6 +67,15 @@ type Config struct {
 	// short); the names are each process's own, the same in one build.
 	// May be empty.
 	Agree []Setting
+	// Joining makes this process join a job that is already running (a
+	// replacement for a failed process, or an addition) instead of
+	// forming a world of WorldSize: Join joins the members' gossip
+	// through the seeds and returns once a member admits it (Admit,
+	// when the members grow), with the grown world's topology and this
+	// process's rank in it; or fails, wrapping ErrNotAdmitted, within
+	// JoinTimeout. Self.Rank is ignored: the grown world numbers its
+	// newcomers (topology.Topology.Grown). launchenv.Launch.Joining.
+	Joining bool
 	// Detector sets the failure detector's timings; zero fields default.
 	Detector Detector
 	// Logger receives progress, warnings, failures and (at Debug)
@@ -112,7 +121,7 @@ func (c Config) validate() (Config, error) {
 		return bad("Self.Local %d: it must be >= 0 (LOCAL_RANK)", c.Self.Local)
 	case c.Self.Device < -1:
 		return bad("Self.Device %d: it must be an accelerator ordinal >= 0, or -1 for none", c.Self.Device)
-	case c.Self.Rank < -1 || c.Self.Rank >= c.WorldSize:
+	case c.Self.Rank < -1 || c.Self.Rank >= c.WorldSize && !c.Joining:
 		return bad("Self.Rank %d is not in [0, %d) (WorldSize), nor -1 (assign)", c.Self.Rank, c.WorldSize)
 	case c.JoinTimeout < 0:
 		return bad("JoinTimeout %v is negative", c.JoinTimeout)
@@ -123,6 +132,12 @@ func (c Config) validate() (Config, error) {
 		if err := checkHostPort(c.Self.Addr); err != nil {
 			return bad("Self.Addr %q: %v", c.Self.Addr, err)
 		}
+	}
+	if c.Joining && len(c.Seeds) == 0 {
+		return bad("Seeds is empty: a process that joins a running job (Joining) needs the address of one of its members to join through (MASTER_ADDR:port, HIERCOMM_SEEDS)")
+	}
+	if c.Joining {
+		c.Self.Rank = -1
 	}
 	if c.WorldSize > 1 && len(c.Seeds) == 0 {
 		return bad("Seeds is empty: a world of %d needs at least one seed address to join through (MASTER_ADDR:port, HIERCOMM_SEEDS)", c.WorldSize)
@@ -188,8 +203,10 @@ type Cluster struct {
 	view *view
 	disp *dispatcher
 	name string
+	mu   sync.Mutex // guards topo, rank and gen, which Admit changes
 	topo *topology.Topology
 	rank int
+	gen  int
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -217,7 +234,11 @@ func Join(ctx context.Context, cfg Config) (*Cluster, error) {
 		cfg.Gossip.Close()
 		return nil, err
 	}
-	if err := c.form(ctx); err != nil {
+	form := c.form
+	if cfg.Joining {
+		form = c.await
+	}
+	if err := form(ctx); err != nil {
 		if errors.Is(err, ErrWorldInvalid) {
 			// The others must see this process to reach the same
 			// conclusion: a member that left before they heard of
@@ -249,7 +270,7 @@ func newCluster(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	meta, err := encodeMeta(cfg.JobID, cfg.Self, cfg.Agree)
+	meta, err := encodeMeta(cfg.JobID, cfg.Self, cfg.Agree, cfg.Joining)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: invalid Config: %w", err)
 	}
@@ -318,10 +339,20 @@ func (c *Cluster) abandon() {
 }
 
 // Topology is the world's topology, the same on every member.
-func (c *Cluster) Topology() *topology.Topology { return c.topo }
+// After Admit, the grown world's.
+func (c *Cluster) Topology() *topology.Topology {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.topo
+}
 
-// Rank is this process's global rank in the world.
-func (c *Cluster) Rank() int { return c.rank }
+// Rank is this process's global rank in the world; after Admit, in the
+// grown world.
+func (c *Cluster) Rank() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rank
+}
 
 // Name is this process's membership name, as the others' messages give it.
 func (c *Cluster) Name() string { return c.name }

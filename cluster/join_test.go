@@ -457,7 +457,7 @@ func viewForTest(t *testing.T, worldSize int) *view {
 // gossipNode is a memberlist node of job with member m.
 func gossipNode(t *testing.T, name, job string, m topology.Member) *memberlist.Node {
 	t.Helper()
-	meta, err := encodeMeta(job, m, nil)
+	meta, err := encodeMeta(job, m, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -45,6 +46,9 @@ type memberMeta struct {
 	Device int      `json:"device"`
 	Addr   string   `json:"addr,omitempty"`
 	Agree  []string `json:"agree,omitempty"`
+	// Joining: the member joins a running job (Config.Joining); it
+	// waits to be admitted by a Grow and counts in no forming world.
+	Joining bool `json:"joining,omitempty"`
 }
 
 // A Setting is one value of Config.Agree: a setting every member of a job
@@ -69,8 +73,8 @@ var errMetaVersion = errors.New("member metadata of another version")
 
 // encodeMeta is the metadata of member m of job, with the settings it
 // must share with the others.
-func encodeMeta(job string, m topology.Member, agree []Setting) ([]byte, error) {
-	b, err := json.Marshal(memberMeta{V: metaVersion, Job: job, Rank: m.Rank, Host: m.Host, Local: m.Local, Device: m.Device, Addr: m.Addr, Agree: values(agree)})
+func encodeMeta(job string, m topology.Member, agree []Setting, joining bool) ([]byte, error) {
+	b, err := json.Marshal(memberMeta{V: metaVersion, Job: job, Rank: m.Rank, Host: m.Host, Local: m.Local, Device: m.Device, Addr: m.Addr, Agree: values(agree), Joining: joining})
 	if err != nil {
 		return nil, err
 	}
@@ -88,26 +92,40 @@ func encodeMeta(job string, m topology.Member, agree []Setting) ([]byte, error) 
 // decodeMeta reads metadata written by encodeMeta. The member's Name is
 // left empty.
 func decodeMeta(b []byte) (job string, m topology.Member, agree []string, err error) {
+	mm, err := decodeMemberMeta(b)
+	if err != nil {
+		return "", m, nil, err
+	}
+	return mm.Job, mm.member(), mm.Agree, nil
+}
+
+// decodeMemberMeta reads metadata written by encodeMeta, whole.
+func decodeMemberMeta(b []byte) (memberMeta, error) {
 	if len(b) == 0 {
-		return "", m, nil, errors.New("no member metadata (not a hiercomm process?)")
+		return memberMeta{}, errors.New("no member metadata (not a hiercomm process?)")
 	}
 	var v struct {
 		V int `json:"v"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
-		return "", m, nil, fmt.Errorf("member metadata is not valid: %w", err)
+		return memberMeta{}, fmt.Errorf("member metadata is not valid: %w", err)
 	}
 	if v.V != metaVersion {
-		return "", m, nil, fmt.Errorf("%w: version %d, this process reads %d: run the same hiercomm version in every process of a job", errMetaVersion, v.V, metaVersion)
+		return memberMeta{}, fmt.Errorf("%w: version %d, this process reads %d: run the same hiercomm version in every process of a job", errMetaVersion, v.V, metaVersion)
 	}
 	var mm memberMeta
 	if err := json.Unmarshal(b, &mm); err != nil {
-		return "", m, nil, fmt.Errorf("member metadata is not valid: %w", err)
+		return memberMeta{}, fmt.Errorf("member metadata is not valid: %w", err)
 	}
 	if mm.Job == "" {
-		return "", m, nil, errors.New("member metadata has no job id")
+		return memberMeta{}, errors.New("member metadata has no job id")
 	}
-	return mm.Job, topology.Member{Rank: mm.Rank, Host: mm.Host, Local: mm.Local, Device: mm.Device, Addr: mm.Addr}, mm.Agree, nil
+	return mm, nil
+}
+
+// member is the member mm describes; its Name is left empty.
+func (mm memberMeta) member() topology.Member {
+	return topology.Member{Rank: mm.Rank, Host: mm.Host, Local: mm.Local, Device: mm.Device, Addr: mm.Addr}
 }
 
 // The record of the members.
@@ -160,6 +178,12 @@ type view struct {
 	failed    map[string]bool            // guarded by mu: names in failures
 	failures  []*Failure                 // guarded by mu
 	callbacks []func(*Failure)           // guarded by mu
+	// Growing (grow.go). waiting: the processes that ask to join the
+	// running job (Config.Joining), by name; admitted: this process's
+	// admission, once it came (a joining process's own view).
+	waiting  map[string]*seenMember // guarded by mu
+	admitted *admission             // guarded by mu
+	joining  bool                   // this process joins a running job (Config.Joining)
 }
 
 func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
@@ -182,6 +206,8 @@ func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
 		leaving:     make(map[string]bool),
 		pending:     make(map[string]*time.Timer),
 		failed:      make(map[string]bool),
+		waiting:     make(map[string]*seenMember),
+		joining:     cfg.Joining,
 	}
 }
 
@@ -197,7 +223,7 @@ func (v *view) NodeMeta(limit int) []byte { return v.meta }
 
 // The rest of memberlist.Delegate: no state rides on push/pull syncs. The
 // only user messages are leave notices (NotifyMsg, GetBroadcasts in
-// failure.go).
+// failure.go) and admissions (grow.go).
 
 func (v *view) LocalState(join bool) []byte            { return nil }
 func (v *view) MergeRemoteState(buf []byte, join bool) {}
@@ -205,34 +231,39 @@ func (v *view) MergeRemoteState(buf []byte, join bool) {}
 // member decodes n's metadata, and the settings it was launched with; ok
 // is false (and the node recorded as foreign, warned once) if n is not a
 // member of this job.
-func (v *view) member(n *memberlist.Node) (m topology.Member, agree []string, ok bool) {
-	job, m, agree, err := decodeMeta(n.Meta)
+func (v *view) member(n *memberlist.Node) (m topology.Member, agree []string, joining, ok bool) {
+	mm, err := decodeMemberMeta(n.Meta)
 	why := ""
 	switch {
 	case err != nil:
 		why = err.Error()
-	case job != v.jobID:
+	case mm.Job != v.jobID:
 		// Impossible with keys derived from the job id, unless a key
 		// was reused with another derivation: be safe.
-		why = fmt.Sprintf("it belongs to job %q", job)
+		why = fmt.Sprintf("it belongs to job %q", mm.Job)
 	default:
+		m = mm.member()
 		m.Name = n.Name
-		return m, agree, true
+		return m, mm.Agree, mm.Joining, true
 	}
 	if _, warned := v.foreign[n.Name]; !warned {
 		desc := fmt.Sprintf("%s at %s (%s)", n.Name, n.Address(), why)
 		v.foreign[n.Name] = desc
 		v.log.Warn("cluster: ignoring a gossip member that is not of this job: "+desc, "job", v.jobID)
 	}
-	return m, nil, false
+	return m, nil, false, false
 }
 
 // NotifyJoin records a member that became alive.
 func (v *view) NotifyJoin(n *memberlist.Node) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	m, agree, ok := v.member(n)
+	m, agree, joining, ok := v.member(n)
 	if !ok {
+		return
+	}
+	if joining {
+		v.newcomerLocked(m, agree)
 		return
 	}
 	if v.formed {
@@ -246,7 +277,7 @@ func (v *view) NotifyJoin(n *memberlist.Node) {
 			}
 			return
 		}
-		v.log.Warn("cluster: a process of this job joined after the world formed; ignored (membership is not elastic): "+describeMember(m), "job", v.jobID)
+		v.log.Warn("cluster: a process of this job joined after the world formed without asking to join a running job ("+launchenv.EnvJoin+"=running); ignored: "+describeMember(m), "job", v.jobID)
 		return
 	}
 	v.seen[n.Name] = &seenMember{member: m, agree: agree}
@@ -258,8 +289,8 @@ func (v *view) NotifyJoin(n *memberlist.Node) {
 func (v *view) NotifyUpdate(n *memberlist.Node) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	m, agree, ok := v.member(n)
-	if !ok {
+	m, agree, joining, ok := v.member(n)
+	if !ok || joining {
 		return
 	}
 	if v.formed {

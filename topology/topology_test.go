@@ -458,3 +458,51 @@ func nodesEqual(a, b []Node) bool {
 func ranksEqual(a, b [][]int) bool {
 	return slices.EqualFunc(a, b, func(x, y []int) bool { return slices.Equal(x, y) })
 }
+
+// Grown keeps the members' ranks and local indices and numbers the
+// newcomers after them, the same whatever order they are given in.
+func TestGrown(t *testing.T) {
+	old, err := New([]Member{
+		{Rank: 0, Host: "a", Local: 0, Device: -1, Addr: "a:1", Name: "a0"},
+		{Rank: 1, Host: "a", Local: 1, Device: -1, Addr: "a:2", Name: "a1"},
+		{Rank: 2, Host: "b", Local: 0, Device: -1, Addr: "b:1", Name: "b0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newcomers := []Member{
+		{Rank: -1, Host: "c", Local: 3, Device: -1, Addr: "c:1", Name: "c3"},
+		{Rank: 7, Host: "b", Local: 1, Device: -1, Addr: "b:9", Name: "b1"},
+		{Rank: -1, Host: "a", Local: 1, Device: -1, Addr: "a:9", Name: "a-new"},
+	}
+	g, err := old.Grown(newcomers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(newcomers)
+	g2, err := old.Grown(newcomers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Equal(g2) {
+		t.Fatalf("the newcomers' order changed the topology:\n%v\n%v", g, g2)
+	}
+	want := []struct {
+		name  string
+		local int
+	}{{"a0", 0}, {"a1", 1}, {"b0", 0}, {"a-new", 2}, {"b1", 1}, {"c3", 0}}
+	for r, w := range want {
+		if m := g.Member(r); m.Name != w.name || m.Local != w.local || m.Rank != r {
+			t.Errorf("rank %d: %+v, want %s with local %d", r, m, w.name, w.local)
+		}
+	}
+	if g.NumNodes() != 3 || g.LocalSize(0) != 3 || g.Lead(2) != 5 {
+		t.Errorf("nodes: %v", g)
+	}
+	if same, _ := old.Grown(nil); same != old {
+		t.Error("Grown(nil) is not the topology itself")
+	}
+	if _, err := old.Grown([]Member{{Host: "d", Device: -1, Addr: "a:1"}}); err == nil {
+		t.Error("a newcomer with a member's address was accepted")
+	}
+}

@@ -34,6 +34,7 @@ const (
 	EnvHostProcs       = "HIERCOMM_HOST_PROCS"
 	EnvConnsPerPeer    = "HIERCOMM_CONNS_PER_PEER"
 	EnvNodeP2P         = "HIERCOMM_NODE_P2P"
+	EnvJoin            = "HIERCOMM_JOIN"
 
 	// NCCL's interface choice, read when HIERCOMM_SOCKET_IFNAME is unset.
 	EnvNCCLSocketIfname = "NCCL_SOCKET_IFNAME"
@@ -68,7 +69,7 @@ var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,
 	EnvPort, EnvSeeds, EnvHostID, EnvDevice, EnvJoinTimeout, EnvTopoDumpFile, EnvIntra, EnvK8sService,
 	EnvNCCLLibrary, EnvCUDALibrary,
-	EnvLauncherSockets, EnvHostProcs, EnvConnsPerPeer, EnvNodeP2P, EnvNCCLSocketIfname,
+	EnvLauncherSockets, EnvHostProcs, EnvConnsPerPeer, EnvNodeP2P, EnvJoin, EnvNCCLSocketIfname,
 	EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvMasterAddr,
 	EnvMasterPort, EnvGroupRank, EnvTorchAgentStore,
 	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmNodeID,
@@ -283,6 +284,13 @@ func (e env) own(l *Launch) error {
 		l.NodeP2P = v
 	default:
 		return e.errorf(EnvNodeP2P, "%s=%s: use auto (the default on hosts: Send and Recv between ranks of one node through the network transport where more processes than cores share a host, else through the node's communicator), intra (through the node's communicator) or world (through the network transport)", EnvNodeP2P, v)
+	}
+	switch v := e.get(EnvJoin); v {
+	case "":
+	case "running":
+		l.Joining = true
+	default:
+		return e.errorf(EnvJoin, "%s=%s: use running (this process joins a job that is already running, as a replacement or an addition: it waits until the members Grow) or leave it unset", EnvJoin, v)
 	}
 	if s := e.get(EnvJoinTimeout); s != "" {
 		d, err := time.ParseDuration(s)

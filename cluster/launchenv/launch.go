@@ -75,6 +75,13 @@ type Launch struct {
 	// JoinTimeout bounds the whole join, until every process of the world
 	// is present. If zero, defaults to DefaultJoinTimeout.
 	JoinTimeout time.Duration
+	// Joining reports that this process joins a job that is already
+	// running (HIERCOMM_JOIN=running), a replacement for a failed process
+	// or an addition: instead of forming a world of WorldSize, it joins
+	// the running members' membership and waits, at most JoinTimeout,
+	// until they Grow and admit it (hiercomm.World.Grow). Its rank and
+	// the world's size are the grown world's.
+	Joining bool
 	// Inherited reports that the sockets were bound by the parent (the local
 	// launcher, `hiercomm run`) and are open in this process as file
 	// descriptors 3 (gossip TCP), 4 (gossip UDP), 5 (data) and, for
