@@ -146,6 +146,16 @@ type World struct {
 	// launched is the launcher's rank of each rank of this World; nil
 	// where they are the same (a World Init made).
 	launched []int
+	// opt are the Options Init was given, after their defaults: Grow
+	// builds the grown World with them.
+	opt Options
+	// gen is how many times the job had grown when this World was made
+	// (Grow, grow.go).
+	gen int
+	// failures says whether the membership's failure reports still reach
+	// this World's communicator: shared with the Worlds Shrink makes of it
+	// (they share its connections), turned off when Grow replaces it.
+	failures *atomic.Bool
 	// tracing says that the log is at LevelTrace: every call is traced
 	// (trace.go); traced counts them.
 	tracing bool
@@ -234,7 +244,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	// agrees on (a world of one has neither sockets nor membership).
 	in := setup{launch: l, dev: dev, opt: opt}
 	var cl *cluster.Cluster
-	if l.WorldSize == 1 && !l.Inherited {
+	if l.WorldSize == 1 && !l.Inherited && !l.Joining {
 		if l.Style == "single" {
 			log.Info("hiercomm: no launcher environment found (torchrun, Slurm, Kubernetes or hiercomm run); running as a world of 1")
 		}
@@ -259,6 +269,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			Gossip:      gossip,
 			JoinTimeout: l.JoinTimeout,
 			Agree:       planSettings(l, gpu),
+			Joining:     l.Joining,
 			Detector:    opt.Detector,
 			Logger:      log,
 		})
@@ -276,6 +287,16 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 		}
 		return nil, err
 	}
+	if cl != nil && cl.Generation() > 0 {
+		// Admitted into a running job: the members build the grown
+		// World as this process does (Grow).
+		base := &World{launch: l, log: log, opt: opt, device: dev, topo: in.topo, tracing: tracing(log)}
+		w, err := grow(ctx, base, cl, in.topo, in.rank, cl.Generation(), in.data)
+		if err != nil {
+			return fail(fmt.Errorf("hiercomm.Init: rank %d of the grown job: %w", in.rank, err))
+		}
+		return w, nil
+	}
 	plan, err := NewPlan(l, in.topo, in.rank, gpu, opt)
 	if err != nil {
 		in.data.Close()
@@ -290,7 +311,8 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 	if err != nil {
 		return fail(err)
 	}
-	w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan, tracing: tracing(log)}
+	w := &World{Communicator: c, topo: in.topo, rank: in.rank, device: dev, launch: l, log: log, plan: plan, opt: opt,
+		failures: new(atomic.Bool), tracing: tracing(log)}
 	if cl != nil {
 		w.ready(cl, via)
 	}
@@ -476,9 +498,20 @@ func (w *World) ready(cl *cluster.Cluster, via string) {
 	// closing anything (a kill -9, a hung host, a cut cable): every
 	// communicator that includes the dead rank is aborted with an error
 	// naming it, on every survivor.
-	c, topo, rank, l, log := w.Communicator, w.topo, w.rank, w.launch, w.log
+	// Failures name the member: its rank here is looked up by its name,
+	// since the membership renumbers the world when it grows (Grow).
+	c, topo, rank, l, log, on := w.Communicator, w.topo, w.rank, w.launch, w.log, w.failures
 	w.cluster = cl
-	cl.OnFailure(func(f *cluster.Failure) { c.PeerFailed(f.Rank, f) })
+	on.Store(true)
+	ranks := make(map[string]int, topo.Size())
+	for r, m := range topo.Members() {
+		ranks[m.Name] = r
+	}
+	cl.OnFailure(func(f *cluster.Failure) {
+		if r, ok := ranks[f.Member.Name]; ok && on.Load() {
+			c.PeerFailed(r, f)
+		}
+	})
 	if rank == 0 && l.TopoDumpFile != "" {
 		if err := dumpTopology(l.TopoDumpFile, topo); err != nil {
 			log.Warn("hiercomm: could not write the topology dump", "file", l.TopoDumpFile, "err", err)

@@ -49,6 +49,10 @@ func child(role string) error {
 		return conformance()
 	case "shrink":
 		return shrinkRank()
+	case "grow":
+		return growRank()
+	case "grow-newcomer":
+		return growNewcomer()
 	case "initclose":
 		// A rank with nothing to do may leave right after joining; the
 		// others, maybe still forming the mesh, must not fail for it.

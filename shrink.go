@@ -39,7 +39,7 @@ func (w *World) Shrink(ctx context.Context) (comm.Communicator, error) {
 		return fail(err)
 	}
 	nw := &World{Communicator: s, topo: topo, rank: s.Rank(), cluster: w.cluster, device: w.device, launch: w.launch, log: w.log, plan: w.plan,
-		launched: make([]int, len(old)), tracing: w.tracing}
+		opt: w.opt, gen: w.gen, failures: w.failures, launched: make([]int, len(old)), tracing: w.tracing}
 	for i, r := range old {
 		nw.launched[i] = w.launchedRank(r)
 	}

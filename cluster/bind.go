@@ -24,7 +24,13 @@ func Bind(l launchenv.Launch, log *slog.Logger) (Sockets, DataSocket, error) {
 	if err != nil {
 		return Sockets{}, DataSocket{}, err
 	}
-	gossip, err := BindGossip(ip, l.GossipPort)
+	port := l.GossipPort
+	if l.Joining {
+		// The seed's port, where the launch names one: a process that
+		// joins a running job is never its seed, and the seed holds it.
+		port = 0
+	}
+	gossip, err := BindGossip(ip, port)
 	if err != nil {
 		return Sockets{}, DataSocket{}, err
 	}

@@ -18,6 +18,12 @@
 // notice of its own beside memberlist's leave message, so that its
 // departure is not taken for a death.
 //
+// A job can grow while it runs: a process started with Config.Joining
+// (HIERCOMM_JOIN=running) joins a formed world's gossip, is listed by
+// Cluster.Waiting on every member, and its Join returns once the members
+// Admit the grown world (topology.Topology.Grown), whose ranks failures
+// are reported with from then on (grow.go).
+//
 // Reading the launch environment is cluster/launchenv's: a parser with no
 // I/O of its own, apart from this package so that it can be table-tested
 // and fuzzed without sockets. What touches the system stays here: the
@@ -33,7 +39,8 @@
 // the metadata each member publishes and this process's record of the
 // members. Join (join.go) forms the world: discover.go contacts the seeds,
 // wait.go is the loop that waits for the world and reports progress,
-// assign.go judges the members seen and assigns ranks; leave.go leaves it.
+// assign.go judges the members seen and assigns ranks; leave.go leaves it;
+// grow.go admits processes into a running world.
 // failure.go holds the failure detector's timings, leave notices and
 // failure events; gossiplog.go memberlist's log; errors.go the errors of a
 // failed join.

@@ -391,6 +391,12 @@ func (v *view) declareDead(name string, at time.Time) {
 		return // settled meanwhile
 	}
 	delete(v.pending, name)
+	v.failLocked(name, at)
+}
+
+// failLocked records the failure of world member name, gone at time at,
+// and queues it to every callback.
+func (v *view) failLocked(name string, at time.Time) {
 	m := v.world[name]
 	f := &Failure{Rank: m.Rank, Member: m, At: at}
 	v.failed[name] = true

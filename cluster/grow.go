@@ -103,15 +103,28 @@ func (v *view) admittedBy(a *admission) {
 }
 
 // adopt makes topo the world: failures are reported with its ranks, and
-// its members are no longer waiting.
-func (v *view) adopt(topo *topology.Topology) {
+// its members are no longer waiting. A newcomer of topo that is gone
+// already (not among alive, the names of the gossip's live members; nil:
+// all are alive) is reported failed at once: its death came before it
+// was a world member, and would otherwise never be.
+func (v *view) adopt(topo *topology.Topology, alive map[string]bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	old := v.world
 	v.formed = true
 	v.world = make(map[string]topology.Member, topo.Size())
 	for _, m := range topo.Members() {
 		v.world[m.Name] = m
 		delete(v.waiting, m.Name)
+	}
+	if alive == nil || v.closing {
+		return
+	}
+	for _, m := range topo.Members() {
+		if _, member := old[m.Name]; !member && !alive[m.Name] && !v.failed[m.Name] {
+			v.log.Warn("cluster: a process admitted into the running job is gone already: "+describeMember(m), "job", v.jobID)
+			v.failLocked(m.Name, time.Now())
+		}
 	}
 }
 
@@ -147,8 +160,9 @@ func (c *Cluster) Admit(topo *topology.Topology, gen int) error {
 		return fmt.Errorf("cluster: admission: %w", err)
 	}
 	nodes := make(map[string]*memberlist.Node)
+	alive := make(map[string]bool)
 	for _, n := range c.ml.Members() {
-		nodes[n.Name] = n
+		nodes[n.Name], alive[n.Name] = n, true
 	}
 	c.view.mu.Lock()
 	old := c.view.world
@@ -171,7 +185,7 @@ func (c *Cluster) Admit(topo *topology.Topology, gen int) error {
 			errs = append(errs, fmt.Errorf("%s: %w", describeMember(m), err))
 		}
 	}
-	c.view.adopt(topo)
+	c.view.adopt(topo, alive)
 	c.mu.Lock()
 	c.topo, c.rank = topo, rank
 	c.mu.Unlock()
@@ -213,7 +227,7 @@ func (c *Cluster) await(ctx context.Context) error {
 		a := c.view.admitted
 		c.view.mu.Unlock()
 		if a != nil {
-			c.view.adopt(a.Topo)
+			c.view.adopt(a.Topo, nil)
 			c.mu.Lock()
 			c.topo, c.gen = a.Topo, a.Gen
 			for _, m := range a.Topo.Members() {
@@ -226,6 +240,12 @@ func (c *Cluster) await(ctx context.Context) error {
 			return nil
 		}
 		now := time.Now()
+		if joined && c.view.aliveCount() <= 1 {
+			// Every member this process saw is gone (left, or dead):
+			// nobody is left to admit it.
+			return fmt.Errorf("cluster: job %q: %w: every member of the running job that this process saw has left or died (after %v)",
+				c.cfg.JobID, ErrNotAdmitted, time.Since(start).Round(time.Millisecond))
+		}
 		if !joined && !now.Before(nextJoin) {
 			ok, err := c.contactSeeds(ctx, seeds)
 			if err != nil {

@@ -157,7 +157,11 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 	}
 	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers,
 		Grace: max(spec.Grace, 0), KillAfter: max(spec.KillAfter, 0), Notify: spec.Notify}
-	job := &LocalJob{}
+	job := &LocalJob{spec: spec, seed: seed, env: []string{
+		launchenv.EnvJobID + "=" + jobID,
+		launchenv.EnvJobKey + "=" + key,
+		launchenv.EnvNetwork + "=" + spec.Network,
+	}}
 	for _, p := range procs {
 		files, err := p.files()
 		if err != nil {
@@ -165,10 +169,8 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			return nil, fmt.Errorf("cluster.StartLocal: handing sockets to a child: %w", err)
 		}
 		env := append(os.Environ(), spec.Env...)
+		env = append(env, job.env...)
 		env = append(env,
-			launchenv.EnvJobID+"="+jobID,
-			launchenv.EnvJobKey+"="+key,
-			launchenv.EnvNetwork+"="+spec.Network,
 			launchenv.EnvAddr+"="+p.ip,
 			launchenv.EnvLauncherSockets+"=1",
 		)

@@ -3,8 +3,11 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"syscall"
 
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 )
 
@@ -12,6 +15,32 @@ import (
 type LocalJob struct {
 	g     *procgroup.Group
 	ranks []int // process index → the rank it was started as
+	// What a process that joins the running job needs (JoinerEnv).
+	spec LocalSpec
+	env  []string // the job's own variables: id, key, network
+	seed *net.TCPAddr
+}
+
+// JoinerEnv is the environment of a process that joins the running job
+// on emulated node node (HIERCOMM_JOIN=running: a replacement for a
+// failed process, or an addition), to be started by the caller with the
+// job's program: the job's id, key and network, the node's address to
+// bind its own sockets on, the launcher variables of a process on that
+// node (as its rank and local index 0: the grown world numbers it anew)
+// and the seed. Not with a Fabric: its namespaces have
+// no address for a process it was not set up for.
+func (j *LocalJob) JoinerEnv(node int) ([]string, error) {
+	if node < 0 || node >= len(j.spec.RanksPerNode) {
+		return nil, fmt.Errorf("cluster: JoinerEnv: node %d is not a node of the job (it has %d)", node, len(j.spec.RanksPerNode))
+	}
+	if j.spec.Fabric != nil {
+		return nil, fmt.Errorf("cluster: JoinerEnv: a job in an emulated fabric has no address for a process that joins it")
+	}
+	p := localProc{node: node, ip: j.spec.nodeAddr(node)}
+	env := append(os.Environ(), j.spec.Env...)
+	env = append(env, j.env...)
+	env = append(env, launchenv.EnvAddr+"="+p.ip, launchenv.EnvJoin+"=running")
+	return append(env, j.spec.styleEnv(p, len(j.ranks), j.seed)...), nil
 }
 
 // rankError names the rank of a process's failure.

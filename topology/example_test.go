@@ -35,3 +35,30 @@ func ExampleNew() {
 	// rails: [[0 2] [1 3]]
 	// colors of rank 3: {Intra:1 IntraKey:1 Rail:1 RailKey:1 Leads:-1 LeadsKey:1}
 }
+
+// A job of two nodes lost a process and grows by a replacement on the
+// first node and a process on a new one: the members keep their ranks,
+// the newcomers follow, each with the next local index on its host.
+func ExampleTopology_Grown() {
+	t, _ := topology.New([]topology.Member{
+		{Rank: -1, Host: "node-1", Local: 0, Device: -1},
+		{Rank: -1, Host: "node-2", Local: 0, Device: -1},
+		{Rank: -1, Host: "node-2", Local: 1, Device: -1},
+	})
+	g, err := t.Grown([]topology.Member{
+		{Host: "node-3", Local: 0, Device: -1},
+		{Host: "node-1", Local: 1, Device: -1},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, m := range g.Members() {
+		fmt.Printf("rank %d: %s local %d\n", m.Rank, m.Host, m.Local)
+	}
+	// Output:
+	// rank 0: node-1 local 0
+	// rank 1: node-2 local 0
+	// rank 2: node-2 local 1
+	// rank 3: node-1 local 1
+	// rank 4: node-3 local 0
+}
