@@ -58,8 +58,11 @@ func growRank() error {
 	var g *hiercomm.World
 	start := time.Now()
 	fault := os.Getenv(envGrowFault) != ""
+	var took time.Duration
 	for {
+		call := time.Now()
 		g, err = sw.Grow(ctx, 0)
+		took = time.Since(call)
 		if err != nil && fault {
 			// A process was killed during Grow: every member returns
 			// an error, and the World grown out of is usable unless it
@@ -84,7 +87,7 @@ func growRank() error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	defer g.Close()
-	err = grownChecks(ctx, g, fmt.Sprintf("rank %d", rank), time.Since(start))
+	err = grownChecks(ctx, g, fmt.Sprintf("rank %d", rank), took)
 	if err != nil && fault {
 		fmt.Printf("grown-then-failed: rank %d: %v\n", rank, err)
 		return nil
@@ -140,15 +143,26 @@ func grownChecks(ctx context.Context, g *hiercomm.World, who string, took time.D
 // joins the running job: the members Grow, and all four — the three
 // members keeping their ranks, the newcomer after them, on its node —
 // pass the conformance suite on the grown World: the hierarchy again,
-// with shared memory within each node. And a World of one node (shared
-// memory alone) that loses a rank and grows back.
+// with shared memory within each node. The same over QUIC, on 2 + 3
+// nodes, on 4 × 4, with the replacement on a new node (a node added to
+// every rail), on three nodes of one rank (the flat world) and on one
+// node (shared memory alone).
 func TestGrowWorld(t *testing.T) {
 	for _, tc := range []struct {
 		network string
 		layout  []int
 		victim  int
-	}{{"tcp", []int{2, 2}, 1}, {"quic", []int{2, 2}, 2}, {"tcp", []int{3}, 1}} {
-		t.Run(fmt.Sprintf("%s/%v", tc.network, tc.layout), func(t *testing.T) {
+		node    int // where the replacement starts
+	}{
+		{"tcp", []int{2, 2}, 1, 0},
+		{"quic", []int{2, 2}, 2, 1},
+		{"tcp", []int{2, 3}, 3, 1},
+		{"tcp", []int{2, 2}, 3, 2}, // on a new node
+		{"tcp", []int{1, 1, 1}, 1, 1},
+		{"tcp", []int{4, 4}, 5, 1},
+		{"tcp", []int{3}, 1, 0},
+	} {
+		t.Run(fmt.Sprintf("%s/%v/node%d", tc.network, tc.layout, tc.node), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			n := 0
@@ -160,11 +174,7 @@ func TestGrowWorld(t *testing.T) {
 			job := startJob(t, ctx, spec, "grow", out)
 			killWhenReady(t, ctx, job, out, n, tc.victim)
 			waitFor(t, out, "grow-shrunk:", n-1)
-			node := 0
-			if len(tc.layout) > 1 && tc.victim >= tc.layout[0] {
-				node = 1
-			}
-			if err := startNewcomer(t, ctx, job, node, out).Wait(); err != nil {
+			if err := startNewcomer(t, ctx, job, tc.node, out).Wait(); err != nil {
 				t.Errorf("the newcomer: %v", err)
 				job.Stop(syscall.SIGKILL) // the members would wait for it to their deadline
 			}
@@ -174,9 +184,13 @@ func TestGrowWorld(t *testing.T) {
 				}
 			}
 			text := out.String()
+			nodes := max(len(tc.layout), tc.node+1)
 			via := "*hierarchy.Comm, intra *shm.Comm"
-			if len(tc.layout) == 1 {
+			switch {
+			case nodes == 1:
 				via = "*shm.Comm, intra -"
+			case nodes == n:
+				via = "*nexar.Comm, intra -"
 			}
 			for r := range n {
 				who := "newcomer"
@@ -186,7 +200,7 @@ func TestGrowWorld(t *testing.T) {
 						who = fmt.Sprintf("rank %d", r+1)
 					}
 				}
-				want := fmt.Sprintf("grown: %s is rank %d of %d on %d nodes (%s)", who, r, n, len(tc.layout), via)
+				want := fmt.Sprintf("grown: %s is rank %d of %d on %d nodes (%s)", who, r, n, nodes, via)
 				if !strings.Contains(text, want) {
 					t.Errorf("no %q", want)
 				}

@@ -99,6 +99,10 @@ type localProc struct {
 	data              DataSocket
 }
 
+// maxLocalNodes bounds the nodes of a local job: one 127.0.0.x address
+// each.
+const maxLocalNodes = 254
+
 // Defaults of LocalSpec.
 const (
 	// DefaultGrace is LocalSpec.Grace's default: twice the default failure
@@ -218,8 +222,8 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	if nodes == 0 {
 		return bad("RanksPerNode is empty: give the number of ranks on each node")
 	}
-	if nodes > 254 {
-		return bad("%d nodes: at most 254 can be emulated (one 127.0.0.x address each)", nodes)
+	if nodes > maxLocalNodes {
+		return bad("%d nodes: at most %d can be emulated (one 127.0.0.x address each)", nodes, maxLocalNodes)
 	}
 	for n, g := range spec.RanksPerNode {
 		if g < 1 {
@@ -372,7 +376,10 @@ func bindPodsOnce(procs []localProc, in func(node int, fn func() error) error) e
 
 // styleEnv is the launcher's variables for process p of a world of n.
 func (spec *LocalSpec) styleEnv(p localProc, n int, seed *net.TCPAddr) []string {
-	g := spec.RanksPerNode[p.node]
+	g := 1 // a node the job did not start with (LocalJob.JoinerEnv)
+	if p.node < len(spec.RanksPerNode) {
+		g = spec.RanksPerNode[p.node]
+	}
 	switch spec.Style {
 	case "slurm":
 		// Slurm's host-list syntax; the first host is the seed.

@@ -22,16 +22,17 @@ type LocalJob struct {
 }
 
 // JoinerEnv is the environment of a process that joins the running job
-// on emulated node node (HIERCOMM_JOIN=running: a replacement for a
-// failed process, or an addition), to be started by the caller with the
+// on emulated node node — one of the job's, or a new one after them —
+// (HIERCOMM_JOIN=running: a replacement for a failed process, or an
+// addition), to be started by the caller with the
 // job's program: the job's id, key and network, the node's address to
 // bind its own sockets on, the launcher variables of a process on that
 // node (as its rank and local index 0: the grown world numbers it anew)
 // and the seed. Not with a Fabric: its namespaces have
 // no address for a process it was not set up for.
 func (j *LocalJob) JoinerEnv(node int) ([]string, error) {
-	if node < 0 || node >= len(j.spec.RanksPerNode) {
-		return nil, fmt.Errorf("cluster: JoinerEnv: node %d is not a node of the job (it has %d)", node, len(j.spec.RanksPerNode))
+	if node < 0 || node >= maxLocalNodes {
+		return nil, fmt.Errorf("cluster: JoinerEnv: node %d is not in [0, %d): the job's nodes are 0 to %d, and a new node is any after them", node, maxLocalNodes, len(j.spec.RanksPerNode)-1)
 	}
 	if j.spec.Fabric != nil {
 		return nil, fmt.Errorf("cluster: JoinerEnv: a job in an emulated fabric has no address for a process that joins it")
