@@ -12,6 +12,7 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
@@ -103,19 +104,23 @@ type Route struct {
 	Choice string
 }
 
-// Timeouts are the bounds a Plan gives the tiers.
+// Timeouts are the bounds a Plan gives the tiers: each tier's in the one
+// vocabulary of tier.Timeouts, as the tier itself reports them
+// (nexar.Config.Timeouts, shm.Config.Timeouts), and the membership's.
 type Timeouts struct {
 	// Join bounds the membership's forming (launchenv.Launch.JoinTimeout);
-	// Connect the forming of the data mesh and the attaching of shared
-	// memory; Collective a collective whose context has no earlier
-	// deadline.
-	Join, Connect, Collective time.Duration
-	// PeerSilence is how long a peer may stay silent before the network
-	// transport declares it failed; NodeSilence the same for a node-mate
-	// over shared memory.
-	PeerSilence, NodeSilence time.Duration
+	// 0 for a world of one, which has no membership.
+	Join time.Duration
+	// Network are the network tier's (nexar): a world of one in memory
+	// has only its Timeout; all zero where the Plan has no network.
+	Network tier.Timeouts
+	// Node are a node's shared memory's (shm), which carries the ranks of
+	// a node (Intra "shm") or NCCL's control among them (Intra "nccl");
+	// all zero where the Plan has none.
+	Node tier.Timeouts
 	// Detector is how long the membership's failure detector may take to
-	// see a dead process (cluster.Detector.Bound for this world).
+	// see a dead process (cluster.Detector.Bound for this world); 0 for a
+	// world of one.
 	Detector time.Duration
 }
 
@@ -186,18 +191,29 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 		p.ConnsPerPeer = max(l.ConnsPerPeer, 1)
 	}
 	p.Routes = p.routes(l, t, opt)
-	p.Timeouts = Timeouts{
-		Join:        cmp.Or(l.JoinTimeout, launchenv.DefaultJoinTimeout),
-		Connect:     cmp.Or(opt.ConnectTimeout, nexar.DefaultConnectTimeout),
-		Collective:  cmp.Or(opt.Nexar.Timeout, nexar.DefaultTimeout),
-		PeerSilence: cmp.Or(opt.FailureTimeout, nexar.DefaultFailureTimeout),
-		NodeSilence: cmp.Or(opt.Shm.FailureTimeout, shm.DefaultFailureTimeout),
-		Detector:    opt.Detector.Bound(p.Size),
-	}
-	if single {
-		p.Timeouts.Join, p.Timeouts.Detector = 0, 0
-	}
+	p.Timeouts = p.timeouts(l, opt)
 	return p, nil
+}
+
+// timeouts are the bounds p's tiers get from l and opt (after
+// withDefaults), each as the tier reports the config Init gives it.
+func (p Plan) timeouts(l launchenv.Launch, opt Options) Timeouts {
+	var t Timeouts
+	switch p.Network {
+	case "":
+	case "memory":
+		t.Network.Timeout = nexar.Config{Options: opt.Nexar}.Timeouts().Timeout
+	default:
+		t.Network = nexar.Config{Net: opt.netConfig(nexar.NetConfig{}), Options: opt.Nexar}.Timeouts()
+	}
+	if (p.Intra == "shm" || p.Intra == "nccl") && p.Layout != LayoutSingle {
+		t.Node = opt.Shm.Timeouts()
+	}
+	if p.Layout != LayoutSingle {
+		t.Join = cmp.Or(l.JoinTimeout, launchenv.DefaultJoinTimeout)
+		t.Detector = opt.Detector.Bound(p.Size)
+	}
+	return t
 }
 
 // planSettings are the launch's settings that every rank's Plan is
@@ -205,18 +221,25 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 // compares them before the world forms (cluster.Config.Agree), so that a
 // job whose processes were launched otherwise fails at once, naming the
 // setting, instead of building communicators that never meet. gpu is
-// this rank's GPU, or -1.
-func planSettings(l launchenv.Launch, gpu int) []cluster.Setting {
-	tier := "off"
+// this rank's GPU, or -1. With them go the FailureTimeouts the tiers get
+// from opt (after withDefaults): a rank shows it is alive at a fraction
+// of its own and judges its peers' silence by its own, so a rank given a
+// longer one than its peers' would be declared failed while it runs.
+func planSettings(l launchenv.Launch, gpu int, opt Options) []cluster.Setting {
+	gpuTier := "off"
 	if gpu >= 0 {
-		tier = "on"
+		gpuTier = "on"
 	}
 	return []cluster.Setting{
 		{Name: launchenv.EnvNetwork, Value: cmp.Or(l.Network, launchenv.DefaultNetwork)},
 		{Name: launchenv.EnvIntra, Value: cmp.Or(l.Intra, "auto")},
 		{Name: launchenv.EnvNodeP2P, Value: l.NodeP2P},
 		{Name: launchenv.EnvConnsPerPeer, Value: strconv.Itoa(max(l.ConnsPerPeer, 1))},
-		{Name: "the GPU tier", Value: tier},
+		{Name: "the GPU tier", Value: gpuTier},
+		{Name: "the network's FailureTimeout (Options.FailureTimeout)",
+			Value: nexar.Config{Net: opt.netConfig(nexar.NetConfig{})}.Timeouts().FailureTimeout.String()},
+		{Name: "shared memory's FailureTimeout (Options.Shm.FailureTimeout, else Options.FailureTimeout)",
+			Value: opt.Shm.Timeouts().FailureTimeout.String()},
 	}
 }
 
@@ -433,8 +456,20 @@ func (p Plan) String() string {
 		row(k, "%-44s %-13s %s", r.Tier, r.Op, r.Choice)
 	}
 	t := p.Timeouts
-	row("timeouts", "join %v, connect %v, collective %v, peer silence %v (network) and %v (shared memory), failure detector %v",
-		t.Join, t.Connect, t.Collective, t.PeerSilence, t.NodeSilence, t.Detector)
+	var ts []string
+	switch {
+	case t.Network.FailureTimeout != 0:
+		ts = append(ts, fmt.Sprintf("network: %v", t.Network))
+	case t.Network.Timeout != 0:
+		ts = append(ts, fmt.Sprintf("memory: operation %v", t.Network.Timeout))
+	}
+	if t.Node != (tier.Timeouts{}) {
+		ts = append(ts, fmt.Sprintf("shared memory: %v", t.Node))
+	}
+	if t.Join != 0 {
+		ts = append(ts, fmt.Sprintf("join %v, failure detector %v", t.Join, t.Detector))
+	}
+	row("timeouts", "%s", strings.Join(ts, "; "))
 	if p.FlightRecorder > 0 {
 		row("flight recorder", "the last %d collectives", p.FlightRecorder)
 	} else {
