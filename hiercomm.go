@@ -47,7 +47,6 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
-	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
@@ -442,16 +441,7 @@ func compose(ctx context.Context, p Plan, in setup, world comm.Communicator) (c 
 // On success it owns both; on failure it closes neither.
 func composeHierarchy(ctx context.Context, p Plan, in setup, world, intra comm.Communicator) (comm.Communicator, string, error) {
 	host := p.GPU < 0
-	intraCost := in.opt.Nexar.Cost
-	switch p.Intra {
-	case "shm":
-		intraCost = in.opt.Shm.Cost.Or(shm.DefaultCost)
-	case "nccl":
-		// NCCL inside the node has no model of its own yet: the intra
-		// part takes the defaults unless the user gave one.
-		intraCost = schedule.CostModel{}
-	}
-	cfg := hierarchyConfig(in.opt, intraCost, in.launch, in.topo, p.Rank, host)
+	cfg := hierarchyConfig(in.opt, p.intraCost(in.opt), in.launch, in.topo, p.Rank, host)
 	switch p.Intra {
 	case "shm":
 		if cfg.NewIntra == nil {

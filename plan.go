@@ -61,8 +61,12 @@ type Plan struct {
 	// NodeP2P is the route of Send and Recv between node-mates of a
 	// hierarchy: "intra", "world", or "world when crowded" (the world
 	// where the most crowded host has more processes than cores); "" when
-	// the World is not a hierarchy.
-	NodeP2P string
+	// the World is not a hierarchy. NodeP2PBy is what chose it: the
+	// launch ("HIERCOMM_NODE_P2P=world"), an option
+	// ("Hierarchy.NodeP2PViaWorld", "Hierarchy.NodeP2PViaWorldWhenCrowded")
+	// or "default" (the hosts' crowding on the host tier, NCCL's own route
+	// on the GPU tier).
+	NodeP2P, NodeP2PBy string
 	// RanksPerCore is this host's processes per core (the local launcher's
 	// HostProcs, else this node's ranks, ÷ runtime.NumCPU); a hierarchy
 	// takes the largest over its ranks.
@@ -95,14 +99,23 @@ const (
 	LayoutHierarchy Layout = "hierarchy"
 )
 
-// A Route is one cost model's choice for one collective: Choice says
-// which algorithm or route it takes over which sizes ("doubling below 64
-// KiB, ring from 64 KiB").
+// A Route is one tier's choice for one collective: Choice says which
+// algorithm or route it takes over which sizes ("doubling below 64 KiB,
+// ring from 64 KiB"), By what decided it.
 type Route struct {
 	Tier   string // "network (4 ranks)", "shm (4 ranks)", "hierarchy (2 × 4)"
 	Op     string
 	Choice string
+	// By is ByCostModel where the tier's cost model chose, else the
+	// option that was the model's given input ("Hierarchy.SmallBytes",
+	// "Shm.SmallReduceBytes": the tier's decision takes it as the switch,
+	// hierarchy.Config.Switch, shm.Config.OneStepReduce), or, for a
+	// choice no model makes, the setting ("Shm.EagerBytes") or "default".
+	By string
 }
+
+// ByCostModel is Route.By for a choice of the tier's cost model.
+const ByCostModel = "cost model"
 
 // Timeouts are the bounds a Plan gives the tiers: each tier's in the one
 // vocabulary of tier.Timeouts, as the tier itself reports them
@@ -175,7 +188,7 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 			p.Intra = "nexar"
 		}
 		cfg := opt.Hierarchy
-		nodeP2PRoute(&cfg, l, gpu < 0)
+		p.NodeP2PBy = nodeP2PRoute(&cfg, l, gpu < 0)
 		switch {
 		case cfg.NodeP2PViaWorld:
 			p.NodeP2P = "world"
@@ -255,37 +268,41 @@ func (p Plan) routes(l launchenv.Launch, t *topology.Topology, opt Options) []Ro
 		seg := cmp.Or(opt.Nexar.SegmentBytes, nexar.DefaultSegmentBytes)
 		tier := fmt.Sprintf("%s (%d ranks)", what, n)
 		rs = append(rs,
-			Route{tier, "AllReduce", switches(func(b int) string { return m.AllReduce(b, n).String() })},
-			Route{tier, "ReduceScatter", switches(func(b int) string { return m.ReduceScatter(b, n).String() })},
-			Route{tier, "Broadcast", switches(func(b int) string { return m.Broadcast(b, n, seg).String() })})
+			Route{tier, "AllReduce", switches(func(b int) string { return m.AllReduce(b, n).String() }), ByCostModel},
+			Route{tier, "ReduceScatter", switches(func(b int) string { return m.ReduceScatter(b, n).String() }), ByCostModel},
+			Route{tier, "Broadcast", switches(func(b int) string { return m.Broadcast(b, n, seg).String() }), ByCostModel})
 	}
 	node := func(n int) {
 		if n < 2 {
 			return
 		}
-		sc := opt.Shm.Cost.Or(shm.DefaultCost)
+		cfg := opt.Shm
+		cfg.Size = n
 		tier := fmt.Sprintf("shm (%d ranks)", n)
+		by := ByCostModel
 		oneStep := func(b int) string {
-			if opt.Shm.SmallReduceBytes != 0 {
-				if b*n <= opt.Shm.SmallReduceBytes {
-					return "one step"
-				}
-				return "two steps"
+			one, forced := cfg.OneStepReduce(b)
+			if forced {
+				by = "Shm.SmallReduceBytes"
 			}
-			if sc.OneStepReduce(b, n) {
+			if one {
 				return "one step"
 			}
 			return "two steps"
 		}
-		rs = append(rs, Route{tier, "AllReduce", switches(oneStep)})
-		eager := cmp.Or(opt.Shm.EagerBytes, shm.DefaultEagerBytes)
+		rs = append(rs, Route{tier, "AllReduce", switches(oneStep), by})
+		eager, eagerBy := cmp.Or(opt.Shm.EagerBytes, shm.DefaultEagerBytes), "default"
+		if opt.Shm.EagerBytes != 0 {
+			eagerBy = "Shm.EagerBytes"
+		}
 		if p.Layout == LayoutHierarchy {
-			eager = -1 // connectIntraHost: a hierarchy's node parts run without
+			// connectIntraHost: a hierarchy's node parts run without.
+			eager, eagerBy = -1, "default"
 		}
 		if eager > 0 {
-			rs = append(rs, Route{tier, "Broadcast", fmt.Sprintf("eager (the root returns) up to %s, staged above", sizeName(eager))})
+			rs = append(rs, Route{tier, "Broadcast", fmt.Sprintf("eager (the root returns) up to %s, staged above", sizeName(eager)), eagerBy})
 		} else {
-			rs = append(rs, Route{tier, "Broadcast", "staged"})
+			rs = append(rs, Route{tier, "Broadcast", "staged", eagerBy})
 		}
 	}
 	switch p.Layout {
@@ -305,25 +322,15 @@ func (p Plan) routes(l launchenv.Launch, t *topology.Topology, opt Options) []Ro
 		rail := len(t.Rails()[p.LocalRank])
 		network(rail, p.Network+" rail")
 		g, _ := t.RanksPerNode()
-		intra := opt.Nexar.Cost
-		if p.Intra == "shm" {
-			intra = opt.Shm.Cost.Or(shm.DefaultCost)
-		} else if p.Intra == "nccl" {
-			intra = schedule.CostModel{}
-		}
-		cost := hierarchyCost(opt.Hierarchy.Cost, intra, opt.Nexar.Cost, l, t, p.Rank)
+		cfg := hierarchyConfig(opt, p.intraCost(opt), l, t, p.Rank, p.GPU < 0)
 		tier := fmt.Sprintf("hierarchy (%d nodes, up to %d ranks each)", p.Nodes, g)
 		for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
-			var choice string
-			switch sb := opt.Hierarchy.SmallBytes; {
-			case sb > 0:
-				choice = fmt.Sprintf("leads up to %s, 2d above (Hierarchy.SmallBytes)", sizeName(sb))
-			case sb < 0:
-				choice = "2d (Hierarchy.SmallBytes)"
-			default:
-				choice = switchName(cost.Switch(c, g, p.Nodes))
+			at, forced := cfg.Switch(c, g, p.Nodes)
+			by := ByCostModel
+			if forced {
+				by = "Hierarchy.SmallBytes"
 			}
-			rs = append(rs, Route{tier, c.String(), choice})
+			rs = append(rs, Route{tier, c.String(), switchName(at), by})
 		}
 	}
 	return rs
@@ -441,11 +448,11 @@ func (p Plan) String() string {
 	}
 	switch {
 	case p.NodeP2P == "world when crowded" && p.RanksPerCore > 1:
-		row("node p2p", "%s: the world here (more ranks than cores)", p.NodeP2P)
+		row("node p2p", "%s: the world here (more ranks than cores) (%s)", p.NodeP2P, p.NodeP2PBy)
 	case p.NodeP2P == "world when crowded":
-		row("node p2p", "%s: the intra part here, unless another host is", p.NodeP2P)
+		row("node p2p", "%s: the intra part here, unless another host is (%s)", p.NodeP2P, p.NodeP2PBy)
 	case p.NodeP2P != "":
-		row("node p2p", "%s", p.NodeP2P)
+		row("node p2p", "%s (%s)", p.NodeP2P, p.NodeP2PBy)
 	}
 	row("ranks per core", "%.2f (%d cores)", p.RanksPerCore, runtime.NumCPU())
 	for i, r := range p.Routes {
@@ -453,7 +460,7 @@ func (p Plan) String() string {
 		if i == 0 {
 			k = "routes"
 		}
-		row(k, "%-44s %-13s %s", r.Tier, r.Op, r.Choice)
+		row(k, "%-44s %-13s %s (%s)", r.Tier, r.Op, r.Choice, r.By)
 	}
 	t := p.Timeouts
 	var ts []string

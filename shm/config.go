@@ -104,9 +104,11 @@ type Config struct {
 	// DefaultCost's. Every rank of a communicator must use the same model
 	// (it chooses the algorithm).
 	Cost schedule.CostModel
-	// SmallReduceBytes, if positive, overrides Cost with a fixed switch:
-	// up to this many bytes from all ranks together (the message's size ×
-	// Size), one step. Negative: two steps always. Zero: Cost decides.
+	// SmallReduceBytes, if set, is the switch Cost would compute, given
+	// (Config.OneStepReduce, the one decision, takes it as its input):
+	// positive, one step up to this many bytes from all ranks together
+	// (the message's size × Size); negative, two steps always. Zero: Cost
+	// decides. Either way only what fits half a slot takes one step.
 	// Every rank of a communicator must use the same value.
 	SmallReduceBytes int
 	// NonTemporalBytes: from this many bytes of results over all ranks, a
