@@ -105,13 +105,20 @@ func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l laun
 		c.Wake = schedule.DefaultWake
 	}
 	if c.RanksPerCore == 0 {
-		procs := l.HostProcs
-		if procs == 0 {
-			procs = len(topo.Nodes()[topo.NodeOf(rank)].Ranks)
-		}
-		c.RanksPerCore = float64(procs) / float64(runtime.NumCPU())
+		c.RanksPerCore = ranksPerCore(l, topo.LocalSize(rank))
 	}
 	return c
+}
+
+// ranksPerCore is how many processes share each of this host's cores:
+// those the local launcher started together (Launch.HostProcs), else
+// localSize, the ranks of this node.
+func ranksPerCore(l launchenv.Launch, localSize int) float64 {
+	procs := l.HostProcs
+	if procs == 0 {
+		procs = localSize
+	}
+	return float64(procs) / float64(runtime.NumCPU())
 }
 
 // connectIntraHost joins this rank to the shared memory of its node's

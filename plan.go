@@ -154,11 +154,7 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 	for _, n := range t.Nodes() {
 		p.RanksPerNode = append(p.RanksPerNode, len(n.Ranks))
 	}
-	procs := l.HostProcs
-	if procs == 0 {
-		procs = p.LocalSize
-	}
-	p.RanksPerCore = float64(procs) / float64(runtime.NumCPU())
+	p.RanksPerCore = ranksPerCore(l, p.LocalSize)
 	l.Network = cmp.Or(l.Network, launchenv.DefaultNetwork)
 	g, homogeneous := t.RanksPerNode()
 	single := p.Size == 1 && !l.Inherited
