@@ -47,7 +47,6 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm"
-	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
@@ -62,10 +61,11 @@ import (
 // defines it. Init copies them and fills only what the user left zero: the
 // parts it wires (a shm communicator's Namespace, Rank and Size; an NCCL
 // communicator's Device; a hierarchy's Topology, World, Intra and Rail),
-// the Logger, the timeouts
-// the tiers share (FailureTimeout, ConnectTimeout, Nexar.Timeout) and, on
+// the Logger, the timeouts the tiers share (Timeout, FailureTimeout,
+// ConnectTimeout: tier.Timeouts, the one vocabulary of every tier) and, on
 // a GPU world, the hierarchy's device Stager. Every other zero field takes
-// its package's default. The caller's Options are never modified.
+// its package's default. The caller's Options are never modified; the
+// Plan (World.Plan) says what each tier got.
 type Options struct {
 	// Launch says who this process is and how to find the others
 	// (explicit options: Style "explicit"). If nil, it is read from the
@@ -79,20 +79,34 @@ type Options struct {
 	// cluster's defaults; cluster.Detector.Bound says how long a dead
 	// process may go unnoticed.
 	Detector cluster.Detector
+	// Timeout, FailureTimeout and ConnectTimeout are the bounds every
+	// tier takes, as tier.Timeouts defines them; each fills the tiers'
+	// own where they are zero, and where it is zero too each tier takes
+	// its default on its medium (tier.DefaultTimeouts; the Plan's
+	// Timeouts say what each got).
+	//
+	// Timeout bounds one operation whose context has no earlier deadline:
+	// the network tier's (Nexar.Timeout, where zero) and a node's shared
+	// memory's (Shm.Timeout, where zero; Nexar.Timeout before it). If
+	// zero, tier.DefaultTimeout (10 minutes).
+	Timeout time.Duration
 	// FailureTimeout is how long a peer may stay silent before the
 	// transport declares it failed: a data connection's (nexar) and a
 	// node's shared memory's (Shm.FailureTimeout, where zero). If zero,
-	// each tier's default (nexar.DefaultFailureTimeout,
-	// shm.DefaultFailureTimeout).
+	// each medium's default: 10 s on the network
+	// (nexar.DefaultFailureTimeout), 5 s on shared memory
+	// (shm.DefaultFailureTimeout); tier's doc says why they differ. Every
+	// rank must be given the same: Init fails, naming the rank that
+	// differs, before the world forms.
 	FailureTimeout time.Duration
 	// ConnectTimeout bounds the forming of the data mesh once membership is
 	// complete, and the attaching of a node's shared memory
-	// (Shm.ConnectTimeout, where zero). If zero, each tier's default
-	// (nexar.DefaultConnectTimeout, shm.DefaultConnectTimeout).
+	// (Shm.ConnectTimeout, where zero). If zero, tier.DefaultConnectTimeout
+	// (60 s).
 	ConnectTimeout time.Duration
 	// Nexar tunes the network tier's collectives (timeouts, segment size,
-	// cost model). Its Logger defaults to Logger; its Timeout, if set, is
-	// also the shared-memory tier's (Shm.Timeout, where zero).
+	// cost model). Its Logger defaults to Logger; its Timeout to Timeout,
+	// and it is also the shared-memory tier's (Shm.Timeout, where zero).
 	Nexar nexar.Options
 	// Shm tunes the shared-memory tier of a CPU node (slot and step
 	// sizes, algorithm thresholds, timeouts). Init sets Namespace, Rank,
@@ -268,7 +282,7 @@ func Init(ctx context.Context, opt Options) (*World, error) {
 			Seeds:       l.Seeds,
 			Gossip:      gossip,
 			JoinTimeout: l.JoinTimeout,
-			Agree:       planSettings(l, gpu),
+			Agree:       planSettings(l, gpu, opt),
 			Joining:     l.Joining,
 			Detector:    opt.Detector,
 			Logger:      log,
@@ -355,18 +369,16 @@ func build(ctx context.Context, p Plan, in setup) (comm.Communicator, string, er
 			addrs[r] = m.Addr
 		}
 		c, err := nexar.Connect(ctx, nexar.Config{
-			Net: nexar.NetConfig{
-				Rank:           p.Rank,
-				Addrs:          addrs,
-				JobKey:         in.launch.Key,
-				JobID:          in.launch.JobID,
-				FailureTimeout: in.opt.FailureTimeout,
-				ConnectTimeout: in.opt.ConnectTimeout,
-				ConnsPerPeer:   in.launch.ConnsPerPeer,
-				PacketConn:     in.data.Packet,
-				Listener:       in.data.Listener,
-				Logger:         in.opt.Nexar.Logger,
-			},
+			Net: in.opt.netConfig(nexar.NetConfig{
+				Rank:         p.Rank,
+				Addrs:        addrs,
+				JobKey:       in.launch.Key,
+				JobID:        in.launch.JobID,
+				ConnsPerPeer: in.launch.ConnsPerPeer,
+				PacketConn:   in.data.Packet,
+				Listener:     in.data.Listener,
+				Logger:       in.opt.Nexar.Logger,
+			}),
 			Network: p.Network,
 			Options: in.opt.Nexar,
 		})
@@ -451,16 +463,7 @@ func compose(ctx context.Context, p Plan, in setup, world comm.Communicator) (c 
 // On success it owns both; on failure it closes neither.
 func composeHierarchy(ctx context.Context, p Plan, in setup, world, intra comm.Communicator) (comm.Communicator, string, error) {
 	host := p.GPU < 0
-	intraCost := in.opt.Nexar.Cost
-	switch p.Intra {
-	case "shm":
-		intraCost = in.opt.Shm.Cost.Or(shm.DefaultCost)
-	case "nccl":
-		// NCCL inside the node has no model of its own yet: the intra
-		// part takes the defaults unless the user gave one.
-		intraCost = schedule.CostModel{}
-	}
-	cfg := hierarchyConfig(in.opt, intraCost, in.launch, in.topo, p.Rank, host)
+	cfg := hierarchyConfig(in.opt, p.intraCost(in.opt), in.launch, in.topo, p.Rank, host)
 	switch p.Intra {
 	case "shm":
 		if cfg.NewIntra == nil {

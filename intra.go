@@ -44,14 +44,30 @@ func hierarchyConfig(opt Options, intra schedule.CostModel, l launchenv.Launch, 
 	return cfg
 }
 
+// intraCost is the cost model of p's node tier, which a hierarchy's
+// model takes for its intra part where the user gave none: shared
+// memory's, the network's for a split of it (Intra "nexar"), and for
+// NCCL, which has no model of its own yet, the defaults.
+func (p Plan) intraCost(opt Options) schedule.CostModel {
+	switch p.Intra {
+	case "shm":
+		return opt.Shm.Cost.Or(shm.DefaultCost)
+	case "nccl":
+		return schedule.CostModel{}
+	}
+	return opt.Nexar.Cost
+}
+
 // nodeP2PRoute sets cfg's route for Send and Recv between node-mates as
 // the launch says (HIERCOMM_NODE_P2P): "world" and "intra" choose it,
 // "auto" leaves it to the hosts' crowding
 // (hierarchy.Config.NodeP2PViaWorldWhenCrowded), and unset leaves the
 // Options' choice, which on the host tier is auto unless they chose the
 // world. (On the GPU tier unset means NCCL's own route: the world's
-// would stage every message through host memory.)
-func nodeP2PRoute(cfg *hierarchy.Config, l launchenv.Launch, host bool) {
+// would stage every message through host memory.) It returns what chose
+// the route, as the Plan names it: the launch's variable and value, the
+// Options' field, or "default".
+func nodeP2PRoute(cfg *hierarchy.Config, l launchenv.Launch, host bool) (by string) {
 	switch l.NodeP2P {
 	case "world":
 		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = true, false
@@ -59,11 +75,18 @@ func nodeP2PRoute(cfg *hierarchy.Config, l launchenv.Launch, host bool) {
 		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = false, false
 	case "auto":
 		cfg.NodeP2PViaWorld, cfg.NodeP2PViaWorldWhenCrowded = false, true
-	default:
-		if host && !cfg.NodeP2PViaWorld {
-			cfg.NodeP2PViaWorldWhenCrowded = true
-		}
 	}
+	switch {
+	case l.NodeP2P != "":
+		return launchenv.EnvNodeP2P + "=" + l.NodeP2P
+	case cfg.NodeP2PViaWorld:
+		return "Hierarchy.NodeP2PViaWorld"
+	case cfg.NodeP2PViaWorldWhenCrowded:
+		return "Hierarchy.NodeP2PViaWorldWhenCrowded"
+	case host:
+		cfg.NodeP2PViaWorldWhenCrowded = true
+	}
+	return "default"
 }
 
 // hierarchyCost is the hierarchy's cost model: the user's (c), each part
@@ -82,13 +105,20 @@ func hierarchyCost(c schedule.Hierarchy, intra, inter schedule.CostModel, l laun
 		c.Wake = schedule.DefaultWake
 	}
 	if c.RanksPerCore == 0 {
-		procs := l.HostProcs
-		if procs == 0 {
-			procs = len(topo.Nodes()[topo.NodeOf(rank)].Ranks)
-		}
-		c.RanksPerCore = float64(procs) / float64(runtime.NumCPU())
+		c.RanksPerCore = ranksPerCore(l, topo.LocalSize(rank))
 	}
 	return c
+}
+
+// ranksPerCore is how many processes share each of this host's cores:
+// those the local launcher started together (Launch.HostProcs), else
+// localSize, the ranks of this node.
+func ranksPerCore(l launchenv.Launch, localSize int) float64 {
+	procs := l.HostProcs
+	if procs == 0 {
+		procs = localSize
+	}
+	return float64(procs) / float64(runtime.NumCPU())
 }
 
 // connectIntraHost joins this rank to the shared memory of its node's

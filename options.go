@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/hiercomm/hiercomm/nccl"
+	"github.com/hiercomm/hiercomm/nexar"
 )
 
 // withDefaults returns a copy of opt in which each tier's config is filled
@@ -14,6 +15,7 @@ func (opt Options) withDefaults(log *slog.Logger) Options {
 	if opt.Nexar.Logger == nil {
 		opt.Nexar.Logger = log
 	}
+	opt.Nexar.Timeout = cmp.Or(opt.Nexar.Timeout, opt.Timeout)
 	s := &opt.Shm
 	s.Timeout = cmp.Or(s.Timeout, opt.Nexar.Timeout)
 	s.FailureTimeout = cmp.Or(s.FailureTimeout, opt.FailureTimeout)
@@ -32,6 +34,14 @@ func (opt Options) withDefaults(log *slog.Logger) Options {
 	opt.Hierarchy.FlightRecorder = cmp.Or(opt.Hierarchy.FlightRecorder, opt.FlightRecorder)
 	opt.NCCL.FlightRecorder = cmp.Or(opt.NCCL.FlightRecorder, opt.FlightRecorder)
 	return opt
+}
+
+// netConfig is c, the network transport's config, with the timeouts the
+// Options give it: what nexar.Config.Timeouts reports of it, and so the
+// Plan (Plan.Timeouts.Network).
+func (opt Options) netConfig(c nexar.NetConfig) nexar.NetConfig {
+	c.FailureTimeout, c.ConnectTimeout = opt.FailureTimeout, opt.ConnectTimeout
+	return c
 }
 
 // ncclConfig is the config of an NCCL communicator on dev: opt.NCCL with

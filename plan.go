@@ -12,6 +12,7 @@ import (
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/nexar"
 	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
@@ -60,8 +61,12 @@ type Plan struct {
 	// NodeP2P is the route of Send and Recv between node-mates of a
 	// hierarchy: "intra", "world", or "world when crowded" (the world
 	// where the most crowded host has more processes than cores); "" when
-	// the World is not a hierarchy.
-	NodeP2P string
+	// the World is not a hierarchy. NodeP2PBy is what chose it: the
+	// launch ("HIERCOMM_NODE_P2P=world"), an option
+	// ("Hierarchy.NodeP2PViaWorld", "Hierarchy.NodeP2PViaWorldWhenCrowded")
+	// or "default" (the hosts' crowding on the host tier, NCCL's own route
+	// on the GPU tier).
+	NodeP2P, NodeP2PBy string
 	// RanksPerCore is this host's processes per core (the local launcher's
 	// HostProcs, else this node's ranks, ÷ runtime.NumCPU); a hierarchy
 	// takes the largest over its ranks.
@@ -94,28 +99,41 @@ const (
 	LayoutHierarchy Layout = "hierarchy"
 )
 
-// A Route is one cost model's choice for one collective: Choice says
-// which algorithm or route it takes over which sizes ("doubling below 64
-// KiB, ring from 64 KiB").
+// A Route is one tier's choice for one collective: Choice says which
+// algorithm or route it takes over which sizes ("doubling below 64 KiB,
+// ring from 64 KiB"), By what decided it.
 type Route struct {
 	Tier   string // "network (4 ranks)", "shm (4 ranks)", "hierarchy (2 × 4)"
 	Op     string
 	Choice string
+	// By is ByCostModel where the tier's cost model chose, else the
+	// option that was the model's given input ("Hierarchy.SmallBytes",
+	// "Shm.SmallReduceBytes": the tier's decision takes it as the switch,
+	// hierarchy.Config.Switch, shm.Config.OneStepReduce), or, for a
+	// choice no model makes, the setting ("Shm.EagerBytes") or "default".
+	By string
 }
 
-// Timeouts are the bounds a Plan gives the tiers.
+// ByCostModel is Route.By for a choice of the tier's cost model.
+const ByCostModel = "cost model"
+
+// Timeouts are the bounds a Plan gives the tiers: each tier's in the one
+// vocabulary of tier.Timeouts, as the tier itself reports them
+// (nexar.Config.Timeouts, shm.Config.Timeouts), and the membership's.
 type Timeouts struct {
 	// Join bounds the membership's forming (launchenv.Launch.JoinTimeout);
-	// Connect the forming of the data mesh and the attaching of shared
-	// memory; Collective a collective whose context has no earlier
-	// deadline.
-	Join, Connect, Collective time.Duration
-	// PeerSilence is how long a peer may stay silent before the network
-	// transport declares it failed; NodeSilence the same for a node-mate
-	// over shared memory.
-	PeerSilence, NodeSilence time.Duration
+	// 0 for a world of one, which has no membership.
+	Join time.Duration
+	// Network are the network tier's (nexar): a world of one in memory
+	// has only its Timeout; all zero where the Plan has no network.
+	Network tier.Timeouts
+	// Node are a node's shared memory's (shm), which carries the ranks of
+	// a node (Intra "shm") or NCCL's control among them (Intra "nccl");
+	// all zero where the Plan has none.
+	Node tier.Timeouts
 	// Detector is how long the membership's failure detector may take to
-	// see a dead process (cluster.Detector.Bound for this world).
+	// see a dead process (cluster.Detector.Bound for this world); 0 for a
+	// world of one.
 	Detector time.Duration
 }
 
@@ -136,11 +154,7 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 	for _, n := range t.Nodes() {
 		p.RanksPerNode = append(p.RanksPerNode, len(n.Ranks))
 	}
-	procs := l.HostProcs
-	if procs == 0 {
-		procs = p.LocalSize
-	}
-	p.RanksPerCore = float64(procs) / float64(runtime.NumCPU())
+	p.RanksPerCore = ranksPerCore(l, p.LocalSize)
 	l.Network = cmp.Or(l.Network, launchenv.DefaultNetwork)
 	g, homogeneous := t.RanksPerNode()
 	single := p.Size == 1 && !l.Inherited
@@ -170,7 +184,7 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 			p.Intra = "nexar"
 		}
 		cfg := opt.Hierarchy
-		nodeP2PRoute(&cfg, l, gpu < 0)
+		p.NodeP2PBy = nodeP2PRoute(&cfg, l, gpu < 0)
 		switch {
 		case cfg.NodeP2PViaWorld:
 			p.NodeP2P = "world"
@@ -186,18 +200,29 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 		p.ConnsPerPeer = max(l.ConnsPerPeer, 1)
 	}
 	p.Routes = p.routes(l, t, opt)
-	p.Timeouts = Timeouts{
-		Join:        cmp.Or(l.JoinTimeout, launchenv.DefaultJoinTimeout),
-		Connect:     cmp.Or(opt.ConnectTimeout, nexar.DefaultConnectTimeout),
-		Collective:  cmp.Or(opt.Nexar.Timeout, nexar.DefaultTimeout),
-		PeerSilence: cmp.Or(opt.FailureTimeout, nexar.DefaultFailureTimeout),
-		NodeSilence: cmp.Or(opt.Shm.FailureTimeout, shm.DefaultFailureTimeout),
-		Detector:    opt.Detector.Bound(p.Size),
-	}
-	if single {
-		p.Timeouts.Join, p.Timeouts.Detector = 0, 0
-	}
+	p.Timeouts = p.timeouts(l, opt)
 	return p, nil
+}
+
+// timeouts are the bounds p's tiers get from l and opt (after
+// withDefaults), each as the tier reports the config Init gives it.
+func (p Plan) timeouts(l launchenv.Launch, opt Options) Timeouts {
+	var t Timeouts
+	switch p.Network {
+	case "":
+	case "memory":
+		t.Network.Timeout = nexar.Config{Options: opt.Nexar}.Timeouts().Timeout
+	default:
+		t.Network = nexar.Config{Net: opt.netConfig(nexar.NetConfig{}), Options: opt.Nexar}.Timeouts()
+	}
+	if (p.Intra == "shm" || p.Intra == "nccl") && p.Layout != LayoutSingle {
+		t.Node = opt.Shm.Timeouts()
+	}
+	if p.Layout != LayoutSingle {
+		t.Join = cmp.Or(l.JoinTimeout, launchenv.DefaultJoinTimeout)
+		t.Detector = opt.Detector.Bound(p.Size)
+	}
+	return t
 }
 
 // planSettings are the launch's settings that every rank's Plan is
@@ -205,18 +230,25 @@ func NewPlan(l launchenv.Launch, t *topology.Topology, rank, gpu int, opt Option
 // compares them before the world forms (cluster.Config.Agree), so that a
 // job whose processes were launched otherwise fails at once, naming the
 // setting, instead of building communicators that never meet. gpu is
-// this rank's GPU, or -1.
-func planSettings(l launchenv.Launch, gpu int) []cluster.Setting {
-	tier := "off"
+// this rank's GPU, or -1. With them go the FailureTimeouts the tiers get
+// from opt (after withDefaults): a rank shows it is alive at a fraction
+// of its own and judges its peers' silence by its own, so a rank given a
+// longer one than its peers' would be declared failed while it runs.
+func planSettings(l launchenv.Launch, gpu int, opt Options) []cluster.Setting {
+	gpuTier := "off"
 	if gpu >= 0 {
-		tier = "on"
+		gpuTier = "on"
 	}
 	return []cluster.Setting{
 		{Name: launchenv.EnvNetwork, Value: cmp.Or(l.Network, launchenv.DefaultNetwork)},
 		{Name: launchenv.EnvIntra, Value: cmp.Or(l.Intra, "auto")},
 		{Name: launchenv.EnvNodeP2P, Value: l.NodeP2P},
 		{Name: launchenv.EnvConnsPerPeer, Value: strconv.Itoa(max(l.ConnsPerPeer, 1))},
-		{Name: "the GPU tier", Value: tier},
+		{Name: "the GPU tier", Value: gpuTier},
+		{Name: "the network's FailureTimeout (Options.FailureTimeout)",
+			Value: nexar.Config{Net: opt.netConfig(nexar.NetConfig{})}.Timeouts().FailureTimeout.String()},
+		{Name: "shared memory's FailureTimeout (Options.Shm.FailureTimeout, else Options.FailureTimeout)",
+			Value: opt.Shm.Timeouts().FailureTimeout.String()},
 	}
 }
 
@@ -232,37 +264,41 @@ func (p Plan) routes(l launchenv.Launch, t *topology.Topology, opt Options) []Ro
 		seg := cmp.Or(opt.Nexar.SegmentBytes, nexar.DefaultSegmentBytes)
 		tier := fmt.Sprintf("%s (%d ranks)", what, n)
 		rs = append(rs,
-			Route{tier, "AllReduce", switches(func(b int) string { return m.AllReduce(b, n).String() })},
-			Route{tier, "ReduceScatter", switches(func(b int) string { return m.ReduceScatter(b, n).String() })},
-			Route{tier, "Broadcast", switches(func(b int) string { return m.Broadcast(b, n, seg).String() })})
+			Route{tier, "AllReduce", switches(func(b int) string { return m.AllReduce(b, n).String() }), ByCostModel},
+			Route{tier, "ReduceScatter", switches(func(b int) string { return m.ReduceScatter(b, n).String() }), ByCostModel},
+			Route{tier, "Broadcast", switches(func(b int) string { return m.Broadcast(b, n, seg).String() }), ByCostModel})
 	}
 	node := func(n int) {
 		if n < 2 {
 			return
 		}
-		sc := opt.Shm.Cost.Or(shm.DefaultCost)
+		cfg := opt.Shm
+		cfg.Size = n
 		tier := fmt.Sprintf("shm (%d ranks)", n)
+		by := ByCostModel
 		oneStep := func(b int) string {
-			if opt.Shm.SmallReduceBytes != 0 {
-				if b*n <= opt.Shm.SmallReduceBytes {
-					return "one step"
-				}
-				return "two steps"
+			one, forced := cfg.OneStepReduce(b)
+			if forced {
+				by = "Shm.SmallReduceBytes"
 			}
-			if sc.OneStepReduce(b, n) {
+			if one {
 				return "one step"
 			}
 			return "two steps"
 		}
-		rs = append(rs, Route{tier, "AllReduce", switches(oneStep)})
-		eager := cmp.Or(opt.Shm.EagerBytes, shm.DefaultEagerBytes)
+		rs = append(rs, Route{tier, "AllReduce", switches(oneStep), by})
+		eager, eagerBy := cmp.Or(opt.Shm.EagerBytes, shm.DefaultEagerBytes), "default"
+		if opt.Shm.EagerBytes != 0 {
+			eagerBy = "Shm.EagerBytes"
+		}
 		if p.Layout == LayoutHierarchy {
-			eager = -1 // connectIntraHost: a hierarchy's node parts run without
+			// connectIntraHost: a hierarchy's node parts run without.
+			eager, eagerBy = -1, "default"
 		}
 		if eager > 0 {
-			rs = append(rs, Route{tier, "Broadcast", fmt.Sprintf("eager (the root returns) up to %s, staged above", sizeName(eager))})
+			rs = append(rs, Route{tier, "Broadcast", fmt.Sprintf("eager (the root returns) up to %s, staged above", sizeName(eager)), eagerBy})
 		} else {
-			rs = append(rs, Route{tier, "Broadcast", "staged"})
+			rs = append(rs, Route{tier, "Broadcast", "staged", eagerBy})
 		}
 	}
 	switch p.Layout {
@@ -282,25 +318,15 @@ func (p Plan) routes(l launchenv.Launch, t *topology.Topology, opt Options) []Ro
 		rail := len(t.Rails()[p.LocalRank])
 		network(rail, p.Network+" rail")
 		g, _ := t.RanksPerNode()
-		intra := opt.Nexar.Cost
-		if p.Intra == "shm" {
-			intra = opt.Shm.Cost.Or(shm.DefaultCost)
-		} else if p.Intra == "nccl" {
-			intra = schedule.CostModel{}
-		}
-		cost := hierarchyCost(opt.Hierarchy.Cost, intra, opt.Nexar.Cost, l, t, p.Rank)
+		cfg := hierarchyConfig(opt, p.intraCost(opt), l, t, p.Rank, p.GPU < 0)
 		tier := fmt.Sprintf("hierarchy (%d nodes, up to %d ranks each)", p.Nodes, g)
 		for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
-			var choice string
-			switch sb := opt.Hierarchy.SmallBytes; {
-			case sb > 0:
-				choice = fmt.Sprintf("leads up to %s, 2d above (Hierarchy.SmallBytes)", sizeName(sb))
-			case sb < 0:
-				choice = "2d (Hierarchy.SmallBytes)"
-			default:
-				choice = switchName(cost.Switch(c, g, p.Nodes))
+			at, forced := cfg.Switch(c, g, p.Nodes)
+			by := ByCostModel
+			if forced {
+				by = "Hierarchy.SmallBytes"
 			}
-			rs = append(rs, Route{tier, c.String(), choice})
+			rs = append(rs, Route{tier, c.String(), switchName(at), by})
 		}
 	}
 	return rs
@@ -418,11 +444,11 @@ func (p Plan) String() string {
 	}
 	switch {
 	case p.NodeP2P == "world when crowded" && p.RanksPerCore > 1:
-		row("node p2p", "%s: the world here (more ranks than cores)", p.NodeP2P)
+		row("node p2p", "%s: the world here (more ranks than cores) (%s)", p.NodeP2P, p.NodeP2PBy)
 	case p.NodeP2P == "world when crowded":
-		row("node p2p", "%s: the intra part here, unless another host is", p.NodeP2P)
+		row("node p2p", "%s: the intra part here, unless another host is (%s)", p.NodeP2P, p.NodeP2PBy)
 	case p.NodeP2P != "":
-		row("node p2p", "%s", p.NodeP2P)
+		row("node p2p", "%s (%s)", p.NodeP2P, p.NodeP2PBy)
 	}
 	row("ranks per core", "%.2f (%d cores)", p.RanksPerCore, runtime.NumCPU())
 	for i, r := range p.Routes {
@@ -430,11 +456,23 @@ func (p Plan) String() string {
 		if i == 0 {
 			k = "routes"
 		}
-		row(k, "%-44s %-13s %s", r.Tier, r.Op, r.Choice)
+		row(k, "%-44s %-13s %s (%s)", r.Tier, r.Op, r.Choice, r.By)
 	}
 	t := p.Timeouts
-	row("timeouts", "join %v, connect %v, collective %v, peer silence %v (network) and %v (shared memory), failure detector %v",
-		t.Join, t.Connect, t.Collective, t.PeerSilence, t.NodeSilence, t.Detector)
+	var ts []string
+	switch {
+	case t.Network.FailureTimeout != 0:
+		ts = append(ts, fmt.Sprintf("network: %v", t.Network))
+	case t.Network.Timeout != 0:
+		ts = append(ts, fmt.Sprintf("memory: operation %v", t.Network.Timeout))
+	}
+	if t.Node != (tier.Timeouts{}) {
+		ts = append(ts, fmt.Sprintf("shared memory: %v", t.Node))
+	}
+	if t.Join != 0 {
+		ts = append(ts, fmt.Sprintf("join %v, failure detector %v", t.Join, t.Detector))
+	}
+	row("timeouts", "%s", strings.Join(ts, "; "))
 	if p.FlightRecorder > 0 {
 		row("flight recorder", "the last %d collectives", p.FlightRecorder)
 	} else {

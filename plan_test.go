@@ -85,8 +85,8 @@ func TestNewPlanLayouts(t *testing.T) {
 }
 
 // The routes a Plan lists are the cost models' choices, with the sizes
-// where they switch; an override (Hierarchy.SmallBytes) is named as the
-// reason for its route.
+// where they switch; an override (Hierarchy.SmallBytes) is named as what
+// decided its route.
 func TestNewPlanRoutes(t *testing.T) {
 	p, err := hiercomm.NewPlan(launchenv.Launch{Network: "tcp"}, layoutTopology(t, 1, 1, 1, 1), 0, -1, hiercomm.Options{})
 	if err != nil {
@@ -115,8 +115,8 @@ func TestNewPlanRoutes(t *testing.T) {
 	for _, r := range p.Routes {
 		if strings.HasPrefix(r.Tier, "hierarchy") && r.Op == "AllReduce" {
 			found = true
-			if want := "leads up to 4 KiB, 2d above (Hierarchy.SmallBytes)"; r.Choice != want {
-				t.Errorf("the hierarchy's AllReduce: %q, want %q", r.Choice, want)
+			if want := "leads below 4097 B, 2d from 4097 B"; r.Choice != want || r.By != "Hierarchy.SmallBytes" {
+				t.Errorf("the hierarchy's AllReduce: %q by %q, want %q by Hierarchy.SmallBytes", r.Choice, r.By, want)
 			}
 		}
 	}

@@ -251,16 +251,9 @@ func (h *Comm) shapeOf(c comm.Call, n int) comm.Call {
 
 // small reports whether collective c of b's size takes the leads route:
 // always when b has fewer elements than a node has ranks (the 2D route
-// splits it over them), else by Config.SmallBytes when set, else by the
-// cost model.
+// splits it over them), else below the switch (Config.Switch).
 func (h *Comm) small(c schedule.Collective, b comm.Buffer) bool {
-	switch {
-	case b.Len() < h.g:
-		return true
-	case h.cfg.SmallBytes != 0:
-		return b.ByteLen() <= h.cfg.SmallBytes
-	}
-	return b.ByteLen() < h.switchAt[c]
+	return b.Len() < h.g || b.ByteLen() < h.switchAt[c]
 }
 
 // chunks splits [0, n) into pieces of about ChunkBytes (each a multiple of

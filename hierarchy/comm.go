@@ -52,10 +52,12 @@ type Config struct {
 	// hiercomm.Init fills Intra and Inter from the parts' transports and
 	// RanksPerCore from the host (see docs/hierarchy.md).
 	Cost schedule.Hierarchy
-	// SmallBytes, if positive, overrides Cost with a fixed switch: up to
-	// this many bytes, the leads route; above, the 2D route. Negative:
-	// the 2D route always (but for messages of fewer elements than a node
-	// has ranks, which take the leads route). Zero: Cost decides.
+	// SmallBytes, if set, is the switch Cost would compute, given
+	// (Config.Switch, the one decision, takes it as its input): positive,
+	// the leads route up to this many bytes and the 2D route above;
+	// negative, the 2D route always (but for messages of fewer elements
+	// than a node has ranks, which take the leads route). Zero: Cost
+	// decides.
 	SmallBytes int
 	// ChunkBytes is the pipelining unit of the large paths. If zero,
 	// defaults to DefaultChunkBytes.
@@ -133,6 +135,28 @@ type Config struct {
 	FlightRecorder int
 }
 
+// Switch is the size, in bytes, from which collective c (AllReduce,
+// Broadcast or Reduce) on m nodes of up to g ranks takes the 2D route,
+// below it the leads route (0: the 2D route at every size; math.MaxInt:
+// the leads route at every size), and whether SmallBytes decided it
+// rather than Cost. It is the one decision of the route by size: New makes
+// it for each collective, and hiercomm's Plan reports it. SmallBytes is
+// its input, not a path beside it: positive, the switch is just above it;
+// negative, at 0; zero, Cost's (schedule.Hierarchy.Switch). A message of
+// fewer elements than a node has ranks takes the leads route whatever the
+// switch (the 2D route splits it over them).
+func (cfg Config) Switch(c schedule.Collective, g, m int) (at int, bySmallBytes bool) {
+	switch {
+	case cfg.SmallBytes == math.MaxInt:
+		return math.MaxInt, true
+	case cfg.SmallBytes > 0:
+		return cfg.SmallBytes + 1, true
+	case cfg.SmallBytes < 0:
+		return 0, true
+	}
+	return cfg.Cost.Switch(c, g, m), false
+}
+
 // Comm is a hierarchical communicator. It owns its parts: Close closes
 // them.
 type Comm struct {
@@ -152,7 +176,7 @@ type Comm struct {
 	// releases it.
 	ownStager bool
 	// switchAt[c] is the size from which collective c takes the 2D route
-	// (Config.Cost's Switch for this shape).
+	// (Config.Switch for this shape).
 	switchAt [schedule.BroadcastOp + 1]int
 	// leadShardOnly plants a defect: the large AllReduce reduces only the
 	// lead's shard across nodes. Only tests set it (export_test.go).
@@ -260,7 +284,7 @@ func New(cfg Config) (*Comm, error) {
 		failure:    tier.Failure{Rank: r},
 	}
 	for _, c := range []schedule.Collective{schedule.AllReduceOp, schedule.BroadcastOp, schedule.ReduceOp} {
-		h.switchAt[c] = cfg.Cost.Switch(c, g, t.NumNodes())
+		h.switchAt[c], _ = cfg.Switch(c, g, t.NumNodes())
 	}
 	h.Blocking = tier.Blocking{S: h}
 	if cfg.FlightRecorder > 0 {

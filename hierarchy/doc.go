@@ -21,10 +21,11 @@
 //     into a part divisible by G and a tail of fewer than G elements, which
 //     takes the small path: exact for every count.
 //   - AllReduce, small: intra Reduce to the lead → the leads allreduce →
-//     intra Broadcast. Which messages are small is the cost model's choice
+//     intra Broadcast. Which messages are small is one decision,
+//     Config.Switch, made when the communicator is made: the cost model's
 //     (Config.Cost, schedule.Hierarchy: the leads route below its Switch
-//     size, computed when the communicator is made), or Config.SmallBytes
-//     where it is set. Every rank picks the same path: the choice depends
+//     size), with Config.SmallBytes, where it is set, as the switch given
+//     to it. Every rank picks the same path: the choice depends
 //     on the count and the Config only, and Build checks that every rank
 //     was given the same.
 //   - ReduceScatter: a local permutation puts the blocks of rail l's ranks

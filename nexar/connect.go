@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Config joins one rank to a world over a network.
@@ -20,6 +22,13 @@ type Config struct {
 	Network string
 	// Options tune the collectives.
 	Options
+}
+
+// Timeouts are the bounds a world Connect makes with c keeps, in the
+// vocabulary every tier shares: Options.Timeout, Net.FailureTimeout and
+// Net.ConnectTimeout, each zero one at its default on the network.
+func (c Config) Timeouts() tier.Timeouts {
+	return tier.Timeouts{Timeout: c.Options.Timeout, FailureTimeout: c.Net.FailureTimeout, ConnectTimeout: c.Net.ConnectTimeout}.WithDefaults(tier.Network)
 }
 
 // Connect joins this rank to its world and returns the world communicator.

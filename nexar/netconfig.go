@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // NetConfig configures a network Transport (NewQUIC, NewTCP). Addrs and
@@ -35,12 +37,15 @@ type NetConfig struct {
 	// digits, '.', '_', '-' and '~' only. If empty, defaults to "hiercomm".
 	JobID string
 	// FailureTimeout is how long a peer may stay silent before it is
-	// declared failed (QUIC idle timeout; TCP keepalive and user timeout).
-	// Keepalives are sent every FailureTimeout/3. If zero, defaults to 10s.
+	// declared failed (QUIC idle timeout; TCP keepalive and user timeout),
+	// tier.Timeouts.FailureTimeout on the network. Keepalives are sent
+	// every FailureTimeout/3. Every rank must use the same. If zero,
+	// defaults to DefaultFailureTimeout (10s).
 	FailureTimeout time.Duration
-	// ConnectTimeout bounds the formation of the whole mesh: the
-	// constructor fails if some peer is still missing after it. If zero,
-	// defaults to 60s.
+	// ConnectTimeout bounds the formation of the whole mesh
+	// (tier.Timeouts.ConnectTimeout): the constructor fails if some peer
+	// is still missing after it. If zero, defaults to
+	// DefaultConnectTimeout (60s).
 	ConnectTimeout time.Duration
 	// ConnsPerPeer is the number of connections to each peer. Frames are
 	// spread over them round-robin. Every rank must use the same value. If
@@ -67,8 +72,8 @@ type NetConfig struct {
 // Defaults of NetConfig.
 const (
 	DefaultJobID          = "hiercomm"
-	DefaultFailureTimeout = 10 * time.Second
-	DefaultConnectTimeout = 60 * time.Second
+	DefaultFailureTimeout = tier.NetworkFailureTimeout // tier.DefaultTimeouts(tier.Network)
+	DefaultConnectTimeout = tier.DefaultConnectTimeout
 	DefaultSocketBuffer   = 8 << 20
 	maxConnsPerPeer       = 64
 )

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Options tune a nexar communicator. The zero value gives the defaults;
@@ -16,7 +17,8 @@ type Options struct {
 	// and each Recv. A Send returns once its frames are handed to the
 	// transport, which blocks only while the peer's window is full; a
 	// peer that stops reading is failed within the transport's
-	// FailureTimeout. If zero, defaults to DefaultTimeout (10 minutes, as
+	// FailureTimeout. It is tier.Timeouts.Timeout, the operation's bound
+	// in every tier. If zero, defaults to DefaultTimeout (10 minutes, as
 	// torch.distributed's default).
 	Timeout time.Duration
 	// ProbeAfter is how long a rank waits for a peer's frame before asking
@@ -54,7 +56,7 @@ type Options struct {
 
 // The defaults of Options.
 const (
-	DefaultTimeout      = 10 * time.Minute
+	DefaultTimeout      = tier.DefaultTimeout
 	DefaultSegmentBytes = 256 << 10
 )
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm/schedule"
+	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
 // Config configures one rank of a shared-memory communicator. It is copied
@@ -42,13 +43,22 @@ type Config struct {
 	// message (and at most 512 KiB, which the caches favour): slots below
 	// 1 MiB mean more steps for large messages.
 	SlotBytes int
-	// Timeout bounds each operation (like nexar.Options.Timeout). If zero, 10m.
+	// Timeout, FailureTimeout and ConnectTimeout are the bounds every
+	// tier takes (tier.Timeouts, where their meaning and defaults are
+	// written once), on shared memory (Config.Timeouts gives them with
+	// their defaults).
+	//
+	// Timeout bounds each operation whose context has no earlier
+	// deadline. If zero, DefaultTimeout (10m).
 	Timeout time.Duration
 	// FailureTimeout: how long a peer may be unresponsive (its process gone,
-	// or its heartbeat stopped) before it is declared failed. If zero, 5s.
-	// A process that is gone is usually seen much sooner, by its pid.
+	// or its heartbeat stopped) before it is declared failed. Every rank
+	// must use the same (a rank's heartbeat goes at a fifth of its own).
+	// If zero, DefaultFailureTimeout (5s). A process that is gone is
+	// usually seen much sooner, by its pid.
 	FailureTimeout time.Duration
-	// ConnectTimeout bounds New: all Size ranks must attach within it. If zero, 60s.
+	// ConnectTimeout bounds New: all Size ranks must attach within it. If
+	// zero, DefaultConnectTimeout (60s).
 	ConnectTimeout time.Duration
 	// Logger receives the communicator's logs. If nil, slog.Default().
 	Logger *slog.Logger
@@ -94,9 +104,11 @@ type Config struct {
 	// DefaultCost's. Every rank of a communicator must use the same model
 	// (it chooses the algorithm).
 	Cost schedule.CostModel
-	// SmallReduceBytes, if positive, overrides Cost with a fixed switch:
-	// up to this many bytes from all ranks together (the message's size ×
-	// Size), one step. Negative: two steps always. Zero: Cost decides.
+	// SmallReduceBytes, if set, is the switch Cost would compute, given
+	// (Config.OneStepReduce, the one decision, takes it as its input):
+	// positive, one step up to this many bytes from all ranks together
+	// (the message's size × Size); negative, two steps always. Zero: Cost
+	// decides. Either way only what fits half a slot takes one step.
 	// Every rank of a communicator must use the same value.
 	SmallReduceBytes int
 	// NonTemporalBytes: from this many bytes of results over all ranks, a
@@ -129,9 +141,9 @@ var DefaultCost = schedule.CostModel{Latency: 4 * time.Microsecond, BytesPerSec:
 // Defaults of Config's zero fields.
 const (
 	DefaultSlotBytes      = 4 << 20
-	DefaultTimeout        = 10 * time.Minute
-	DefaultFailureTimeout = 5 * time.Second
-	DefaultConnectTimeout = 60 * time.Second
+	DefaultTimeout        = tier.DefaultTimeout
+	DefaultFailureTimeout = tier.SharedMemoryFailureTimeout // tier.DefaultTimeouts(tier.SharedMemory)
+	DefaultConnectTimeout = tier.DefaultConnectTimeout
 	// Measured on 2 cores (AllReduce, AllGather, Broadcast at 1–16 MiB, 2
 	// and 4 ranks): 512 KiB steps are as fast as any size from 256 KiB to
 	// 1 MiB and faster than 128 KiB or a whole part.
@@ -159,15 +171,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SlotBytes == 0 {
 		c.SlotBytes = DefaultSlotBytes
 	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.FailureTimeout == 0 {
-		c.FailureTimeout = DefaultFailureTimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
+	t := c.Timeouts()
+	c.Timeout, c.FailureTimeout, c.ConnectTimeout = t.Timeout, t.FailureTimeout, t.ConnectTimeout
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -193,12 +198,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm.Config: SlotBytes %d is below the minimum %d", c.SlotBytes, minSlotBytes)
 	case c.FlightRecorder < 0:
 		return c, fmt.Errorf("shm.Config: FlightRecorder %d is negative", c.FlightRecorder)
-	case c.Timeout < 0:
-		return c, fmt.Errorf("shm.Config: Timeout %v is negative", c.Timeout)
-	case c.FailureTimeout < 0:
-		return c, fmt.Errorf("shm.Config: FailureTimeout %v is negative", c.FailureTimeout)
-	case c.ConnectTimeout < 0:
-		return c, fmt.Errorf("shm.Config: ConnectTimeout %v is negative", c.ConnectTimeout)
+	case t.Validate() != nil:
+		return c, fmt.Errorf("shm.Config: %w", t.Validate())
 	case c.StepBytes < 0:
 		return c, fmt.Errorf("shm.Config: StepBytes %d is negative", c.StepBytes)
 	case c.EagerBytes > maxEagerBytes:
@@ -210,6 +211,13 @@ func (c Config) withDefaults() (Config, error) {
 	// every dtype and two ranks never write the same line.
 	c.SlotBytes &^= 2*lineBytes - 1
 	return c, nil
+}
+
+// Timeouts are the bounds a communicator made with c keeps, in the
+// vocabulary every tier shares: Timeout, FailureTimeout and
+// ConnectTimeout, each zero one at its default on shared memory.
+func (c Config) Timeouts() tier.Timeouts {
+	return tier.Timeouts{Timeout: c.Timeout, FailureTimeout: c.FailureTimeout, ConnectTimeout: c.ConnectTimeout}.WithDefaults(tier.SharedMemory)
 }
 
 // eagerBytes is the EagerBytes a segment made with c gets: 0 (none) when

@@ -35,8 +35,8 @@ func reduceInto(k tier.Kernel, dst, also []byte, put func(dst, src []byte), n in
 
 // allReduce is AllReduce (root < 0) and Reduce (to root).
 //
-// Small messages (Config.Cost's choice, or Config.SmallReduceBytes over
-// all ranks) take one step:
+// Small messages (oneStep: Config.Cost's choice, or the switch
+// Config.SmallReduceBytes gives it) take one step:
 // every rank stages its input, and every rank (the root, for Reduce)
 // reduces the whole message from every rank's part.
 //
@@ -188,17 +188,4 @@ func scan(s *stepper, send, recv []byte, k tier.Kernel, exclusive bool) error {
 		reduceInto(k, dst, nil, nil, upto, func(q int) []byte { return s.read(q)[:cnt] })
 	}
 	return nil
-}
-
-// oneStep reports whether an AllReduce or Reduce of n bytes takes one step
-// (see allReduce): only when it fits half a slot, and then by
-// Config.SmallReduceBytes when it is set, else by the cost model.
-func (c *Comm) oneStep(n int) bool {
-	if n > c.seg.l.slotBytes/2 {
-		return false
-	}
-	if c.cfg.SmallReduceBytes != 0 {
-		return n*c.size <= c.cfg.SmallReduceBytes
-	}
-	return c.cfg.Cost.OneStepReduce(n, c.size)
 }

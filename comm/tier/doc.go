@@ -13,6 +13,9 @@
 //   - the census of a composed communicator (Watch, Judge, Stragglers, the
 //     wire form of a comm.Progress);
 //   - the flight recorder of the last collectives (FlightRecorder, DumpLive);
+//   - the one vocabulary of timeouts every tier takes (Timeouts: an
+//     operation's Timeout, a silent peer's FailureTimeout, a world's
+//     ConnectTimeout), with their defaults per Medium (DefaultTimeouts);
 //   - the checks of a call's arguments (Validate, ValidateHost, RequireHost)
 //     and what a tier reads of a call (Uses, ResultAt, Offsets,
 //     WithoutBuffers), Split's grouping (SplitMembers, SplitGroups);
