@@ -83,9 +83,17 @@ func (w *World) Grow(ctx context.Context, max int) (*World, error) {
 		data.Close()
 		return fail(err)
 	}
+	// Every member admits them; one that finds a newcomer gone makes
+	// every member's Grow fail before anyone builds.
 	gen := w.gen + 1
-	if err := cl.Admit(grown, gen); err != nil {
+	err = cl.Admit(grown, gen)
+	if err != nil && !errors.Is(err, cluster.ErrNewcomerGone) {
 		w.log.Warn("hiercomm: Grow: some newcomers were not told by this rank (another member may have told them)", "rank", w.rank, "err", err)
+		err = nil
+	}
+	if err := w.agree(ctx, err); err != nil {
+		data.Close()
+		return fail(err)
 	}
 	nw, err := grow(ctx, w, cl, grown, w.rank, gen, data)
 	if err != nil {
@@ -159,7 +167,7 @@ func (w *World) agree(ctx context.Context, err error) error {
 		return err
 	}
 	if ok[0] == 0 {
-		return errors.New("another member failed to bind its data-plane socket for the grown world (see its log)")
+		return errors.New("another member failed at this step (see its log)")
 	}
 	return nil
 }
@@ -259,3 +267,11 @@ func grownJobID(id string, gen int) string {
 	}
 	return id + suffix
 }
+
+// Generation is how many times the job had grown when this World was
+// made: 0 for the World Init forms with the job's first processes (and
+// what Shrink makes of it), n after the nth Grow. A World that Init
+// returns with a Generation above 0 is a newcomer's: this process joined
+// a running job (HIERCOMM_JOIN=running) and holds none of its state yet,
+// which the members hand it (docs/errors.md, "Grow and go on").
+func (w *World) Generation() int { return w.gen }

@@ -78,6 +78,7 @@ func (v *view) goneLocked(name string) bool {
 		return false
 	}
 	delete(v.waiting, name)
+	v.gone[name] = true
 	v.log.Info("cluster: a process that waited to join the running job is gone", "job", v.jobID, "name", name)
 	return true
 }
@@ -146,53 +147,88 @@ func (c *Cluster) Waiting() []topology.Member {
 	return ms
 }
 
+// ErrNewcomerGone is wrapped by Admit's error when a newcomer it admits
+// left or died before it could be told.
+var ErrNewcomerGone = errors.New("cluster: a process admitted into the running job is gone")
+
 // Admit makes topo, the grown world (this process's world and the
-// newcomers it admits, each named as Waiting gave it), the world of this
-// Cluster: it sends each newcomer of topo its admission, at generation
-// gen, and from then on reports failures with topo's ranks. Every member
-// of the running world calls it with the same topo and gen, so that a
-// newcomer is admitted as long as one member reaches it. The error names
-// the newcomers this process could not send the admission to; the
-// Cluster has adopted topo all the same.
+// newcomers it admits, each named as Waiting gave it on some member),
+// the world of this Cluster: it sends each newcomer of topo its
+// admission, at generation gen, and from then on reports failures with
+// topo's ranks. Every member of the running world calls it with the same
+// topo and gen, so that a newcomer is admitted as long as one member
+// reaches it. A newcomer this process has not heard of yet (gossip
+// spreads in rounds) is waited for, at most as long as gossip takes to
+// tell every member of a join. The error wraps ErrNewcomerGone for a
+// newcomer that left or died meanwhile (it is reported failed, as a
+// world member, at once), and names those this process could not send
+// the admission to otherwise; the Cluster has adopted topo all the same.
 func (c *Cluster) Admit(topo *topology.Topology, gen int) error {
 	msg, err := json.Marshal(message{V: metaVersion, Admit: &admission{Gen: gen, Topo: topo}})
 	if err != nil {
 		return fmt.Errorf("cluster: admission: %w", err)
 	}
-	nodes := make(map[string]*memberlist.Node)
-	alive := make(map[string]bool)
-	for _, n := range c.ml.Members() {
-		nodes[n.Name], alive[n.Name] = n, true
-	}
 	c.view.mu.Lock()
 	old := c.view.world
 	c.view.mu.Unlock()
 	rank := -1
-	var errs []error
+	var newcomers []topology.Member
 	for _, m := range topo.Members() {
 		if m.Name == c.name {
 			rank = m.Rank
 		}
-		if _, ok := old[m.Name]; ok {
-			continue
+		if _, ok := old[m.Name]; !ok {
+			newcomers = append(newcomers, m)
 		}
+	}
+	nodes := c.awaitNewcomers(newcomers)
+	alive := make(map[string]bool)
+	var gone, unsent []error
+	for _, m := range newcomers {
 		n := nodes[m.Name]
 		if n == nil {
-			errs = append(errs, fmt.Errorf("%s is not a member of the gossip any more", describeMember(m)))
+			gone = append(gone, fmt.Errorf("%s left or died", describeMember(m)))
 			continue
 		}
+		alive[m.Name] = true
 		if err := c.ml.SendReliable(n, msg); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", describeMember(m), err))
+			unsent = append(unsent, fmt.Errorf("%s: %w", describeMember(m), err))
 		}
 	}
 	c.view.adopt(topo, alive)
 	c.mu.Lock()
 	c.topo, c.rank = topo, rank
 	c.mu.Unlock()
-	if len(errs) > 0 {
-		return fmt.Errorf("cluster: sending the admission to generation %d: %w", gen, errors.Join(errs...))
+	switch {
+	case len(gone) > 0:
+		return fmt.Errorf("%w: admitting generation %d: %w", ErrNewcomerGone, gen, errors.Join(append(gone, unsent...)...))
+	case len(unsent) > 0:
+		return fmt.Errorf("cluster: sending the admission to generation %d: %w", gen, errors.Join(unsent...))
 	}
 	return nil
+}
+
+// awaitNewcomers returns the gossip's live nodes among newcomers, by
+// name, once each is live or known gone, or once gossip has had the time
+// to tell this process of each.
+func (c *Cluster) awaitNewcomers(newcomers []topology.Member) map[string]*memberlist.Node {
+	deadline := time.Now().Add(c.grace())
+	for {
+		nodes := make(map[string]*memberlist.Node)
+		for _, n := range c.ml.Members() {
+			nodes[n.Name] = n
+		}
+		c.view.mu.Lock()
+		settled := true
+		for _, m := range newcomers {
+			settled = settled && (nodes[m.Name] != nil || c.view.gone[m.Name])
+		}
+		c.view.mu.Unlock()
+		if settled || !time.Now().Before(deadline) {
+			return nodes
+		}
+		time.Sleep(c.cfg.Detector.GossipInterval)
+	}
 }
 
 // Generation is how many times the job had grown when this process

@@ -182,6 +182,7 @@ type view struct {
 	// running job (Config.Joining), by name; admitted: this process's
 	// admission, once it came (a joining process's own view).
 	waiting  map[string]*seenMember // guarded by mu
+	gone     map[string]bool        // guarded by mu: processes that waited and left or died
 	admitted *admission             // guarded by mu
 	joining  bool                   // this process joins a running job (Config.Joining)
 }
@@ -207,6 +208,7 @@ func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
 		pending:     make(map[string]*time.Timer),
 		failed:      make(map[string]bool),
 		waiting:     make(map[string]*seenMember),
+		gone:        make(map[string]bool),
 		joining:     cfg.Joining,
 	}
 }

@@ -41,16 +41,37 @@ import (
 // rank, before the failure and after it, so each step sees the samples
 // one process does, and -check-steps compares the run with one process
 // across the failure whatever the number of survivors.
-type elastic struct{ killRank, killStep int }
+//
+// With -grow-to N the job also grows back: after the Shrink, at the next
+// step, the survivors call World.Grow until a replacement (a process
+// started with HIERCOMM_JOIN=running and the same flags) is admitted and
+// the job has N ranks again, or -grow-wait has passed (rank 0 decides,
+// so that every rank stops calling Grow at once); the newcomer gets rank
+// 0's step, weights and optimizer state as the survivors did after the
+// Shrink, every rank takes its share by the grown World's rank and size,
+// and training goes on (docs/errors.md, "Grow and go on").
+type elastic struct {
+	killRank, killStep int
+	growTo             int
+	growWait           time.Duration
+}
 
 func (e *elastic) flags(fs *flag.FlagSet) {
 	fs.IntVar(&e.killRank, "kill-rank", -1, "with -kill-step: the rank whose process kills itself (SIGKILL) as that step begins; the others Shrink to the survivors and train on (docs/errors.md)")
 	fs.IntVar(&e.killStep, "kill-step", -1, "the step (1, 2, …, as the progress lines count them) at whose start -kill-rank dies")
+	fs.IntVar(&e.growTo, "grow-to", 0, "with -kill-rank: after the Shrink, Grow at the next step until the job has this many ranks again, admitting replacements started with HIERCOMM_JOIN=running and the same flags (0: do not grow)")
+	fs.DurationVar(&e.growWait, "grow-wait", 2*time.Minute, "with -grow-to: how long the survivors wait for the replacements before they go on without them")
 }
 
 func (e elastic) check() error {
-	if e != (elastic{-1, -1}) && (e.killRank < 0 || e.killStep < 1) {
+	if (e.killRank != -1 || e.killStep != -1) && (e.killRank < 0 || e.killStep < 1) {
 		return fmt.Errorf("-kill-rank %d -kill-step %d: set both (a rank, and a step from 1), or neither", e.killRank, e.killStep)
+	}
+	if e.growTo < 0 || e.growTo > 0 && !e.on() {
+		return fmt.Errorf("-grow-to %d: want a number of ranks to grow back to after -kill-rank's death (with -kill-rank and -kill-step)", e.growTo)
+	}
+	if e.growWait <= 0 {
+		return fmt.Errorf("-grow-wait %v: want a positive duration", e.growWait)
 	}
 	return nil
 }
@@ -64,7 +85,10 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 		return fmt.Errorf("-kill-rank %d: want a rank of the %d, and at least one other to go on", e.killRank, w.Size())
 	}
 	me := w.Rank() // the rank -kill-rank means
+	newcomer := w.Generation() > 0
 	var c comm.Communicator = w
+	grower := w // the World that grows (a Shrink's or a Grow's result after one)
+	growTo := e.growTo
 	say := trainer.Printer(os.Stdout, c.Rank())
 	net, err := mlp.New(cfg.Sizes(), cfg.Batch) // a share of the batch grows as ranks are lost
 	if err != nil {
@@ -79,21 +103,34 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 	for i := range state {
 		state[i] = make([]float32, len(p))
 	}
-	if c.Rank() == 0 {
-		net.Init(p, cfg.Seed)
-	}
-	if err := dp.Broadcast(ctx, c, 0, comm.Host(p)); err != nil {
-		return fmt.Errorf("broadcasting the initial weights: %w", err)
+	var next int // the step to run next
+	if newcomer {
+		// Admitted into the running job: the members hand over the
+		// state as they do after a Grow.
+		if err := resync(ctx, c, &next, p, state); err != nil {
+			return fmt.Errorf("joining the running job: %w", err)
+		}
+	} else {
+		if c.Rank() == 0 {
+			net.Init(p, cfg.Seed)
+		}
+		if err := dp.Broadcast(ctx, c, 0, comm.Host(p)); err != nil {
+			return fmt.Errorf("broadcasting the initial weights: %w", err)
+		}
 	}
 	flat := mlp.Flat{Net: net, P: p, G: g}
 	x, y := make([]float32, cfg.Batch*net.Inputs()), make([]uint8, cfg.Batch)
 	total := data.TotalSteps()
-	say("elastic: %d ranks on %d nodes; rank %d dies at step %d of %d and the others go on without it", c.Size(), w.Topology().NumNodes(), e.killRank, e.killStep, total)
+	if newcomer {
+		// Said by the newcomer itself (say speaks for rank 0 only).
+		fmt.Printf("elastic: rank %d of %d on %d nodes, admitted into the running job: holding rank 0's weights and optimizer state after step %d, going on from step %d\n", c.Rank(), c.Size(), w.Topology().NumNodes(), next, next+1)
+	} else {
+		say("elastic: %d ranks on %d nodes; rank %d dies at step %d of %d and the others go on without it", c.Size(), w.Topology().NumNodes(), e.killRank, e.killStep, total)
+	}
 	gc := trainer.NewGradCheck(cfg, data, min(o.checkSteps, total))
 	var (
 		losses []float64 // the global loss of the first checkSteps steps
 		checkP []float32 // the weights after them
-		next   int       // the step to run next
 	)
 	for next < total {
 		failed := func() error {
@@ -101,7 +138,21 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 				if s.T < next {
 					continue
 				}
-				if s.T+1 == e.killStep && me == e.killRank {
+				if c.Size() < growTo {
+					g, gaveUp, err := growBack(ctx, grower, growTo, e.growWait, say)
+					if err != nil {
+						return fmt.Errorf("growing before step %d: %w", s.T+1, err)
+					}
+					if gaveUp {
+						growTo = 0
+					}
+					if g != grower {
+						c.Close()
+						c, grower, say = g, g, trainer.Printer(os.Stdout, g.Rank())
+						return errGrown
+					}
+				}
+				if s.T+1 == e.killStep && me == e.killRank && !newcomer {
 					self, _ := os.FindProcess(os.Getpid())
 					self.Kill()
 					select {} // SIGKILL ends this
@@ -139,6 +190,16 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 		if failed == nil {
 			break
 		}
+		if failed == errGrown {
+			start := time.Now()
+			if err := resync(ctx, c, &next, p, state); err != nil {
+				return fmt.Errorf("after Grow: %w", err)
+			}
+			losses = losses[:min(len(losses), next)]
+			say("grown to %d ranks (%T, generation %d) in %v; the newcomers hold rank 0's weights and optimizer state after step %d: going on from step %d with %s",
+				c.Size(), grower.Communicator, grower.Generation(), time.Since(start).Round(time.Millisecond), next, next+1, shares(cfg.Batch, c.Size()))
+			continue
+		}
 		if !errors.Is(failed, comm.ErrPeerFailed) {
 			return failed
 		}
@@ -148,8 +209,9 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 			return fmt.Errorf("shrinking after %v: %w", failed, err)
 		}
 		c.Close()
-		defer s.Close()
+		defer func() { c.Close() }() // the last of them: a Grow replaces it
 		c, say = s, trainer.Printer(os.Stdout, s.Rank())
+		grower = s.(*hiercomm.World)
 		if err := resync(ctx, c, &next, p, state); err != nil {
 			return fmt.Errorf("after Shrink: %w", err)
 		}
@@ -169,6 +231,42 @@ func trainElastic(ctx context.Context, o options, w *hiercomm.World, data *train
 		return checkAgainstOne(ctx, c, cfg, data, losses, checkP)
 	}
 	return nil
+}
+
+// errGrown ends a pass over the batches when the World grew: the state is
+// handed to the newcomers and the pass starts again from the same step.
+var errGrown = errors.New("the world grew")
+
+// growBack calls w.Grow until the World has size ranks or wait has
+// passed (gaveUp), and returns the last World (w itself if nobody came).
+// Rank 0 decides when to stop waiting and tells the others, so that every
+// rank calls Grow equally often.
+func growBack(ctx context.Context, w *hiercomm.World, size int, wait time.Duration, say func(string, ...any)) (g *hiercomm.World, gaveUp bool, err error) {
+	start := time.Now()
+	g = w
+	for g.Size() < size {
+		next, err := g.Grow(ctx, size-g.Size())
+		if err != nil {
+			return nil, false, err
+		}
+		if next != g {
+			g = next
+			continue
+		}
+		stop := []int64{0}
+		if g.Rank() == 0 && time.Since(start) > wait {
+			stop[0] = 1
+		}
+		if err := g.Broadcast(ctx, comm.Host(stop), 0); err != nil {
+			return nil, false, err
+		}
+		if stop[0] == 1 {
+			say("no replacement came within -grow-wait %v: going on with %d ranks", wait, g.Size())
+			return g, true, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return g, false, nil
 }
 
 // step computes the gradient of this rank's samples idx (its share of the

@@ -51,6 +51,30 @@ func TestGoesOnAfterARankIsKilled(t *testing.T) {
 	}
 }
 
+// TestGrowsBackAfterARankIsKilled: as TestGoesOnAfterARankIsKilled, and
+// the job grows back (-grow-to 4): a replacement for the dead rank,
+// started on its node with HIERCOMM_JOIN=running, is admitted at the
+// survivors' next step, receives rank 0's step, weights and optimizer
+// state, and the four ranks (the newcomer last) finish the run on their
+// new shares with bitwise identical replicas, the losses and weights of
+// one process on the same global batches, and every step's averaged
+// gradient one process's.
+func TestGrowsBackAfterARankIsKilled(t *testing.T) {
+	const args = "-train 2048 -test 512 -steps 12 -log 4 -check-steps 12 -hidden 64,32 -opt sgd -lr 0.05 -kill-rank 1 -kill-step 5 -grow-to 4"
+	out := launch.RunReplacing(t, []int{2, 2}, args, 1, "shrunk to 3 ranks")
+	launch.Expect(t, out,
+		"elastic: 4 ranks on 2 nodes; rank 1 dies at step 5 of 12",
+		"shrunk to 3 ranks (*hiercomm.World)",
+		"grown to 4 ranks (*hierarchy.Comm, generation 1)",
+		"[newcomer] elastic: rank 3 of 4 on 2 nodes, admitted into the running job: holding rank 0's weights and optimizer state after step 4, going on from step 5",
+		"step    12/12  epoch 1  4 ranks",
+		"gradient check, steps 1-12: the 4 ranks' averaged gradient",
+		"every element within its bound: yes",
+		"all 4 replicas hold bitwise identical weights",
+		"same loss as one process: yes",
+	)
+}
+
 // TestElasticFlags: -kill-rank and -kill-step go together.
 func TestElasticFlags(t *testing.T) {
 	for _, args := range [][]string{{"-kill-rank", "1"}, {"-kill-step", "3"}, {"-kill-rank", "1", "-kill-step", "0"}} {

@@ -20,11 +20,15 @@ import (
 // envArgs carries the example's arguments from the test to its ranks.
 const envArgs = "HIERCOMM_EXAMPLE_ARGS"
 
+// envNewcomer marks a process that RunReplacing starts to join the
+// running job (it binds its own sockets: it is no local child).
+const envNewcomer = "HIERCOMM_EXAMPLE_NEWCOMER"
+
 // TestMain makes a test binary serve as the ranks that Run starts: in a
 // rank, it calls run with the arguments the test passed and exits (1 on
 // an error, printed); otherwise it runs the tests.
 func TestMain(m *testing.M, run func(args []string) error) {
-	if cluster.IsLocalChild() {
+	if cluster.IsLocalChild() || os.Getenv(envNewcomer) == "1" {
 		if err := run(strings.Fields(os.Getenv(envArgs))); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
