@@ -83,6 +83,13 @@ type LocalSpec struct {
 	// starts to stop its processes and each time it signals them: which
 	// rank failed, what is sent to whom. Never called concurrently.
 	Notify func(line string)
+	// Replace, for an elastic job (KeepOthers), is how many failed
+	// processes may be replaced: each time a process fails, while fewer
+	// have been, a new one starts on its node with HIERCOMM_JOIN=running
+	// (LocalJob.JoinerEnv), as a rescheduled pod or a requeued Slurm task
+	// would, and joins the running job when its members Grow. 0: none.
+	// Not with a Fabric.
+	Replace int
 	// Fabric, if set, is the emulated network the nodes live in (see
 	// Fabric): rank (n, l) binds and advertises Fabric.Addr(n, l) inside
 	// node n, and runs under Fabric.Wrap(n). If nil, node n is
@@ -193,7 +200,19 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 			Name:   fmt.Sprintf("rank %d", p.rank),
 		})
 		job.ranks = append(job.ranks, p.rank)
+		job.nodes = append(job.nodes, p.node)
 	}
+	job.procs = len(procs)
+	if spec.Replace > 0 {
+		pg.OnExit = func(i int, err error) {
+			if err != nil {
+				job.replace(i)
+			}
+		}
+	}
+	// A replacement (OnExit) waits until the group is recorded.
+	job.mu.Lock()
+	defer job.mu.Unlock()
 	g, err := procgroup.Start(ctx, pg)
 	closeFiles(pg.Procs)
 	if err != nil {
@@ -258,6 +277,14 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	}
 	if spec.Path == "" {
 		return bad("Path is empty: which program should run?")
+	}
+	switch {
+	case spec.Replace < 0:
+		return bad("Replace %d: want 0 (no replacements) or more", spec.Replace)
+	case spec.Replace > 0 && !spec.KeepOthers:
+		return bad("Replace %d: replacing failed processes needs an elastic job (KeepOthers, hiercomm run --elastic): the others must go on to admit the replacement", spec.Replace)
+	case spec.Replace > 0 && spec.Fabric != nil:
+		return bad("Replace %d: an emulated fabric has no address for a replacement (run without --link-rate)", spec.Replace)
 	}
 	if spec.Grace == 0 {
 		spec.Grace = DefaultGrace

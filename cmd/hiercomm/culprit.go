@@ -152,6 +152,36 @@ func shrankPast(reports []hiercomm.StatusReport, errs []error) (line string, ok 
 		ranks(gone), strings.Join(how, "; "), clean, them), true
 }
 
+// replacementFailed is the line and exit status of a job whose
+// replacements (hiercomm run --replace-failed) did not all exit 0: the
+// first that failed.
+func replacementFailed(reps []cluster.LocalReplacement) (line string, code int, failed bool) {
+	for _, r := range reps {
+		var ee *cluster.LocalExitError
+		if r.Err != nil && errors.As(r.Err, &ee) {
+			return fmt.Sprintf("rank %d's replacement (node %d) failed: %s (pid %d); exit status %d", r.Rank, r.Node, exitStatus(r.Err), ee.Pid(), ee.ExitCode()), ee.ExitCode(), true
+		}
+	}
+	return "", 0, false
+}
+
+// replaced says, after the line of a job that succeeded elastically,
+// which ranks were replaced (nothing when none was).
+func replaced(reps []cluster.LocalReplacement) string {
+	if len(reps) == 0 {
+		return ""
+	}
+	var rs []int
+	for _, r := range reps {
+		rs = append(rs, r.Rank)
+	}
+	what := "a process"
+	if len(reps) > 1 {
+		what = fmt.Sprintf("%d processes", len(reps))
+	}
+	return fmt.Sprintf("; %s replaced by %s that joined the running job and exited 0", ranks(rs), what)
+}
+
 // others counts the ranks but rank that failed and that exited 0.
 func others(errs []error, rank int) (failed, clean int) {
 	for r, err := range errs {

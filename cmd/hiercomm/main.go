@@ -23,7 +23,9 @@
 //	    --link-per-node; within a node nothing is limited. The namespaces
 //	    are removed when the job ends, fails or is interrupted. With
 //	    --elastic a failure stops no one, and the job succeeds when the
-//	    ranks that exited 0 shrank past every rank that failed.
+//	    ranks that exited 0 shrank past every rank that failed; with
+//	    --replace-failed N as well, up to N failed ranks are replaced by
+//	    processes that join the running job (HIERCOMM_JOIN=running).
 //	hiercomm topology FILE
 //	    Check a topology dumped as JSON and print it as a table.
 //	hiercomm plan [-rank R] [-gpu N] FILE
@@ -90,7 +92,10 @@ may be a Go package directory, built first.
 With --elastic, a rank's failure stops no one: an elastic program's ranks
 Shrink past it and go on, and the job succeeds (exit 0) when every rank
 that failed was shrunk past by ranks that exited 0 (each World's Shrink
-says which ranks it left behind in the same file).
+says which ranks it left behind in the same file). With --replace-failed
+N as well, each of the first N ranks to fail is replaced by a process
+started on its node with HIERCOMM_JOIN=running: it joins the running job
+when the others call World.Grow, and must exit 0 too.
 
 flags:
 `
@@ -173,12 +178,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	linkPerNode := fs.Bool("link-per-node", false, "with --link-rate: one link per node shared by its ranks (default: one per rank)")
 	grace := fs.Duration("grace", cluster.DefaultGrace, "after a rank fails, how long the others get to report and exit by themselves before SIGTERM")
 	elastic := fs.Bool("elastic", false, "a rank's failure does not stop the others: they may Shrink past it and train on (the job succeeds when every rank that failed was shrunk past by ranks that exited 0); --grace does not apply")
+	replace := fs.Int("replace-failed", 0, "with --elastic: replace up to N failed ranks, each by a process started on its node with HIERCOMM_JOIN=running, which joins the running job when the others Grow (the job then succeeds when every replacement exits 0 too)")
 	killAfter := fs.Duration("kill-after", cluster.DefaultKillAfter, "how long a rank gets after SIGTERM (after --grace, or passed on from Ctrl-C or SIGTERM) before SIGKILL")
 	if code, done := parseFlags(fs, args, runUsage, stdout, stderr); done {
 		return code
 	}
 	if *linkPerNode && *linkRate == "" {
 		fmt.Fprintln(stderr, "hiercomm run: --link-per-node needs --link-rate")
+		return 2
+	}
+	if *replace != 0 && (*replace < 0 || !*elastic) {
+		fmt.Fprintf(stderr, "hiercomm run: --replace-failed %d: want a number of replacements ≥ 0, with --elastic (the others must go on to admit a replacement)\n", *replace)
 		return 2
 	}
 	if *grace < 0 || *killAfter <= 0 {
@@ -228,6 +238,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Grace:        *grace,
 		KillAfter:    *killAfter,
 		KeepOthers:   *elastic,
+		Replace:      *replace,
 		Notify:       func(line string) { fmt.Fprintln(stderr, "hiercomm run:", line) },
 	}
 	if *grace == 0 {
@@ -331,7 +342,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hiercomm run:", e)
 	}
 	if line, ok := shrankPast(reports, errs); ok {
-		fmt.Fprintln(stderr, "hiercomm run:", line)
+		reps := job.Replacements()
+		if line, code, failed := replacementFailed(reps); failed {
+			fmt.Fprintln(stderr, "hiercomm run:", line)
+			return code
+		}
+		fmt.Fprintln(stderr, "hiercomm run:", strings.TrimSuffix(line, "; exit status 0")+replaced(reps)+"; exit status 0")
 		return 0
 	}
 	b, ok := findCulprit(reports, len(errs))

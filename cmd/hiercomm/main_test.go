@@ -93,6 +93,8 @@ func TestMain(m *testing.M) {
 		os.Exit(usr1Role())
 	case "elastic":
 		os.Exit(elasticRole())
+	case "replace":
+		os.Exit(replaceRole())
 	case "sleep":
 		// Says it runs, then waits for the launcher to stop it.
 		if err := os.WriteFile(filepath.Join(os.Getenv(envDir), "rank"+os.Getenv("RANK")), nil, 0o644); err != nil {

@@ -68,6 +68,12 @@ type Spec struct {
 	// after a failure: what happened, what it does, who is still running.
 	// It may be called from any goroutine, never concurrently with itself.
 	Notify func(line string)
+	// OnExit, if set, is called once for each process that exits (err:
+	// its *ExitError, nil for exit 0), on a goroutine of the group, after
+	// a failure's stopping of the others began (unless KeepOthers) and
+	// before Wait can return: it may Add processes (a launcher replacing
+	// a failed one).
+	OnExit func(i int, err error)
 }
 
 // CPUShare is the GOMAXPROCS of each of n processes sharing this host's
@@ -98,15 +104,22 @@ func withCPUShare(env []string, n int) []string {
 
 // Group is a running group of processes.
 type Group struct {
+	ctx       context.Context
 	keep      bool
 	grace     time.Duration
 	killAfter time.Duration
 	notify    func(string)
-	procs     []*exec.Cmd
-	names     []string      // Proc.Name of each
+	onExit    func(int, error)
+	stdout    io.Writer
+	stderr    io.Writer
+	outMu     sync.Mutex    // one line at a time across all processes
 	done      chan struct{} // closed when every process has exited
 
 	mu     sync.Mutex  // guards the fields below, and serializes notify
+	procs  []*exec.Cmd // appended by Add
+	names  []string    // Proc.Name of each
+	cpus   int         // the processes the host's CPUs were shared among at the start
+	live   int         // processes not yet counted out (watch)
 	errs   []error     // per process
 	exited []bool      // per process: its Wait has returned
 	first  int         // index of the first process that failed, or -1
@@ -138,33 +151,66 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 		spec.Stderr = os.Stderr
 	}
 	g := &Group{
-		keep: spec.KeepOthers, grace: spec.Grace, killAfter: spec.KillAfter, notify: spec.Notify,
-		done: make(chan struct{}), first: -1, errs: make([]error, len(spec.Procs)), exited: make([]bool, len(spec.Procs)),
+		ctx: ctx, keep: spec.KeepOthers, grace: spec.Grace, killAfter: spec.KillAfter, notify: spec.Notify, onExit: spec.OnExit,
+		stdout: spec.Stdout, stderr: spec.Stderr, done: make(chan struct{}), first: -1, cpus: len(spec.Procs),
 	}
-	outMu := new(sync.Mutex) // one line at a time across all processes
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for _, p := range spec.Procs {
-		cmd := exec.CommandContext(ctx, p.Path, p.Args...)
-		cmd.Env = withCPUShare(p.Env, len(spec.Procs))
-		cmd.ExtraFiles = p.Files
-		// Each process leads its own process group, so that stopping it
-		// stops what it started too (a shell's children, a helper that
-		// holds its output open).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		// exec copies the output; once the process has exited, Wait waits
-		// at most this long for whatever else still holds it open.
-		cmd.WaitDelay = 5 * time.Second
-		cmd.Stdout = &lineWriter{prefix: p.Prefix, out: spec.Stdout, mu: outMu}
-		cmd.Stderr = &lineWriter{prefix: p.Prefix, out: spec.Stderr, mu: outMu}
-		if err := cmd.Start(); err != nil {
-			g.KillAll()
-			return nil, fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)
+		if err := g.startLocked(p); err != nil {
+			g.stage = killing
+			g.signal(syscall.SIGKILL)
+			return nil, err
 		}
-		g.procs = append(g.procs, cmd)
-		g.names = append(g.names, p.Name)
 	}
-	go g.watch()
+	for i := range g.procs {
+		go g.watch(i)
+	}
 	return g, nil
+}
+
+// startLocked starts p as the group's next process. Called with mu held.
+func (g *Group) startLocked(p Proc) error {
+	cmd := exec.CommandContext(g.ctx, p.Path, p.Args...)
+	cmd.Env = withCPUShare(p.Env, g.cpus)
+	cmd.ExtraFiles = p.Files
+	// Each process leads its own process group, so that stopping it
+	// stops what it started too (a shell's children, a helper that
+	// holds its output open).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// exec copies the output; once the process has exited, Wait waits
+	// at most this long for whatever else still holds it open.
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Stdout = &lineWriter{prefix: p.Prefix, out: g.stdout, mu: &g.outMu}
+	cmd.Stderr = &lineWriter{prefix: p.Prefix, out: g.stderr, mu: &g.outMu}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)
+	}
+	g.procs = append(g.procs, cmd)
+	g.names = append(g.names, p.Name)
+	g.errs = append(g.errs, nil)
+	g.exited = append(g.exited, false)
+	g.live++
+	return nil
+}
+
+// Add starts p as one more process of the running group (a replacement
+// for one that failed), with the output, the CPU share and the rules of
+// the others, and returns its index. It fails once the group is being
+// stopped or every process has exited.
+func (g *Group) Add(p Proc) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stage != running || g.live == 0 {
+		return 0, errors.New("procgroup: Add: the group is stopping or over")
+	}
+	if err := g.startLocked(p); err != nil {
+		return 0, err
+	}
+	i := len(g.procs) - 1
+	go g.watch(i)
+	return i, nil
 }
 
 // lineWriter writes whole lines, each prefixed, to out; a last line
@@ -209,37 +255,41 @@ func (w *lineWriter) flush() {
 // watch waits for every process; the first failure stops the rest
 // (failed), unless the group is already being stopped: after Stop, a
 // process that exits, even by the signal, is no reason to hurry the others.
-func (g *Group) watch() {
-	var wg sync.WaitGroup
-	for i, cmd := range g.procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := cmd.Wait()
-			cmd.Stdout.(*lineWriter).flush()
-			cmd.Stderr.(*lineWriter).flush()
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.exited[i] = true
-			if err == nil {
-				return
-			}
-			ee := &ExitError{Index: i, Name: g.names[i], Pid: cmd.Process.Pid, Err: err}
-			g.errs[i] = ee
-			if g.first < 0 {
-				g.first = i
-			}
-			if !g.keep && g.stage == running {
-				g.failed(ee)
-			}
-		}()
-	}
-	wg.Wait()
+// watch waits for process i, records how it ended, and closes done once
+// every process has.
+func (g *Group) watch(i int) {
 	g.mu.Lock()
+	cmd := g.procs[i]
+	g.mu.Unlock()
+	err := cmd.Wait()
+	cmd.Stdout.(*lineWriter).flush()
+	cmd.Stderr.(*lineWriter).flush()
+	g.mu.Lock()
+	g.exited[i] = true
+	var exit error
+	if err != nil {
+		ee := &ExitError{Index: i, Name: g.names[i], Pid: cmd.Process.Pid, Err: err}
+		g.errs[i], exit = ee, ee
+		if g.first < 0 {
+			g.first = i
+		}
+		if !g.keep && g.stage == running {
+			g.failed(ee)
+		}
+	}
+	g.mu.Unlock()
+	if g.onExit != nil {
+		g.onExit(i, exit)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.live--
+	if g.live > 0 {
+		return
+	}
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	g.mu.Unlock()
 	close(g.done)
 }
 
@@ -379,13 +429,23 @@ func (g *Group) Errors() []error {
 }
 
 // Len is the number of processes.
-func (g *Group) Len() int { return len(g.procs) }
+func (g *Group) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.procs)
+}
 
 // Pid is process i's pid.
-func (g *Group) Pid(i int) int { return g.procs[i].Process.Pid }
+func (g *Group) Pid(i int) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.procs[i].Process.Pid
+}
 
 // Kill sends SIGKILL to process i and its process group, for fault tests.
 func (g *Group) Kill(i int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if i < 0 || i >= len(g.procs) {
 		return fmt.Errorf("procgroup: process %d out of range [0, %d)", i, len(g.procs))
 	}
