@@ -58,6 +58,10 @@ func gpuChild(role string) (ran bool, err error) {
 		return true, gpuBench()
 	case "gpu-shrink":
 		return true, gpuShrink() // gpu_shrink_multiproc_test.go
+	case "gpu-grow":
+		return true, gpuGrow()
+	case "gpu-grow-newcomer":
+		return true, gpuGrowNewcomer()
 	}
 	return false, nil
 }

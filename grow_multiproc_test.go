@@ -288,6 +288,13 @@ func waitFor(t *testing.T, out *lines, what string, n int) {
 // running world on node, in role grow-newcomer; its lines go to out.
 func startNewcomer(t *testing.T, ctx context.Context, job *cluster.LocalJob, node int, out *lines) *exec.Cmd {
 	t.Helper()
+	return startJoiner(t, ctx, job, node, out, "grow-newcomer")
+}
+
+// startJoiner starts this test binary, in role, as a process that joins
+// job's running world on node; its lines go to out.
+func startJoiner(t *testing.T, ctx context.Context, job *cluster.LocalJob, node int, out *lines, role string) *exec.Cmd {
+	t.Helper()
 	env, err := job.JoinerEnv(node)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +304,7 @@ func startNewcomer(t *testing.T, ctx context.Context, job *cluster.LocalJob, nod
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
-	cmd.Env = append(env, envRole+"=grow-newcomer")
+	cmd.Env = append(env, envRole+"="+role)
 	nw := &prefixed{prefix: "[newcomer] ", w: out}
 	cmd.Stdout, cmd.Stderr = nw, nw
 	if err := cmd.Start(); err != nil {
