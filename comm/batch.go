@@ -46,7 +46,10 @@ import (
 //     such ranks disagree at the batch's first collective.
 //   - A bad argument of one call (a missing buffer, a wrong length) fails
 //     that call as it would on its own: an *ArgError here, and the peers
-//     are told (ErrPeerAbandoned); the batch's other calls run.
+//     are told (ErrPeerAbandoned); the batch's other calls run. (Where
+//     the peers fuse that call with its neighbours and this rank cannot,
+//     see StartEach, the ranks disagree on the fused call instead: a
+//     mismatch.)
 //   - The Work is done when every call is. It fails with a *BatchError,
 //     which names the first call, in the batch's order, that failed and
 //     wraps its error (so errors.Is and errors.As see through it), and
@@ -54,7 +57,8 @@ import (
 //
 // A communicator that can run a batch better than call by call implements
 // BatchStarter: nccl runs its collectives on device buffers as one NCCL
-// group. The others run the batch as StartEach does.
+// group. The others run the batch as StartEach does, which fuses runs of
+// small AllReduces on host memory into one.
 type Batch struct {
 	calls   []Call
 	started atomic.Bool
@@ -156,11 +160,24 @@ func (b *Batch) Start(ctx context.Context, c Starter) *Work {
 // StartEach is how a batch runs on a communicator that is no
 // BatchStarter: it starts every call with c.Start, in order, and returns
 // BatchWork of them. Start returns at once for every operation, so every
-// Send and Recv is posted before any is waited for.
+// Send and Recv is posted before any is waited for. Where ctx carries the
+// batch's fingerprint (Batch.Start's), small AllReduces that follow one
+// another on host memory, of one dtype and op, are fused: started as one
+// AllReduce over a packed copy (batch_fuse.go says which, and why).
 func StartEach(ctx context.Context, c Starter, calls []Call) *Work {
 	works := make([]*Work, len(calls))
-	for i, call := range calls {
-		works[i] = c.Start(ctx, call)
+	h := BatchOf(ctx)
+	for i := 0; i < len(calls); {
+		if n := fuseRun(calls, i); n > 0 && h != 0 {
+			w := startFused(ctx, c, calls[i:i+n], h)
+			for j := i; j < i+n; j++ {
+				works[j] = w
+			}
+			i += n
+			continue
+		}
+		works[i] = c.Start(ctx, calls[i])
+		i++
 	}
 	return BatchWork(calls, works)
 }
@@ -230,6 +247,9 @@ type batchKey struct{}
 // Outer of every collective of the batch, so that ranks whose batches
 // differ disagree on each of them.
 func BatchOf(ctx context.Context) uint32 {
+	if ctx == nil {
+		return 0
+	}
 	h, _ := ctx.Value(batchKey{}).(uint32)
 	return h
 }

@@ -17,6 +17,8 @@ import (
 //     every rank, each result checked;
 //   - ring: a batch of only a large Send to the right and a Recv from the
 //     left on two tags, which the same blocking calls would deadlock;
+//   - small AllReduces: runs of small AllReduces of one dtype and op, in
+//     place and not (which comm.StartEach fuses on host memory);
 //   - buckets: many AllReduces of mixed lengths (0 included), dtypes and
 //     ops in one batch, run twice (a batch is started again as it is);
 //   - empty: an empty batch fails with comm.ErrInvalidArgument on every
@@ -30,7 +32,8 @@ import (
 //   - mismatches (2 ranks or more), each on a fresh Split of c: one
 //     rank's batch has one more collective; one rank starts the batch's
 //     collectives on their own; one rank's second collective has another
-//     count; one rank's collectives come in another order. Every rank must
+//     count; one rank's collectives come in another order; one rank cuts
+//     the same elements into small AllReduces differently. Every rank must
 //     get an error with errors.Is(err, comm.ErrMismatch) within
 //     Options.Timeout, or nil, and then its next call must report the
 //     mismatch.
@@ -58,7 +61,21 @@ func BatchRank(ctx context.Context, c comm.Communicator, opt Options) error {
 		k := kinds[i%len(kinds)]
 		buckets = append(buckets, newCase(comm.KindAllReduce, k.dt, k.op, n, 0, plain))
 	}
+	// small: runs of small AllReduces of one dtype and op, which a
+	// communicator that runs batches call by call fuses on host memory.
+	var small []testCase
+	for i, n := range []int{1, 7, 0, 100, 3, 1000, 33, 5} {
+		v := plain
+		if i%2 == 1 {
+			v = inPlace
+		}
+		small = append(small, newCase(comm.KindAllReduce, comm.F32, comm.Sum, n, 0, v))
+	}
+	for _, n := range []int{3, 50, 11} {
+		small = append(small, newCase(comm.KindAllReduce, comm.I64, comm.Max, n, 0, plain))
+	}
 	steps := []step{
+		{name: "Batch/small AllReduces", run: func(ctx context.Context, a *arena) (string, error) { return batchStep(ctx, c, small, 1, o) }},
 		{name: "Batch/mixed", run: func(ctx context.Context, a *arena) (string, error) { return batchStep(ctx, c, mixed, 1, o) }},
 		{name: "Batch/ring", run: func(ctx context.Context, a *arena) (string, error) { return batchStep(ctx, c, ring, 1, o) }},
 		{name: "Batch/buckets, run twice", run: func(ctx context.Context, a *arena) (string, error) { return batchStep(ctx, c, buckets, 2, o) }},
@@ -234,6 +251,13 @@ var batchMismatches = []batchMismatch{
 			n -= 24
 		}
 		return []comm.Call{allReduce(b, comm.F32, mismatchN, comm.Sum), allReduce(b, comm.F32, n, comm.Sum)}, false
+	}},
+	{"one rank cuts small AllReduces differently", func(b *builder, rank, size int) ([]comm.Call, bool) {
+		cut := 64
+		if rank == 0 {
+			cut = 100
+		}
+		return []comm.Call{allReduce(b, comm.F32, cut, comm.Sum), allReduce(b, comm.F32, 128-cut, comm.Sum)}, false
 	}},
 	{"one rank's collectives in another order", func(b *builder, rank, size int) ([]comm.Call, bool) {
 		calls := []comm.Call{allReduce(b, comm.F32, mismatchN, comm.Sum), broadcast(b, comm.F32, mismatchN, 0)}
