@@ -22,17 +22,16 @@ import (
 //
 // The zero Batch is empty and ready for calls. A Batch is filled by one
 // goroutine; once started it is fixed (an Add after Start is an error and
-// adds nothing) and may be started again, as it is, as often as wanted
-// (a trainer's persistent gradient buckets), also while an earlier start
-// of it is in flight, on other buffers' behalf only: the buffers belong to
-// each start until its Work is done.
+// adds nothing) and may be started again, as it is, as often as wanted (a
+// trainer's persistent gradient buckets): the buffers belong to each
+// start until its Work is done, so start it again after that.
 //
 // What a batch promises, on every communicator:
 //
 //   - Its collectives take their places in the communicator's order, one
-//     after another, at Start, as if each had been started on its own in
-//     the batch's order; every rank must start the same collectives in
-//     the same order, in batches alike. Its Send and Recv calls are
+//     after another, at Start, in the batch's order (a fused run of small
+//     AllReduces, see StartEach, as one); every rank must start the same
+//     collectives in the same order, in batches alike. Its Send and Recv calls are
 //     matched by peer and tag as on their own.
 //   - Every call is posted before any is waited for, so a batch in which
 //     every rank sends to its right and receives from its left cannot
