@@ -11,11 +11,13 @@ import (
 // another in the batch, on host memory, of one dtype and op, each of at
 // most fuseBytes, is started as one AllReduce over a packed copy, as
 // AllReduceFused does: the run pays one collective's latency instead of
-// one per call. BenchmarkBatch (2 ranks, nexar in memory, f32 sum) measured
-// 32 AllReduces of 1 KiB at 350–400 µs a batch call by call and 52 µs
-// fused, 16 of 8 KiB at 160 µs and 105 µs, but 16 of 16 KiB at 170–180 µs
-// and 210–300 µs fused (the packing copies cost more than the latency
-// saved): hence fuseBytes.
+// one per call. BenchmarkBatch (2 ranks, nexar in memory, f32 sum; the
+// figures in docs/architecture.md) measured a batch of 32 AllReduces of
+// 1 KiB at 349–397 µs call by call and 52–75 µs packed, 16 of 8 KiB at
+// 156–246 µs and 103–151 µs, but 16 of 16 KiB at 167–227 µs and 213–305 µs
+// packed (the packing copies cost more than the latency saved): hence
+// fuseBytes, on the safe side of 8 KiB. fuseRunBytes, which keeps a packed
+// copy small, was not measured on its own.
 const (
 	fuseBytes    = 4 << 10  // the largest call a run fuses
 	fuseRunBytes = 64 << 10 // a run is cut before the call that would pass it
