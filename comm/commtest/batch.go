@@ -36,7 +36,10 @@ import (
 //     the same elements into small AllReduces differently. Every rank must
 //     get an error with errors.Is(err, comm.ErrMismatch) within
 //     Options.Timeout, or nil, and then its next call must report the
-//     mismatch.
+//     mismatch;
+//   - a rank that does not come (2 ranks or more, on a fresh Split): the
+//     others' batch, with a deadline FaultDeadline away, fails with a
+//     *comm.BatchError wrapping comm.ErrTimeout.
 //
 // Buffers come from Options.Memory (device memory for a GPU
 // communicator), so the batches run on the memory the tier runs on.
@@ -100,8 +103,52 @@ func BatchRank(ctx context.Context, c comm.Communicator, opt Options) error {
 			break
 		}
 	}
+	if r.stopped == "" {
+		name := "Batch/one rank does not come"
+		r.ran++
+		stepCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+		guard(stepCtx, r, name, o, func(r *report) bool { return batchAbsentBody(stepCtx, c, name, o, r) })
+		cancel()
+	}
 	o.Log("commtest Batch mismatch: rank %d: %d cases, %d failed%s", rank, r.ran, r.failed, r.margin())
 	return r.err()
+}
+
+// batchAbsentBody: on a fresh Split, every rank but the last starts a
+// batch of two collectives with a deadline FaultDeadline away, which the
+// last never starts: their batch must fail with an error wrapping
+// comm.ErrTimeout (a *comm.BatchError), as a single call would. Every rank
+// then meets the others in a Barrier of c, the last straight away.
+func batchAbsentBody(ctx context.Context, c comm.Communicator, name string, o Options, r *report) bool {
+	f := newFreshCase(ctx, c, name, o, r)
+	if f == nil {
+		return false
+	}
+	defer f.end(name, r)
+	rank, size := c.Rank(), c.Size()
+	var b comm.Batch
+	err := errors.Join(b.Add(allReduce(f.b, comm.F32, mismatchN, comm.Sum)), b.Add(broadcast(f.b, comm.I32, 10, 0)))
+	if err == nil {
+		err = f.b.err
+	}
+	if err != nil {
+		r.fail(name, "%v", err)
+		return false
+	}
+	if rank != size-1 {
+		dctx, cancel := context.WithTimeout(ctx, FaultDeadline)
+		err := b.Run(dctx, f.child)
+		cancel()
+		var be *comm.BatchError
+		if !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &be) {
+			r.fail(name, "rank %d never started the batch; this rank's batch returned %v; want a *comm.BatchError wrapping comm.ErrTimeout", size-1, err)
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		r.callFailed(name+" (Barrier of the parent after it)", err)
+		return false
+	}
+	return true
 }
 
 // batchStep prepares cases, adds their calls to one batch (a SendRecv
