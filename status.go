@@ -204,7 +204,7 @@ func appendStatus(path string, r StatusReport) error {
 	return errors.Join(err, f.Close())
 }
 
-// The World's collectives, Send, Recv, Start and Split are
+// The World's collectives, Send, Recv, Start, StartBatch and Split are
 // w.Communicator's, with each error also given to report, and each call
 // traced at LevelTrace (trace.go).
 
@@ -212,6 +212,37 @@ func (w *World) Start(ctx context.Context, c comm.Call) *comm.Work {
 	work := w.Communicator.Start(ctx, c)
 	if w.tracing {
 		work = work.Map(w.tracer(ctx, c))
+	}
+	if statusPath() == "" {
+		return work
+	}
+	return work.Map(w.report)
+}
+
+// StartBatch implements comm.BatchStarter. Where the World's
+// communicator runs a batch natively (an nccl.Comm: one NCCL group), the
+// World hands it the whole batch, and each of its calls is traced with
+// the batch's outcome; elsewhere the batch runs call by call through
+// Start (comm.StartEach), each call traced and reported on its own.
+func (w *World) StartBatch(ctx context.Context, calls []comm.Call) *comm.Work {
+	native, ok := w.Communicator.(comm.BatchStarter)
+	if !ok {
+		return comm.StartEach(ctx, w, calls)
+	}
+	var traces []func(error) error
+	if w.tracing {
+		for _, c := range calls {
+			traces = append(traces, w.tracer(ctx, c))
+		}
+	}
+	work := native.StartBatch(ctx, calls)
+	if traces != nil {
+		work = work.Map(func(err error) error {
+			for _, done := range traces {
+				done(err)
+			}
+			return err
+		})
 	}
 	if statusPath() == "" {
 		return work

@@ -192,7 +192,7 @@ func differences(a, b Signature) string {
 		same bool
 	}{
 		{"kind", a.Kind == b.Kind}, {"dtype", a.DType == b.DType}, {"count", a.Count == b.Count},
-		{"op", a.Op == b.Op}, {"root", a.Root == b.Root}, {"user's call of which this is a phase", a.Outer == b.Outer},
+		{"op", a.Op == b.Op}, {"root", a.Root == b.Root}, {"user's call of which this is a phase (or the batch it is in)", a.Outer == b.Outer},
 	} {
 		if !f.same {
 			fields = append(fields, "the "+f.name)

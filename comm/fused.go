@@ -54,9 +54,17 @@ func StartAllReduceFused(ctx context.Context, c Communicator, bufs []Buffer, op 
 		}()
 		return w
 	}
+	return startPacked(ctx, c, dt, total, bufs, bufs, op)
+}
+
+// startPacked starts one AllReduce with op, in place, over a packed copy
+// of sends (host buffers of dt, total elements in all) and, once it is
+// done, copies each one's part of the result into recvs[i] (of the same
+// length); on an error recvs are left untouched.
+func startPacked(ctx context.Context, c Starter, dt DType, total int, sends, recvs []Buffer, op ReduceOp) *Work {
 	packed := alignedBytes(total * dt.Size())
 	off := 0
-	for _, b := range bufs {
+	for _, b := range sends {
 		off += copy(packed[off:], b.Bytes())
 	}
 	pb, err := HostBytes(dt, packed)
@@ -71,7 +79,7 @@ func StartAllReduceFused(ctx context.Context, c Communicator, bufs []Buffer, op 
 			return
 		}
 		off := 0
-		for _, b := range bufs {
+		for _, b := range recvs {
 			off += copy(b.Bytes(), packed[off:])
 		}
 		w.Complete(nil)

@@ -224,6 +224,9 @@ func TestBucketsLayout(t *testing.T) {
 		{"not adjacent in Flat", []comm.Buffer{view(0, 10), view(11, 5)}, dp.Options{Flat: comm.Host(flat)}, []dp.Bucket{
 			{First: 0, Last: 1, DType: comm.F32, Len: 15, Packed: true},
 		}},
+		{"device, not one view of Flat", []comm.Buffer{comm.Device(0x1000, 4, comm.F32, 0), comm.Device(0x2000, 4, comm.F32, 0)}, dp.Options{}, []dp.Bucket{
+			{First: 0, Last: 1, DType: comm.F32, Len: 8, Grouped: true},
+		}},
 		{"none", nil, dp.Options{}, []dp.Bucket{}},
 	} {
 		red, err := dp.NewReducer(nil, c.grads, c.opt)
@@ -238,10 +241,10 @@ func TestBucketsLayout(t *testing.T) {
 }
 
 // TestReducerRefuses: Avg on integer gradients (the contract defines it on
-// floats only), a missing gradient, a negative cap, and a bucket of
-// several device gradients that are not one view of Flat, each with an
-// error that names it; device gradients that are adjacent views of Flat
-// are one bucket, in place.
+// floats only), a missing gradient, a negative cap, and a bucket that
+// mixes device and host gradients, each with an error that names it;
+// device gradients that are adjacent views of Flat are one bucket, in
+// place.
 func TestReducerRefuses(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -252,7 +255,7 @@ func TestReducerRefuses(t *testing.T) {
 		{"avg on i32", []comm.Buffer{comm.Host(make([]float32, 2)), comm.Host(make([]int32, 2))}, dp.Options{}, "grads[1] (2×i32 on host): avg is not defined on integer dtype i32"},
 		{"missing", []comm.Buffer{comm.Host(make([]float32, 2)), {}}, dp.Options{}, "grads[1] is missing"},
 		{"negative cap", nil, dp.Options{BucketBytes: -1}, "Options.BucketBytes -1"},
-		{"device", []comm.Buffer{comm.Device(0x1000, 4, comm.F32, 0), comm.Device(0x2000, 4, comm.F32, 0)}, dp.Options{}, "holds device memory, which a Reducer does not pack"},
+		{"device and host", []comm.Buffer{comm.Device(0x1000, 4, comm.F32, 0), comm.Host(make([]float32, 4))}, dp.Options{}, "the bucket of grads[0..1] mixes device memory and host memory (grads[1], 4×f32 on host)"},
 	} {
 		_, err := dp.NewReducer(nil, c.grads, c.opt)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

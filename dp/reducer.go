@@ -43,14 +43,18 @@ type Options struct {
 // list (consecutive; First ≤ Last), all of DType, Len elements in all.
 // Packed says whether its AllReduce runs on a packed copy of them, laid out
 // once (host memory: the gradients in list order, each one's elements in
-// order), which each step fills before the AllReduce and unpacks after it;
-// otherwise it runs in place: on its one gradient, or on the view of
-// Options.Flat that its gradients fill.
+// order), which each step fills before the AllReduce and unpacks after it.
+// Grouped says whether it runs as a comm.Batch of one AllReduce in place
+// per gradient (device gradients that are not one view of Options.Flat:
+// device memory is not packed), started as one unit: on an nccl
+// communicator, one NCCL group. Otherwise it runs in place: on its one
+// gradient, or on the view of Options.Flat that its gradients fill.
 type Bucket struct {
 	First, Last int
 	DType       comm.DType
 	Len         int
 	Packed      bool
+	Grouped     bool
 }
 
 // Bytes is the bucket's size in bytes.
@@ -58,8 +62,11 @@ func (b Bucket) Bytes() int { return b.Len * b.DType.Size() }
 
 func (b Bucket) String() string {
 	how := "in place"
-	if b.Packed {
+	switch {
+	case b.Packed:
 		how = "packed"
+	case b.Grouped:
+		how = "grouped"
 	}
 	grads := fmt.Sprintf("grads %d-%d", b.First, b.Last)
 	if b.First == b.Last {
@@ -84,7 +91,7 @@ func (b Bucket) String() string {
 // below; Wait waits for them all, and copies the packed buckets back into
 // their gradients. A step allocates nothing in the Reducer: the buckets'
 // memory is laid out by NewReducer and reused (the communicator's own
-// Start may allocate).
+// Start may allocate, and so does a grouped bucket's comm.Batch.Start).
 //
 // Every rank must build its Reducer from gradients of the same dtypes and
 // lengths, in the same order, with the same Options.BucketBytes and Op, so
@@ -119,6 +126,7 @@ type bucket struct {
 	Bucket
 	buf     comm.Buffer // what the AllReduce runs on, in place
 	packed  []byte      // buf's memory when Packed
+	batch   *comm.Batch // the AllReduces when Grouped, built once
 	pending int         // gradients not yet Ready this step
 	work    *comm.Work  // this step's AllReduce once started
 }
@@ -126,9 +134,9 @@ type bucket struct {
 // NewReducer lays out the buckets of grads (see Reducer) for reductions on
 // c. grads may be empty (a Reducer with no buckets starts no collective);
 // a gradient may have 0 elements. It returns an error naming the gradient
-// when one is missing (the zero Buffer), when op is not defined on its
-// dtype (comm.CanReduce), or when a bucket of several device gradients is
-// not one view of Options.Flat (device memory is not packed).
+// when one is missing (the zero Buffer) or when op is not defined on its
+// dtype (comm.CanReduce), and one naming the bucket when it mixes host
+// and device gradients.
 func NewReducer(c comm.Communicator, grads []comm.Buffer, opt Options) (*Reducer, error) {
 	op, capBytes := opt.Op, opt.BucketBytes
 	if op == 0 {
@@ -180,7 +188,8 @@ func NewReducer(c comm.Communicator, grads []comm.Buffer, opt Options) (*Reducer
 }
 
 // layout sets what bucket b's AllReduce runs on: in place where its
-// gradients allow, else a packed copy.
+// gradients allow, else a packed copy (host memory) or a batch of
+// AllReduces in place (device memory).
 func (r *Reducer) layout(b *bucket, flat comm.Buffer) error {
 	one, nonEmpty := r.grads[b.First], 0
 	host := true
@@ -199,7 +208,20 @@ func (r *Reducer) layout(b *bucket, flat comm.Buffer) error {
 		return nil
 	}
 	if !host {
-		return fmt.Errorf("dp.NewReducer: the bucket of grads[%d..%d] holds device memory, which a Reducer does not pack: pass Options.Flat, the device memory they are adjacent views of, or a smaller Options.BucketBytes", b.First, b.Last)
+		b.Grouped, b.batch = true, new(comm.Batch)
+		for i := b.First; i <= b.Last; i++ {
+			g := r.grads[i]
+			if g.Len() == 0 {
+				continue
+			}
+			if g.OnHost() {
+				return fmt.Errorf("dp.NewReducer: the bucket of grads[%d..%d] mixes device memory and host memory (grads[%d], %v); keep a model's gradients on one side, or pass a smaller Options.BucketBytes", b.First, b.Last, i, g)
+			}
+			if err := b.batch.AllReduce(g, g, r.op); err != nil {
+				panic("dp: grouped bucket: " + err.Error()) // a new batch, not started
+			}
+		}
+		return nil
 	}
 	b.Packed = true
 	b.packed = alignedBytes(b.Bytes())
@@ -332,7 +354,11 @@ func (r *Reducer) startReady() {
 				off += copy(b.packed[off:], r.grads[i].Bytes())
 			}
 		}
-		b.work = comm.StartAllReduce(r.ctx, r.c, b.buf, b.buf, r.op)
+		if b.batch != nil {
+			b.work = b.batch.Start(r.ctx, r.c)
+		} else {
+			b.work = comm.StartAllReduce(r.ctx, r.c, b.buf, b.buf, r.op)
+		}
 		r.next++
 	}
 }

@@ -631,7 +631,7 @@ func (h *Comm) runTask(t *task) error {
 	// nothing (a rank that called Abort and then a Barrier is not in a
 	// mismatch with the peers still in the collective it left); after a
 	// mismatch the call is kept, for the verdict (askOnce, below).
-	sig := t.Call.Signature()
+	sig := tier.SignatureOf(t.Ctx, t.Call) // with the comm.Batch it belongs to, if any
 	recorded := sig
 	if t.Err != nil || aborted != nil && !errors.Is(aborted, comm.ErrMismatch) {
 		recorded = comm.Signature{}

@@ -416,7 +416,7 @@ func (x *phases) userMismatch(p part, peer int, err error) *comm.MismatchError {
 		}
 		if remote.Kind == x.sig.Kind && remote.DType == x.sig.DType && remote.Op == x.sig.Op {
 			return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig,
-				Reported: fmt.Sprintf("it called %v with a different count or root (seen in the %s)", x.sig.Kind, p.name)}
+				Reported: fmt.Sprintf("it called %v with a different count or root, or in another comm.Batch (seen in the %s)", x.sig.Kind, p.name)}
 		}
 		return &comm.MismatchError{Peer: peer, Seq: x.seq, Local: x.sig,
 			Reported: fmt.Sprintf("it called %v on %v with op %v, and a count or root this rank cannot tell (seen in the %s)",

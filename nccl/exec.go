@@ -40,6 +40,10 @@ type task struct {
 	// (the control has already been split: child).
 	split func() error
 
+	// batch, when set, is the comm.Batch the task is a collective of:
+	// its collectives are queued as one NCCL group (launchBatch).
+	batch *batch
+
 	// Set by the launcher.
 	ev      cuEvent      // recorded after the operation; 0 when nothing was queued
 	post    func() error // a host step once the event completed (Avg, Scan)
@@ -254,9 +258,31 @@ func (c *Comm) compare(t *task) (error, bool) {
 
 // launcher runs on the executor, one task at a time in order: it waits
 // for the control's comparison, then queues the NCCL operation and its
-// event (or the split) and passes the task to the completer.
+// event (or the split) and passes the task to the completer. The
+// collectives of a batch are queued together, with its first (launchBatch).
 func (c *Comm) launcher(t *task) {
 	defer func() { c.completeQ <- t }()
+	if t.batch != nil {
+		c.launchBatch(t)
+		return
+	}
+	if !c.agreed(t) {
+		return
+	}
+	if t.split != nil {
+		t.err = t.split()
+	} else if err := c.launch(t); err != nil {
+		t.err = c.opError(t.call.Kind, t.seq, -1, err)
+		c.abort(t.err)
+	} else if c.rec != nil {
+		c.rec.Note(t.seq, fmt.Sprintf("queued on stream %#x", c.stream), nil)
+	}
+}
+
+// agreed waits for the control's comparison of t and reports whether t
+// may be launched; when not, t.err is why (and a fatal disagreement or
+// failure has aborted the communicator).
+func (c *Comm) agreed(t *task) bool {
 	if closed, aborted := c.state(); closed || aborted != nil {
 		// The control's check may wait for peers forever: don't.
 		t.err = c.stateError(t, aborted)
@@ -269,7 +295,7 @@ func (c *Comm) launcher(t *task) {
 			peer := comm.PeerOf(aborted)
 			t.err = c.opError(t.call.Kind, t.seq, peer, &comm.AbortedError{Cause: &comm.MismatchError{Peer: peer, Seq: t.seq, Local: tier.SignatureOf(t.ctx, t.call), Reported: aborted.Error()}})
 		}
-		return
+		return false
 	}
 	c.rec.Note(t.seq, "comparing the call with every rank over the control", nil)
 	if err := t.check.Wait(); err != nil {
@@ -292,23 +318,16 @@ func (c *Comm) launcher(t *task) {
 			t.err = c.opError(t.call.Kind, t.seq, comm.PeerOf(err), err)
 			c.abort(t.err)
 		}
-		return
+		return false
 	}
 	if err, fatal := c.compare(t); err != nil {
 		t.err = err
 		if fatal {
 			c.abort(errors.Unwrap(err))
 		}
-		return
+		return false
 	}
-	if t.split != nil {
-		t.err = t.split()
-	} else if err := c.launch(t); err != nil {
-		t.err = c.opError(t.call.Kind, t.seq, -1, err)
-		c.abort(t.err)
-	} else if c.rec != nil {
-		c.rec.Note(t.seq, fmt.Sprintf("queued on stream %#x", c.stream), nil)
-	}
+	return true
 }
 
 // stateError is the error of a task that reaches a closed or aborted

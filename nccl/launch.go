@@ -26,6 +26,16 @@ var ncclOps = map[comm.ReduceOp]ncclRedOp{
 // device thread. Collectives of no elements queue nothing (every rank
 // agreed on the count). It sets t.ev, t.post and t.scratch.
 func (c *Comm) launch(t *task) error {
+	ops, err := c.operations(t)
+	if err != nil {
+		return err
+	}
+	return c.record(t, ops)
+}
+
+// operations are the NCCL calls of t, none for no elements; it sets
+// t.post and t.scratch.
+func (c *Comm) operations(t *task) ([]ncclOp, error) {
 	call := t.call
 	dt := call.Send.DType()
 	if !dt.Valid() {
@@ -75,11 +85,11 @@ func (c *Comm) launch(t *task) error {
 		// (and every other tier) propagates it. Gather every rank's part
 		// on the GPU and combine on the host instead.
 		if n == 0 {
-			return nil
+			return nil, nil
 		}
 		all, err := c.allocScratch(dt, c.size*int(n))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t.scratch = append(t.scratch, all)
 		a := all.Ptr()
@@ -93,7 +103,7 @@ func (c *Comm) launch(t *task) error {
 		if out := tier.ResultAt(call, c.rank); !out.IsZero() {
 			t.post = c.combine(all, c.size, int(n), call.Op, out)
 		}
-		return c.record(t, ops)
+		return ops, nil
 	}
 	switch call.Kind {
 	case comm.KindAllReduce:
@@ -151,7 +161,7 @@ func (c *Comm) launch(t *task) error {
 		}
 		all, err := c.allocScratch(dt, c.size*int(n))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t.scratch = append(t.scratch, all)
 		a := all.Ptr()
@@ -162,9 +172,9 @@ func (c *Comm) launch(t *task) error {
 		}
 		t.post = c.combine(all, upto, int(n), call.Op, call.Recv)
 	default:
-		return fmt.Errorf("nccl: %v is not a collective this communicator runs", call.Kind)
+		return nil, fmt.Errorf("nccl: %v is not a collective this communicator runs", call.Kind)
 	}
-	return c.record(t, ops)
+	return ops, nil
 }
 
 // record queues ops and an event after them on the device thread (nothing
@@ -220,7 +230,8 @@ func (c *Comm) exchange(nt ncclDataType, at func(j int) (sp, sn, rp, rn uintptr)
 }
 
 // queue makes the NCCL calls of ops on the communicator's thread. A
-// group is always closed once opened, even after a failed call inside it:
+// group is always closed once opened, even after a failed call inside it,
+// and so is every group around it (a batch's group holds AllToAll's):
 // NCCL's group depth is per thread, and a group left open would make every
 // later call on this thread return success without running. A
 // non-blocking communicator may answer ncclInProgress (a call still being
@@ -228,17 +239,17 @@ func (c *Comm) exchange(nt ncclDataType, at func(j int) (sp, sn, rp, rn uintptr)
 // call waits until NCCL's asynchronous state says it is done.
 func (c *Comm) queue(ctx context.Context, ops []ncclOp) error {
 	var first error
-	open := false
+	open := 0 // groups opened and not yet closed
 	for _, op := range ops {
-		if first != nil && !(open && op.name == "ncclGroupEnd") {
-			continue // after a failure, only close the group
+		if first != nil && !(open > 0 && op.name == "ncclGroupEnd") {
+			continue // after a failure, only close the groups
 		}
 		r := op.call()
 		switch {
 		case op.name == "ncclGroupStart" && r == ncclSuccess:
-			open = true
-		case op.name == "ncclGroupEnd":
-			open = false
+			open++
+		case op.name == "ncclGroupEnd" && open > 0:
+			open--
 		}
 		if r == ncclInProgress {
 			r = c.settle(ctx)

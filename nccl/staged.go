@@ -113,7 +113,7 @@ func (s *Staged) stagings(ctx context.Context, call comm.Call) []*staging {
 			// disagree on the count get a mismatch at the first piece,
 			// even a rank whose smaller call is not cut and whose count
 			// happens to be a peer's first piece's.
-			ph.Outer = tier.OuterAt(call.Signature(), 0)
+			ph.Outer = tier.OuterAt(tier.SignatureOf(ctx, call), 0)
 			ctx = tier.WithPhase(ctx, ph)
 		}
 		if call.Kind == comm.KindReduce && call.Root != s.Rank() {

@@ -26,6 +26,7 @@
 //	MismatchMatrixRank / RunMismatchMatrix  every pair of kinds, one rank odd
 //	FaultsRank       / RunFaults       a rank canceled, late, closed or aborted
 //	FusedRank        / RunFused        comm.AllReduceFused over many buffers
+//	BatchRank        / RunBatch        comm.Batch: collectives and Send/Recv as one unit
 //
 // # Data
 //

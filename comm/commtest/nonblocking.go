@@ -20,9 +20,24 @@ import (
 // same error after Wait.
 func NonBlockingRank(ctx context.Context, c comm.Communicator, opt Options) error {
 	o := opt.withDefaults()
-	size := c.Size()
+	mixed := mixedCases(c.Size())
+	var many []testCase
+	for k := range 16 {
+		many = append(many, newCase(comm.KindAllReduce, comm.I64, comm.Sum, 5+k, 0, plain))
+	}
+	steps := []step{
+		{name: "NonBlocking/mixed", run: func(ctx context.Context, a *arena) (string, error) { return inFlight(ctx, c, mixed, o) }},
+		{name: "NonBlocking/many", run: func(ctx context.Context, a *arena) (string, error) { return inFlight(ctx, c, many, o) }},
+	}
+	return runSteps(ctx, c, steps, o, "NonBlocking")
+}
+
+// mixedCases are collectives of every shape on different buffers, and a
+// Send/Recv ring, for operations in flight together (NonBlockingRank,
+// BatchRank).
+func mixedCases(size int) []testCase {
 	last := size - 1
-	mixed := []testCase{
+	return []testCase{
 		newCase(comm.KindAllReduce, comm.F32, comm.Sum, 1000, 0, plain),
 		newCase(comm.KindAllGather, comm.U8, 0, 33, 0, plain),
 		newCase(comm.KindBroadcast, comm.I64, 0, 100, last, plain),
@@ -36,15 +51,6 @@ func NonBlockingRank(ctx context.Context, c comm.Communicator, opt Options) erro
 		newCase(comm.KindGather, comm.U32, 0, 3, last, plain),
 		newCase(comm.KindExScan, comm.I8, comm.Max, 6, 0, plain),
 	}
-	var many []testCase
-	for k := range 16 {
-		many = append(many, newCase(comm.KindAllReduce, comm.I64, comm.Sum, 5+k, 0, plain))
-	}
-	steps := []step{
-		{name: "NonBlocking/mixed", run: func(ctx context.Context, a *arena) (string, error) { return inFlight(ctx, c, mixed, o) }},
-		{name: "NonBlocking/many", run: func(ctx context.Context, a *arena) (string, error) { return inFlight(ctx, c, many, o) }},
-	}
-	return runSteps(ctx, c, steps, o, "NonBlocking")
 }
 
 // inFlight starts every case, waits for them in reverse order, and checks

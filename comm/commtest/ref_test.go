@@ -44,6 +44,7 @@ const (
 	bugNoAbandon          // a bad argument is reported on its own rank only; the others wait
 	bugNoMismatch         // a mismatch fails every rank with an error that does not say so
 	bugDeaf               // like bugNoAbandon, and collectives ignore their context: the others hang
+	bugBatchUnmarked      // collectives compare their calls without the comm.Batch they are in
 )
 
 type refGroup struct {
@@ -58,6 +59,10 @@ type refGroup struct {
 	slots   map[slotKey]chan []byte // one message each
 	sendSeq map[boxKey]uint64
 	recvSeq map[boxKey]uint64
+	// mismatch, once a round mismatched, aborts the group: the rounds
+	// waiting and every later one fail with it, as the contract says
+	// (a rank with a collective more than the others must not wait).
+	mismatch error
 }
 
 type boxKey struct{ src, dst, tag int }
@@ -80,7 +85,8 @@ type refRound struct {
 
 type refEntry struct {
 	call       comm.Call
-	err        error // from tier.Validate
+	sig        comm.Signature // tier.SignatureOf: with the comm.Batch the call is in
+	err        error          // from tier.Validate
 	split      bool
 	color, key int
 }
@@ -213,7 +219,11 @@ func (c *refComm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	}
 	w := comm.NewWork()
 	go func() {
-		_, err := c.meet(ctx, seq, refEntry{call: call, err: err})
+		sig := tier.SignatureOf(ctx, call)
+		if c.g.bug == bugBatchUnmarked {
+			sig = call.Signature()
+		}
+		_, err := c.meet(ctx, seq, refEntry{call: call, sig: sig, err: err})
 		w.Complete(c.opErr(call.Kind, seq, -1, err))
 	}()
 	return w
@@ -224,7 +234,8 @@ func (c *refComm) Split(ctx context.Context, color, key int) (comm.Communicator,
 	if !ok {
 		return nil, c.opErr(comm.KindSplit, seq, -1, comm.ErrClosed)
 	}
-	rd, err := c.meet(ctx, seq, refEntry{call: comm.Call{Kind: comm.KindSplit}, split: true, color: color, key: key})
+	split := comm.Call{Kind: comm.KindSplit}
+	rd, err := c.meet(ctx, seq, refEntry{call: split, sig: split.Signature(), split: true, color: color, key: key})
 	if err != nil {
 		return nil, c.opErr(comm.KindSplit, seq, -1, err)
 	}
@@ -239,6 +250,10 @@ func (c *refComm) meet(ctx context.Context, seq uint64, e refEntry) (*refRound, 
 	if rd == nil {
 		rd = &refRound{seq: seq, entries: make([]refEntry, g.size), done: make(chan struct{})}
 		g.rounds[seq] = rd
+	}
+	if g.mismatch != nil {
+		g.mu.Unlock()
+		return rd, &comm.AbortedError{Cause: g.mismatch}
 	}
 	if e.err != nil && (g.bug == bugNoAbandon || g.bug == bugDeaf) {
 		g.mu.Unlock()
@@ -299,7 +314,7 @@ func (g *refGroup) compute(rd *refRound) []error {
 			return res
 		}
 	}
-	sig := func(q int) comm.Signature { return rd.entries[q].call.Signature() }
+	sig := func(q int) comm.Signature { return rd.entries[q].sig }
 	mismatch := false
 	for q := range res {
 		for p := range res {
@@ -314,6 +329,17 @@ func (g *refGroup) compute(rd *refRound) []error {
 		if g.bug == bugNoMismatch {
 			for q := range res {
 				res[q] = errors.New("collective failed")
+			}
+			return res
+		}
+		g.mismatch = res[0]
+		for _, other := range g.rounds {
+			if other != rd && !other.finished {
+				aborted := make([]error, g.size)
+				for q := range aborted {
+					aborted[q] = &comm.AbortedError{Cause: g.mismatch}
+				}
+				g.finish(other, aborted)
 			}
 		}
 		return res

@@ -26,6 +26,7 @@ func TestReferencePasses(t *testing.T) {
 			t.Run("BadInput", func(t *testing.T) { RunBadInput(t, newRefWorld(size, noBug), small) })
 			t.Run("Mismatch", func(t *testing.T) { RunMismatch(t, newRefWorld(size, noBug), small) })
 			t.Run("Fused", func(t *testing.T) { RunFused(t, newRefWorld(size, noBug), small) })
+			t.Run("Batch", func(t *testing.T) { RunBatch(t, newRefWorld(size, noBug), small) })
 		})
 	}
 }
