@@ -277,7 +277,12 @@ func (d *lanes) Close() error {
 }
 
 // DropPeer implements peerDropper: both lanes are cut.
+// Both are marked with cause first (mesh.markPeer): cutting one makes
+// the peer cut its own links, and the other, still uncut, would take
+// that answer for the cause.
 func (d *lanes) DropPeer(peer int, cause error) {
+	d.small.m.markPeer(peer, cause)
+	d.bulk.m.markPeer(peer, cause)
 	d.small.DropPeer(peer, cause)
 	d.bulk.DropPeer(peer, cause)
 }

@@ -75,6 +75,9 @@ type peer struct {
 	once  sync.Once
 	err   atomic.Pointer[comm.PeerError] // set once the peer failed or closed
 	ended atomic.Int32                   // links whose incoming stream ended with a goodbye
+	// marked: err was set by markPeer, and the links are not cut yet
+	// (the next fail cuts them and reports).
+	marked atomic.Bool
 }
 
 // link is one connection to a peer: w carries frames to it, r from it.
@@ -229,30 +232,57 @@ func (m *mesh) readLoop(l *link) {
 // Send (async), the report is made on a goroutine of its own: the caller of
 // Send may hold locks that the handler takes.
 func (m *mesh) fail(p *peer, cause error, async bool) {
-	perr := &comm.PeerError{Peer: p.rank, Addr: p.addr, Err: m.describe(cause)}
-	if gap, timeout, ok := m.stalled(time.Now()); ok {
-		// This process was stalled past FailureTimeout: the peers
-		// expelled it, and a dead connection is its own doing. The
-		// failure is this rank's (reported for p, whose link it is).
-		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
-			Err: &comm.StalledError{Gap: gap, Timeout: timeout, Cause: perr.Err, What: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
-	} else if m.gaveUp != nil && m.gaveUp(cause) {
-		// The peer lives and gave this rank up: the failure is this
-		// rank's, and no news of the peer (news.go).
-		perr = &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank], Err: &expelledError{peer: p.rank, cause: perr.Err}}
-	}
+	perr := m.peerError(p, cause)
 	first := false
 	p.once.Do(func() {
 		first = true
 		p.err.Store(perr)
 	})
 	if !first {
-		return
+		if !p.marked.CompareAndSwap(true, false) {
+			return
+		}
+		perr = p.err.Load() // markPeer's cause
 	}
 	for _, l := range m.linksOf(p) {
 		l.abort(fmt.Sprintf("rank %d gives up on rank %d: %v", m.cfg.Rank, p.rank, perr.Err))
 	}
 	m.report(p.rank, perr, async)
+}
+
+// peerError is what p's failure by cause is in this rank's terms.
+func (m *mesh) peerError(p *peer, cause error) *comm.PeerError {
+	perr := &comm.PeerError{Peer: p.rank, Addr: p.addr, Err: m.describe(cause)}
+	if gap, timeout, ok := m.stalled(time.Now()); ok {
+		// This process was stalled past FailureTimeout: the peers
+		// expelled it, and a dead connection is its own doing. The
+		// failure is this rank's (reported for p, whose link it is).
+		return &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank],
+			Err: &comm.StalledError{Gap: gap, Timeout: timeout, Cause: perr.Err, What: fmt.Sprintf("its connection to rank %d is gone meanwhile, but rank %d is probably alive", p.rank, p.rank)}}
+	}
+	if m.gaveUp != nil && m.gaveUp(cause) {
+		// The peer lives and gave this rank up: the failure is this
+		// rank's, and no news of the peer (news.go).
+		return &comm.PeerError{Peer: m.cfg.Rank, Addr: "this rank, " + m.cfg.Addrs[m.cfg.Rank], Err: &expelledError{peer: p.rank, cause: perr.Err}}
+	}
+	return perr
+}
+
+// markPeer records cause as peer's failure without cutting its links
+// yet; the next fail (dropPeer) cuts them and reports it. A transport
+// made of several meshes (lanes.go) marks a dropped peer on each before
+// it cuts any: the peer answers a cut by cutting its own links to this
+// rank, and a mesh not yet cut would take that answer for the cause.
+func (m *mesh) markPeer(peer int, cause error) {
+	if peer < 0 || peer >= len(m.peers) || m.peers[peer] == nil {
+		return
+	}
+	p := m.peers[peer]
+	perr := m.peerError(p, cause)
+	p.once.Do(func() {
+		p.err.Store(perr)
+		p.marked.Store(true)
+	})
 }
 
 // dropPeer cuts peer's links because a detector outside the transport
