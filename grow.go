@@ -50,8 +50,11 @@ func (w *World) Grow(ctx context.Context, max int) (*World, error) {
 		return nil, fmt.Errorf("hiercomm: rank %d: Grow: this World has no membership to admit newcomers through (a world of one that no launcher started, or a World that Shrink or Grow replaced)", w.rank)
 	}
 	newcomers, err := w.chooseNewcomers(ctx, cl, max)
-	if err != nil || len(newcomers) == 0 {
-		return w, err
+	if err != nil {
+		return nil, err
+	}
+	if len(newcomers) == 0 {
+		return w, nil
 	}
 	fail := func(err error) (*World, error) {
 		return nil, fmt.Errorf("hiercomm: rank %d: Grow by %d: %w", w.rank, len(newcomers), err)
