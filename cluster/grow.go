@@ -131,8 +131,9 @@ func (v *view) adopt(topo *topology.Topology, alive map[string]bool) {
 
 // Waiting lists the processes that ask to join this running job (they
 // were launched with Config.Joining and the same Config.Agree settings)
-// and are alive, in the canonical order (host in natural order, local
-// index, name), with their data-plane addresses. Admit takes them in.
+// and are alive, ordered by host, local index and name (the same on
+// every member that sees them all), with their data-plane addresses.
+// Admit takes them in.
 func (c *Cluster) Waiting() []topology.Member {
 	c.view.mu.Lock()
 	defer c.view.mu.Unlock()
