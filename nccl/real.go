@@ -277,6 +277,8 @@ type realNCCL struct {
 	ncclRecv                 func(buf uintptr, count uintptr, dt ncclDataType, peer int32, comm ncclComm, s cuStream) ncclResult
 	ncclGroupStart           func() ncclResult
 	ncclGroupEnd             func() ncclResult
+	ncclRedOpCreatePreMulSum func(op *ncclRedOp, scalar *byte, dt ncclDataType, residence int32, comm ncclComm) ncclResult
+	ncclRedOpDestroy         func(op ncclRedOp, comm ncclComm) ncclResult
 }
 
 var _ ncclAPI = (*realNCCL)(nil)
@@ -313,6 +315,9 @@ func (n *realNCCL) symbols() []cSymbol {
 		{"ncclRecv", &n.ncclRecv},
 		{"ncclGroupStart", &n.ncclGroupStart}, // ()
 		{"ncclGroupEnd", &n.ncclGroupEnd},     // ()
+		// (ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm)
+		{"ncclRedOpCreatePreMulSum", &n.ncclRedOpCreatePreMulSum},
+		{"ncclRedOpDestroy", &n.ncclRedOpDestroy}, // (ncclRedOp_t op, ncclComm_t comm)
 	}
 }
 
@@ -332,6 +337,14 @@ func (n *realNCCL) CommInitRankScalable(comm *ncclComm, nranks, rank int32, nIDs
 
 func (n *realNCCL) CommSplit(comm ncclComm, color, key int32, out *ncclComm, cfg *ncclConfig) ncclResult {
 	return n.ncclCommSplit(comm, color, key, out, cfg)
+}
+
+func (n *realNCCL) RedOpCreatePreMulSum(op *ncclRedOp, scalar *byte, dt ncclDataType, residence int32, comm ncclComm) ncclResult {
+	return n.ncclRedOpCreatePreMulSum(op, scalar, dt, residence, comm)
+}
+
+func (n *realNCCL) RedOpDestroy(op ncclRedOp, comm ncclComm) ncclResult {
+	return n.ncclRedOpDestroy(op, comm)
 }
 
 func (n *realNCCL) CommGetAsyncError(comm ncclComm, r *ncclResult) ncclResult {

@@ -122,6 +122,13 @@ type NCCL interface {
 	Recv(buf uintptr, count uintptr, dt DataType, peer int32, comm Comm, s Stream) NCCLResult
 	GroupStart() NCCLResult
 	GroupEnd() NCCLResult
+	// RedOpCreatePreMulSum makes a PreMulSum op for collectives of dt on
+	// comm, with the scalar (one value of dt) at scalar; residence
+	// ScalarHostImmediate reads it from host memory before returning.
+	RedOpCreatePreMulSum(op *RedOp, scalar *byte, dt DataType, residence int32, comm Comm) NCCLResult
+	// RedOpDestroy releases an op RedOpCreatePreMulSum made, as soon as the
+	// last call given it has returned.
+	RedOpDestroy(op RedOp, comm Comm) NCCLResult
 }
 
 // The ABI: every value and layout below is NVIDIA's, from nccl.h
@@ -153,6 +160,9 @@ const (
 	NCCLFloat32  DataType = 7
 	NCCLFloat64  DataType = 8
 	NCCLBfloat16 DataType = 9
+	// NCCL 2.24 and later (FP8VersionCode).
+	NCCLFloat8e4m3 DataType = 10
+	NCCLFloat8e5m2 DataType = 11
 )
 
 // ncclRedOp_t.
@@ -162,7 +172,20 @@ const (
 	NCCLMax  RedOp = 2
 	NCCLMin  RedOp = 3
 	NCCLAvg  RedOp = 4
+	// NCCLNumOps is the number of built-in ops: RedOpCreatePreMulSum's
+	// ops are numbered from it on.
+	NCCLNumOps RedOp = 5
 )
+
+// ncclScalarResidence_t.
+const (
+	ScalarDevice        = 0
+	ScalarHostImmediate = 1
+)
+
+// FP8VersionCode is the first NCCL with ncclFloat8e4m3 and ncclFloat8e5m2
+// (2.24.3).
+const FP8VersionCode = 22403
 
 const (
 	APIMagic          = 0xcafebeef // NCCL_API_MAGIC
