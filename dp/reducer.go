@@ -30,6 +30,13 @@ type Options struct {
 	// dividing as you choose), and NewReducer refuses Avg on them.
 	Op comm.ReduceOp
 
+	// Scalar is this rank's factor when Op is comm.PreMulSum: every
+	// gradient is multiplied by it before the sum (as torch's DDP hooks
+	// do with PREMUL_SUM, e.g. 1/(ranks × accumulation steps)); ranks may
+	// pass different factors. It must be 0 for every other op, and not 0
+	// with PreMulSum.
+	Scalar float64
+
 	// Flat, if not the zero Buffer, is memory that the gradients are views
 	// of, as a model whose gradients are one flat vector cut into layers:
 	// a bucket of gradients that follow one another there is reduced in
@@ -105,6 +112,7 @@ type Reducer struct {
 	c       comm.Communicator
 	grads   []comm.Buffer
 	op      comm.ReduceOp
+	scalar  float64 // PreMulSum's factor
 	buckets []bucket
 	of      []int // of[i] is the bucket of grads[i]
 
@@ -140,6 +148,9 @@ func NewReducer(c comm.Communicator, grads []comm.Buffer, opt Options) (*Reducer
 	if capBytes < 0 {
 		return nil, fmt.Errorf("dp.NewReducer: Options.BucketBytes %d: want 0 (the default, %d) or more", opt.BucketBytes, DefaultBucketBytes)
 	}
+	if (op == comm.PreMulSum) != (opt.Scalar != 0) {
+		return nil, fmt.Errorf("dp.NewReducer: Options.Scalar %v with op %v: PreMulSum needs a factor other than 0, and no other op takes one", opt.Scalar, op)
+	}
 	for i, g := range grads {
 		if g.IsZero() || !g.DType().Valid() {
 			return nil, fmt.Errorf("dp.NewReducer: grads[%d] is missing (the zero Buffer)", i)
@@ -152,7 +163,7 @@ func NewReducer(c comm.Communicator, grads []comm.Buffer, opt Options) (*Reducer
 			return nil, fmt.Errorf("dp.NewReducer: grads[%d] (%v): %v%s", i, g, err, hint)
 		}
 	}
-	r := &Reducer{c: c, grads: grads, op: op, of: make([]int, len(grads)), ready: make([]bool, len(grads))}
+	r := &Reducer{c: c, grads: grads, op: op, scalar: opt.Scalar, of: make([]int, len(grads)), ready: make([]bool, len(grads))}
 	// Backward order: the last gradient first. A bucket holds consecutive
 	// gradients of one dtype, First..Last.
 	for i := len(grads) - 1; i >= 0; i-- {
@@ -332,7 +343,7 @@ func (r *Reducer) startReady() {
 				off += copy(b.packed[off:], r.grads[i].Bytes())
 			}
 		}
-		b.work = comm.StartAllReduce(r.ctx, r.c, b.buf, b.buf, r.op)
+		b.work = r.c.Start(r.ctx, comm.Call{Kind: comm.KindAllReduce, Send: b.buf, Recv: b.buf, Op: r.op, Scalar: r.scalar})
 		r.next++
 	}
 }

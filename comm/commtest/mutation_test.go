@@ -58,6 +58,8 @@ func TestMutationsCaught(t *testing.T) {
 		{"Min and Max skip NaN", bugMinIgnoresNaN, 1, RunRank, only(comm.KindAllReduce), "/nan"},
 		{"ranks sum in different orders", bugRankOrderSum, 3, RunRank, only(comm.KindAllReduce), "results differ between ranks"},
 		{"tags ignored", bugTagIgnored, 1, P2PRank, quick, "tag"},
+		{"PreMulSum scales by the receiver's factor", bugPreMulOwnFactor, 2, RunRank, only(comm.KindAllReduce), "/premulsum/"},
+		{"BXor is OR", bugXorAsOr, 2, RunRank, only(comm.KindAllReduce), "/bxor/"},
 		// These two wait for timeouts: 2 and 5 ranks are enough.
 		{"bad argument not told to the others", bugNoAbandon, 2, BadInputRank, quick, "ErrPeerAbandoned"},
 		{"mismatch not reported as one", bugNoMismatch, 2, MismatchRank, quick, "ErrMismatch"},

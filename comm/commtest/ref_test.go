@@ -29,21 +29,23 @@ import (
 type bug uint8
 
 const (
-	noBug             bug = iota
-	bugRSShift            // ReduceScatter gives rank r block (r+1) mod N (nexar's defect)
-	bugShardOnly          // AllReduce reduces only the first half across nodes of 2 ranks; the rest only within the node (nexar-nccl's defect)
-	bugOddDrop            // AllReduce leaves the last element unwritten when the count is odd (nexar's pipelining defect)
-	bugExScanProdZero     // ExScan with Prod gives rank 0 zeros instead of ones
-	bugSplitNoP2P         // communicators from Split cannot Send or Recv (nexar's defect)
-	bugGatherOrder        // Gather puts the blocks at the root in reverse rank order
-	bugScanExclusive      // Scan computes ExScan
-	bugBcastFromZero      // Broadcast always sends rank 0's buffer
-	bugMinIgnoresNaN      // Min and Max skip NaN operands (C's fmin)
-	bugRankOrderSum       // float Sum accumulates in the dtype, starting at a different rank on each rank
-	bugTagIgnored         // Send and Recv match by peer only
-	bugNoAbandon          // a bad argument is reported on its own rank only; the others wait
-	bugNoMismatch         // a mismatch fails every rank with an error that does not say so
-	bugDeaf               // like bugNoAbandon, and collectives ignore their context: the others hang
+	noBug              bug = iota
+	bugRSShift             // ReduceScatter gives rank r block (r+1) mod N (nexar's defect)
+	bugShardOnly           // AllReduce reduces only the first half across nodes of 2 ranks; the rest only within the node (nexar-nccl's defect)
+	bugOddDrop             // AllReduce leaves the last element unwritten when the count is odd (nexar's pipelining defect)
+	bugExScanProdZero      // ExScan with Prod gives rank 0 zeros instead of ones
+	bugSplitNoP2P          // communicators from Split cannot Send or Recv (nexar's defect)
+	bugGatherOrder         // Gather puts the blocks at the root in reverse rank order
+	bugScanExclusive       // Scan computes ExScan
+	bugBcastFromZero       // Broadcast always sends rank 0's buffer
+	bugMinIgnoresNaN       // Min and Max skip NaN operands (C's fmin)
+	bugRankOrderSum        // float Sum accumulates in the dtype, starting at a different rank on each rank
+	bugTagIgnored          // Send and Recv match by peer only
+	bugNoAbandon           // a bad argument is reported on its own rank only; the others wait
+	bugNoMismatch          // a mismatch fails every rank with an error that does not say so
+	bugDeaf                // like bugNoAbandon, and collectives ignore their context: the others hang
+	bugPreMulOwnFactor     // PreMulSum scales every rank's input by the receiving rank's factor
+	bugXorAsOr             // BXor computes OR
 )
 
 type refGroup struct {
@@ -487,6 +489,9 @@ func (g *refGroup) reduce(e elem, calls []comm.Call, in [][]byte, ranks []int, o
 					acc = acc && v
 				case comm.BXor:
 					acc = acc != v
+					if g.bug == bugXorAsOr {
+						acc = acc || v
+					}
 				default:
 					acc = acc || v
 				}
@@ -525,6 +530,9 @@ func (g *refGroup) reduce(e elem, calls []comm.Call, in [][]byte, ranks []int, o
 					acc |= v
 				case comm.BXor:
 					acc ^= v
+					if g.bug == bugXorAsOr {
+						acc |= v
+					}
 				case comm.Min:
 					if e.sext(v) < e.sext(acc) && e.signed || v&e.mask() < acc&e.mask() && !e.signed {
 						acc = v
@@ -554,7 +562,11 @@ func (g *refGroup) reduce(e elem, calls []comm.Call, in [][]byte, ranks []int, o
 		for _, q := range order {
 			v := e.toFloat(e.get(in[q], off+i))
 			if op == comm.PreMulSum { // the product, rounded once to the dtype
-				v = e.toFloat(e.fromFloat(v * e.toFloat(e.fromFloat(calls[q].Scalar))))
+				k := calls[q].Scalar
+				if g.bug == bugPreMulOwnFactor {
+					k = calls[self].Scalar
+				}
+				v = e.toFloat(e.fromFloat(v * e.toFloat(e.fromFloat(k))))
 			}
 			switch op {
 			case comm.Sum, comm.Avg, comm.PreMulSum:
