@@ -26,8 +26,9 @@ type Options struct {
 
 	// Op is the reduction; 0 is comm.Avg, the mean gradient over the ranks.
 	// The contract defines Avg on the float dtypes only (f32, f64, f16,
-	// bf16): a Reducer over integer gradients needs another op (comm.Sum,
-	// dividing as you choose), and NewReducer refuses Avg on them.
+	// bf16, f8e4m3, f8e5m2): a Reducer over integer gradients needs another
+	// op (comm.Sum, dividing as you choose), and NewReducer refuses Avg on
+	// them.
 	Op comm.ReduceOp
 
 	// Scalar is this rank's factor when Op is comm.PreMulSum: every

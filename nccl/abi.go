@@ -72,6 +72,9 @@ const (
 	cuStreamNonBlocking     = cuapi.StreamNonBlocking
 	cuEventDisableTiming    = cuapi.EventDisableTiming
 	cuMemHostAllocPortable  = cuapi.MemHostAllocPortable
+
+	attrComputeCapabilityMajor = cuapi.AttrComputeCapabilityMajor
+	attrComputeCapabilityMinor = cuapi.AttrComputeCapabilityMinor
 )
 
 // newConfig returns a config with every field unset but blocking.

@@ -88,6 +88,9 @@ func TestABIConstants(t *testing.T) {
 		{"cuStreamNonBlocking", cuStreamNonBlocking, 0x1, cudaH, "416: CU_STREAM_NON_BLOCKING        = 0x1"},
 		{"cuEventDisableTiming", cuEventDisableTiming, 0x2, cudaH, "445: CU_EVENT_DISABLE_TIMING = 0x2,"},
 		{"cuMemHostAllocPortable", cuMemHostAllocPortable, 0x1, cudaH, "3010: #define CU_MEMHOSTALLOC_PORTABLE        0x01"},
+		// The line is not checked against 12.6.3; every CUDA 12 cuda.h has these values.
+		{"attrComputeCapabilityMajor", attrComputeCapabilityMajor, 75, cudaH, "CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,"},
+		{"attrComputeCapabilityMinor", attrComputeCapabilityMinor, 76, cudaH, "CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

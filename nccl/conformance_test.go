@@ -98,12 +98,22 @@ func TestConformanceFake(t *testing.T) {
 	}
 }
 
-// TestConformanceFakeBeforeFP8: NCCL 2.23 has no fp8 types; the fp8
-// dtypes still pass, carried as bytes and reduced on the host.
+// TestConformanceFakeBeforeFP8: NCCL 2.23 has no fp8 types, and NCCL
+// 2.24 and later reduce them on sm90 GPUs only; the fp8 dtypes still pass,
+// carried as bytes (2.23) and reduced on the host.
 func TestConformanceFakeBeforeFP8(t *testing.T) {
-	for _, n := range []int{1, 3, 4} {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			comms, dev := fakeWorldOf(t, n, nccl.Config{}, ncclfake.Options{Version: 22304})
+	for _, tc := range []struct {
+		name string
+		opt  ncclfake.Options
+		n    int
+	}{
+		{"nccl2.23/ranks=1", ncclfake.Options{Version: 22304}, 1},
+		{"nccl2.23/ranks=3", ncclfake.Options{Version: 22304}, 3},
+		{"nccl2.23/ranks=4", ncclfake.Options{Version: 22304}, 4},
+		{"sm80/ranks=3", ncclfake.Options{ComputeCapability: 80}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms, dev := fakeWorldOf(t, tc.n, nccl.Config{}, tc.opt)
 			o := options(dev)
 			o.DTypes = []comm.DType{comm.F8E4M3, comm.F8E5M2}
 			o.Counts = []int{0, 1, 7, 4099}

@@ -103,6 +103,7 @@ type realDriver struct {
 	cuDeviceGetCount          func(n *int32) cuResult
 	cuDeviceGet               func(d *cuDevice, ordinal int32) cuResult
 	cuDeviceGetName           func(name *byte, length int32, d cuDevice) cuResult
+	cuDeviceGetAttribute      func(v *int32, attr int32, d cuDevice) cuResult
 	cuDevicePrimaryCtxRetain  func(ctx *cuContext, d cuDevice) cuResult
 	cuDevicePrimaryCtxRelease func(d cuDevice) cuResult
 	cuCtxSetCurrent           func(ctx cuContext) cuResult
@@ -138,6 +139,7 @@ func (d *realDriver) symbols() []cSymbol {
 		{"cuDeviceGetCount", &d.cuDeviceGetCount},                 // (int *count)
 		{"cuDeviceGet", &d.cuDeviceGet},                           // (CUdevice *device, int ordinal)
 		{"cuDeviceGetName", &d.cuDeviceGetName},                   // (char *name, int len, CUdevice dev)
+		{"cuDeviceGetAttribute", &d.cuDeviceGetAttribute},         // (int *pi, CUdevice_attribute attrib, CUdevice dev)
 		{"cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain}, // (CUcontext *pctx, CUdevice dev)
 		{"cuDevicePrimaryCtxRelease_v2", &d.cuDevicePrimaryCtxRelease},
 		{"cuCtxSetCurrent", &d.cuCtxSetCurrent},         // (CUcontext ctx)
@@ -168,6 +170,10 @@ func (d *realDriver) Init(flags uint32) cuResult           { return d.cuInit(fla
 func (d *realDriver) DriverGetVersion(v *int32) cuResult   { return d.cuDriverGetVersion(v) }
 func (d *realDriver) DeviceGetCount(n *int32) cuResult     { return d.cuDeviceGetCount(n) }
 func (d *realDriver) CtxSetCurrent(ctx cuContext) cuResult { return d.cuCtxSetCurrent(ctx) }
+
+func (d *realDriver) DeviceGetAttribute(v *int32, attr int32, dev cuDevice) cuResult {
+	return d.cuDeviceGetAttribute(v, attr, dev)
+}
 
 func (d *realDriver) DeviceGet(dev *cuDevice, ordinal int32) cuResult {
 	return d.cuDeviceGet(dev, ordinal)

@@ -26,13 +26,25 @@ import (
 //   - Bool's BXor (Bool is carried as ncclUint8, its other ops are
 //     ncclMax, for Sum, Max and BOr, and ncclMin, for Prod, Min and BAnd,
 //     exact on bytes that are 0 or 1);
-//   - the fp8 types before NCCL 2.24;
+//   - the fp8 types before NCCL 2.24, or on a communicator with a GPU
+//     older than sm90 (NCCL refuses to reduce them there);
+//   - PreMulSum on a communicator of one rank before NCCL 2.29.7;
 //   - Scan and ExScan, for every dtype (NCCL has no scan).
 //
 // PreMulSum runs as an op of ncclRedOpCreatePreMulSum, made with this
 // rank's scalar for each call and destroyed once the call is queued; where
 // it is combined on the host, the ranks' scalars are gathered with the
 // data.
+
+// fp8ComputeCap is the smallest compute capability (10·major + minor) on
+// which NCCL reduces the fp8 types (enqueue.cc checks comm->minCompCap).
+const fp8ComputeCap = 90
+
+func isFP8(dt comm.DType) bool { return dt == comm.F8E4M3 || dt == comm.F8E5M2 }
+
+// oneRankFixedCode is the first NCCL whose one-rank PreMulSum kernel writes
+// every element (v2.29.7-1, NVIDIA/nccl issue 1950).
+const oneRankFixedCode = 22907
 
 // ncclTypes maps comm's dtypes to NCCL's (nccl.h ncclDataType_t) where NCCL
 // has them; the fp8 types from NCCL 2.24 on (Comm.nativeType).
@@ -61,7 +73,7 @@ var boolOps = map[comm.ReduceOp]ncclRedOp{
 // has not, the type is a carrier of dt's size.
 func (c *Comm) nativeType(dt comm.DType) (ncclDataType, bool) {
 	nt, ok := ncclTypes[dt]
-	if ok && (dt == comm.F8E4M3 || dt == comm.F8E5M2) && c.lib.ncclVersion < fp8VersionCode {
+	if ok && isFP8(dt) && c.lib.ncclVersion < fp8VersionCode {
 		ok = false
 	}
 	if !ok {
@@ -77,11 +89,18 @@ func (c *Comm) nativeOp(dt comm.DType, op comm.ReduceOp) (ncclRedOp, bool) {
 		return 0, false
 	}
 	switch {
+	case isFP8(dt) && c.minComputeCap < fp8ComputeCap:
+		// NCCL refuses fp8 reductions unless every rank's GPU is sm90 or
+		// later ("FP8 reduction support begins with sm90 capable devices").
+		return 0, false
 	case dt == comm.Bool:
 		o, ok := boolOps[op]
 		return o, ok
 	case op == comm.PreMulSum:
-		return 0, true
+		// On one rank NCCL runs PreMulSum in its oneRankReduce kernel,
+		// which before 2.29.7 can leave the last elements unwritten (see
+		// launch's Avg; ncclfake.OneRankAvgCovers).
+		return 0, c.size > 1 || c.lib.ncclVersion >= oneRankFixedCode
 	case dt.IsFloat() && (op == comm.Min || op == comm.Max):
 		return 0, false
 	}
@@ -92,10 +111,14 @@ func (c *Comm) nativeOp(dt comm.DType, op comm.ReduceOp) (ncclRedOp, bool) {
 // whyOnHost says why op on dt is combined on the host (nativeOp is false).
 func (c *Comm) whyOnHost(dt comm.DType, op comm.ReduceOp) string {
 	switch _, typed := c.nativeType(dt); {
-	case !typed && (dt == comm.F8E4M3 || dt == comm.F8E5M2):
+	case !typed && isFP8(dt):
 		return fmt.Sprintf("NCCL %s has no %v; %s has", ncclVersionString(c.lib.ncclVersion), dt, ncclVersionString(fp8VersionCode))
 	case !typed:
 		return fmt.Sprintf("NCCL has no %v type", dt)
+	case isFP8(dt) && c.minComputeCap < fp8ComputeCap:
+		return fmt.Sprintf("NCCL reduces %v on sm90 and later only; the oldest GPU here is sm%d", dt, c.minComputeCap)
+	case op == comm.PreMulSum:
+		return fmt.Sprintf("NCCL %s's PreMulSum on one rank can leave elements unwritten", ncclVersionString(c.lib.ncclVersion))
 	case dt.IsFloat():
 		return "NCCL's float min and max drop NaNs"
 	case dt == comm.Bool:

@@ -87,7 +87,7 @@ var (
 		comm.F16:    {comm.Sum, comm.Max},
 		comm.I64:    {comm.Sum, comm.Min},
 		comm.U8:     {comm.Max},
-		comm.F64:    {comm.Avg},
+		comm.F64:    {comm.Avg, comm.PreMulSum}, // NCCL's one-rank kernel for both drops f64 elements before 2.29.7
 		comm.I16:    {comm.BXor},
 		comm.Bool:   {comm.Sum},
 		comm.F8E5M2: {comm.Sum},

@@ -134,6 +134,9 @@ func (w *fakeWorld) issue(h cuapi.Comm, is *fakeIssue) cuapi.NCCLResult {
 	if !w.typeOK(is.dt) {
 		return bad(cuapi.NCCLInvalidArgument, fmt.Sprintf("invalid type %d (%s needs NCCL %s)", is.dt, fakeTypeName(is.dt), cuapi.VersionString(cuapi.FP8VersionCode)))
 	}
+	if is.kind.reduces() && (is.dt == cuapi.NCCLFloat8e4m3 || is.dt == cuapi.NCCLFloat8e5m2) && w.opt.ComputeCapability < 90 {
+		return bad(cuapi.NCCLInvalidArgument, "FP8 reduction support begins with sm90 capable devices") // enqueue.cc's check of comm->minCompCap
+	}
 	if is.kind.reduces() && is.op >= cuapi.NCCLNumOps {
 		p := c.userOp(is.op)
 		switch {

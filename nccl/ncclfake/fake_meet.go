@@ -166,7 +166,7 @@ func (w *fakeWorld) completeColl(m *fakeCollMeet, seq uint64) {
 			ins[r], scalars[r] = p.send, p.is.scalar
 		}
 		acc := reduceAs(is.dt, is.op, ins, scalars)
-		if es := fakeTypeSize(is.dt); n == 1 && is.op == cuapi.NCCLAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
+		if es := fakeTypeSize(is.dt); n == 1 && (is.op == cuapi.NCCLAvg || is.op >= cuapi.NCCLNumOps) && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
 			acc = acc[:OneRankAvgCovers(len(acc)/es, es)*es]
 		}
 		switch is.kind {

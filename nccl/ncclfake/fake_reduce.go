@@ -277,8 +277,8 @@ func lePut(b []byte, size int, v uint64) {
 }
 
 // OneRankAvgCovers is how many of nElts elements (of size eltSize) NCCL
-// before 2.29.7 writes in a float Avg on a communicator of one rank
-// (NVIDIA/nccl issue 1950, fixed in v2.29.7-1): such a call runs the
+// before 2.29.7 writes in a float Avg, or any PreMulSum, on a communicator
+// of one rank (NVIDIA/nccl issue 1950, fixed in v2.29.7-1): such a call runs the
 // oneRankReduce kernel (src/device/onerank.cu, ncclLaunchOneRank) on
 // min(32, ⌈bytes/16 KiB⌉) blocks, each of ⌊nElts/blocks⌋ elements rounded
 // up to a 16-byte pack, so the last nElts mod blocks elements may be left

@@ -1070,7 +1070,7 @@ func TestFakeOneRankAvg(t *testing.T) {
 // (ops of different numbers and scalars on different ranks), the op is
 // good for its datatype only, may be destroyed as soon as the call
 // returns, and once destroyed is no longer an op; before NCCL 2.24 the
-// fp8 types are not types at all.
+// fp8 types are not types at all, and before sm90 they do not reduce.
 func TestFakePreMulSum(t *testing.T) {
 	const n = 3
 	l := newFT(Options{})
@@ -1119,10 +1119,12 @@ func TestFakePreMulSum(t *testing.T) {
 		}
 	}
 
-	old := newFT(Options{Version: 22304})
-	rk := ftComms(t, old, 1, true)[0]
-	buf := ftUpload(t, old, []byte{0x38})
-	if r := old.nccl.AllReduce(buf, buf, 1, cuapi.NCCLFloat8e4m3, cuapi.NCCLSum, rk.comm, rk.stream); r != cuapi.NCCLInvalidArgument {
-		t.Errorf("ncclFloat8e4m3 on NCCL 2.23: %d, want ncclInvalidArgument", r)
+	for _, opt := range []Options{{Version: 22304}, {ComputeCapability: 80}} {
+		old := newFT(opt)
+		rk := ftComms(t, old, 1, true)[0]
+		buf := ftUpload(t, old, []byte{0x38})
+		if r := old.nccl.AllReduce(buf, buf, 1, cuapi.NCCLFloat8e4m3, cuapi.NCCLSum, rk.comm, rk.stream); r != cuapi.NCCLInvalidArgument {
+			t.Errorf("ncclFloat8e4m3 AllReduce with %+v: %d, want ncclInvalidArgument", opt, r)
+		}
 	}
 }

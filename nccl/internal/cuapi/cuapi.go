@@ -63,6 +63,9 @@ type Driver interface {
 	DeviceGetCount(n *int32) CUResult
 	DeviceGet(d *Device, ordinal int32) CUResult
 	DeviceGetName(ordinal Device) (string, CUResult)
+	// DeviceGetAttribute reads one CUdevice_attribute of d (here
+	// AttrComputeCapabilityMajor and Minor).
+	DeviceGetAttribute(v *int32, attr int32, d Device) CUResult
 	DevicePrimaryCtxRetain(ctx *Context, d Device) CUResult
 	DevicePrimaryCtxRelease(d Device) CUResult
 	CtxSetCurrent(ctx Context) CUResult
@@ -231,18 +234,20 @@ func NewConfig(blocking bool) Config {
 
 // CUresult codes this package tells apart (cuda.h).
 const (
-	CUDASuccess             CUResult = 0   // CUDA_SUCCESS
-	CUDAErrorInvalidValue   CUResult = 1   // CUDA_ERROR_INVALID_VALUE
-	CUDAErrorOutOfMemory    CUResult = 2   // CUDA_ERROR_OUT_OF_MEMORY
-	CUDAErrorNotInitialized CUResult = 3   // CUDA_ERROR_NOT_INITIALIZED
-	CUDAErrorNoDevice       CUResult = 100 // CUDA_ERROR_NO_DEVICE
-	CUDAErrorInvalidDevice  CUResult = 101 // CUDA_ERROR_INVALID_DEVICE
-	CUDAErrorInvalidContext CUResult = 201 // CUDA_ERROR_INVALID_CONTEXT
-	CUDAErrorNotReady       CUResult = 600 // CUDA_ERROR_NOT_READY
-	CUDAErrorIllegalAddress CUResult = 700 // CUDA_ERROR_ILLEGAL_ADDRESS
-	StreamNonBlocking                = 0x1 // CU_STREAM_NON_BLOCKING
-	EventDisableTiming               = 0x2 // CU_EVENT_DISABLE_TIMING
-	MemHostAllocPortable             = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	CUDASuccess                CUResult = 0   // CUDA_SUCCESS
+	CUDAErrorInvalidValue      CUResult = 1   // CUDA_ERROR_INVALID_VALUE
+	CUDAErrorOutOfMemory       CUResult = 2   // CUDA_ERROR_OUT_OF_MEMORY
+	CUDAErrorNotInitialized    CUResult = 3   // CUDA_ERROR_NOT_INITIALIZED
+	CUDAErrorNoDevice          CUResult = 100 // CUDA_ERROR_NO_DEVICE
+	CUDAErrorInvalidDevice     CUResult = 101 // CUDA_ERROR_INVALID_DEVICE
+	CUDAErrorInvalidContext    CUResult = 201 // CUDA_ERROR_INVALID_CONTEXT
+	CUDAErrorNotReady          CUResult = 600 // CUDA_ERROR_NOT_READY
+	CUDAErrorIllegalAddress    CUResult = 700 // CUDA_ERROR_ILLEGAL_ADDRESS
+	AttrComputeCapabilityMajor          = 75  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	AttrComputeCapabilityMinor          = 76  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	StreamNonBlocking                   = 0x1 // CU_STREAM_NON_BLOCKING
+	EventDisableTiming                  = 0x2 // CU_EVENT_DISABLE_TIMING
+	MemHostAllocPortable                = 0x1 // CU_MEMHOSTALLOC_PORTABLE
 )
 
 // VersionString spells an NCCL version code: 10000·major + 100·minor
