@@ -14,8 +14,8 @@ import (
 // decoding by the textbook formula, rounding by searching the sorted list
 // of every finite magnitude for the two neighbours of x.
 
-// fp8Format is what the reference knows about an fp8 format.
-type fp8Format struct {
+// fp8Ref is what the reference knows about an fp8 format.
+type fp8Ref struct {
 	name   string
 	ebits  int
 	bias   int
@@ -24,8 +24,8 @@ type fp8Format struct {
 	mags   []float64 // mags[k] is the value of bits k, for k ≤ maxEnc
 }
 
-func newFP8Format(name string, ebits, bias int, maxEnc uint8, e4m3 bool) *fp8Format {
-	f := &fp8Format{name: name, ebits: ebits, bias: bias, maxEnc: maxEnc, e4m3: e4m3}
+func newFP8Ref(name string, ebits, bias int, maxEnc uint8, e4m3 bool) *fp8Ref {
+	f := &fp8Ref{name: name, ebits: ebits, bias: bias, maxEnc: maxEnc, e4m3: e4m3}
 	for k := 0; k <= int(maxEnc); k++ {
 		f.mags = append(f.mags, f.decode(uint8(k)))
 	}
@@ -36,12 +36,12 @@ func newFP8Format(name string, ebits, bias int, maxEnc uint8, e4m3 bool) *fp8For
 }
 
 var (
-	refE4M3 = newFP8Format("f8e4m3", 4, 7, 0x7e, true)
-	refE5M2 = newFP8Format("f8e5m2", 5, 15, 0x7b, false)
+	refE4M3 = newFP8Ref("f8e4m3", 4, 7, 0x7e, true)
+	refE5M2 = newFP8Ref("f8e5m2", 5, 15, 0x7b, false)
 )
 
 // decode is the textbook value of bits v.
-func (f *fp8Format) decode(v uint8) float64 {
+func (f *fp8Ref) decode(v uint8) float64 {
 	mbits := 7 - f.ebits
 	sign, e, m := 1.0, int(v>>mbits)&(1<<f.ebits-1), float64(int(v)&(1<<mbits-1))
 	if v&0x80 != 0 {
@@ -62,7 +62,7 @@ func (f *fp8Format) decode(v uint8) float64 {
 
 // round is the reference rounding of a non-NaN x: nearest, ties to the even
 // bit pattern; beyond the largest finite value (Inf too), that value.
-func (f *fp8Format) round(x float64) uint8 {
+func (f *fp8Ref) round(x float64) uint8 {
 	var sign uint8
 	if math.Signbit(x) {
 		sign, x = 0x80, -x
@@ -86,9 +86,9 @@ func (f *fp8Format) round(x float64) uint8 {
 	return sign | uint8(k-1)
 }
 
-func (f *fp8Format) isNaN(v uint8) bool { return math.IsNaN(f.decode(v)) }
+func (f *fp8Ref) isNaN(v uint8) bool { return math.IsNaN(f.decode(v)) }
 
-func fp8Ref(dt comm.DType) *fp8Format {
+func fp8RefOf(dt comm.DType) *fp8Ref {
 	if dt == comm.F8E4M3 {
 		return refE4M3
 	}
@@ -113,7 +113,7 @@ func fp8Convert(dt comm.DType) (widen func(uint8) float32, from32 func(float32) 
 // the reference does; NaN, Inf and overflow follow the documented rules.
 func TestFloat8Conversions(t *testing.T) {
 	for _, dt := range []comm.DType{comm.F8E4M3, comm.F8E5M2} {
-		ref := fp8Ref(dt)
+		ref := fp8RefOf(dt)
 		widen, from32, from64 := fp8Convert(dt)
 		check := func(x float64) {
 			t.Helper()
@@ -197,6 +197,39 @@ func TestFloat8Conversions(t *testing.T) {
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %#x, want %#x", c.what, c.got, c.want)
+		}
+	}
+}
+
+// TestPreMul: PreMulSum's scaling is Prod by the scalar rounded to the
+// dtype, element by element against the reference's Prod, for every float
+// dtype, edge and random values, and scalars that round in the narrow
+// types (0.1, 1e-3) or overflow them (1e5), and -0.
+func TestPreMul(t *testing.T) {
+	for _, dt := range comm.DTypes {
+		if !dt.IsFloat() {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(37, uint64(dt)))
+		vals := append([]uint64(nil), edgeValues(dt)...)
+		for range 2000 {
+			vals = append(vals, randomValue(dt, rng))
+		}
+		src := make([]byte, len(vals)*dt.Size())
+		for i, v := range vals {
+			putElem(dt, src, i, v)
+		}
+		for _, s := range []float64{0.5, -2, 3, 0.1, 1e-3, 1e5, math.Copysign(0, -1)} {
+			b := refEncode(dt, s)
+			dst := make([]byte, len(src))
+			PreMul(dt, dst, src, s)
+			for i, a := range vals {
+				want, anyNaN := refReduce(dt, comm.Prod, a, b)
+				got := elem(dt, dst, i)
+				if anyNaN && !isNaNBits(dt, got) || !anyNaN && got != want {
+					t.Fatalf("%v: %v × %v = %#x, want %#x", dt, describe(dt, a), s, got, want)
+				}
+			}
 		}
 	}
 }

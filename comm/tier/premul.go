@@ -36,10 +36,10 @@ func PreMul(dt comm.DType, dst, src []byte, scalar float64) {
 		for i := range d {
 			d[i] = comm.BFloat16From(x[i].Float32() * s)
 		}
-	case comm.F8E4M3:
-		preMulFloat8(view[comm.Float8E4M3](dst), view[comm.Float8E4M3](src), comm.Float8E4M3FromFloat64(scalar).Float32())
-	case comm.F8E5M2:
-		preMulFloat8(view[comm.Float8E5M2](dst), view[comm.Float8E5M2](src), comm.Float8E5M2FromFloat64(scalar).Float32())
+	case comm.F8E4M3, comm.F8E5M2:
+		f := fp8Of(dt)
+		s := f.widen(f.narrow(scalar))
+		fp8Map(dst, src, func(v uint8) uint8 { return f.narrow(float64(f.widen(v) * s)) })
 	}
 }
 
@@ -47,13 +47,6 @@ func preMulLoop[T float32 | float64](d, s []T, scalar T) {
 	s = s[:len(d)]
 	for i, x := range s {
 		d[i] = x * scalar
-	}
-}
-
-func preMulFloat8[T float8](d, s []T, scalar float32) {
-	s = s[:len(d)]
-	for i, x := range s {
-		d[i] = narrow8[T](widen8(x) * scalar)
 	}
 }
 

@@ -42,7 +42,7 @@ func refFloat(dt comm.DType, bits uint64) float64 {
 	case comm.F16:
 		return refF16.decode(uint16(bits))
 	case comm.F8E4M3, comm.F8E5M2:
-		return fp8Ref(dt).decode(uint8(bits))
+		return fp8RefOf(dt).decode(uint8(bits))
 	default:
 		return refBF16.decode(uint16(bits))
 	}
@@ -74,7 +74,7 @@ func refEncode(dt comm.DType, x float64) uint64 {
 	case comm.F16:
 		return uint64(refF16.round(x))
 	case comm.F8E4M3, comm.F8E5M2:
-		return uint64(fp8Ref(dt).round(x))
+		return uint64(fp8RefOf(dt).round(x))
 	default:
 		return uint64(refBF16.round(x))
 	}
@@ -198,7 +198,7 @@ func isNaNBits(dt comm.DType, bits uint64) bool {
 	case comm.BF16:
 		return bits&0x7fff > 0x7f80
 	case comm.F8E4M3, comm.F8E5M2:
-		return fp8Ref(dt).isNaN(uint8(bits))
+		return fp8RefOf(dt).isNaN(uint8(bits))
 	}
 	return false
 }
@@ -539,7 +539,7 @@ func refAvg(dt comm.DType, bits uint64, n int) (want uint64, anyNaN bool) {
 	case n == 1: // nothing to divide: FinishAvg leaves the bits
 		return bits, false
 	case math.IsInf(x, 0) && (dt == comm.F8E4M3 || dt == comm.F8E5M2):
-		return uint64(fp8Ref(dt).round(x)), false // saturates
+		return uint64(fp8RefOf(dt).round(x)), false // saturates
 	case math.IsInf(x, 0) || x == 0:
 		return bits, false
 	}
@@ -555,7 +555,7 @@ func refAvg(dt comm.DType, bits uint64, n int) (want uint64, anyNaN bool) {
 		// Rounding to float64 first is harmless: 53 bits are more than
 		// 2×4+2 (double rounding of a quotient is then exact).
 		r, _ := q.Float64()
-		return uint64(fp8Ref(dt).round(math.Copysign(r, x))), false
+		return uint64(fp8RefOf(dt).round(math.Copysign(r, x))), false
 	}
 	var r float64
 	switch dt {
