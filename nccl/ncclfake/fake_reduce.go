@@ -15,7 +15,13 @@ import (
 // rank order 0, 1, 2, … (NCCL's order depends on its algorithm and
 // channel), each step with comm's kernels, which round as NCCL's do (Sum
 // and Prod: IEEE 754 on f32 and f64; on f16 and bf16 the exact result
-// rounded to the type, which widening to float32 reproduces exactly).
+// rounded to the type, which widening to float32 reproduces exactly; on
+// the fp8 types NCCL adds or multiplies the two as halves, __hadd and
+// __hmul, and converts back with __NV_SATFINITE (reduce_kernel.h): the
+// half result is exact or, for a sum, rounded with 11 bits, more than
+// twice fp8's 4 plus 2, so rounding again to fp8 gives the correctly
+// rounded result, as the kernels' float32 step does; what overflows a
+// half is past fp8's largest value, and saturates either way).
 // Two things are NCCL's own:
 //
 //   - cuapi.NCCLAvg (src/enqueue.cc, hostToDevRedOp, the same from 2.23 to
