@@ -38,9 +38,19 @@ func newGen(dt comm.DType, op comm.ReduceOp, p int) gen {
 		exact = 2048
 	case comm.I8:
 		exact = 128
+	case comm.I16:
+		exact = 1 << 15
+	case comm.U16:
+		exact = 1 << 16
+	case comm.Bool:
+		exact = 2
+	case comm.F8E4M3:
+		exact = 16
+	case comm.F8E5M2:
+		exact = 8
 	}
 	g := gen{dt: dt, op: op, span: exact, p: p}
-	if (op == comm.Sum || op == comm.Avg) && dt.IsFloat() {
+	if (op == comm.Sum || op == comm.Avg || op == comm.PreMulSum) && dt.IsFloat() {
 		g.span = max(1, exact/uint32(p))
 	}
 	return g
@@ -60,7 +70,7 @@ func hash(r, i int) uint32 {
 // value is element i of rank r's input.
 func (g gen) value(r, i int) int64 {
 	h := hash(r, i)
-	if g.op == comm.Prod {
+	if g.op == comm.Prod && g.dt != comm.Bool {
 		return 1 - 2*int64(h>>31)
 	}
 	return int64(h % g.span)
@@ -73,18 +83,27 @@ func (g gen) reduced(i int) uint64 {
 	for q := 1; q < g.p; q++ {
 		v := g.value(q, i)
 		switch g.op {
-		case comm.Sum, comm.Avg:
+		case comm.Sum, comm.Avg, comm.PreMulSum: // PreMulSum's factor is 1
 			acc += v
 		case comm.Prod:
 			acc *= v
+		case comm.BAnd:
+			acc &= v
+		case comm.BOr:
+			acc |= v
+		case comm.BXor:
+			acc ^= v
 		case comm.Min:
 			acc = min(acc, v)
 		case comm.Max:
 			acc = max(acc, v)
 		}
 	}
-	if g.op == comm.Avg {
+	switch {
+	case g.op == comm.Avg:
 		return floatBits(g.dt, float64(acc)/float64(g.p))
+	case g.dt == comm.Bool && (g.op == comm.Sum || g.op == comm.Prod): // OR and AND of 0 and 1
+		return uint64(min(acc, 1))
 	}
 	return bitsOf(g.dt, acc)
 }
@@ -110,6 +129,10 @@ func floatBits(dt comm.DType, f float64) uint64 {
 		return uint64(comm.Float16FromFloat64(f))
 	case comm.BF16:
 		return uint64(comm.BFloat16FromFloat64(f))
+	case comm.F8E4M3:
+		return uint64(comm.Float8E4M3FromFloat64(f))
+	case comm.F8E5M2:
+		return uint64(comm.Float8E5M2FromFloat64(f))
 	}
 	return 0
 }

@@ -201,16 +201,31 @@ func newCall(d opDef, bufs buffers, dt comm.DType, op comm.ReduceOp, total, p, r
 	return c, nil
 }
 
+// reduce runs one reducing collective of kind with c's op: through its
+// blocking form, or for PreMulSum, which none carries, through Start, with
+// the factor 1 on every rank (so that the expected result is Sum's).
+func (c call) reduce(ctx context.Context, cm comm.Communicator, kind comm.Kind, send, recv comm.Buffer) error {
+	switch {
+	case c.op == comm.PreMulSum:
+		return cm.Start(ctx, comm.Call{Kind: kind, Send: send, Recv: recv, Op: c.op, Scalar: 1, Root: c.root}).Wait()
+	case kind == comm.KindReduceScatter:
+		return cm.ReduceScatter(ctx, send, recv, c.op)
+	case kind == comm.KindReduce:
+		return cm.Reduce(ctx, send, recv, c.op, c.root)
+	}
+	return cm.AllReduce(ctx, send, recv, c.op)
+}
+
 // run executes the operation once on this rank.
 func (c call) run(ctx context.Context, cm comm.Communicator) error {
 	switch c.def.kind {
 	case comm.KindAllReduce:
-		return cm.AllReduce(ctx, c.send, c.recv, c.op)
+		return c.reduce(ctx, cm, comm.KindAllReduce, c.send, c.recv)
 	case comm.KindAllGather:
 		return cm.AllGather(ctx, c.send, c.recv)
 	case comm.KindReduceScatter:
 		if c.def.viaAllReduce {
-			if err := cm.AllReduce(ctx, c.send, c.scratch, c.op); err != nil {
+			if err := c.reduce(ctx, cm, comm.KindAllReduce, c.send, c.scratch); err != nil {
 				return err
 			}
 			if !c.inPlace {
@@ -219,13 +234,13 @@ func (c call) run(ctx context.Context, cm comm.Communicator) error {
 			}
 			return nil
 		}
-		return cm.ReduceScatter(ctx, c.send, c.recv, c.op)
+		return c.reduce(ctx, cm, comm.KindReduceScatter, c.send, c.recv)
 	case comm.KindAllToAll:
 		return cm.AllToAll(ctx, c.send, c.recv)
 	case comm.KindBroadcast:
 		return cm.Broadcast(ctx, c.recv, c.root)
 	case comm.KindReduce:
-		return cm.Reduce(ctx, c.send, c.recv, c.op, c.root)
+		return c.reduce(ctx, cm, comm.KindReduce, c.send, c.recv)
 	case comm.KindSend:
 		// Both directions at once, as nccl-tests' sendrecv_perf: the time is
 		// that of one message over one link while every link is busy.

@@ -71,10 +71,16 @@ type Call struct {
 	Kind       Kind
 	Send, Recv Buffer
 	Op         ReduceOp // reducing kinds only
-	Root       int      // rooted kinds only
-	Peer, Tag  int      // Send and Recv only; Tag ≥ 0
-	SendCounts []int    // AllToAllV only: elements for each destination rank
-	RecvCounts []int    // AllToAllV only: elements from each source rank
+	// Scalar is this rank's factor for PreMulSum (its input is multiplied
+	// by it before the sum); ranks may pass different factors, as in
+	// NCCL. It must be 0 for every other op, and is refused as 0 with
+	// PreMulSum (the blocking forms, which carry no factor, would
+	// otherwise silently zero the input).
+	Scalar     float64
+	Root       int   // rooted kinds only
+	Peer, Tag  int   // Send and Recv only; Tag ≥ 0
+	SendCounts []int // AllToAllV only: elements for each destination rank
+	RecvCounts []int // AllToAllV only: elements from each source rank
 }
 
 // Outer identifies the user's call on the phases a composed communicator

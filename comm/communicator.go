@@ -21,8 +21,9 @@ import (
 // the recv); every element of a recv buffer is written; data-moving
 // collectives are bit-exact, and a reducing collective gives every rank the
 // same bits. Scan is inclusive; ExScan gives rank 0 the op's identity (0 for
-// sum, 1 for prod, +Inf or the type's maximum for min, −Inf or its minimum
-// for max). Messages from one sender with one tag are received in the order
+// sum, premulsum, bor and bxor, 1 for prod, +Inf or the type's maximum for
+// min, −Inf or its minimum for max, all ones for band; tier.FillIdentity).
+// Messages from one sender with one tag are received in the order
 // they were sent; messages with different tags may be received in any
 // order; a Recv whose buffer differs in dtype or length from the message is
 // a mismatch error on the receiver.

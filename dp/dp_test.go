@@ -186,6 +186,41 @@ func TestReducerMatchesAllReduce(t *testing.T) {
 	}
 }
 
+// TestReducerPreMulSum: with Op PreMulSum each rank's gradients are scaled
+// by its own factor before the sum: a Reducer's step gives every gradient
+// Σ factor_r × grad_r, exactly (the factors are powers of two).
+func TestReducerPreMulSum(t *testing.T) {
+	lens := []int{5, 3, 0, 17}
+	factor := func(r int) float64 { return []float64{0.5, 2, -1}[r] }
+	ctx := ctxT(t)
+	cs := world(t, 3)
+	noErrors(t, each(cs, func(r int, c comm.Communicator) error {
+		grads := rankGrads(comm.F32, lens, r)
+		red, err := dp.NewReducer(c, grads, dp.Options{BucketBytes: 24, Op: comm.PreMulSum, Scalar: factor(r)})
+		if err != nil {
+			return err
+		}
+		for i := range grads {
+			red.Ready(ctx, i)
+		}
+		if err := red.Wait(); err != nil {
+			return err
+		}
+		for i, l := range lens {
+			want := make([]float64, l)
+			for q := range 3 {
+				for k := range l {
+					want[k] += factor(q) * val(q, i, k)
+				}
+			}
+			if !bytes.Equal(grads[i].Bytes(), values(comm.F32, want).Bytes()) {
+				return fmt.Errorf("grad %d is not Σ factor × grad", i)
+			}
+		}
+		return nil
+	}))
+}
+
 // TestBucketsLayout: buckets hold consecutive gradients of one dtype in
 // backward order (the last first), close before the gradient that would
 // pass the cap (a larger one gets its own), run in place on a single
@@ -256,6 +291,9 @@ func TestReducerRefuses(t *testing.T) {
 		{"missing", []comm.Buffer{comm.Host(make([]float32, 2)), {}}, dp.Options{}, "grads[1] is missing"},
 		{"negative cap", nil, dp.Options{BucketBytes: -1}, "Options.BucketBytes -1"},
 		{"device and host", []comm.Buffer{comm.Device(0x1000, 4, comm.F32, 0), comm.Host(make([]float32, 4))}, dp.Options{}, "the bucket of grads[0..1] mixes device memory and host memory (grads[1], 4×f32 on host)"},
+		{"premulsum without factor", nil, dp.Options{Op: comm.PreMulSum}, "Options.Scalar 0 with op premulsum"},
+		{"factor without premulsum", nil, dp.Options{Scalar: 0.5}, "Options.Scalar 0.5 with op avg"},
+		{"premulsum on i32", []comm.Buffer{comm.Host(make([]int32, 2))}, dp.Options{Op: comm.PreMulSum, Scalar: 2}, "premulsum is defined on float dtypes only"},
 	} {
 		_, err := dp.NewReducer(nil, c.grads, c.opt)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -26,9 +26,17 @@ type Options struct {
 
 	// Op is the reduction; 0 is comm.Avg, the mean gradient over the ranks.
 	// The contract defines Avg on the float dtypes only (f32, f64, f16,
-	// bf16): a Reducer over integer gradients needs another op (comm.Sum,
-	// dividing as you choose), and NewReducer refuses Avg on them.
+	// bf16, f8e4m3, f8e5m2): a Reducer over integer gradients needs another
+	// op (comm.Sum, dividing as you choose), and NewReducer refuses Avg on
+	// them.
 	Op comm.ReduceOp
+
+	// Scalar is this rank's factor when Op is comm.PreMulSum: every
+	// gradient is multiplied by it before the sum (as torch's DDP hooks
+	// do with PREMUL_SUM, e.g. 1/(ranks × accumulation steps)); ranks may
+	// pass different factors. It must be 0 for every other op, and not 0
+	// with PreMulSum.
+	Scalar float64
 
 	// Flat, if not the zero Buffer, is memory that the gradients are views
 	// of, as a model whose gradients are one flat vector cut into layers:
@@ -112,6 +120,7 @@ type Reducer struct {
 	c       comm.Communicator
 	grads   []comm.Buffer
 	op      comm.ReduceOp
+	scalar  float64 // PreMulSum's factor
 	buckets []bucket
 	of      []int // of[i] is the bucket of grads[i]
 
@@ -148,6 +157,9 @@ func NewReducer(c comm.Communicator, grads []comm.Buffer, opt Options) (*Reducer
 	if capBytes < 0 {
 		return nil, fmt.Errorf("dp.NewReducer: Options.BucketBytes %d: want 0 (the default, %d) or more", opt.BucketBytes, DefaultBucketBytes)
 	}
+	if (op == comm.PreMulSum) != (opt.Scalar != 0) {
+		return nil, fmt.Errorf("dp.NewReducer: Options.Scalar %v with op %v: PreMulSum needs a factor other than 0, and no other op takes one", opt.Scalar, op)
+	}
 	for i, g := range grads {
 		if g.IsZero() || !g.DType().Valid() {
 			return nil, fmt.Errorf("dp.NewReducer: grads[%d] is missing (the zero Buffer)", i)
@@ -160,7 +172,7 @@ func NewReducer(c comm.Communicator, grads []comm.Buffer, opt Options) (*Reducer
 			return nil, fmt.Errorf("dp.NewReducer: grads[%d] (%v): %v%s", i, g, err, hint)
 		}
 	}
-	r := &Reducer{c: c, grads: grads, op: op, of: make([]int, len(grads)), ready: make([]bool, len(grads))}
+	r := &Reducer{c: c, grads: grads, op: op, scalar: opt.Scalar, of: make([]int, len(grads)), ready: make([]bool, len(grads))}
 	// Backward order: the last gradient first. A bucket holds consecutive
 	// gradients of one dtype, First..Last.
 	for i := len(grads) - 1; i >= 0; i-- {
@@ -217,7 +229,7 @@ func (r *Reducer) layout(b *bucket, flat comm.Buffer) error {
 			if g.OnHost() {
 				return fmt.Errorf("dp.NewReducer: the bucket of grads[%d..%d] mixes device memory and host memory (grads[%d], %v); keep a model's gradients on one side, or pass a smaller Options.BucketBytes", b.First, b.Last, i, g)
 			}
-			if err := b.batch.AllReduce(g, g, r.op); err != nil {
+			if err := b.batch.Add(comm.Call{Kind: comm.KindAllReduce, Send: g, Recv: g, Op: r.op, Scalar: r.scalar}); err != nil {
 				panic("dp: grouped bucket: " + err.Error()) // a new batch, not started
 			}
 		}
@@ -357,7 +369,7 @@ func (r *Reducer) startReady() {
 		if b.batch != nil {
 			b.work = b.batch.Start(r.ctx, r.c)
 		} else {
-			b.work = comm.StartAllReduce(r.ctx, r.c, b.buf, b.buf, r.op)
+			b.work = r.c.Start(r.ctx, comm.Call{Kind: comm.KindAllReduce, Send: b.buf, Recv: b.buf, Op: r.op, Scalar: r.scalar})
 		}
 		r.next++
 	}

@@ -100,9 +100,14 @@ func (h *Comm) dispatch(x *phases, c comm.Call) bool {
 		return false
 	}
 	op := c.Op
-	if op == comm.Avg {
+	switch op {
+	case comm.Avg:
 		// Summed through the phases, divided once at the end.
 		op = comm.Sum
+	case comm.PreMulSum:
+		// Each rank scales its own input once, into scratch; the phases sum.
+		op = comm.Sum
+		c.Send = x.preMul(c)
 	}
 	switch {
 	case c.Kind == comm.KindBarrier:
@@ -219,7 +224,7 @@ func (h *Comm) shapeOf(c comm.Call, n int) comm.Call {
 		dt = comm.U8
 	}
 	ph := func(m int) comm.Buffer { return comm.Device(0, m, dt, 0) }
-	out := comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root}
+	out := comm.Call{Kind: c.Kind, Op: c.Op, Scalar: c.Scalar, Root: c.Root}
 	if out.Root < 0 || out.Root >= h.size {
 		out.Root = 0
 	}

@@ -197,6 +197,18 @@ func (x *phases) local(what string, err error) bool {
 	return true
 }
 
+// preMul is the send c's phases reduce for PreMulSum: scratch holding this
+// rank's input times its factor (Stager.PreMul). In a dry run, or after a
+// failure, it is what alloc gives.
+func (x *phases) preMul(c comm.Call) comm.Buffer {
+	scaled := x.alloc(c.Send, c.Send.Len())
+	if x.routes != nil || !x.ok() {
+		return scaled
+	}
+	x.local("scaling for PreMulSum", x.h.cfg.Stager.PreMul(scaled, c.Send, c.Scalar))
+	return scaled
+}
+
 // alloc returns scratch memory like like, or a zero Buffer after a failure.
 func (x *phases) alloc(like comm.Buffer, n int) comm.Buffer {
 	if x.routes != nil {

@@ -43,6 +43,9 @@ type Stager interface {
 	Reduce(dst, src comm.Buffer, op comm.ReduceOp) error
 	// FinishAvg divides every element of buf by n (tier.FinishAvg).
 	FinishAvg(buf comm.Buffer, n int) error
+	// PreMul sets dst to src × scalar, PreMulSum's first step (tier.PreMul;
+	// same dtype and length, not overlapping).
+	PreMul(dst, src comm.Buffer, scalar float64) error
 	// Write copies src, exactly dst.ByteLen() bytes of host memory, into
 	// dst, a buffer from Alloc (or a slice of one), and returns when the
 	// copy is done: the few bytes the algorithms compute on the host
@@ -123,6 +126,15 @@ func (HostStager) Reduce(dst, src comm.Buffer, op comm.ReduceOp) error {
 // FinishAvg implements Stager.
 func (HostStager) FinishAvg(buf comm.Buffer, n int) error {
 	tier.FinishAvg(buf.DType(), buf.Bytes(), n)
+	return nil
+}
+
+// PreMul implements Stager.
+func (HostStager) PreMul(dst, src comm.Buffer, scalar float64) error {
+	if dst.Len() != src.Len() || dst.DType() != src.DType() {
+		return fmt.Errorf("hierarchy: scaling of %v into %v", src, dst)
+	}
+	tier.PreMul(dst.DType(), dst.Bytes(), src.Bytes(), scalar)
 	return nil
 }
 

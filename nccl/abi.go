@@ -44,6 +44,11 @@ const (
 	ncclFloat32             = cuapi.NCCLFloat32
 	ncclFloat64             = cuapi.NCCLFloat64
 	ncclBfloat16            = cuapi.NCCLBfloat16
+	ncclFloat8e4m3          = cuapi.NCCLFloat8e4m3
+	ncclFloat8e5m2          = cuapi.NCCLFloat8e5m2
+	ncclScalarHostImmediate = cuapi.ScalarHostImmediate
+	ncclNumOps              = cuapi.NCCLNumOps
+	fp8VersionCode          = cuapi.FP8VersionCode
 	ncclSum                 = cuapi.NCCLSum
 	ncclProd                = cuapi.NCCLProd
 	ncclMax                 = cuapi.NCCLMax
@@ -67,6 +72,9 @@ const (
 	cuStreamNonBlocking     = cuapi.StreamNonBlocking
 	cuEventDisableTiming    = cuapi.EventDisableTiming
 	cuMemHostAllocPortable  = cuapi.MemHostAllocPortable
+
+	attrComputeCapabilityMajor = cuapi.AttrComputeCapabilityMajor
+	attrComputeCapabilityMinor = cuapi.AttrComputeCapabilityMinor
 )
 
 // newConfig returns a config with every field unset but blocking.

@@ -13,6 +13,8 @@ import (
 const (
 	// The oldest NCCL this package supports (the first 2.23 release).
 	ncclH223 = "NVIDIA/nccl src/nccl.h.in @ v2.23.4-1 (68b54236)"
+	// The first with the fp8 types.
+	ncclH224 = "NVIDIA/nccl src/nccl.h.in @ v2.24.3-1"
 	// What 2.23 lacks and later releases add (ncclTimeout, NCCL_API_MAGIC).
 	ncclH230 = "NVIDIA/nccl src/nccl.h.in @ v2.30.7-1 (73cf1122)"
 	// CUDA's driver API header; these values have not changed since CUDA 4.
@@ -48,12 +50,17 @@ func TestABIConstants(t *testing.T) {
 		{"ncclFloat32", int64(ncclFloat32), 7, ncclH223, "237: ncclFloat32    = 7, ncclFloat      = 7,"},
 		{"ncclFloat64", int64(ncclFloat64), 8, ncclH223, "238: ncclFloat64    = 8, ncclDouble     = 8,"},
 		{"ncclBfloat16", int64(ncclBfloat16), 9, ncclH223, "240: ncclBfloat16   = 9,"},
+		{"ncclFloat8e4m3", int64(ncclFloat8e4m3), 10, ncclH224, "247: ncclFloat8e4m3 = 10,"},
+		{"ncclFloat8e5m2", int64(ncclFloat8e5m2), 11, ncclH224, "248: ncclFloat8e5m2 = 11,"},
+		{"fp8VersionCode", fp8VersionCode, 2*10000 + 24*100 + 3, ncclH224, "247: ncclFloat8e4m3 = 10, (absent from 2.23.4's header)"},
 
 		{"ncclSum", int64(ncclSum), 0, ncclH223, "212: typedef enum { ncclSum        = 0,"},
 		{"ncclProd", int64(ncclProd), 1, ncclH223, "213: ncclProd       = 1,"},
 		{"ncclMax", int64(ncclMax), 2, ncclH223, "214: ncclMax        = 2,"},
 		{"ncclMin", int64(ncclMin), 3, ncclH223, "215: ncclMin        = 3,"},
 		{"ncclAvg", int64(ncclAvg), 4, ncclH223, "216: ncclAvg        = 4,"},
+		{"ncclNumOps", int64(ncclNumOps), 5, ncclH223, "220: ncclNumOps     = 5,"},
+		{"ncclScalarHostImmediate", int64(ncclScalarHostImmediate), 1, ncclH223, "255: ncclScalarHostImmediate = 1"},
 
 		// 2.23 writes the magic as a literal in NCCL_CONFIG_INITIALIZER; later headers name it.
 		{"ncclAPIMagic (2.23)", ncclAPIMagic, 0xcafebeef, ncclH223, "72: 0xcafebeef,           /* magic */"},
@@ -81,6 +88,9 @@ func TestABIConstants(t *testing.T) {
 		{"cuStreamNonBlocking", cuStreamNonBlocking, 0x1, cudaH, "416: CU_STREAM_NON_BLOCKING        = 0x1"},
 		{"cuEventDisableTiming", cuEventDisableTiming, 0x2, cudaH, "445: CU_EVENT_DISABLE_TIMING = 0x2,"},
 		{"cuMemHostAllocPortable", cuMemHostAllocPortable, 0x1, cudaH, "3010: #define CU_MEMHOSTALLOC_PORTABLE        0x01"},
+		// The line is not checked against 12.6.3; every CUDA 12 cuda.h has these values.
+		{"attrComputeCapabilityMajor", attrComputeCapabilityMajor, 75, cudaH, "CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,"},
+		{"attrComputeCapabilityMinor", attrComputeCapabilityMinor, 76, cudaH, "CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,9 +66,13 @@ type Comm struct {
 	log     *slog.Logger
 	rank    int
 	size    int
-	nc      ncclComm
-	stream  cuStream
-	own     bool // the stream is the Comm's own
+	// minComputeCap is the smallest compute capability of the ranks'
+	// devices (agree), the same on every rank; a Split's children keep
+	// their parent's.
+	minComputeCap int
+	nc            ncclComm
+	stream        cuStream
+	own           bool // the stream is the Comm's own
 	// events are completed events kept for reuse (EventCreate per
 	// collective costs a driver call and its bookkeeping); only the
 	// device thread touches them.
@@ -167,11 +172,12 @@ func New(ctx context.Context, control comm.Communicator, cfg Config) (*Comm, err
 	// Every rank learns that every other one succeeded, so that no rank
 	// uses a communicator a peer has given up on (a peer that failed
 	// aborted the control: this AllGather fails).
-	if err := agree(ctx, control); err != nil {
+	minCap, err := agree(ctx, control, d.computeCap)
+	if err != nil {
 		_ = th.do(func() error { d.lib.nccl.CommAbort(nc); return nil })
 		return giveUp(err)
 	}
-	c, err := start(d, th, control, w, nc, cfg)
+	c, err := start(d, th, control, w, nc, cfg, minCap)
 	if err != nil {
 		_ = th.do(func() error { d.lib.nccl.CommAbort(nc); return nil })
 		return giveUp(err)
@@ -271,15 +277,18 @@ func poll(ctx context.Context, stop <-chan struct{}, done func() (bool, error)) 
 	}
 }
 
-// agree waits until every rank of control got this far: a rank that
-// failed aborted the control instead, which fails this.
-func agree(ctx context.Context, control comm.Communicator) error {
-	var mine [1]byte
+// agree waits until every rank of control got this far (a rank that
+// failed aborted the control instead, which fails this) and returns the
+// smallest compute capability of the ranks' devices, given theirs
+// (10·major + minor): what NCCL checks its fp8 reductions against
+// (comm->minCompCap), so that every rank decides alike where they run.
+func agree(ctx context.Context, control comm.Communicator, computeCap int) (int, error) {
+	mine := []byte{byte(min(computeCap, 255))}
 	all := make([]byte, control.Size())
-	if err := control.AllGather(ctx, comm.Host(mine[:]), comm.Host(all)); err != nil {
-		return fmt.Errorf("waiting for every rank's NCCL init: %w", err)
+	if err := control.AllGather(ctx, comm.Host(mine), comm.Host(all)); err != nil {
+		return 0, fmt.Errorf("waiting for every rank's NCCL init: %w", err)
 	}
-	return nil
+	return int(slices.Min(all)), nil
 }
 
 // watcher is a receive from this rank itself on the control's watchTag,
@@ -328,9 +337,9 @@ func recvTimedOut(err error) bool {
 
 // start makes the Comm of an initialized NCCL communicator and starts its
 // stages.
-func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc ncclComm, cfg Config) (*Comm, error) {
+func start(d *Device, th *osThread, control comm.Communicator, w *watcher, nc ncclComm, cfg Config, minComputeCap int) (*Comm, error) {
 	c := &Comm{
-		lib: d.lib, dev: d, th: th, control: control, watcher: w, cfg: cfg, log: cfg.Logger,
+		lib: d.lib, dev: d, th: th, control: control, watcher: w, cfg: cfg, log: cfg.Logger, minComputeCap: minComputeCap,
 		rank: control.Rank(), size: control.Size(), nc: nc, failure: tier.Failure{Rank: control.Rank()},
 		stream:    cuStream(cfg.Stream),
 		completeQ: make(chan *task, 4096),

@@ -24,7 +24,9 @@ type Device struct {
 	lib     *Library
 	ordinal int
 	name    string
-	ctx     cuContext // the primary context, retained for the Library's life
+	// computeCap is 10·major + minor of the compute capability (90: Hopper).
+	computeCap int
+	ctx        cuContext // the primary context, retained for the Library's life
 	*osThread
 	// copyStream carries the synchronous copies of Write, Read and the
 	// stagers; it is used from the device thread only.
@@ -75,6 +77,14 @@ func (d *Device) setup() error {
 		return d.lib.cuError(fmt.Sprintf("cuDeviceGet(%d)", d.ordinal), r)
 	}
 	d.name, _ = drv.DeviceGetName(dev)
+	var major, minor int32
+	if r := drv.DeviceGetAttribute(&major, attrComputeCapabilityMajor, dev); r != cudaSuccess {
+		return d.lib.cuError(fmt.Sprintf("cuDeviceGetAttribute(compute capability, device %d)", d.ordinal), r)
+	}
+	if r := drv.DeviceGetAttribute(&minor, attrComputeCapabilityMinor, dev); r != cudaSuccess {
+		return d.lib.cuError(fmt.Sprintf("cuDeviceGetAttribute(compute capability, device %d)", d.ordinal), r)
+	}
+	d.computeCap = int(10*major + minor)
 	if r := drv.DevicePrimaryCtxRetain(&d.ctx, dev); r != cudaSuccess {
 		return d.lib.cuError(fmt.Sprintf("cuDevicePrimaryCtxRetain(device %d)", d.ordinal), r)
 	}

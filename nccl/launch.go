@@ -2,25 +2,15 @@ package nccl
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
 )
-
-// ncclTypes maps comm's dtypes to NCCL's (nccl.h ncclDataType_t).
-var ncclTypes = map[comm.DType]ncclDataType{
-	comm.I8: ncclInt8, comm.U8: ncclUint8, comm.I32: ncclInt32, comm.U32: ncclUint32,
-	comm.I64: ncclInt64, comm.U64: ncclUint64, comm.F16: ncclFloat16, comm.F32: ncclFloat32,
-	comm.F64: ncclFloat64, comm.BF16: ncclBfloat16,
-}
-
-// ncclOps maps comm's reduce ops to NCCL's (nccl.h ncclRedOp_t).
-var ncclOps = map[comm.ReduceOp]ncclRedOp{
-	comm.Sum: ncclSum, comm.Prod: ncclProd, comm.Max: ncclMax, comm.Min: ncclMin, comm.Avg: ncclAvg,
-}
 
 // launch queues t's NCCL operations on the stream, then an event, on the
 // device thread. Collectives of no elements queue nothing (every rank
@@ -41,8 +31,8 @@ func (c *Comm) operations(t *task) ([]ncclOp, error) {
 	if !dt.Valid() {
 		dt = call.Recv.DType()
 	}
-	nt := ncclTypes[dt]
-	op := ncclOps[call.Op]
+	nt, _ := c.nativeType(dt)
+	op, native := c.nativeOp(dt, call.Op)
 	n := uintptr(call.Send.Len())
 	if call.Kind == comm.KindReduceScatter || call.Kind == comm.KindScatter {
 		n = uintptr(call.Recv.Len())
@@ -51,7 +41,7 @@ func (c *Comm) operations(t *task) ([]ncclOp, error) {
 		n = uintptr(call.Send.Len() / c.size)
 	}
 	switch {
-	case !call.Kind.Reduces() || call.Op != comm.Avg:
+	case !call.Kind.Reduces() || call.Op != comm.Avg || !native:
 	case c.size == 1:
 		// The mean of one rank's data is that data, and NCCL's Sum on one
 		// rank is a plain copy. NCCL's Avg there runs a kernel of its own
@@ -79,11 +69,12 @@ func (c *Comm) operations(t *task) ([]ncclOp, error) {
 	nccl := c.lib.nccl
 	s, r := call.Send.Ptr(), call.Recv.Ptr()
 	es := uintptr(dt.Size())
-	if dt.IsFloat() && (call.Op == comm.Min || call.Op == comm.Max) && call.Kind != comm.KindScan && call.Kind != comm.KindExScan {
-		// NCCL's float Min and Max are fminf/fmaxf (reduce_kernel.h,
-		// FuncMinMax): a NaN loses to any number, where comm's contract
-		// (and every other tier) propagates it. Gather every rank's part
-		// on the GPU and combine on the host instead.
+	if call.Kind.Reduces() && !native && call.Kind != comm.KindScan && call.Kind != comm.KindExScan {
+		// NCCL has no op that computes this as comm defines it (types.go;
+		// e.g. NCCL's float Min and Max are fminf/fmaxf, reduce_kernel.h
+		// FuncMinMax: a NaN loses to any number, where comm's contract, and
+		// every other tier, propagates it). Gather every rank's part on the
+		// GPU and combine on the host instead.
 		if n == 0 {
 			return nil, nil
 		}
@@ -98,12 +89,21 @@ func (c *Comm) operations(t *task) ([]ncclOp, error) {
 				return s + uintptr(j)*n*es, n, a + uintptr(j)*n*es, n
 			})
 		} else {
-			ops = one("ncclAllGather (min/max)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
+			ops = one("ncclAllGather (combined on the host)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
 		}
+		scalars, more, err := c.gatherScalars(t)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, more...)
 		if out := tier.ResultAt(call, c.rank); !out.IsZero() {
-			t.post = c.combine(all, c.size, int(n), call.Op, out)
+			t.post = c.combine(all, c.size, int(n), call.Op, scalars, out)
 		}
 		return ops, nil
+	}
+	var premul []ncclOp // around the collective: its op, made and destroyed
+	if call.Kind.Reduces() && call.Op == comm.PreMulSum {
+		premul = c.preMulOp(dt, nt, call.Scalar, &op)
 	}
 	switch call.Kind {
 	case comm.KindAllReduce:
@@ -166,15 +166,72 @@ func (c *Comm) operations(t *task) ([]ncclOp, error) {
 		t.scratch = append(t.scratch, all)
 		a := all.Ptr()
 		ops = one("ncclAllGather (scan)", n, func() ncclResult { return nccl.AllGather(s, a, n, nt, c.nc, c.stream) })
+		scalars, more, err := c.gatherScalars(t)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, more...)
+		premul = nil   // combined on the host
 		upto := c.rank // ExScan: the ranks before this one
 		if call.Kind == comm.KindScan {
 			upto++
 		}
-		t.post = c.combine(all, upto, int(n), call.Op, call.Recv)
+		t.post = c.combine(all, upto, int(n), call.Op, scalars, call.Recv)
 	default:
 		return nil, fmt.Errorf("nccl: %v is not a collective this communicator runs", call.Kind)
 	}
+	if len(ops) > 0 && premul != nil {
+		ops = append([]ncclOp{premul[0]}, append(ops, premul[1])...)
+	}
 	return ops, nil
+}
+
+// preMulOp is the pair of NCCL calls around a PreMulSum collective: the
+// first makes *op, an op of this rank's scalar (rounded to dt, as NCCL
+// reads it), the second destroys it once the collective is queued, or
+// failed to be (queue runs it after a failure too): NCCL lets an op go as
+// soon as the last call given it returned.
+func (c *Comm) preMulOp(dt comm.DType, nt ncclDataType, scalar float64, op *ncclRedOp) []ncclOp {
+	nccl := c.lib.nccl
+	b := scalarBytes(dt, scalar)
+	created := false
+	return []ncclOp{
+		{"ncclRedOpCreatePreMulSum", func() ncclResult {
+			r := nccl.RedOpCreatePreMulSum(op, &b[0], nt, ncclScalarHostImmediate, c.nc)
+			created = r == ncclSuccess
+			return r
+		}},
+		{"ncclRedOpDestroy", func() ncclResult {
+			if !created {
+				return ncclSuccess
+			}
+			return nccl.RedOpDestroy(*op, c.nc)
+		}},
+	}
+}
+
+// gatherScalars is, for a PreMulSum call combined on the host, a device
+// buffer that the returned NCCL calls fill with every rank's scalar (as
+// float64, in rank order), so that the host can scale each rank's part
+// as that rank asked; a zero Buffer and no calls for any other op.
+func (c *Comm) gatherScalars(t *task) (comm.Buffer, []ncclOp, error) {
+	if t.call.Op != comm.PreMulSum {
+		return comm.Buffer{}, nil, nil
+	}
+	all, err := c.allocScratch(comm.F64, c.size)
+	if err != nil {
+		return comm.Buffer{}, nil, err
+	}
+	t.scratch = append(t.scratch, all)
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], math.Float64bits(t.call.Scalar))
+	if err := c.dev.Write(all.Slice(c.rank, 1), b[:]); err != nil {
+		return comm.Buffer{}, nil, err
+	}
+	nccl, p := c.lib.nccl, all.Ptr()
+	return all, one("ncclAllGather (premulsum scalars)", 1, func() ncclResult {
+		return nccl.AllGather(p+uintptr(8*c.rank), p, 1, ncclFloat64, c.nc, c.stream)
+	}), nil
 }
 
 // record queues ops and an event after them on the device thread (nothing
@@ -241,8 +298,8 @@ func (c *Comm) queue(ctx context.Context, ops []ncclOp) error {
 	var first error
 	open := 0 // groups opened and not yet closed
 	for _, op := range ops {
-		if first != nil && !(open > 0 && op.name == "ncclGroupEnd") {
-			continue // after a failure, only close the groups
+		if first != nil && !(open > 0 && op.name == "ncclGroupEnd") && op.name != "ncclRedOpDestroy" {
+			continue // after a failure, only close the groups (and release a PreMulSum op)
 		}
 		r := op.call()
 		switch {
@@ -286,12 +343,14 @@ func (c *Comm) settle(ctx context.Context) ncclResult {
 	}
 }
 
-// combine is the host step of Scan, ExScan and the float Min and Max:
-// the first k blocks of n elements of all (every rank's input, in rank
-// order) are combined with op in rank order, exactly as a sequential
-// reduction, into dst; no blocks (ExScan on rank 0) give the op's
-// identity.
-func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buffer) func() error {
+// combine is the host step of Scan, ExScan and the reductions NCCL has no
+// op for (types.go): the first k blocks of n elements of all (every rank's
+// input, in rank order) are combined with op in rank order, exactly as a
+// sequential reduction, into dst; no blocks (ExScan on rank 0) give the
+// op's identity. For PreMulSum, scalars holds every rank's scalar
+// (gatherScalars), by which its block is first multiplied (tier.PreMul);
+// for Avg the result is divided by the communicator's size.
+func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, scalars, dst comm.Buffer) func() error {
 	dt := all.DType()
 	es := dt.Size()
 	return func() error {
@@ -301,16 +360,28 @@ func (c *Comm) combine(all comm.Buffer, k, n int, op comm.ReduceOp, dst comm.Buf
 				return nil
 			})
 		}
-		f, err := tier.ReduceFunc(dt, op)
+		kern, err := tier.NewKernel(dt, op)
 		if err != nil {
 			return err
 		}
-		return c.dev.hostOp([]comm.Buffer{all.Slice(0, k*n), dst}, []bool{true, false}, []bool{false, true}, func(h [][]byte) error {
-			acc := h[1]
-			copy(acc, h[0][:n*es])
-			for j := 1; j < k; j++ {
-				f(acc, h[0][j*n*es:(j+1)*n*es])
+		bufs, in, out := []comm.Buffer{all.Slice(0, k*n), dst}, []bool{true, false}, []bool{false, true}
+		if op == comm.PreMulSum {
+			bufs, in, out = append(bufs, scalars), append(in, true), append(out, false)
+		}
+		return c.dev.hostOp(bufs, in, out, func(h [][]byte) error {
+			block := func(j int) []byte {
+				b := h[0][j*n*es : (j+1)*n*es]
+				if op == comm.PreMulSum { // the pinned copy: scaling it leaves the device's alone
+					tier.PreMul(dt, b, b, math.Float64frombits(binary.LittleEndian.Uint64(h[2][8*j:])))
+				}
+				return b
 			}
+			acc := h[1]
+			copy(acc, block(0))
+			for j := 1; j < k; j++ {
+				kern.Reduce(acc, block(j))
+			}
+			kern.Finish(acc, c.size)
 			return nil
 		})
 	}

@@ -103,6 +103,7 @@ type realDriver struct {
 	cuDeviceGetCount          func(n *int32) cuResult
 	cuDeviceGet               func(d *cuDevice, ordinal int32) cuResult
 	cuDeviceGetName           func(name *byte, length int32, d cuDevice) cuResult
+	cuDeviceGetAttribute      func(v *int32, attr int32, d cuDevice) cuResult
 	cuDevicePrimaryCtxRetain  func(ctx *cuContext, d cuDevice) cuResult
 	cuDevicePrimaryCtxRelease func(d cuDevice) cuResult
 	cuCtxSetCurrent           func(ctx cuContext) cuResult
@@ -138,6 +139,7 @@ func (d *realDriver) symbols() []cSymbol {
 		{"cuDeviceGetCount", &d.cuDeviceGetCount},                 // (int *count)
 		{"cuDeviceGet", &d.cuDeviceGet},                           // (CUdevice *device, int ordinal)
 		{"cuDeviceGetName", &d.cuDeviceGetName},                   // (char *name, int len, CUdevice dev)
+		{"cuDeviceGetAttribute", &d.cuDeviceGetAttribute},         // (int *pi, CUdevice_attribute attrib, CUdevice dev)
 		{"cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain}, // (CUcontext *pctx, CUdevice dev)
 		{"cuDevicePrimaryCtxRelease_v2", &d.cuDevicePrimaryCtxRelease},
 		{"cuCtxSetCurrent", &d.cuCtxSetCurrent},         // (CUcontext ctx)
@@ -168,6 +170,10 @@ func (d *realDriver) Init(flags uint32) cuResult           { return d.cuInit(fla
 func (d *realDriver) DriverGetVersion(v *int32) cuResult   { return d.cuDriverGetVersion(v) }
 func (d *realDriver) DeviceGetCount(n *int32) cuResult     { return d.cuDeviceGetCount(n) }
 func (d *realDriver) CtxSetCurrent(ctx cuContext) cuResult { return d.cuCtxSetCurrent(ctx) }
+
+func (d *realDriver) DeviceGetAttribute(v *int32, attr int32, dev cuDevice) cuResult {
+	return d.cuDeviceGetAttribute(v, attr, dev)
+}
 
 func (d *realDriver) DeviceGet(dev *cuDevice, ordinal int32) cuResult {
 	return d.cuDeviceGet(dev, ordinal)
@@ -277,6 +283,8 @@ type realNCCL struct {
 	ncclRecv                 func(buf uintptr, count uintptr, dt ncclDataType, peer int32, comm ncclComm, s cuStream) ncclResult
 	ncclGroupStart           func() ncclResult
 	ncclGroupEnd             func() ncclResult
+	ncclRedOpCreatePreMulSum func(op *ncclRedOp, scalar *byte, dt ncclDataType, residence int32, comm ncclComm) ncclResult
+	ncclRedOpDestroy         func(op ncclRedOp, comm ncclComm) ncclResult
 }
 
 var _ ncclAPI = (*realNCCL)(nil)
@@ -313,6 +321,9 @@ func (n *realNCCL) symbols() []cSymbol {
 		{"ncclRecv", &n.ncclRecv},
 		{"ncclGroupStart", &n.ncclGroupStart}, // ()
 		{"ncclGroupEnd", &n.ncclGroupEnd},     // ()
+		// (ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm)
+		{"ncclRedOpCreatePreMulSum", &n.ncclRedOpCreatePreMulSum},
+		{"ncclRedOpDestroy", &n.ncclRedOpDestroy}, // (ncclRedOp_t op, ncclComm_t comm)
 	}
 }
 
@@ -332,6 +343,14 @@ func (n *realNCCL) CommInitRankScalable(comm *ncclComm, nranks, rank int32, nIDs
 
 func (n *realNCCL) CommSplit(comm ncclComm, color, key int32, out *ncclComm, cfg *ncclConfig) ncclResult {
 	return n.ncclCommSplit(comm, color, key, out, cfg)
+}
+
+func (n *realNCCL) RedOpCreatePreMulSum(op *ncclRedOp, scalar *byte, dt ncclDataType, residence int32, comm ncclComm) ncclResult {
+	return n.ncclRedOpCreatePreMulSum(op, scalar, dt, residence, comm)
+}
+
+func (n *realNCCL) RedOpDestroy(op ncclRedOp, comm ncclComm) ncclResult {
+	return n.ncclRedOpDestroy(op, comm)
 }
 
 func (n *realNCCL) CommGetAsyncError(comm ncclComm, r *ncclResult) ncclResult {

@@ -92,7 +92,7 @@ func undoDeviceNodes(t *testing.T) {
 // driverSymbols is every CUDA driver entry point this package calls, by
 // its C name (cuda.h maps the plain names of the _v2 ones to them).
 var driverSymbols = []string{
-	"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName",
+	"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute",
 	"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxSetCurrent",
 	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemHostAlloc", "cuMemFreeHost",
 	"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
@@ -107,6 +107,7 @@ var ncclSymbols = []string{
 	"ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommGetAsyncError",
 	"ncclGetErrorString", "ncclGetLastError", "ncclAllReduce", "ncclBroadcast", "ncclReduce",
 	"ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd",
+	"ncclRedOpCreatePreMulSum", "ncclRedOpDestroy",
 }
 
 // symbolNames lists syms' C names, checking that each binds a distinct
@@ -249,7 +250,7 @@ func TestLoadErrors(t *testing.T) {
 	_, err = Load(LoadOptions{CUDAPath: missing})
 	check("Load(CUDAPath: missing file)", err, missing, "cannot open shared object file")
 	_, err = LoadDriver("libc.so.6")
-	check("LoadDriver(libc.so.6)", err, "libc.so.6", "not a usable CUDA driver library", "none of the 28", "cuInit", "undefined symbol")
+	check("LoadDriver(libc.so.6)", err, "libc.so.6", "not a usable CUDA driver library", "none of the 29", "cuInit", "undefined symbol")
 
 	_, err = openNCCL(missing, nil)
 	check("NCCLPath: missing file", err, missing, "cannot open shared object file")
@@ -412,6 +413,11 @@ ncclResult_t ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, cudaStr
 }
 ncclResult_t ncclGroupStart(void) { groups++; return 0; }
 ncclResult_t ncclGroupEnd(void) { return groups-- > 0 ? 0 : 5; }
+ncclResult_t ncclRedOpCreatePreMulSum(int *op, void *scalar, int dt, int residence, ncclComm_t c) {
+  CHECK(2, *(const double*)scalar == -0.25); CHECK(3, dt == 8); CHECK(4, residence == 1); CHECK(5, c == COMM);
+  *op = 5; return 0;
+}
+ncclResult_t ncclRedOpDestroy(int op, ncclComm_t c) { CHECK(1, op == 5); CHECK(2, c == COMM); return 0; }
 #endif
 `
 
@@ -468,6 +474,8 @@ func TestNCCLCalls(t *testing.T) {
 	var c, split ncclComm
 	cfg := newConfig(false)
 	var async ncclResult
+	var op ncclRedOp
+	scalar := []byte{0, 0, 0, 0, 0, 0, 0xd0, 0xbf} // -0.25, a little-endian float64
 	for _, tt := range []struct {
 		call string
 		r    ncclResult
@@ -487,13 +495,15 @@ func TestNCCLCalls(t *testing.T) {
 		{"Send", api.Send(send, count, ncclInt8, 1, comm, stream)},
 		{"Recv", api.Recv(recv, count, ncclUint8, 0, comm, stream)},
 		{"GroupEnd", api.GroupEnd()},
+		{"RedOpCreatePreMulSum", api.RedOpCreatePreMulSum(&op, &scalar[0], ncclFloat64, ncclScalarHostImmediate, comm)},
+		{"RedOpDestroy", api.RedOpDestroy(5, comm)},
 	} {
 		if tt.r != ncclSuccess {
 			t.Errorf("%s = %d, want 0 (100+i: argument i arrived wrong)", tt.call, tt.r)
 		}
 	}
-	if c != comm || split != 0x5678 || async != ncclInProgress {
-		t.Errorf("out parameters: comm %#x, split %#x, async %d; want 0x1234, 0x5678, 7", c, split, async)
+	if c != comm || split != 0x5678 || async != ncclInProgress || op != 5 {
+		t.Errorf("out parameters: comm %#x, split %#x, async %d, op %d; want 0x1234, 0x5678, 7, 5", c, split, async, op)
 	}
 	if r := api.GroupEnd(); r != ncclInvalidUsage {
 		t.Errorf("unmatched GroupEnd = %d, want %d", r, ncclInvalidUsage)

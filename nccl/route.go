@@ -28,10 +28,13 @@ var ncclCalls = map[comm.Kind]string{
 // communicator makes for call, as launch issues them.
 func (c *Comm) Route(call comm.Call) string {
 	how, ok := ncclCalls[call.Kind]
+	dt := call.Signature().DType
+	_, native := c.nativeOp(dt, call.Op)
 	switch {
-	case call.Signature().DType.IsFloat() && (call.Op == comm.Min || call.Op == comm.Max) && call.Kind.Reduces() &&
-		call.Kind != comm.KindScan && call.Kind != comm.KindExScan:
-		how = "gathered on the GPU and combined on the host (NCCL's float min and max drop NaNs)"
+	case call.Kind.Reduces() && !native && call.Kind != comm.KindScan && call.Kind != comm.KindExScan:
+		how = fmt.Sprintf("gathered on the GPU and combined on the host (%s)", c.whyOnHost(dt, call.Op))
+	case call.Kind.Reduces() && call.Op == comm.PreMulSum && call.Kind != comm.KindScan && call.Kind != comm.KindExScan:
+		how += " with an op of ncclRedOpCreatePreMulSum"
 	case !ok:
 		how = call.Kind.String()
 	}

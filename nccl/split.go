@@ -89,7 +89,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (comm.Communicator, er
 		th, err := c.dev.newThread()
 		if err == nil {
 			w := watchControl(sub)
-			if made, err = start(c.dev, th, sub, w, nc, cfg); err != nil {
+			if made, err = start(c.dev, th, sub, w, nc, cfg, c.minComputeCap); err != nil {
 				sub.Close()
 				<-w.done
 				th.stop()

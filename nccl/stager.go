@@ -92,6 +92,17 @@ func (s *Stager) FinishAvg(buf comm.Buffer, n int) error {
 	})
 }
 
+// PreMul sets dst to src × scalar (tier.PreMul, on host copies).
+func (s *Stager) PreMul(dst, src comm.Buffer, scalar float64) error {
+	if dst.Len() != src.Len() || dst.DType() != src.DType() {
+		return fmt.Errorf("nccl: scaling of %v into %v", src, dst)
+	}
+	return s.dev.hostOp([]comm.Buffer{dst, src}, []bool{false, true}, []bool{true, false}, func(h [][]byte) error {
+		tier.PreMul(dst.DType(), h[0], h[1], scalar)
+		return nil
+	})
+}
+
 // Write copies host bytes into a buffer from Alloc.
 func (s *Stager) Write(dst comm.Buffer, src []byte) error { return s.dev.Write(dst, src) }
 

@@ -14,7 +14,7 @@ import (
 // chooses alike) and runs it over the op's frames.
 func runCollective(o *op, c comm.Call) error {
 	P, r := o.size(), o.rank()
-	send, recv := c.Send.Bytes(), c.Recv.Bytes()
+	send, recv := tier.PreMulSend(c, c.Send.Bytes()), c.Recv.Bytes()
 	k := tier.Kernel{Size: max(1, c.Send.DType().Size(), c.Recv.DType().Size())}
 	if c.Kind.Reduces() {
 		dt := c.Send.DType()

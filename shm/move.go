@@ -13,7 +13,7 @@ import (
 // schedule runs the collective of s.o after its header step would go.
 func (c *Comm) schedule(s *stepper) error {
 	call := s.o.call
-	send, recv := call.Send.Bytes(), call.Recv.Bytes()
+	send, recv := tier.PreMulSend(call, call.Send.Bytes()), call.Recv.Bytes()
 	es := max(1, call.Send.DType().Size(), call.Recv.DType().Size())
 	var k tier.Kernel
 	if call.Kind.Reduces() {

@@ -64,6 +64,34 @@ var badCases = []badCase{
 		}
 		return comm.Call{Kind: comm.KindAllReduce, Send: b.buf(comm.I32, badN), Recv: b.buf(comm.I32, badN), Op: op}
 	}},
+	{name: "AllReduce/bxor-on-f32", arg: "op", call: func(b *builder, rank, size, bad int) comm.Call {
+		op := comm.Sum
+		if rank == bad {
+			op = comm.BXor
+		}
+		return comm.Call{Kind: comm.KindAllReduce, Send: b.buf(comm.F32, badN), Recv: b.buf(comm.F32, badN), Op: op}
+	}},
+	{name: "AllReduce/premulsum-on-i32", arg: "op", call: func(b *builder, rank, size, bad int) comm.Call {
+		c := comm.Call{Kind: comm.KindAllReduce, Send: b.buf(comm.I32, badN), Recv: b.buf(comm.I32, badN), Op: comm.Sum}
+		if rank == bad {
+			c.Op, c.Scalar = comm.PreMulSum, 2
+		}
+		return c
+	}},
+	{name: "AllReduce/premulsum-without-factor", arg: "scalar", call: func(b *builder, rank, size, bad int) comm.Call {
+		c := comm.Call{Kind: comm.KindAllReduce, Send: b.buf(comm.F32, badN), Recv: b.buf(comm.F32, badN), Op: comm.PreMulSum, Scalar: 0.5}
+		if rank == bad {
+			c.Scalar = 0
+		}
+		return c
+	}},
+	{name: "AllReduce/factor-with-sum", arg: "scalar", call: func(b *builder, rank, size, bad int) comm.Call {
+		c := comm.Call{Kind: comm.KindAllReduce, Send: b.buf(comm.F32, badN), Recv: b.buf(comm.F32, badN), Op: comm.Sum}
+		if rank == bad {
+			c.Scalar = 2
+		}
+		return c
+	}},
 	{name: "AllReduce/invalid-op", arg: "op", call: func(b *builder, rank, size, bad int) comm.Call {
 		op := comm.Sum
 		if rank == bad {

@@ -82,12 +82,15 @@ func caseName(tc testCase) string {
 // (size·n) get the extreme element sizes only.
 var (
 	largeAllReduce = map[comm.DType][]comm.ReduceOp{
-		comm.F32:  comm.ReduceOps,
-		comm.BF16: {comm.Sum, comm.Max},
-		comm.F16:  {comm.Sum, comm.Max},
-		comm.I64:  {comm.Sum, comm.Min},
-		comm.U8:   {comm.Max},
-		comm.F64:  {comm.Avg},
+		comm.F32:    comm.ReduceOps,
+		comm.BF16:   {comm.Sum, comm.Max},
+		comm.F16:    {comm.Sum, comm.Max},
+		comm.I64:    {comm.Sum, comm.Min},
+		comm.U8:     {comm.Max},
+		comm.F64:    {comm.Avg, comm.PreMulSum}, // NCCL's one-rank kernel for both drops f64 elements before 2.29.7
+		comm.I16:    {comm.BXor},
+		comm.Bool:   {comm.Sum},
+		comm.F8E5M2: {comm.Sum},
 	}
 	largeReduce = map[comm.DType][]comm.ReduceOp{
 		comm.F32:  {comm.Sum, comm.Max},
@@ -125,13 +128,14 @@ func roots(size int) []int {
 	return r
 }
 
-// reduceOK reports whether op on dt is a valid case of kind (Avg only on
-// floats, and not for the scans).
+// reduceOK reports whether op on dt is a valid case of kind (comm.CanReduce:
+// Avg and PreMulSum only on floats, the bitwise ops only on integers and
+// bool; and Avg not for the scans).
 func reduceOK(kind comm.Kind, dt comm.DType, op comm.ReduceOp) bool {
-	if op != comm.Avg {
-		return true
+	if comm.CanReduce(dt, op) != nil {
+		return false
 	}
-	return dt.IsFloat() && kind != comm.KindScan && kind != comm.KindExScan
+	return op != comm.Avg || kind != comm.KindScan && kind != comm.KindExScan
 }
 
 // buildCases is the case list of RunRank for a world of the given size. It

@@ -33,7 +33,15 @@ const (
 
 // maxScaledRanks is how many ranks put a factor other than ±1 into a Prod:
 // 2^±12 is inside binary16's normal range, so no partial product rounds.
-const maxScaledRanks = 12
+// E4M3, whose values run from 2^-9 to 448, takes 2^±8 (maxScaledE4M3).
+const (
+	maxScaledRanks = 12
+	maxScaledE4M3  = 8
+)
+
+// premulScalar is rank's factor in a PreMulSum case: 2, -1, 1/2 and 1 in
+// turn, so ranks scale differently and every product is exact.
+func premulScalar(rank int) float64 { return [...]float64{2, -1, 0.5, 1}[rank%4] }
 
 // source generates the inputs of one case: element i of rank's input is a
 // pure function of (case seed, rank, i), so every rank can compute every
@@ -47,6 +55,8 @@ type source struct {
 	nanRank  int      // the rank with NaN at every third index, or -1
 	amp      uint64   // domSum: |k| ≤ amp
 	ampRanks int      // domSum: ranks from ampRanks on contribute 0
+	scaled   int      // domProd: ranks from scaled on contribute ±1
+	premul   bool     // PreMulSum: rank r's input is scaled by premulScalar(r)
 }
 
 func domainOf(kind comm.Kind, op comm.ReduceOp, v variant) domain {
@@ -64,7 +74,11 @@ func domainOf(kind comm.Kind, op comm.ReduceOp, v variant) domain {
 }
 
 func newSource(tc *testCase, size int) *source {
-	s := &source{seed: tc.seed, size: size, e: elemOf(tc.dt), dom: domainOf(tc.kind, tc.op, tc.v), base: make([]uint64, size), nanRank: -1}
+	s := &source{seed: tc.seed, size: size, e: elemOf(tc.dt), dom: domainOf(tc.kind, tc.op, tc.v), base: make([]uint64, size), nanRank: -1,
+		scaled: maxScaledRanks, premul: tc.op == comm.PreMulSum && tc.kind.Reduces()}
+	if tc.dt == comm.F8E4M3 {
+		s.scaled = maxScaledE4M3
+	}
 	for r := range s.base {
 		s.base[r] = mix(tc.seed ^ mix(uint64(r)+0x51ed27))
 	}
@@ -75,9 +89,15 @@ func newSource(tc *testCase, size int) *source {
 		// Every |partial sum| ≤ size·amp must be an integer multiple of 1/4
 		// with at most mbits+1 significant bits.
 		limit := uint64(1) << (s.e.mbits + 1)
-		s.amp, s.ampRanks = limit/uint64(size), size
+		// PreMulSum's products are multiples of 1/8 up to twice as large:
+		// in eighths, 4× the sum of the inputs.
+		per := uint64(1)
+		if s.premul {
+			per = 4
+		}
+		s.amp, s.ampRanks = limit/(per*uint64(size)), size
 		if s.amp == 0 {
-			s.amp, s.ampRanks = 1, int(limit)
+			s.amp, s.ampRanks = 1, int(limit/per)
 		}
 	}
 	return s
@@ -113,7 +133,7 @@ func (s *source) vals(dst []float64, rank, off int) {
 		for i := range dst {
 			h := mix(base + uint64(i)*golden)
 			e := int(h>>1%3) - 1
-			if rank >= maxScaledRanks {
+			if rank >= s.scaled {
 				e = 0
 			}
 			f := math.Ldexp(1, e)
@@ -157,6 +177,9 @@ func (s *source) vals(dst []float64, rank, off int) {
 func (s *source) ints(dst []uint64, rank, off int) {
 	base := s.base[rank] + uint64(off)*golden
 	mask := s.e.mask()
+	if s.e.boolean {
+		mask = 1
+	}
 	if s.dom == domProd {
 		for i := range dst {
 			h := mix(base + uint64(i)*golden)
@@ -180,6 +203,11 @@ const golden = 0x9e3779b97f4a7c15
 func (s *source) fill(b []byte, rank, off, n int) {
 	if s.dom == domBits {
 		s.stream(b[:n*s.e.size], rank, off*s.e.size)
+		if s.e.boolean { // a bool is 0 or 1, also where it only moves
+			for i := range b[:n] {
+				b[i] &= 1
+			}
+		}
 		return
 	}
 	const chunk = 4096
@@ -252,10 +280,15 @@ func (s *source) reduce(op comm.ReduceOp, lo, hi, off, n, div int) []byte {
 			for i := range m {
 				acc[i] = id
 			}
-			for _, in := range inputs {
+			for qi, in := range inputs {
 				v := fv[:m]
 				s.e.decodeFloats(v, in[done*es:])
 				switch op {
+				case comm.PreMulSum:
+					k := premulScalar(lo + qi)
+					for i, x := range v {
+						acc[i] += x * k // exact: see newSource
+					}
 				case comm.Prod:
 					for i, x := range v {
 						acc[i] *= x
@@ -313,6 +346,12 @@ func floatIdentity(op comm.ReduceOp) float64 {
 func (s *source) intIdentity(op comm.ReduceOp) uint64 {
 	top := uint64(1) << (s.e.width - 1)
 	switch {
+	case s.e.boolean && (op == comm.Prod || op == comm.Min || op == comm.BAnd):
+		return 1 // true: the identity of AND
+	case s.e.boolean:
+		return 0
+	case op == comm.BAnd:
+		return s.e.mask()
 	case op == comm.Prod:
 		return 1
 	case op == comm.Min && s.e.signed:
@@ -328,7 +367,22 @@ func (s *source) intIdentity(op comm.ReduceOp) uint64 {
 // combineInt works on the low width bits: wrapping Sum and Prod are the same
 // for signed and unsigned two's complement; Min and Max are not.
 func (s *source) combineInt(op comm.ReduceOp, a, b uint64) uint64 {
+	if s.e.boolean { // logical, on 0 and 1
+		switch op {
+		case comm.Sum, comm.Max, comm.BOr:
+			return a | b
+		case comm.BXor:
+			return a ^ b
+		}
+		return a & b // Prod, Min, BAnd
+	}
 	switch op {
+	case comm.BAnd:
+		return a & b
+	case comm.BOr:
+		return a | b
+	case comm.BXor:
+		return a ^ b
 	case comm.Prod:
 		return a * b & s.e.mask()
 	case comm.Min:

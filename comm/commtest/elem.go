@@ -22,6 +22,11 @@ type elem struct {
 	signed bool
 	ebits  uint // floats: exponent bits
 	mbits  uint // floats: stored mantissa bits
+	// finite: the float format has no Inf, and its top binade is finite
+	// but for one NaN (E4M3: 0x7f and 0xff; it saturates at ±448).
+	finite bool
+	// boolean: Bool, whose elements are 0 or 1 and whose ops are logical.
+	boolean bool
 }
 
 func elemOf(dt comm.DType) elem {
@@ -35,8 +40,14 @@ func elemOf(dt comm.DType) elem {
 		e.float, e.ebits, e.mbits = true, 8, 23
 	case comm.F64:
 		e.float, e.ebits, e.mbits = true, 11, 52
-	case comm.I8, comm.I32, comm.I64:
+	case comm.F8E4M3:
+		e.float, e.ebits, e.mbits, e.finite = true, 4, 3, true
+	case comm.F8E5M2:
+		e.float, e.ebits, e.mbits = true, 5, 2
+	case comm.I8, comm.I16, comm.I32, comm.I64:
 		e.signed = true
+	case comm.Bool:
+		e.boolean = true
 	}
 	return e
 }
@@ -125,6 +136,11 @@ func (e elem) decodeFloats(v []float64, b []byte) {
 		for i, x := range view[uint16](b)[:len(v)] {
 			v[i] = float64(math.Float32frombits(uint32(x) << 16))
 		}
+	case comm.F8E4M3, comm.F8E5M2:
+		t := fp8Values(e.dt)
+		for i, x := range b[:len(v)] {
+			v[i] = t[x]
+		}
 	default:
 		t := f16Values()
 		for i, x := range view[uint16](b)[:len(v)] {
@@ -178,6 +194,20 @@ func (e elem) fromFloat(f float64) uint64 {
 	case comm.F32:
 		return uint64(math.Float32bits(float32(f))) // Go converts to nearest even
 	}
+	return e.narrow(f)
+}
+
+// narrow rounds f to the dtype, a float narrower than float32. The fp8
+// types saturate (comm.Float8E5M2From: E5M2's largest value is 57344),
+// but for E5M2's ±Inf, which only the identity of Min and Max is here:
+// those ops never round, and the suite's inputs are finite.
+func (e elem) narrow(f float64) uint64 {
+	switch {
+	case e.finite:
+		return narrowE4M3(f)
+	case e.dt == comm.F8E5M2 && !math.IsNaN(f) && !math.IsInf(f, 0) && math.Abs(f) >= 57344:
+		return narrow(math.Copysign(57344, f), e.ebits, e.mbits)
+	}
 	return narrow(f, e.ebits, e.mbits)
 }
 
@@ -201,6 +231,10 @@ func (e elem) fromFloats(dst []uint64, src []float64) {
 			} else {
 				dst[i] = narrow(f, e.ebits, e.mbits)
 			}
+		}
+	case comm.F8E4M3, comm.F8E5M2:
+		for i, f := range src {
+			dst[i] = e.narrow(f)
 		}
 	default: // F16
 		for i, f := range src {
@@ -231,6 +265,8 @@ func (e elem) toFloat(v uint64) float64 {
 		return float64(math.Float32frombits(uint32(v)))
 	case comm.BF16:
 		return float64(math.Float32frombits(uint32(v) << 16)) // bfloat16 is the top half of a float32
+	case comm.F8E4M3, comm.F8E5M2:
+		return fp8Values(e.dt)[uint8(v)]
 	}
 	return f16Values()[uint16(v)]
 }
@@ -244,8 +280,68 @@ var f16Values = sync.OnceValue(func() *[1 << 16]float64 {
 	return &t
 })
 
+// fp8Values holds the value of every bit pattern of the fp8 dtype dt, from
+// widen (E4M3's top binade, which widen would take for Inf and NaN, from
+// the binade below it, doubled).
+func fp8Values(dt comm.DType) *[256]float64 {
+	if dt == comm.F8E4M3 {
+		return e4m3Values()
+	}
+	return e5m2Values()
+}
+
+var (
+	e4m3Values = sync.OnceValue(func() *[256]float64 {
+		var t [256]float64
+		for b := range t {
+			switch {
+			case b&0x7f == 0x7f:
+				t[b] = math.NaN()
+			case b&0x78 == 0x78: // exponent field 15: 2^8 × 1.m
+				t[b] = 2 * widen(uint64(b)-0x08, 4, 3)
+			default:
+				t[b] = widen(uint64(b), 4, 3)
+			}
+		}
+		return &t
+	})
+	e5m2Values = sync.OnceValue(func() *[256]float64 {
+		var t [256]float64
+		for b := range t {
+			t[b] = widen(uint64(b), 5, 2)
+		}
+		return &t
+	})
+)
+
+// narrowE4M3 rounds f to E4M3, to nearest with ties to even: narrow, but
+// with E4M3's top binade (256 to 448) finite, saturating at ±448 (as
+// comm.Float8E4M3From: 448 is the largest value, and what rounds above
+// it, Inf included, becomes it), and a NaN is 0x7f with f's sign.
+func narrowE4M3(f float64) uint64 {
+	var sign uint64
+	if math.Signbit(f) {
+		sign = 0x80
+	}
+	a := math.Abs(f)
+	switch {
+	case math.IsNaN(f):
+		return sign | 0x7f
+	case a >= 448:
+		return sign | 0x7e
+	case a >= 256:
+		// narrow of a/2 with one more exponent step: the binade [256, 448]
+		// has the spacing 32, and 2^7 × (1 + m/8) narrows exactly as a/2.
+		return sign | (narrow(a/2, 4, 3) + 0x08)
+	}
+	return sign | narrow(a, 4, 3)
+}
+
 // isNaN reports whether the bits v of a float dtype are a NaN.
 func (e elem) isNaN(v uint64) bool {
+	if e.finite {
+		return v&0x7f == 0x7f
+	}
 	expMask := (uint64(1)<<e.ebits - 1) << e.mbits
 	return v&expMask == expMask && v&(1<<e.mbits-1) != 0
 }

@@ -51,6 +51,14 @@ var mismatchCases = []mismatchCase{
 		}
 		return allReduce(b, comm.F32, mismatchN, comm.Sum)
 	}},
+	{"premulsum vs sum", func(b *builder, rank, size int) comm.Call {
+		// The factors may differ (each rank's own); the op may not.
+		c := allReduce(b, comm.F32, mismatchN, comm.Sum)
+		if rank == 1 {
+			c.Op, c.Scalar = comm.PreMulSum, 0.5
+		}
+		return c
+	}},
 	{"roots differ", func(b *builder, rank, size int) comm.Call {
 		if rank == 0 {
 			return broadcast(b, comm.F32, mismatchN, 0)
@@ -70,7 +78,8 @@ var mismatchCases = []mismatchCase{
 // more (with one rank it returns nil at once). Each case runs on a fresh
 // Split of c (every rank, color 0, key rank), closed afterwards: rank 0
 // calls AllReduce(1024×f32) while the others call Broadcast; one rank's
-// count differs; dtypes differ; ops differ; roots differ; rank 0 calls
+// count differs; dtypes differ; ops differ; rank 1 calls PreMulSum where
+// the others call Sum; roots differ; rank 0 calls
 // Gather while the others call Scatter. Every rank must return, within
 // Options.Timeout, an error with errors.Is(err, comm.ErrMismatch) whose
 // *comm.MismatchError has Local equal to its own call's Signature — or, if

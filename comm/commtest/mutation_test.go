@@ -60,6 +60,8 @@ func TestMutationsCaught(t *testing.T) {
 		{"tags ignored", bugTagIgnored, 1, P2PRank, quick, "tag"},
 		{"AllReduce in a batch drops the last element of an odd count", bugOddDrop, 1, BatchRank, quick, "Batch/"},
 		{"a batch's collectives compared without the batch", bugBatchUnmarked, 2, BatchRank, quick, "ErrMismatch"},
+		{"PreMulSum scales by the receiver's factor", bugPreMulOwnFactor, 2, RunRank, only(comm.KindAllReduce), "/premulsum/"},
+		{"BXor is OR", bugXorAsOr, 2, RunRank, only(comm.KindAllReduce), "/bxor/"},
 		// These two wait for timeouts: 2 and 5 ranks are enough.
 		{"bad argument not told to the others", bugNoAbandon, 2, BadInputRank, quick, "ErrPeerAbandoned"},
 		{"mismatch not reported as one", bugNoMismatch, 2, MismatchRank, quick, "ErrMismatch"},

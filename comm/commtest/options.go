@@ -32,8 +32,8 @@ type Options struct {
 	// LargeCount is the count from which a case is large. If zero, defaults
 	// to 4096. Large counts run only for a representative subset, unless
 	// FullLarge: AllReduce on f32 with every op, bf16 and f16 with sum and
-	// max, i64 with sum and min, u8 with max, f64 with avg, plus random
-	// data; Reduce, ReduceScatter, Scan and ExScan on f32 with sum and max,
+	// max, i64 with sum and min, u8 with max, f64 with avg and premulsum,
+	// i16 with bxor, bool with sum, f8e5m2 with sum, plus random data; Reduce, ReduceScatter, Scan and ExScan on f32 with sum and max,
 	// bf16 with sum, i64 with min, u8 with max; Broadcast, Gather, Scatter
 	// and Send/Recv on one dtype of each element size (u8, bf16, f32, i64);
 	// AllGather, AllToAll and AllToAllV on u8 and f32; one root (size-1);

@@ -133,6 +133,9 @@ func prepare(tc *testCase, rank, size int, mem Memory) (p *prepared, err error) 
 
 	c := &p.call
 	c.Kind, c.Op, c.Root = tc.kind, tc.op, tc.root
+	if s.premul {
+		c.Scalar = premulScalar(rank)
+	}
 	isRoot := tc.kind.Rooted() && rank == tc.root
 	switch tc.kind {
 	case comm.KindAllReduce, comm.KindScan, comm.KindExScan:

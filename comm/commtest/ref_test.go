@@ -29,22 +29,24 @@ import (
 type bug uint8
 
 const (
-	noBug             bug = iota
-	bugRSShift            // ReduceScatter gives rank r block (r+1) mod N (nexar's defect)
-	bugShardOnly          // AllReduce reduces only the first half across nodes of 2 ranks; the rest only within the node (nexar-nccl's defect)
-	bugOddDrop            // AllReduce leaves the last element unwritten when the count is odd (nexar's pipelining defect)
-	bugExScanProdZero     // ExScan with Prod gives rank 0 zeros instead of ones
-	bugSplitNoP2P         // communicators from Split cannot Send or Recv (nexar's defect)
-	bugGatherOrder        // Gather puts the blocks at the root in reverse rank order
-	bugScanExclusive      // Scan computes ExScan
-	bugBcastFromZero      // Broadcast always sends rank 0's buffer
-	bugMinIgnoresNaN      // Min and Max skip NaN operands (C's fmin)
-	bugRankOrderSum       // float Sum accumulates in the dtype, starting at a different rank on each rank
-	bugTagIgnored         // Send and Recv match by peer only
-	bugNoAbandon          // a bad argument is reported on its own rank only; the others wait
-	bugNoMismatch         // a mismatch fails every rank with an error that does not say so
-	bugDeaf               // like bugNoAbandon, and collectives ignore their context: the others hang
-	bugBatchUnmarked      // collectives compare their calls without the comm.Batch they are in
+	noBug              bug = iota
+	bugRSShift             // ReduceScatter gives rank r block (r+1) mod N (nexar's defect)
+	bugShardOnly           // AllReduce reduces only the first half across nodes of 2 ranks; the rest only within the node (nexar-nccl's defect)
+	bugOddDrop             // AllReduce leaves the last element unwritten when the count is odd (nexar's pipelining defect)
+	bugExScanProdZero      // ExScan with Prod gives rank 0 zeros instead of ones
+	bugSplitNoP2P          // communicators from Split cannot Send or Recv (nexar's defect)
+	bugGatherOrder         // Gather puts the blocks at the root in reverse rank order
+	bugScanExclusive       // Scan computes ExScan
+	bugBcastFromZero       // Broadcast always sends rank 0's buffer
+	bugMinIgnoresNaN       // Min and Max skip NaN operands (C's fmin)
+	bugRankOrderSum        // float Sum accumulates in the dtype, starting at a different rank on each rank
+	bugTagIgnored          // Send and Recv match by peer only
+	bugNoAbandon           // a bad argument is reported on its own rank only; the others wait
+	bugNoMismatch          // a mismatch fails every rank with an error that does not say so
+	bugDeaf                // like bugNoAbandon, and collectives ignore their context: the others hang
+	bugBatchUnmarked       // collectives compare their calls without the comm.Batch they are in
+	bugPreMulOwnFactor     // PreMulSum scales every rank's input by the receiving rank's factor
+	bugXorAsOr             // BXor computes OR
 )
 
 type refGroup struct {
@@ -409,21 +411,21 @@ func (g *refGroup) execute(calls []comm.Call) {
 	case comm.KindAllReduce:
 		n := k.Send.Len()
 		for q := range out {
-			out[q] = g.reduce(e, k.Op, in, all, 0, n, q)
+			out[q] = g.reduce(e, calls, in, all, 0, n, q)
 			if g.bug == bugShardOnly {
 				node := []int{q &^ 1}
 				if q|1 < P {
 					node = append(node, q|1)
 				}
 				h := (n + 1) / 2
-				copy(out[q][h*es:], g.reduce(e, k.Op, in, node, h, n-h, q))
+				copy(out[q][h*es:], g.reduce(e, calls, in, node, h, n-h, q))
 			}
 			if g.bug == bugOddDrop && n%2 == 1 {
 				out[q] = append(out[q][:(n-1)*es:(n-1)*es], calls[q].Recv.Bytes()[(n-1)*es:]...)
 			}
 		}
 	case comm.KindReduce:
-		out[k.Root] = g.reduce(e, k.Op, in, all, 0, k.Send.Len(), k.Root)
+		out[k.Root] = g.reduce(e, calls, in, all, 0, k.Send.Len(), k.Root)
 	case comm.KindReduceScatter:
 		n := k.Recv.Len()
 		for q := range out {
@@ -431,7 +433,7 @@ func (g *refGroup) execute(calls []comm.Call) {
 			if g.bug == bugRSShift {
 				b = (q + 1) % P
 			}
-			out[q] = g.reduce(e, k.Op, in, all, b*n, n, q)
+			out[q] = g.reduce(e, calls, in, all, b*n, n, q)
 		}
 	case comm.KindScan, comm.KindExScan:
 		for q := range out {
@@ -439,7 +441,7 @@ func (g *refGroup) execute(calls []comm.Call) {
 			if k.Kind == comm.KindExScan || g.bug == bugScanExclusive {
 				upto = q
 			}
-			out[q] = g.reduce(e, k.Op, in, all[:upto], 0, k.Send.Len(), q)
+			out[q] = g.reduce(e, calls, in, all[:upto], 0, k.Send.Len(), q)
 			if k.Kind == comm.KindExScan && q == 0 && k.Op == comm.Prod && g.bug == bugExScanProdZero {
 				clear(out[q])
 			}
@@ -500,12 +502,38 @@ func (g *refGroup) execute(calls []comm.Call) {
 // rank order. Floats go through float64 and are rounded once to the dtype;
 // integers wrap. An empty set of ranks gives the op's identity. self is the
 // rank that gets the result (for bugRankOrderSum).
-func (g *refGroup) reduce(e elem, op comm.ReduceOp, in [][]byte, ranks []int, off, n, self int) []byte {
+func (g *refGroup) reduce(e elem, calls []comm.Call, in [][]byte, ranks []int, off, n, self int) []byte {
+	op := calls[0].Op
 	out := make([]byte, n*e.size)
 	for i := range n {
+		if e.boolean { // logical: OR for Sum, Max, BOr; AND for Prod, Min, BAnd
+			acc := op == comm.Prod || op == comm.Min || op == comm.BAnd
+			for _, q := range ranks {
+				v := e.get(in[q], off+i) == 1
+				switch op {
+				case comm.Prod, comm.Min, comm.BAnd:
+					acc = acc && v
+				case comm.BXor:
+					acc = acc != v
+					if g.bug == bugXorAsOr {
+						acc = acc || v
+					}
+				default:
+					acc = acc || v
+				}
+			}
+			if acc {
+				e.put(out, i, 1)
+			} else {
+				e.put(out, i, 0)
+			}
+			continue
+		}
 		if !e.float {
 			var acc uint64
 			switch {
+			case op == comm.BAnd:
+				acc = e.mask()
 			case op == comm.Prod:
 				acc = 1
 			case op == comm.Min && e.signed:
@@ -522,6 +550,15 @@ func (g *refGroup) reduce(e elem, op comm.ReduceOp, in [][]byte, ranks []int, of
 					acc += v
 				case comm.Prod:
 					acc *= v
+				case comm.BAnd:
+					acc &= v
+				case comm.BOr:
+					acc |= v
+				case comm.BXor:
+					acc ^= v
+					if g.bug == bugXorAsOr {
+						acc |= v
+					}
 				case comm.Min:
 					if e.sext(v) < e.sext(acc) && e.signed || v&e.mask() < acc&e.mask() && !e.signed {
 						acc = v
@@ -550,8 +587,15 @@ func (g *refGroup) reduce(e elem, op comm.ReduceOp, in [][]byte, ranks []int, of
 		}
 		for _, q := range order {
 			v := e.toFloat(e.get(in[q], off+i))
+			if op == comm.PreMulSum { // the product, rounded once to the dtype
+				k := calls[q].Scalar
+				if g.bug == bugPreMulOwnFactor {
+					k = calls[self].Scalar
+				}
+				v = e.toFloat(e.fromFloat(v * e.toFloat(e.fromFloat(k))))
+			}
 			switch op {
-			case comm.Sum, comm.Avg:
+			case comm.Sum, comm.Avg, comm.PreMulSum:
 				acc += v
 				if g.bug == bugRankOrderSum {
 					acc = e.toFloat(e.fromFloat(acc))

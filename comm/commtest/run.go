@@ -101,9 +101,13 @@ func caseBody(ctx context.Context, c comm.Communicator, tc *testCase, o Options,
 }
 
 // invoke runs the case's call through the blocking methods (Start is the
-// NonBlocking suite's).
+// NonBlocking suite's); PreMulSum, whose factor no blocking method takes,
+// through Start and Wait.
 func (p *prepared) invoke(ctx context.Context, c comm.Communicator) error {
 	k := p.call
+	if k.Kind.Reduces() && k.Op == comm.PreMulSum {
+		return c.Start(ctx, k).Wait()
+	}
 	switch k.Kind {
 	case comm.KindAllReduce:
 		return c.AllReduce(ctx, k.Send, k.Recv, k.Op)

@@ -127,6 +127,18 @@ func fillBench(dt comm.DType, op comm.ReduceOp, dst, src []byte) {
 			for i, x := range v {
 				view[comm.BFloat16](out)[i] = comm.BFloat16FromFloat64(x)
 			}
+		case comm.F8E4M3:
+			for i, x := range v {
+				out[i] = byte(comm.Float8E4M3FromFloat64(x))
+			}
+		case comm.F8E5M2:
+			for i, x := range v {
+				out[i] = byte(comm.Float8E5M2FromFloat64(x))
+			}
+		case comm.Bool:
+			for i, x := range v {
+				out[i] = byte(math.Float64bits(x) >> 20 & 1)
+			}
 		default: // integers: random bits, wrapping is part of the job
 			for i := range out {
 				out[i] = byte(math.Float64bits(v[i%len(v)]) >> 20)

@@ -18,9 +18,11 @@ import (
 // bits for the same order of steps:
 //
 //   - Sum and Prod follow IEEE 754 (round to nearest even) on f32 and f64.
-//   - f16 and bf16 widen both operands to float32 (exactly), operate in
-//     float32 and round the result to nearest even back to 16 bits: every
-//     pairwise step rounds, as NCCL does. A reduction over P ranks therefore
+//   - f16, bf16 and the fp8 types widen both operands to float32
+//     (exactly), operate in float32 and round the result to nearest even
+//     back to their width (fp8: saturating at the largest finite value,
+//     as comm.Float8E4M3From and comm.Float8E5M2From do): every pairwise
+//     step rounds, as NCCL does. A reduction over P ranks therefore
 //     rounds P-1 times; the order of the steps is the algorithm's.
 //   - Min and Max propagate NaN: if dst is NaN the result is dst, else if src
 //     is NaN the result is src (bits kept as they are). Otherwise they order
@@ -28,6 +30,8 @@ import (
 //     operand comes first: Min and Max are exactly commutative (but for
 //     which of two NaNs wins).
 //   - Integer Sum and Prod wrap around (two's complement).
+//   - BAnd, BOr and BXor are bitwise, on the integer dtypes and bool.
+//   - Bool is logical: Sum and Max are OR, Prod and Min are AND.
 //   - Avg is Sum during the reduction; the caller divides once at the end
 //     with FinishAvg. Avg on integer dtypes is refused.
 
@@ -40,16 +44,20 @@ import (
 // several goroutines at once.
 //
 // For Avg it returns the Sum kernel: divide once at the end with FinishAvg.
+// For PreMulSum too: each rank scales its own input first (PreMul).
 // It returns an error when op is not defined on dt (see comm.CanReduce).
 func ReduceFunc(dt comm.DType, op comm.ReduceOp) (func(dst, src []byte), error) {
 	if err := comm.CanReduce(dt, op); err != nil {
 		return nil, err
 	}
-	if op == comm.Avg {
+	if op == comm.Avg || op == comm.PreMulSum {
 		op = comm.Sum
 	}
 	return kernels[dt][op], nil
 }
+
+// kernelTable holds a kernel per dtype and op, nil where op is undefined.
+type kernelTable = [comm.NumDTypes][comm.NumReduceOps]func(dst, src []byte)
 
 // kernels[dt][op] is the kernel for dt and op (nil where undefined): the
 // scalar one, or where this machine has one, a vector kernel that gives the
@@ -57,7 +65,7 @@ func ReduceFunc(dt comm.DType, op comm.ReduceOp) (func(dst, src []byte), error) 
 var kernels = vectorKernels(scalarKernels)
 
 // scalarKernels are the portable kernels, in Go.
-var scalarKernels = [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte){
+var scalarKernels = withBitwise(kernelTable{
 	comm.F32: {
 		comm.Sum:  typed(comm.F32, sumLoop[float32]),
 		comm.Prod: typed(comm.F32, prodLoop[float32]),
@@ -73,14 +81,14 @@ var scalarKernels = [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte){
 	comm.F16: {
 		comm.Sum:  typed(comm.F16, sumF16),
 		comm.Prod: typed(comm.F16, prodF16),
-		comm.Min:  typed(comm.F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, 0) }),
-		comm.Max:  typed(comm.F16, func(d, s []uint16) { minMax16(d, s, 0x7c00, -1) }),
+		comm.Min:  typed(comm.F16, func(d, s []uint16) { minMaxNarrow(d, s, 0x7c00, int16(0)) }),
+		comm.Max:  typed(comm.F16, func(d, s []uint16) { minMaxNarrow(d, s, 0x7c00, int16(-1)) }),
 	},
 	comm.BF16: {
 		comm.Sum:  typed(comm.BF16, sumBF16),
 		comm.Prod: typed(comm.BF16, prodBF16),
-		comm.Min:  typed(comm.BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, 0) }),
-		comm.Max:  typed(comm.BF16, func(d, s []uint16) { minMax16(d, s, 0x7f80, -1) }),
+		comm.Min:  typed(comm.BF16, func(d, s []uint16) { minMaxNarrow(d, s, 0x7f80, int16(0)) }),
+		comm.Max:  typed(comm.BF16, func(d, s []uint16) { minMaxNarrow(d, s, 0x7f80, int16(-1)) }),
 	},
 	comm.I8: {
 		comm.Sum:  typed(comm.I8, sumBytes),
@@ -118,6 +126,53 @@ var scalarKernels = [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte){
 		comm.Min:  typed(comm.U64, minLoop[uint64]),
 		comm.Max:  typed(comm.U64, maxLoop[uint64]),
 	},
+	comm.I16: {
+		comm.Sum:  typed(comm.I16, sumLoop[int16]),
+		comm.Prod: typed(comm.I16, prodLoop[int16]),
+		comm.Min:  typed(comm.I16, minLoop[int16]),
+		comm.Max:  typed(comm.I16, maxLoop[int16]),
+	},
+	comm.U16: {
+		comm.Sum:  typed(comm.U16, sumLoop[uint16]),
+		comm.Prod: typed(comm.U16, prodLoop[uint16]),
+		comm.Min:  typed(comm.U16, minLoop[uint16]),
+		comm.Max:  typed(comm.U16, maxLoop[uint16]),
+	},
+	// Bool is logical: OR for Sum and Max, AND for Prod and Min, on bytes
+	// that are 0 or 1 (BAnd, BOr and BXor come from withBitwise).
+	comm.Bool: {
+		comm.Sum:  typed(comm.Bool, orBytes),
+		comm.Prod: typed(comm.Bool, andBytes),
+		comm.Min:  typed(comm.Bool, andBytes),
+		comm.Max:  typed(comm.Bool, orBytes),
+	},
+	comm.F8E4M3: {
+		comm.Sum:  fp8Kernel(comm.F8E4M3, comm.Sum, 0x7e),
+		comm.Prod: fp8Kernel(comm.F8E4M3, comm.Prod, 0x7e),
+		comm.Min:  fp8Kernel(comm.F8E4M3, comm.Min, 0x7e),
+		comm.Max:  fp8Kernel(comm.F8E4M3, comm.Max, 0x7e),
+	},
+	comm.F8E5M2: {
+		comm.Sum:  fp8Kernel(comm.F8E5M2, comm.Sum, 0x7c),
+		comm.Prod: fp8Kernel(comm.F8E5M2, comm.Prod, 0x7c),
+		comm.Min:  fp8Kernel(comm.F8E5M2, comm.Min, 0x7c),
+		comm.Max:  fp8Kernel(comm.F8E5M2, comm.Max, 0x7c),
+	},
+})
+
+// withBitwise adds BAnd, BOr and BXor to t for every integer dtype and
+// Bool. Bitwise ops do not care where one element ends and the next
+// begins, so one kernel over bytes serves every width.
+func withBitwise(t kernelTable) kernelTable {
+	for _, dt := range comm.DTypes {
+		if dt.IsFloat() {
+			continue
+		}
+		t[dt][comm.BAnd] = typed(dt, andBytes)
+		t[dt][comm.BOr] = typed(dt, orBytes)
+		t[dt][comm.BXor] = typed(dt, xorBytes)
+	}
+	return t
 }
 
 // typed adapts a loop over []T to raw bytes, checking the lengths once.
@@ -150,7 +205,7 @@ func view[T any](b []byte) []T {
 }
 
 type integer interface {
-	int8 | uint8 | int32 | uint32 | int64 | uint64
+	int8 | uint8 | int16 | uint16 | int32 | uint32 | int64 | uint64
 }
 
 type number interface {
@@ -251,6 +306,43 @@ func sumLanes8(a, b uint64) uint64 {
 	return (a&^hi + b&^hi) ^ (a^b)&hi
 }
 
+// andBytes, orBytes and xorBytes are the bitwise ops over bytes, eight at
+// a time (one unaligned load and store each on amd64 and arm64).
+func andBytes(d, s []uint8) { bitwiseBytes(d, s, comm.BAnd) }
+func orBytes(d, s []uint8)  { bitwiseBytes(d, s, comm.BOr) }
+func xorBytes(d, s []uint8) { bitwiseBytes(d, s, comm.BXor) }
+
+// bitwiseBytes has a loop per op, so that the operation is inlined in it
+// (through a func value it was a call per word, and 3 GB/s).
+func bitwiseBytes(d, s []uint8, op comm.ReduceOp) {
+	le := binary.LittleEndian
+	s = s[:len(d)]
+	n := len(d) &^ 7
+	switch op {
+	case comm.BAnd:
+		for i := 0; i < n; i += 8 {
+			le.PutUint64(d[i:], le.Uint64(d[i:])&le.Uint64(s[i:]))
+		}
+		for i := n; i < len(d); i++ {
+			d[i] &= s[i]
+		}
+	case comm.BOr:
+		for i := 0; i < n; i += 8 {
+			le.PutUint64(d[i:], le.Uint64(d[i:])|le.Uint64(s[i:]))
+		}
+		for i := n; i < len(d); i++ {
+			d[i] |= s[i]
+		}
+	default: // BXor
+		for i := 0; i < n; i += 8 {
+			le.PutUint64(d[i:], le.Uint64(d[i:])^le.Uint64(s[i:]))
+		}
+		for i := n; i < len(d); i++ {
+			d[i] ^= s[i]
+		}
+	}
+}
+
 // Min and Max on floats compare bit patterns mapped to a total order
 // (-NaN < -Inf < … < -0 < +0 < … < +Inf < +NaN, by flipping the magnitude
 // bits of negatives) with every NaN mapped below everything: "keep the
@@ -258,11 +350,15 @@ func sumLanes8(a, b uint64) uint64 {
 // branch. flip is 0 for Min and -1 for Max, which reverses the order of the
 // non-NaN keys. nanAbove is the largest non-NaN magnitude (the Inf bits).
 
-func minMax16(d, s []uint16, nanAbove uint16, flip int16) {
-	key := func(b uint16) int16 {
-		k := int16(b) ^ int16(b)>>15&0x7fff ^ flip
-		if b&0x7fff > nanAbove {
-			k = math.MinInt16
+// minMaxNarrow is Min and Max for the 8- and 16-bit floats (fp8, f16,
+// bf16): U is the bits, S the signed integer of the same width.
+func minMaxNarrow[U uint8 | uint16, S int8 | int16](d, s []U, nanAbove U, flip S) {
+	top := 8*unsafe.Sizeof(U(0)) - 1
+	mag := ^U(0) >> 1
+	key := func(b U) S {
+		k := S(b) ^ S(b)>>top&S(mag) ^ flip
+		if b&mag > nanAbove {
+			k = S(1) << top // the smallest S
 		}
 		return k
 	}
@@ -366,9 +462,10 @@ func prodBF16(d, s []comm.BFloat16) {
 
 // FinishAvg divides every element of buf (elements of dt) by n, the number
 // of contributions summed into it, rounding once to nearest even: f32 and
-// f64 divide in their own type; f16 and bf16 divide in float64 and round to
-// 16 bits in one step, which is exact (a float64 quotient of 16-bit values
-// cannot land on a 16-bit rounding boundary unless the true quotient does).
+// f64 divide in their own type; f16, bf16 and the fp8 types divide in
+// float64 and round to their width in one step, which is exact (a float64
+// quotient of 16-bit values cannot land on a 16-bit rounding boundary unless
+// the true quotient does).
 // It panics when dt is not a float type or n < 1: Avg is refused on integers
 // before any data moves, so either is a bug.
 func FinishAvg(dt comm.DType, buf []byte, n int) {
@@ -404,13 +501,18 @@ func FinishAvg(dt comm.DType, buf []byte, n int) {
 		for i, x := range v {
 			v[i] = comm.BFloat16FromFloat64(float64(x.Float32()) / div)
 		}
+	case comm.F8E4M3, comm.F8E5M2:
+		div, f := float64(n), fp8Of(dt)
+		fp8Map(buf, buf, func(v uint8) uint8 { return f.narrow(float64(f.widen(v)) / div) })
 	}
 }
 
 // FillIdentity sets every element of buf (elements of dt) to the identity of
-// op: 0 for Sum and Avg, 1 for Prod, +Inf (floats) or the largest value
-// (integers) for Min, -Inf or the smallest value for Max. ExScan gives it to
-// rank 0, which has no prefix. It panics on an invalid dtype or op, or a buf
+// op: 0 for Sum, Avg, PreMulSum, BOr and BXor, 1 for Prod, +Inf (floats;
+// E4M3, which has no Inf, its largest value 448) or the largest value
+// (integers) for Min, -Inf or the smallest value for Max, all ones for
+// BAnd. Bool's are false for Sum and Max (OR) and true for Prod and Min
+// (AND). ExScan gives it to rank 0, which has no prefix. It panics on an invalid dtype or op, or a buf
 // that is not whole elements.
 //
 // The float zero is +0, what every user expects on ExScan's rank 0. Strictly,
@@ -433,6 +535,11 @@ func FillIdentity(dt comm.DType, op comm.ReduceOp, buf []byte) {
 		one = identityMin[dt]
 	case comm.Max:
 		one = identityMax[dt]
+	case comm.BAnd:
+		one = identityMin[comm.U64] // all ones
+		if dt == comm.Bool {
+			one = 1
+		}
 	}
 	size := dt.Size()
 	var elem [8]byte
@@ -445,10 +552,13 @@ func FillIdentity(dt comm.DType, op comm.ReduceOp, buf []byte) {
 
 // The bits of the identity of Prod, Min and Max, by dtype (Sum's is 0).
 var (
-	identityProd = [comm.U64 + 1]uint64{comm.F32: 0x3f800000, comm.F64: 0x3ff0000000000000, comm.F16: 0x3c00, comm.BF16: 0x3f80,
-		comm.I8: 1, comm.U8: 1, comm.I32: 1, comm.U32: 1, comm.I64: 1, comm.U64: 1}
-	identityMin = [comm.U64 + 1]uint64{comm.F32: 0x7f800000, comm.F64: 0x7ff0000000000000, comm.F16: 0x7c00, comm.BF16: 0x7f80,
-		comm.I8: math.MaxInt8, comm.U8: math.MaxUint8, comm.I32: math.MaxInt32, comm.U32: math.MaxUint32, comm.I64: math.MaxInt64, comm.U64: math.MaxUint64}
-	identityMax = [comm.U64 + 1]uint64{comm.F32: 0xff800000, comm.F64: 0xfff0000000000000, comm.F16: 0xfc00, comm.BF16: 0xff80,
-		comm.I8: 0x80, comm.U8: 0, comm.I32: 0x80000000, comm.U32: 0, comm.I64: 1 << 63, comm.U64: 0}
+	identityProd = [comm.NumDTypes]uint64{comm.F32: 0x3f800000, comm.F64: 0x3ff0000000000000, comm.F16: 0x3c00, comm.BF16: 0x3f80,
+		comm.I8: 1, comm.U8: 1, comm.I32: 1, comm.U32: 1, comm.I64: 1, comm.U64: 1,
+		comm.I16: 1, comm.U16: 1, comm.Bool: 1, comm.F8E4M3: 0x38, comm.F8E5M2: 0x3c}
+	identityMin = [comm.NumDTypes]uint64{comm.F32: 0x7f800000, comm.F64: 0x7ff0000000000000, comm.F16: 0x7c00, comm.BF16: 0x7f80,
+		comm.I8: math.MaxInt8, comm.U8: math.MaxUint8, comm.I32: math.MaxInt32, comm.U32: math.MaxUint32, comm.I64: math.MaxInt64, comm.U64: math.MaxUint64,
+		comm.I16: math.MaxInt16, comm.U16: math.MaxUint16, comm.Bool: 1, comm.F8E4M3: 0x7e, comm.F8E5M2: 0x7c}
+	identityMax = [comm.NumDTypes]uint64{comm.F32: 0xff800000, comm.F64: 0xfff0000000000000, comm.F16: 0xfc00, comm.BF16: 0xff80,
+		comm.I8: 0x80, comm.U8: 0, comm.I32: 0x80000000, comm.U32: 0, comm.I64: 1 << 63, comm.U64: 0,
+		comm.I16: 0x8000, comm.U16: 0, comm.Bool: 0, comm.F8E4M3: 0xfe, comm.F8E5M2: 0xfc}
 )

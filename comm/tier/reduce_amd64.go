@@ -100,7 +100,7 @@ func hasAVX2() bool {
 
 // vectorKernels is scalar with the AVX2 kernels in place where the machine
 // has them.
-func vectorKernels(scalar [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte)) [comm.U64 + 1][comm.Avg + 1]func(dst, src []byte) {
+func vectorKernels(scalar kernelTable) kernelTable {
 	k := scalar
 	if !hasAVX2() {
 		return k

@@ -41,6 +41,8 @@ func refFloat(dt comm.DType, bits uint64) float64 {
 		return math.Float64frombits(bits)
 	case comm.F16:
 		return refF16.decode(uint16(bits))
+	case comm.F8E4M3, comm.F8E5M2:
+		return fp8RefOf(dt).decode(uint8(bits))
 	default:
 		return refBF16.decode(uint16(bits))
 	}
@@ -51,6 +53,8 @@ func refInt(dt comm.DType, bits uint64) *big.Int {
 	switch dt {
 	case comm.I8:
 		return big.NewInt(int64(int8(bits)))
+	case comm.I16:
+		return big.NewInt(int64(int16(bits)))
 	case comm.I32:
 		return big.NewInt(int64(int32(bits)))
 	case comm.I64:
@@ -69,6 +73,8 @@ func refEncode(dt comm.DType, x float64) uint64 {
 		return math.Float64bits(x)
 	case comm.F16:
 		return uint64(refF16.round(x))
+	case comm.F8E4M3, comm.F8E5M2:
+		return uint64(fp8RefOf(dt).round(x))
 	default:
 		return uint64(refBF16.round(x))
 	}
@@ -78,8 +84,21 @@ func refEncode(dt comm.DType, x float64) uint64 {
 // NaN but IEEE leaves its payload open (Sum and Prod with a NaN operand, or
 // an invalid operation).
 func refReduce(dt comm.DType, op comm.ReduceOp, a, b uint64) (want uint64, anyNaN bool) {
-	if op == comm.Avg {
+	if op == comm.Avg || op == comm.PreMulSum {
 		op = comm.Sum
+	}
+	switch {
+	case op == comm.BAnd:
+		return a & b, false
+	case op == comm.BOr:
+		return a | b, false
+	case op == comm.BXor:
+		return a ^ b, false
+	case dt == comm.Bool: // logical, on 0 and 1
+		if op == comm.Sum || op == comm.Max {
+			return a | b, false
+		}
+		return a & b, false
 	}
 	if !dt.IsFloat() {
 		x, y := refInt(dt, a), refInt(dt, b)
@@ -178,6 +197,8 @@ func isNaNBits(dt comm.DType, bits uint64) bool {
 		return bits&0x7fff > 0x7c00
 	case comm.BF16:
 		return bits&0x7fff > 0x7f80
+	case comm.F8E4M3, comm.F8E5M2:
+		return fp8RefOf(dt).isNaN(uint8(bits))
 	}
 	return false
 }
@@ -200,8 +221,16 @@ func edgeValues(dt comm.DType) []uint64 {
 	case comm.BF16:
 		return []uint64{0, 0x8000, 1, 0x8001, 0x007f, 0x0080, 0x8080, 0x3f80, 0xbf80, 0x3f81, 0x3b80, 0x3b00,
 			0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81, 0x4000, 0x3f00, 0x5f80, 0x1f80}
+	case comm.F8E4M3:
+		return []uint64{0, 0x80, 1, 0x81, 0x07, 0x08, 0x88, 0x38, 0xb8, 0x39, 0x7e, 0xfe, 0x7d, 0x7f, 0xff, 0x40, 0x30, 0x77}
+	case comm.F8E5M2:
+		return []uint64{0, 0x80, 1, 0x81, 0x03, 0x04, 0x84, 0x3c, 0xbc, 0x3d, 0x7b, 0xfb, 0x7c, 0xfc, 0x7e, 0xff, 0x7d, 0x40, 0x38}
+	case comm.Bool:
+		return []uint64{0, 1}
 	case comm.I8, comm.U8:
 		return []uint64{0, 1, 0x7f, 0x80, 0xff, 0x81, 2, 0x40}
+	case comm.I16, comm.U16:
+		return []uint64{0, 1, 0x7fff, 0x8000, 0xffff, 0x8001, 2, 0x100, 0xff}
 	case comm.I32, comm.U32:
 		return []uint64{0, 1, 0x7fffffff, 0x80000000, 0xffffffff, 0x80000001, 2, 0x10000, 0xffff}
 	default:
@@ -213,6 +242,9 @@ func edgeValues(dt comm.DType) []uint64 {
 // them), an ordinary value of moderate magnitude (where rounding decides the
 // last bit), or an edge value.
 func randomValue(dt comm.DType, rng *rand.Rand) uint64 {
+	if dt == comm.Bool {
+		return uint64(rng.IntN(2))
+	}
 	switch rng.IntN(5) {
 	case 0:
 		return rng.Uint64() >> (64 - 8*dt.Size())
@@ -230,6 +262,10 @@ func randomValue(dt comm.DType, rng *rand.Rand) uint64 {
 		return sign<<15 | uint64(10+rng.IntN(10))<<10 | rng.Uint64()&0x3ff
 	case comm.BF16:
 		return sign<<15 | uint64(117+rng.IntN(20))<<7 | rng.Uint64()&0x7f
+	case comm.F8E4M3:
+		return sign<<7 | uint64(3+rng.IntN(8))<<3 | rng.Uint64()&0x7
+	case comm.F8E5M2:
+		return sign<<7 | uint64(10+rng.IntN(10))<<2 | rng.Uint64()&0x3
 	}
 	v := uint64(rng.IntN(7)) - 3 // small integers, for Prod
 	return v & (1<<(8*dt.Size()) - 1)
@@ -443,9 +479,9 @@ func TestReduceFuncRefuses(t *testing.T) {
 		{comm.I32, comm.Avg, "avg is not defined on integer dtype i32"},
 		{comm.U8, comm.Avg, "avg is not defined"},
 		{0, comm.Sum, "invalid dtype"},
-		{comm.U64 + 1, comm.Sum, "invalid dtype"},
+		{comm.DType(comm.NumDTypes), comm.Sum, "invalid dtype"},
 		{comm.F32, 0, "invalid reduce op"},
-		{comm.F32, comm.Avg + 1, "invalid reduce op"},
+		{comm.F32, comm.ReduceOp(comm.NumReduceOps), "invalid reduce op"},
 	}
 	for _, c := range cases {
 		k, err := ReduceFunc(c.dt, c.op)
@@ -500,6 +536,10 @@ func refAvg(dt comm.DType, bits uint64, n int) (want uint64, anyNaN bool) {
 	switch {
 	case math.IsNaN(x):
 		return 0, true
+	case n == 1: // nothing to divide: FinishAvg leaves the bits
+		return bits, false
+	case math.IsInf(x, 0) && (dt == comm.F8E4M3 || dt == comm.F8E5M2):
+		return uint64(fp8RefOf(dt).round(x)), false // saturates
 	case math.IsInf(x, 0) || x == 0:
 		return bits, false
 	}
@@ -511,6 +551,12 @@ func refAvg(dt comm.DType, bits uint64, n int) (want uint64, anyNaN bool) {
 	}
 	q := new(big.Rat).SetFloat64(x)
 	q.Quo(q, big.NewRat(int64(n), 1))
+	if dt == comm.F8E4M3 || dt == comm.F8E5M2 {
+		// Rounding to float64 first is harmless: 53 bits are more than
+		// 2×4+2 (double rounding of a quotient is then exact).
+		r, _ := q.Float64()
+		return uint64(fp8RefOf(dt).round(math.Copysign(r, x))), false
+	}
 	var r float64
 	switch dt {
 	case comm.F32:
@@ -545,6 +591,11 @@ func TestFinishAvg(t *testing.T) {
 		all[i] = uint64(i)
 	}
 	ns := []int{3, 7}
+	for _, dt := range []comm.DType{comm.F8E4M3, comm.F8E5M2} {
+		for _, n := range []int{1, 2, 3, 5, 7, 12, 1000} {
+			checkAvg(t, dt, all[:256], n)
+		}
+	}
 	for _, dt := range []comm.DType{comm.F16, comm.BF16} {
 		for _, n := range ns {
 			checkAvg(t, dt, all, n)
@@ -622,9 +673,12 @@ func TestFillIdentity(t *testing.T) {
 			kernel(id, src)
 			for i, y := range ys {
 				got := elem(dt, id, i)
-				sum := op == comm.Sum || op == comm.Avg
+				sum := op == comm.Sum || op == comm.Avg || op == comm.PreMulSum
 				if dt.IsFloat() && sum && y == uint64(1)<<(8*dt.Size()-1) { // -0
 					y = 0
+				}
+				if dt == comm.F8E5M2 && (sum || op == comm.Prod) && y&0x7f == 0x7c { // Inf saturates
+					y = y&0x80 | 0x7b
 				}
 				if got != y && !(isNaNBits(dt, y) && isNaNBits(dt, got) && (sum || op == comm.Prod)) {
 					t.Fatalf("%v %v: identity op %#x = %#x, want %#x", dt, op, y, got, y)
@@ -640,6 +694,9 @@ func TestFillIdentity(t *testing.T) {
 	}{
 		{comm.F32, comm.Sum, 0}, {comm.F64, comm.Avg, 0}, {comm.F16, comm.Prod, 0x3c00}, {comm.BF16, comm.Min, 0x7f80}, {comm.F16, comm.Max, 0xfc00},
 		{comm.I8, comm.Min, 0x7f}, {comm.I8, comm.Max, 0x80}, {comm.U32, comm.Min, 0xffffffff}, {comm.U32, comm.Max, 0}, {comm.I64, comm.Prod, 1}, {comm.U64, comm.Sum, 0},
+		{comm.I16, comm.BAnd, 0xffff}, {comm.U16, comm.Min, 0xffff}, {comm.I16, comm.Max, 0x8000}, {comm.U64, comm.BXor, 0},
+		{comm.Bool, comm.BAnd, 1}, {comm.Bool, comm.Prod, 1}, {comm.Bool, comm.Sum, 0}, {comm.Bool, comm.Min, 1},
+		{comm.F8E4M3, comm.Min, 0x7e}, {comm.F8E4M3, comm.Prod, 0x38}, {comm.F8E5M2, comm.Max, 0xfc}, {comm.F8E5M2, comm.PreMulSum, 0},
 	} {
 		buf := make([]byte, c.dt.Size())
 		FillIdentity(c.dt, c.op, buf)

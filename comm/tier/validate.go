@@ -56,6 +56,12 @@ func Validate(ctx context.Context, c comm.Call, rank, size int) error {
 		if (c.Kind == comm.KindScan || c.Kind == comm.KindExScan) && c.Op == comm.Avg {
 			return bad("op", "avg is not defined for %v (a prefix has no single divisor); use sum", c.Kind)
 		}
+		if c.Op == comm.PreMulSum && c.Scalar == 0 {
+			return bad("scalar", "is 0: premulsum multiplies this rank's input by Call.Scalar, its factor (the blocking forms carry none: Start a Call with one)")
+		}
+	}
+	if c.Scalar != 0 && (!c.Kind.Reduces() || c.Op != comm.PreMulSum) {
+		return bad("scalar", "is %v, but only premulsum takes a factor (op is %v)", c.Scalar, c.Op)
 	}
 	ns, nr := c.Send.Len(), c.Recv.Len()
 	lenIs := func(arg string, got, want int, what string) error {
@@ -148,7 +154,7 @@ func Uses(c comm.Call, rank int) (send, recv bool) {
 // bad argument (the hierarchy's phases, nccl.Staged). The Phase its
 // context carries goes with it.
 func WithoutBuffers(c comm.Call) comm.Call {
-	return comm.Call{Kind: c.Kind, Op: c.Op, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
+	return comm.Call{Kind: c.Kind, Op: c.Op, Scalar: c.Scalar, Root: c.Root, Peer: c.Peer, Tag: c.Tag}
 }
 
 // refusal is Validate's error for a call whose Phase is Refused: its text,

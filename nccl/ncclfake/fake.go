@@ -100,6 +100,9 @@ type Options struct {
 	Version int
 	// DriverVersion is cuDriverGetVersion's; if zero, 12020.
 	DriverVersion int
+	// ComputeCapability is every device's, 10·major + minor; if zero, 90
+	// (Hopper). NCCL reduces the fp8 types from 90 on only.
+	ComputeCapability int
 }
 
 // New returns a Library whose CUDA driver and NCCL are one in-process
@@ -119,6 +122,9 @@ func New(opt Options) *nccl.Library {
 	}
 	if opt.DriverVersion == 0 {
 		opt.DriverVersion = 12020
+	}
+	if opt.ComputeCapability == 0 {
+		opt.ComputeCapability = 90
 	}
 	w := &fakeWorld{
 		opt:         opt,

@@ -121,6 +121,25 @@ func (d fakeDriver) DeviceGet(dev *cuapi.Device, ordinal int32) cuapi.CUResult {
 	return cuapi.CUDASuccess
 }
 
+// DeviceGetAttribute knows the compute capability (Options.ComputeCapability).
+func (d fakeDriver) DeviceGetAttribute(v *int32, attr int32, ordinal cuapi.Device) cuapi.CUResult {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.device(int(ordinal)); r != cuapi.CUDASuccess {
+		return r
+	}
+	switch attr {
+	case cuapi.AttrComputeCapabilityMajor:
+		*v = int32(w.opt.ComputeCapability / 10)
+	case cuapi.AttrComputeCapabilityMinor:
+		*v = int32(w.opt.ComputeCapability % 10)
+	default:
+		return cuapi.CUDAErrorInvalidValue
+	}
+	return cuapi.CUDASuccess
+}
+
 func (d fakeDriver) DeviceGetName(ordinal cuapi.Device) (string, cuapi.CUResult) {
 	w := d.w
 	w.mu.Lock()

@@ -55,7 +55,8 @@ type fakeIssue struct {
 	count      uintptr // per rank: AllGather's send count, ReduceScatter's recv count
 	dt         cuapi.DataType
 	op         cuapi.RedOp
-	root       int // Broadcast's and Reduce's root; Send's and Recv's peer
+	scalar     []byte // a PreMulSum op's scalar, captured when it is called
+	root       int    // Broadcast's and Reduce's root; Send's and Recv's peer
 	stream     cuapi.Stream
 	seq        uint64 // set at launch: the collective's number, or the pair's
 }
@@ -130,6 +131,22 @@ func (w *fakeWorld) issue(h cuapi.Comm, is *fakeIssue) cuapi.NCCLResult {
 	if why := checkIssue(is, c.clique.nranks); why != "" {
 		return bad(cuapi.NCCLInvalidArgument, why)
 	}
+	if !w.typeOK(is.dt) {
+		return bad(cuapi.NCCLInvalidArgument, fmt.Sprintf("invalid type %d (%s needs NCCL %s)", is.dt, fakeTypeName(is.dt), cuapi.VersionString(cuapi.FP8VersionCode)))
+	}
+	if is.kind.reduces() && (is.dt == cuapi.NCCLFloat8e4m3 || is.dt == cuapi.NCCLFloat8e5m2) && w.opt.ComputeCapability < 90 {
+		return bad(cuapi.NCCLInvalidArgument, "FP8 reduction support begins with sm90 capable devices") // enqueue.cc's check of comm->minCompCap
+	}
+	if is.kind.reduces() && is.op >= cuapi.NCCLNumOps {
+		p := c.userOp(is.op)
+		switch {
+		case p == nil:
+			return bad(cuapi.NCCLInvalidArgument, fmt.Sprintf("invalid reduction operation %d", is.op))
+		case p.dt != is.dt:
+			return bad(cuapi.NCCLInvalidArgument, fmt.Sprintf("reduction operation %d was made for %s, not %s", is.op, fakeTypeName(p.dt), fakeTypeName(is.dt)))
+		}
+		is.scalar = p.scalar
+	}
 	if _, why := w.opStream(c, is.stream); why != "" {
 		return bad(cuapi.NCCLUnhandledCudaError, why)
 	}
@@ -162,7 +179,7 @@ func checkIssue(is *fakeIssue, nranks int) string {
 	switch {
 	case !fakeTypeOK(is.dt):
 		return fmt.Sprintf("invalid type %d", is.dt)
-	case is.kind.reduces() && (is.op < cuapi.NCCLSum || is.op > cuapi.NCCLAvg):
+	case is.kind.reduces() && is.op < cuapi.NCCLSum: // ops from cuapi.NCCLNumOps on are checked by issue
 		return fmt.Sprintf("invalid reduction operation %d", is.op)
 	case (is.kind.rooted() || is.kind.p2p()) && (is.root < 0 || is.root >= nranks):
 		return fmt.Sprintf("invalid root %d (root should be in the 0..%d range)", is.root, nranks-1)

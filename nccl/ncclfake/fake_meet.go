@@ -128,7 +128,13 @@ func (w *fakeWorld) collPart(c *fakeComm, is *fakeIssue) (*fakeCollPart, cuapi.N
 // what NCCL needs them to agree on.
 func mismatch(a, b *fakeIssue) bool {
 	return a.kind != b.kind || a.count != b.count || a.dt != b.dt ||
-		a.kind.reduces() && a.op != b.op || a.kind.rooted() && a.root != b.root
+		a.kind.reduces() && opKind(a.op) != opKind(b.op) || a.kind.rooted() && a.root != b.root
+}
+
+// opKind is op, with every PreMulSum op the same: ranks may pass
+// different ones (their own scalars).
+func opKind(op cuapi.RedOp) cuapi.RedOp {
+	return min(op, cuapi.NCCLNumOps)
 }
 
 // completeColl does a collective every rank has arrived at: it checks
@@ -155,12 +161,12 @@ func (w *fakeWorld) completeColl(m *fakeCollMeet, seq uint64) {
 	defer w.memMu.Unlock()
 	switch is.kind {
 	case fakeAllReduce, fakeReduce, fakeReduceScatter:
-		ins := make([][]byte, n)
+		ins, scalars := make([][]byte, n), make([][]byte, n)
 		for r, p := range m.parts {
-			ins[r] = p.send
+			ins[r], scalars[r] = p.send, p.is.scalar
 		}
-		acc := reduceAs(is.dt, is.op, ins)
-		if es := fakeTypeSize(is.dt); n == 1 && is.op == cuapi.NCCLAvg && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
+		acc := reduceAs(is.dt, is.op, ins, scalars)
+		if es := fakeTypeSize(is.dt); n == 1 && (is.op == cuapi.NCCLAvg || is.op >= cuapi.NCCLNumOps) && fakeDTypes[is.dt].IsFloat() && w.opt.Version < 22907 {
 			acc = acc[:OneRankAvgCovers(len(acc)/es, es)*es]
 		}
 		switch is.kind {

@@ -84,10 +84,11 @@ type fakeComm struct {
 	inflight   int           // its stream operations queued and not yet ended
 	drained    chan struct{} // closed when inflight drops to 0; nil when no one waits
 
-	collSeq  uint64   // collectives launched
-	sendSeq  []uint64 // sends launched, per peer
-	recvSeq  []uint64 // receives launched, per peer
-	splitSeq uint64   // splits called
+	premul   []*fakePreMul // PreMulSum ops by slot (fake_premul.go); nil: free
+	collSeq  uint64        // collectives launched
+	sendSeq  []uint64      // sends launched, per peer
+	recvSeq  []uint64      // receives launched, per peer
+	splitSeq uint64        // splits called
 }
 
 // newComm makes rank's communicator in cl. The caller holds w.mu.

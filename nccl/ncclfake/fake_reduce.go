@@ -15,7 +15,13 @@ import (
 // rank order 0, 1, 2, … (NCCL's order depends on its algorithm and
 // channel), each step with comm's kernels, which round as NCCL's do (Sum
 // and Prod: IEEE 754 on f32 and f64; on f16 and bf16 the exact result
-// rounded to the type, which widening to float32 reproduces exactly).
+// rounded to the type, which widening to float32 reproduces exactly; on
+// the fp8 types NCCL adds or multiplies the two as halves, __hadd and
+// __hmul, and converts back with __NV_SATFINITE (reduce_kernel.h): the
+// half result is exact or, for a sum, rounded with 11 bits, more than
+// twice fp8's 4 plus 2, so rounding again to fp8 gives the correctly
+// rounded result, as the kernels' float32 step does; what overflows a
+// half is past fp8's largest value, and saturates either way).
 // Two things are NCCL's own:
 //
 //   - cuapi.NCCLAvg (src/enqueue.cc, hostToDevRedOp, the same from 2.23 to
@@ -44,12 +50,14 @@ var fakeDTypes = [...]comm.DType{
 	cuapi.NCCLInt8: comm.I8, cuapi.NCCLUint8: comm.U8, cuapi.NCCLInt32: comm.I32, cuapi.NCCLUint32: comm.U32,
 	cuapi.NCCLInt64: comm.I64, cuapi.NCCLUint64: comm.U64, cuapi.NCCLFloat16: comm.F16, cuapi.NCCLFloat32: comm.F32,
 	cuapi.NCCLFloat64: comm.F64, cuapi.NCCLBfloat16: comm.BF16,
+	cuapi.NCCLFloat8e4m3: comm.F8E4M3, cuapi.NCCLFloat8e5m2: comm.F8E5M2, // 2.24 and later (fakeWorld.typeOK)
 }
 
 var fakeTypeNames = [...]string{
 	cuapi.NCCLInt8: "ncclInt8", cuapi.NCCLUint8: "ncclUint8", cuapi.NCCLInt32: "ncclInt32", cuapi.NCCLUint32: "ncclUint32",
 	cuapi.NCCLInt64: "ncclInt64", cuapi.NCCLUint64: "ncclUint64", cuapi.NCCLFloat16: "ncclFloat16", cuapi.NCCLFloat32: "ncclFloat32",
 	cuapi.NCCLFloat64: "ncclFloat64", cuapi.NCCLBfloat16: "ncclBfloat16",
+	cuapi.NCCLFloat8e4m3: "ncclFloat8e4m3", cuapi.NCCLFloat8e5m2: "ncclFloat8e5m2",
 }
 
 // fakeOps maps NCCL's reduction ops (nccl.h ncclRedOp_t) but cuapi.NCCLAvg to
@@ -76,6 +84,9 @@ func fakeTypeName(dt cuapi.DataType) string {
 }
 
 func fakeOpName(op cuapi.RedOp) string {
+	if op >= cuapi.NCCLNumOps {
+		return fmt.Sprintf("ncclRedOp(%d, PreMulSum)", op)
+	}
 	if op < cuapi.NCCLSum || op > cuapi.NCCLAvg {
 		return fmt.Sprintf("ncclRedOp(%d)", op)
 	}
@@ -83,8 +94,9 @@ func fakeOpName(op cuapi.RedOp) string {
 }
 
 // reduceAs returns the reduction of ins (one per rank, in rank order,
-// equal lengths) by op, as NCCL computes it. ins are not modified.
-func reduceAs(dt cuapi.DataType, op cuapi.RedOp, ins [][]byte) []byte {
+// equal lengths) by op, as NCCL computes it; for a PreMulSum op, scalars
+// holds each rank's scalar. ins are not modified.
+func reduceAs(dt cuapi.DataType, op cuapi.RedOp, ins, scalars [][]byte) []byte {
 	cdt := fakeDTypes[dt]
 	n := len(ins)
 	in := make([][]byte, n)
@@ -92,7 +104,12 @@ func reduceAs(dt cuapi.DataType, op cuapi.RedOp, ins [][]byte) []byte {
 		in[r] = slices.Clone(b)
 	}
 	cop := comm.Sum
-	if op != cuapi.NCCLAvg {
+	switch {
+	case op >= cuapi.NCCLNumOps:
+		for r, b := range in {
+			tier.PreMul(cdt, b, b, scalarOf(cdt, scalars[r]))
+		}
+	case op != cuapi.NCCLAvg:
 		cop = fakeOps[op]
 	}
 	if op == cuapi.NCCLAvg && cdt.IsFloat() {
@@ -146,6 +163,13 @@ func preMul(dt comm.DType, b []byte, n int) {
 			x := float64(comm.BFloat16(le.Uint16(b[i:])).Float32())
 			le.PutUint16(b[i:], uint16(comm.BFloat16FromFloat64(x*s)))
 		}
+	case comm.F8E4M3:
+		// __nv_cvt_float_to_fp8(float(1.0/nRanks), __NV_SATFINITE, ...);
+		// the product (__hmul of the two as halves) is exact in half, so
+		// one rounding, as tier.PreMul's.
+		tier.PreMul(dt, b, b, float64(comm.Float8E4M3From(float32(1.0/float64(n))).Float32()))
+	case comm.F8E5M2:
+		tier.PreMul(dt, b, b, float64(comm.Float8E5M2From(float32(1.0/float64(n))).Float32()))
 	}
 }
 
@@ -203,6 +227,10 @@ func nanToOther(dt comm.DType, d, s []byte) {
 		inf = 0x7c00
 	case comm.BF16:
 		inf = 0x7f80
+	case comm.F8E4M3:
+		inf = 0x7e // no Inf: the largest finite magnitude; only 0x7f is above it
+	case comm.F8E5M2:
+		inf = 0x7c
 	default:
 		return
 	}
@@ -223,11 +251,13 @@ func nanToOther(dt comm.DType, d, s []byte) {
 	}
 }
 
-// leGet reads the little-endian unsigned integer of size bytes (2, 4 or
-// 8) at the start of b.
+// leGet reads the little-endian unsigned integer of size bytes (1, 2, 4
+// or 8) at the start of b.
 func leGet(b []byte, size int) uint64 {
 	le := binary.LittleEndian
 	switch size {
+	case 1:
+		return uint64(b[0])
 	case 2:
 		return uint64(le.Uint16(b))
 	case 4:
@@ -236,11 +266,13 @@ func leGet(b []byte, size int) uint64 {
 	return le.Uint64(b)
 }
 
-// lePut writes v as a little-endian unsigned integer of size bytes (2, 4
-// or 8) at the start of b.
+// lePut writes v as a little-endian unsigned integer of size bytes (1,
+// 2, 4 or 8) at the start of b.
 func lePut(b []byte, size int, v uint64) {
 	le := binary.LittleEndian
 	switch size {
+	case 1:
+		b[0] = byte(v)
 	case 2:
 		le.PutUint16(b, uint16(v))
 	case 4:
@@ -251,8 +283,8 @@ func lePut(b []byte, size int, v uint64) {
 }
 
 // OneRankAvgCovers is how many of nElts elements (of size eltSize) NCCL
-// before 2.29.7 writes in a float Avg on a communicator of one rank
-// (NVIDIA/nccl issue 1950, fixed in v2.29.7-1): such a call runs the
+// before 2.29.7 writes in a float Avg, or any PreMulSum, on a communicator
+// of one rank (NVIDIA/nccl issue 1950, fixed in v2.29.7-1): such a call runs the
 // oneRankReduce kernel (src/device/onerank.cu, ncclLaunchOneRank) on
 // min(32, ⌈bytes/16 KiB⌉) blocks, each of ⌊nElts/blocks⌋ elements rounded
 // up to a 16-byte pack, so the last nElts mod blocks elements may be left

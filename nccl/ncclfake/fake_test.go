@@ -1065,3 +1065,66 @@ func TestFakeOneRankAvg(t *testing.T) {
 		}
 	}
 }
+
+// TestFakePreMulSum: each rank's input is scaled by its own op's scalar
+// (ops of different numbers and scalars on different ranks), the op is
+// good for its datatype only, may be destroyed as soon as the call
+// returns, and once destroyed is no longer an op; before NCCL 2.24 the
+// fp8 types are not types at all, and before sm90 they do not reduce.
+func TestFakePreMulSum(t *testing.T) {
+	const n = 3
+	l := newFT(Options{})
+	ranks := ftComms(t, l, n, true)
+	scalars := []float32{0.5, 2, -1}
+	bufs := make([]uintptr, n)
+	for r := range n {
+		bufs[r] = ftUpload(t, l, ftF32([]float32{float32(r + 1), 10}))
+	}
+	ops := make([]cuapi.RedOp, n)
+	for _, rk := range ranks {
+		if rk.rank == 1 { // a second op on rank 1: its number differs from the others'
+			var spare cuapi.RedOp
+			s := ftF32([]float32{7})
+			if r := l.nccl.RedOpCreatePreMulSum(&spare, &s[0], cuapi.NCCLFloat32, cuapi.ScalarHostImmediate, rk.comm); r != cuapi.NCCLSuccess {
+				t.Fatalf("RedOpCreatePreMulSum: %d", r)
+			}
+		}
+		s := ftF32(scalars[rk.rank : rk.rank+1])
+		if r := l.nccl.RedOpCreatePreMulSum(&ops[rk.rank], &s[0], cuapi.NCCLFloat32, cuapi.ScalarHostImmediate, rk.comm); r != cuapi.NCCLSuccess {
+			t.Fatalf("rank %d: RedOpCreatePreMulSum: %d", rk.rank, r)
+		}
+		if ops[rk.rank] < cuapi.NCCLNumOps {
+			t.Fatalf("rank %d: op %d is a built-in op's number", rk.rank, ops[rk.rank])
+		}
+		if r := l.nccl.AllReduce(bufs[rk.rank], bufs[rk.rank], 1, cuapi.NCCLFloat64, ops[rk.rank], rk.comm, rk.stream); r != cuapi.NCCLInvalidArgument {
+			t.Errorf("rank %d: an f32 op on f64 data: %d, want ncclInvalidArgument", rk.rank, r)
+		}
+	}
+	for _, rk := range ranks {
+		if r := l.nccl.AllReduce(bufs[rk.rank], bufs[rk.rank], 2, cuapi.NCCLFloat32, ops[rk.rank], rk.comm, rk.stream); r != cuapi.NCCLSuccess {
+			t.Fatalf("rank %d: AllReduce: %d", rk.rank, r)
+		}
+		if r := l.nccl.RedOpDestroy(ops[rk.rank], rk.comm); r != cuapi.NCCLSuccess {
+			t.Fatalf("rank %d: RedOpDestroy: %d", rk.rank, r)
+		}
+	}
+	// 0.5·1 + 2·2 − 1·3 = 1.5; 0.5·10 + 2·10 − 10 = 15.
+	for _, rk := range ranks {
+		ftSync(t, l, rk.stream)
+		if got := ftFromF32(ftDownload(t, l, bufs[rk.rank], 8)); !ftEqualF32(got, []float32{1.5, 15}) {
+			t.Errorf("rank %d: got %v, want [1.5 15]", rk.rank, got)
+		}
+		if r := l.nccl.RedOpDestroy(ops[rk.rank], rk.comm); r != cuapi.NCCLInvalidArgument {
+			t.Errorf("rank %d: a second RedOpDestroy: %d, want ncclInvalidArgument", rk.rank, r)
+		}
+	}
+
+	for _, opt := range []Options{{Version: 22304}, {ComputeCapability: 80}} {
+		old := newFT(opt)
+		rk := ftComms(t, old, 1, true)[0]
+		buf := ftUpload(t, old, []byte{0x38})
+		if r := old.nccl.AllReduce(buf, buf, 1, cuapi.NCCLFloat8e4m3, cuapi.NCCLSum, rk.comm, rk.stream); r != cuapi.NCCLInvalidArgument {
+			t.Errorf("ncclFloat8e4m3 AllReduce with %+v: %d, want ncclInvalidArgument", opt, r)
+		}
+	}
+}

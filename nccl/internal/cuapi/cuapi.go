@@ -63,6 +63,9 @@ type Driver interface {
 	DeviceGetCount(n *int32) CUResult
 	DeviceGet(d *Device, ordinal int32) CUResult
 	DeviceGetName(ordinal Device) (string, CUResult)
+	// DeviceGetAttribute reads one CUdevice_attribute of d (here
+	// AttrComputeCapabilityMajor and Minor).
+	DeviceGetAttribute(v *int32, attr int32, d Device) CUResult
 	DevicePrimaryCtxRetain(ctx *Context, d Device) CUResult
 	DevicePrimaryCtxRelease(d Device) CUResult
 	CtxSetCurrent(ctx Context) CUResult
@@ -122,6 +125,13 @@ type NCCL interface {
 	Recv(buf uintptr, count uintptr, dt DataType, peer int32, comm Comm, s Stream) NCCLResult
 	GroupStart() NCCLResult
 	GroupEnd() NCCLResult
+	// RedOpCreatePreMulSum makes a PreMulSum op for collectives of dt on
+	// comm, with the scalar (one value of dt) at scalar; residence
+	// ScalarHostImmediate reads it from host memory before returning.
+	RedOpCreatePreMulSum(op *RedOp, scalar *byte, dt DataType, residence int32, comm Comm) NCCLResult
+	// RedOpDestroy releases an op RedOpCreatePreMulSum made, as soon as the
+	// last call given it has returned.
+	RedOpDestroy(op RedOp, comm Comm) NCCLResult
 }
 
 // The ABI: every value and layout below is NVIDIA's, from nccl.h
@@ -153,6 +163,9 @@ const (
 	NCCLFloat32  DataType = 7
 	NCCLFloat64  DataType = 8
 	NCCLBfloat16 DataType = 9
+	// NCCL 2.24 and later (FP8VersionCode).
+	NCCLFloat8e4m3 DataType = 10
+	NCCLFloat8e5m2 DataType = 11
 )
 
 // ncclRedOp_t.
@@ -162,7 +175,20 @@ const (
 	NCCLMax  RedOp = 2
 	NCCLMin  RedOp = 3
 	NCCLAvg  RedOp = 4
+	// NCCLNumOps is the number of built-in ops: RedOpCreatePreMulSum's
+	// ops are numbered from it on.
+	NCCLNumOps RedOp = 5
 )
+
+// ncclScalarResidence_t.
+const (
+	ScalarDevice        = 0
+	ScalarHostImmediate = 1
+)
+
+// FP8VersionCode is the first NCCL with ncclFloat8e4m3 and ncclFloat8e5m2
+// (2.24.3).
+const FP8VersionCode = 22403
 
 const (
 	APIMagic          = 0xcafebeef // NCCL_API_MAGIC
@@ -208,18 +234,20 @@ func NewConfig(blocking bool) Config {
 
 // CUresult codes this package tells apart (cuda.h).
 const (
-	CUDASuccess             CUResult = 0   // CUDA_SUCCESS
-	CUDAErrorInvalidValue   CUResult = 1   // CUDA_ERROR_INVALID_VALUE
-	CUDAErrorOutOfMemory    CUResult = 2   // CUDA_ERROR_OUT_OF_MEMORY
-	CUDAErrorNotInitialized CUResult = 3   // CUDA_ERROR_NOT_INITIALIZED
-	CUDAErrorNoDevice       CUResult = 100 // CUDA_ERROR_NO_DEVICE
-	CUDAErrorInvalidDevice  CUResult = 101 // CUDA_ERROR_INVALID_DEVICE
-	CUDAErrorInvalidContext CUResult = 201 // CUDA_ERROR_INVALID_CONTEXT
-	CUDAErrorNotReady       CUResult = 600 // CUDA_ERROR_NOT_READY
-	CUDAErrorIllegalAddress CUResult = 700 // CUDA_ERROR_ILLEGAL_ADDRESS
-	StreamNonBlocking                = 0x1 // CU_STREAM_NON_BLOCKING
-	EventDisableTiming               = 0x2 // CU_EVENT_DISABLE_TIMING
-	MemHostAllocPortable             = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	CUDASuccess                CUResult = 0   // CUDA_SUCCESS
+	CUDAErrorInvalidValue      CUResult = 1   // CUDA_ERROR_INVALID_VALUE
+	CUDAErrorOutOfMemory       CUResult = 2   // CUDA_ERROR_OUT_OF_MEMORY
+	CUDAErrorNotInitialized    CUResult = 3   // CUDA_ERROR_NOT_INITIALIZED
+	CUDAErrorNoDevice          CUResult = 100 // CUDA_ERROR_NO_DEVICE
+	CUDAErrorInvalidDevice     CUResult = 101 // CUDA_ERROR_INVALID_DEVICE
+	CUDAErrorInvalidContext    CUResult = 201 // CUDA_ERROR_INVALID_CONTEXT
+	CUDAErrorNotReady          CUResult = 600 // CUDA_ERROR_NOT_READY
+	CUDAErrorIllegalAddress    CUResult = 700 // CUDA_ERROR_ILLEGAL_ADDRESS
+	AttrComputeCapabilityMajor          = 75  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+	AttrComputeCapabilityMinor          = 76  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+	StreamNonBlocking                   = 0x1 // CU_STREAM_NON_BLOCKING
+	EventDisableTiming                  = 0x2 // CU_EVENT_DISABLE_TIMING
+	MemHostAllocPortable                = 0x1 // CU_MEMHOSTALLOC_PORTABLE
 )
 
 // VersionString spells an NCCL version code: 10000·major + 100·minor
