@@ -170,7 +170,12 @@ func TestGrowWorld(t *testing.T) {
 				n += g
 			}
 			out := &lines{marker: "grow-ready", ch: make(chan struct{}, 8)}
-			spec := cluster.LocalSpec{RanksPerNode: tc.layout, Network: tc.network, KeepOthers: true}
+			// The membership's default timings: the test's fast ones took a
+			// member starved of CPU for dead (4 x 4 and the replacement
+			// under the race detector on 2 cores), and nothing here waits
+			// for the membership to see a death (the transport sees the
+			// kill at once).
+			spec := cluster.LocalSpec{RanksPerNode: tc.layout, Network: tc.network, KeepOthers: true, Env: []string{"HIERCOMM_TEST_DEFAULT_DETECTOR=1"}}
 			job := startJob(t, ctx, spec, "grow", out)
 			killWhenReady(t, ctx, job, out, n, tc.victim)
 			waitFor(t, out, "grow-shrunk:", n-1)
