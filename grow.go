@@ -96,6 +96,7 @@ func (w *World) Grow(ctx context.Context, max int) (*World, error) {
 	}
 	if err := w.agree(ctx, err); err != nil {
 		data.Close()
+		cl.Withdraw(grown, gen, err.Error()) // the newcomers stop waiting
 		return fail(err)
 	}
 	nw, err := grow(ctx, w, cl, grown, w.rank, gen, data)
@@ -200,8 +201,18 @@ func (w *World) gatherAddrs(ctx context.Context, mine string) ([]string, error) 
 // World) and a newcomer (Init: w holds only the launch, the log, the
 // Options and the device) alike. It ends with an AllReduce on the new
 // communicator that every process of it must pass: a process that could
-// not build makes every other's fail too.
+// not build makes every other's fail too, at once where it can tell them
+// (cluster.Withdraw), else by their deadlines.
 func grow(ctx context.Context, w *World, cl *cluster.Cluster, grown *topology.Topology, rank, gen int, data cluster.DataSocket) (*World, error) {
+	nw, err := buildGrown(ctx, w, cl, grown, rank, gen, data)
+	if err != nil {
+		cl.Withdraw(grown, gen, fmt.Sprintf("rank %d of the grown world: %v", rank, err))
+	}
+	return nw, err
+}
+
+// buildGrown is grow's work.
+func buildGrown(ctx context.Context, w *World, cl *cluster.Cluster, grown *topology.Topology, rank, gen int, data cluster.DataSocket) (*World, error) {
 	gpu := -1
 	if w.device != nil {
 		gpu = w.device.Ordinal()
@@ -229,6 +240,14 @@ func grow(ctx context.Context, w *World, cl *cluster.Cluster, grown *topology.To
 			cancel(f)
 		}
 	})
+	withdrawn, why := cl.Withdrawn(gen)
+	go func() {
+		select {
+		case <-withdrawn:
+			cancel(fmt.Errorf("another process gave this Grow up: %s", why()))
+		case <-ctx.Done():
+		}
+	}()
 	c, via, err := build(ctx, plan, in)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != ctx.Err() && cause != nil {

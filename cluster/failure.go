@@ -314,15 +314,20 @@ func (v *view) nobodyListening() bool {
 }
 
 // NotifyMsg receives a leave notice: it is recorded, passed on, and
-// settles a member that is already gone; or an admission (grow.go).
+// settles a member that is already gone; or an admission or a
+// withdrawal (grow.go).
 func (v *view) NotifyMsg(b []byte) {
 	var n message
-	if err := json.Unmarshal(b, &n); err != nil || n.V != metaVersion || n.Leave == "" && n.Admit == nil {
-		v.log.Debug("cluster: ignoring a gossip message that is neither a leave notice nor an admission", "len", len(b))
+	if err := json.Unmarshal(b, &n); err != nil || n.V != metaVersion || n.Leave == "" && n.Admit == nil && n.Withdraw == nil {
+		v.log.Debug("cluster: ignoring a gossip message that is not a leave notice, an admission or a withdrawal", "len", len(b))
 		return
 	}
-	if n.Admit != nil {
+	switch {
+	case n.Admit != nil:
 		v.admittedBy(n.Admit)
+		return
+	case n.Withdraw != nil:
+		v.withdrawnBy(n.Withdraw)
 		return
 	}
 	v.mu.Lock()

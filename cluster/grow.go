@@ -43,9 +43,17 @@ type admission struct {
 // message is a gossip user message: a leave notice (failure.go) or an
 // admission.
 type message struct {
-	V     int        `json:"v"`
-	Leave string     `json:"leave,omitempty"`
-	Admit *admission `json:"admit,omitempty"`
+	V        int         `json:"v"`
+	Leave    string      `json:"leave,omitempty"`
+	Admit    *admission  `json:"admit,omitempty"`
+	Withdraw *withdrawal `json:"withdraw,omitempty"`
+}
+
+// withdrawal is what a process of a grown world that gave the Grow up
+// sends every other one (Withdraw): the generation, and why.
+type withdrawal struct {
+	Gen    int    `json:"gen"`
+	Reason string `json:"reason"`
 }
 
 // newcomerLocked records m, which asks to join the running job, as
@@ -104,11 +112,11 @@ func (v *view) admittedBy(a *admission) {
 }
 
 // adopt makes topo the world: failures are reported with its ranks, and
-// its members are no longer waiting. A newcomer of topo that is gone
-// already (not among alive, the names of the gossip's live members; nil:
-// all are alive) is reported failed at once: its death came before it
-// was a world member, and would otherwise never be.
-func (v *view) adopt(topo *topology.Topology, alive map[string]bool) {
+// its members are no longer waiting. A newcomer of topo known to be gone
+// already (it waited, and left or died) is reported failed at once: its
+// death came before it was a world member, and would otherwise never be.
+// One this process has not heard of yet is taken as alive.
+func (v *view) adopt(topo *topology.Topology) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	old := v.world
@@ -118,11 +126,11 @@ func (v *view) adopt(topo *topology.Topology, alive map[string]bool) {
 		v.world[m.Name] = m
 		delete(v.waiting, m.Name)
 	}
-	if alive == nil || v.closing {
+	if v.closing {
 		return
 	}
 	for _, m := range topo.Members() {
-		if _, member := old[m.Name]; !member && !alive[m.Name] && !v.failed[m.Name] {
+		if _, member := old[m.Name]; !member && v.gone[m.Name] && !v.failed[m.Name] {
 			v.log.Warn("cluster: a process admitted into the running job is gone already: "+describeMember(m), "job", v.jobID)
 			v.failLocked(m.Name, time.Now())
 		}
@@ -183,20 +191,26 @@ func (c *Cluster) Admit(topo *topology.Topology, gen int) error {
 		}
 	}
 	nodes := c.awaitNewcomers(newcomers)
-	alive := make(map[string]bool)
 	var gone, unsent []error
 	for _, m := range newcomers {
+		c.view.mu.Lock()
+		left := c.view.gone[m.Name]
+		c.view.mu.Unlock()
 		n := nodes[m.Name]
-		if n == nil {
+		switch {
+		case left:
 			gone = append(gone, fmt.Errorf("%s left or died", describeMember(m)))
-			continue
-		}
-		alive[m.Name] = true
-		if err := c.ml.SendReliable(n, msg); err != nil {
-			unsent = append(unsent, fmt.Errorf("%s: %w", describeMember(m), err))
+		case n == nil:
+			// Not heard of here yet (gossip is slow under load): the
+			// members that saw it tell it.
+			unsent = append(unsent, fmt.Errorf("%s: not heard of here yet", describeMember(m)))
+		default:
+			if err := c.ml.SendReliable(n, msg); err != nil {
+				unsent = append(unsent, fmt.Errorf("%s: %w", describeMember(m), err))
+			}
 		}
 	}
-	c.view.adopt(topo, alive)
+	c.view.adopt(topo)
 	c.mu.Lock()
 	c.topo, c.rank = topo, rank
 	c.mu.Unlock()
@@ -232,6 +246,68 @@ func (c *Cluster) awaitNewcomers(newcomers []topology.Member) map[string]*member
 	}
 }
 
+// Withdraw tells every other process of topo, the grown world of
+// generation gen, that this one gave the Grow up (reason), so that
+// theirs ends at once instead of waiting for connections that will not
+// come (Withdrawn). Best effort: it sends on goroutines of its own and
+// does not wait.
+func (c *Cluster) Withdraw(topo *topology.Topology, gen int, reason string) {
+	msg, err := json.Marshal(message{V: metaVersion, Withdraw: &withdrawal{Gen: gen, Reason: reason}})
+	if err != nil {
+		return
+	}
+	nodes := make(map[string]*memberlist.Node)
+	for _, n := range c.ml.Members() {
+		nodes[n.Name] = n
+	}
+	for _, m := range topo.Members() {
+		if n := nodes[m.Name]; n != nil && m.Name != c.name {
+			go c.ml.SendReliable(n, msg) //nolint:errcheck // best effort: the others' own bounds hold without it
+		}
+	}
+}
+
+// Withdrawn returns a channel that is closed once another process of the
+// grown world of generation gen gave that Grow up (Withdraw), and a
+// function that says why.
+func (c *Cluster) Withdrawn(gen int) (<-chan struct{}, func() string) {
+	w := c.view.withdrawal(gen)
+	return w.ch, func() string {
+		c.view.mu.Lock()
+		defer c.view.mu.Unlock()
+		return w.reason
+	}
+}
+
+// withdrawnState is a generation's withdrawal: ch is closed when one came.
+type withdrawnState struct {
+	ch     chan struct{}
+	reason string // guarded by the view's mu
+}
+
+// withdrawal is generation gen's withdrawal state, made on first use.
+func (v *view) withdrawal(gen int) *withdrawnState {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	w := v.withdrawn[gen]
+	if w == nil {
+		w = &withdrawnState{ch: make(chan struct{})}
+		v.withdrawn[gen] = w
+	}
+	return w
+}
+
+// withdrawnBy records a withdrawal a process sent.
+func (v *view) withdrawnBy(w *withdrawal) {
+	st := v.withdrawal(w.Gen)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if st.reason == "" {
+		st.reason = w.Reason
+		close(st.ch)
+	}
+}
+
 // Generation is how many times the job had grown when this process
 // joined it: 0 for a process of the world that formed first, the
 // admission's for a process admitted into a running job.
@@ -264,7 +340,7 @@ func (c *Cluster) await(ctx context.Context) error {
 		a := c.view.admitted
 		c.view.mu.Unlock()
 		if a != nil {
-			c.view.adopt(a.Topo, nil)
+			c.view.adopt(a.Topo)
 			c.mu.Lock()
 			c.topo, c.gen = a.Topo, a.Gen
 			for _, m := range a.Topo.Members() {

@@ -181,10 +181,11 @@ type view struct {
 	// Growing (grow.go). waiting: the processes that ask to join the
 	// running job (Config.Joining), by name; admitted: this process's
 	// admission, once it came (a joining process's own view).
-	waiting  map[string]*seenMember // guarded by mu
-	gone     map[string]bool        // guarded by mu: processes that waited and left or died
-	admitted *admission             // guarded by mu
-	joining  bool                   // this process joins a running job (Config.Joining)
+	waiting   map[string]*seenMember  // guarded by mu
+	gone      map[string]bool         // guarded by mu: processes that waited and left or died
+	withdrawn map[int]*withdrawnState // guarded by mu: Grows given up, by generation (Withdraw)
+	admitted  *admission              // guarded by mu
+	joining   bool                    // this process joins a running job (Config.Joining)
 }
 
 func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
@@ -209,6 +210,7 @@ func newView(cfg Config, self string, meta []byte, disp *dispatcher) *view {
 		failed:      make(map[string]bool),
 		waiting:     make(map[string]*seenMember),
 		gone:        make(map[string]bool),
+		withdrawn:   make(map[int]*withdrawnState),
 		joining:     cfg.Joining,
 	}
 }
