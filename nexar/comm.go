@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
@@ -546,6 +547,45 @@ var errCommClosed = errors.New("it closed its communicator")
 // (dead, as the world's peerState gives it).
 func (c *Comm) deadPeerError(peer int, dead error) error {
 	return &peerFault{peer: peer, err: c.ownPeerError(dead)}
+}
+
+// closeGrace bounds how long a collective that a peer's clean close
+// ended waits for news of the failure that made the peer close
+// (collectivePeerError).
+const closeGrace = 500 * time.Millisecond
+
+// collectivePeerError is why a collective's wait for peer ended when the
+// world found it dead. A peer that closed cleanly in the middle of a
+// collective closed because its caller gave up, almost always on a
+// failure it saw: its news of that failure (news.go) went out before its
+// goodbye, but on another link or lane, and may arrive just after it.
+// The error then waits, at most closeGrace, for a failure of a member of
+// this communicator, or its abort, and names that instead of the
+// blameless close; without one it is the close's.
+func (c *Comm) collectivePeerError(peer int, dead error) error {
+	if !errors.Is(dead, ErrPeerClosed) {
+		return c.deadPeerError(peer, dead)
+	}
+	timer := getTimer(closeGrace)
+	defer putTimer(timer)
+	for {
+		died := c.w.deaths()
+		for r, wr := range c.members {
+			if _, err := c.w.peerState(wr); r != c.rank && err != nil && !errors.Is(err, ErrPeerClosed) {
+				return c.deadPeerError(r, err)
+			}
+		}
+		select {
+		case <-died:
+		case <-c.abortedCh:
+			c.mu.Lock()
+			err := c.failure.Aborted()
+			c.mu.Unlock()
+			return err
+		case <-timer.C:
+			return c.deadPeerError(peer, dead)
+		}
+	}
 }
 
 // closedPeerError is why a wait for peer ended when it closed its side

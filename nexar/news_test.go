@@ -298,3 +298,33 @@ func TestSecondNewsOfAFailureWaitsUntilTheFirstIsActedOn(t *testing.T) {
 		}
 	}
 }
+
+// A peer closes cleanly while a collective waits on it, and the news of
+// the failure it closed for comes just after its goodbye (on another link
+// or lane): the collective names the failure, not the blameless close.
+func TestCloseBeforeItsNewsNamesTheFailure(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range 5 {
+		cs := memWorld(t, 4, Options{Timeout: time.Minute, Logger: quiet})
+		// Ranks 0 and 1 call: rank 0's exchange with rank 1 is done, and
+		// it waits on rank 2 when rank 2 closes.
+		done := [2]chan error{make(chan error, 1), make(chan error, 1)}
+		for r := range done {
+			go func() {
+				x := make([]float32, 8)
+				done[r] <- cs[r].AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		w := cs[0].w
+		w.PeerFailed(2, &comm.PeerError{Peer: 2, Addr: "memory:2", Err: ErrPeerClosed})
+		time.Sleep(20 * time.Millisecond)
+		w.PeerFailed(3, &comm.PeerError{Peer: 3, Addr: "memory:3", Err: errors.New("its connection was reset (seen by world rank 2)")})
+		if err := <-done[0]; blames(err, 3, "rank 3 ") != nil {
+			t.Fatalf("round %d: rank 0's AllReduce: %v", i, blames(err, 3, "rank 3 "))
+		}
+		if err := <-done[1]; err == nil {
+			t.Fatalf("round %d: rank 1's AllReduce succeeded without its peers", i)
+		}
+	}
+}

@@ -377,6 +377,9 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	for {
 		died, dead := c.w.peerState(c.members[peer])
 		if dead != nil && peer != c.rank {
+			if p != nil {
+				return abandon(c.collectivePeerError(peer, dead))
+			}
 			return abandon(c.deadPeerError(peer, dead))
 		}
 		if gone && peer != c.rank {
