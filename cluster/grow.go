@@ -323,10 +323,7 @@ func (c *Cluster) await(ctx context.Context) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
-	seeds := make([]*seedStatus, len(c.cfg.Seeds))
-	for i, s := range c.cfg.Seeds {
-		seeds[i] = &seedStatus{seed: s}
-	}
+	seeds := c.seedStatuses()
 	var (
 		joined       bool
 		nextJoin     = start

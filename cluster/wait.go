@@ -16,10 +16,7 @@ func (c *Cluster) form(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
 
-	seeds := make([]*seedStatus, len(c.cfg.Seeds))
-	for i, s := range c.cfg.Seeds {
-		seeds[i] = &seedStatus{seed: s}
-	}
+	seeds := c.seedStatuses()
 	grace := c.grace()
 	var (
 		nextJoin     = start
@@ -120,4 +117,13 @@ func (c *Cluster) formed(topo *topology.Topology, start time.Time) {
 	for line := range strings.SplitSeq(table, "\n") {
 		c.log.Debug("cluster: topology: " + line)
 	}
+}
+
+// seedStatuses are the join loops' record of each seed, none tried yet.
+func (c *Cluster) seedStatuses() []*seedStatus {
+	seeds := make([]*seedStatus, len(c.cfg.Seeds))
+	for i, s := range c.cfg.Seeds {
+		seeds[i] = &seedStatus{seed: s}
+	}
+	return seeds
 }

@@ -270,16 +270,7 @@ func TestSecondNewsOfAFailureWaitsUntilTheFirstIsActedOn(t *testing.T) {
 	slow := slog.New(slowWarnings{slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})})
 	for i := range 5 {
 		cs := memWorld(t, 4, Options{Timeout: time.Minute, Logger: slow})
-		// Ranks 0 and 1 call: rank 0's exchange with rank 1 is done, and
-		// it waits on rank 2 when rank 1 is reported failed.
-		done := [2]chan error{make(chan error, 1), make(chan error, 1)}
-		for r := range done {
-			go func() {
-				x := make([]float32, 8)
-				done[r] <- cs[r].AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
-			}()
-		}
-		time.Sleep(time.Millisecond)
+		done := waitOnRankTwo(cs)
 		w := cs[0].w
 		failed := func(observer int) *comm.PeerError {
 			return &comm.PeerError{Peer: 1, Addr: "memory:1", Err: fmt.Errorf("its connection was reset (seen by world rank %d)", observer)}
@@ -306,16 +297,7 @@ func TestCloseBeforeItsNewsNamesTheFailure(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range 5 {
 		cs := memWorld(t, 4, Options{Timeout: time.Minute, Logger: quiet})
-		// Ranks 0 and 1 call: rank 0's exchange with rank 1 is done, and
-		// it waits on rank 2 when rank 2 closes.
-		done := [2]chan error{make(chan error, 1), make(chan error, 1)}
-		for r := range done {
-			go func() {
-				x := make([]float32, 8)
-				done[r] <- cs[r].AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
-			}()
-		}
-		time.Sleep(time.Millisecond)
+		done := waitOnRankTwo(cs)
 		w := cs[0].w
 		w.PeerFailed(2, &comm.PeerError{Peer: 2, Addr: "memory:2", Err: ErrPeerClosed})
 		time.Sleep(20 * time.Millisecond)
@@ -327,4 +309,19 @@ func TestCloseBeforeItsNewsNamesTheFailure(t *testing.T) {
 			t.Fatalf("round %d: rank 1's AllReduce succeeded without its peers", i)
 		}
 	}
+}
+
+// waitOnRankTwo starts an AllReduce of 8 floats on ranks 0 and 1 of a
+// world of 4 and returns their results' channels: rank 0's exchange with
+// rank 1 is done, and it waits on rank 2 from then on.
+func waitOnRankTwo(cs []*Comm) [2]chan error {
+	done := [2]chan error{make(chan error, 1), make(chan error, 1)}
+	for r := range done {
+		go func() {
+			x := make([]float32, 8)
+			done[r] <- cs[r].AllReduce(context.Background(), comm.Host(x), comm.Host(x), comm.Sum)
+		}()
+	}
+	time.Sleep(time.Millisecond)
+	return done
 }
