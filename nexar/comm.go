@@ -561,11 +561,20 @@ const closeGrace = 500 * time.Millisecond
 // goodbye, but on another link or lane, and may arrive just after it.
 // The error then waits, at most closeGrace, for a failure of a member of
 // this communicator, or its abort, and names that instead of the
-// blameless close; without one it is the close's.
+// blameless close; without one it is the close's. The same holds for a
+// collective's send to the closed peer (op.sendCount): the send and the
+// wait are two ends of one collective.
 func (c *Comm) collectivePeerError(peer int, dead error) error {
 	if !errors.Is(dead, ErrPeerClosed) {
 		return c.deadPeerError(peer, dead)
 	}
+	return c.closeCause(c.deadPeerError(peer, dead))
+}
+
+// closeCause is collectivePeerError's wait: the failure of a member, or
+// the abort, that comes within closeGrace, else closed (the close's own
+// error, in this communicator's terms).
+func (c *Comm) closeCause(closed error) error {
 	timer := getTimer(closeGrace)
 	defer putTimer(timer)
 	for {
@@ -583,7 +592,7 @@ func (c *Comm) collectivePeerError(peer int, dead error) error {
 			c.mu.Unlock()
 			return err
 		case <-timer.C:
-			return c.deadPeerError(peer, dead)
+			return closed
 		}
 	}
 }

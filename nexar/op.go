@@ -279,7 +279,11 @@ func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error
 	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
 	h.Sig.Count = count
 	if err := o.c.sendFrame(o, peer, h, payload); err != nil {
-		return &peerFault{peer: peer, err: err}
+		err = &peerFault{peer: peer, err: err}
+		if errors.Is(err, ErrPeerClosed) {
+			return o.c.closeCause(err) // collectivePeerError
+		}
+		return err
 	}
 	return nil
 }
