@@ -55,6 +55,9 @@ type Comm struct {
 	arrived  map[mkey]frame      // frames that arrived before anyone waited for them
 	waiters  map[mkey]chan frame // receives waiting for a frame (buffered, capacity 1)
 	posted   map[mkey]*posted    // Recvs started with Start, waiting for their frame (posted.go)
+	// landings are the waiting receives' memory for their frames, by the
+	// key they wait for (landing.go); one has its waiter in waiters.
+	landings map[mkey]*landing
 	// watching: the watcher of the posted Recvs runs.
 	watching bool
 	sendSeq  map[p2pKey]uint64 // next message number to send, by (peer, tag)
@@ -92,6 +95,7 @@ func newComm(w *world, id uint64, name string, members []int, opt Options, owner
 		arrived:   map[mkey]frame{},
 		waiters:   map[mkey]chan frame{},
 		posted:    map[mkey]*posted{},
+		landings:  map[mkey]*landing{},
 		sendSeq:   map[p2pKey]uint64{},
 		recvSeq:   map[p2pKey]uint64{},
 		done:      make(chan struct{}),
@@ -465,7 +469,7 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 	case FrameData:
 		c.onData(f)
 	case FrameP2P:
-		k := mkey{kind: FrameP2P, seq: h.Seq, step: h.Step, src: int32(src), tag: h.Sig.Root}
+		k := keyOf(src, h)
 		c.mu.Lock()
 		c.countLocked(src)
 		if p := c.takePostedLocked(k); p != nil {
@@ -508,7 +512,7 @@ func (c *Comm) onData(f frame) {
 	// it is kept.
 	keep, eff := c.failure.Frame(f.src, f.h.Seq, f.h.Sig)
 	if keep {
-		c.putLocked(mkey{kind: FrameData, seq: f.h.Seq, step: f.h.Step, src: int32(f.src)}, f)
+		c.putLocked(keyOf(f.src, f.h), f)
 	} else {
 		putBuf(f.payload)
 	}
@@ -640,6 +644,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 	if ch, ok := c.waiters[k]; ok {
 		hoptrace.Mark(hoptrace.Matched, c.w.rank, c.members[f.src], k.seq, k.step)
 		delete(c.waiters, k)
+		delete(c.landings, k) // not used: the frame came the ordinary way
 		ch <- f
 		return
 	}

@@ -48,15 +48,17 @@ func TestConformanceMemory(t *testing.T) {
 	}
 }
 
-// TestConformanceQUIC runs the suite over QUIC alone (quic-only) and over
+// TestConformanceNet runs the suite over QUIC alone (quic-only), over
 // the default network's two lanes (quic), where the counts put frames on
 // both sides of nexar.BulkFrameMin (65537 elements: pieces from
 // BulkFrameMin up take the TLS lane, smaller ones and the control frames
-// QUIC).
-func TestConformanceQUIC(t *testing.T) {
-	for _, network := range []string{"quic-only", "quic"} {
+// QUIC), and over plain TCP, where the same counts put pieces on both
+// sides of the size from which a frame lands straight in the receive
+// buffer (landing.go: 32 KiB).
+func TestConformanceNet(t *testing.T) {
+	for _, network := range []string{"quic-only", "quic", "tcp"} {
 		counts := []int{0, 1, 7, 4099}
-		if network == "quic" {
+		if network != "quic-only" {
 			counts = append(counts, 65537)
 		}
 		for _, n := range []int{2, 3, 4} {

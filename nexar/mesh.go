@@ -196,11 +196,26 @@ func (m *mesh) linksOf(p *peer) []*link {
 // deliverer is how the frames read from l reach the handler.
 func (m *mesh) deliverer(l *link) func(Header, []byte) {
 	return func(h Header, payload []byte) {
-		l.heard.Store(true)
+		m.heard(l, h)
 		if h.Kind != frameHeartbeat {
-			hoptrace.Mark(hoptrace.Read, m.cfg.Rank, l.peer.rank, h.Seq, h.Step)
 			m.h.Deliver(l.peer.rank, h, payload)
 		}
+	}
+}
+
+// heard is what every frame read from l does before it is handed over.
+func (m *mesh) heard(l *link, h Header) {
+	l.heard.Store(true)
+	if h.Kind != frameHeartbeat {
+		hoptrace.Mark(hoptrace.Read, m.cfg.Rank, l.peer.rank, h.Seq, h.Step)
+	}
+}
+
+// lands lets the frames l's pump reads land in the memory of the
+// receives waiting for them, if the handler offers it (landing.go).
+func (m *mesh) lands(l *link) {
+	if pl, ok := m.h.(placer); ok && l.pump != nil {
+		l.pump.landAt(pl, l.peer.rank, func(h Header) { m.heard(l, h) })
 	}
 }
 

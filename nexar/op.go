@@ -290,13 +290,17 @@ func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error
 
 // recv waits for frame step of this collective from peer. The caller owns
 // the returned payload and gives it back with putBuf.
-func (o *op) recv(peer int, step uint32) ([]byte, error) {
-	f, err := o.recvFrame(peer, step)
+//
+// land, if not nil, is where the payload is to go, exactly as long: the
+// payload returned may be land itself (landing.go), which the caller
+// must not putBuf.
+func (o *op) recv(peer int, step uint32, land []byte) ([]byte, error) {
+	f, err := o.recvFrame(peer, step, land)
 	return f.payload, err
 }
 
-func (o *op) recvFrame(peer int, step uint32) (frame, error) {
-	f, err := o.c.await(o, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline)
+func (o *op) recvFrame(peer int, step uint32, land []byte) (frame, error) {
+	f, err := o.c.await(o, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline, landing{buf: land, sig: o.sig})
 	if err == nil && !tier.SigMatch(o.sig, f.h.Sig) {
 		// Frames that came before this rank started the collective are
 		// checked here, as they are taken.
@@ -313,7 +317,12 @@ func (o *op) recvFrame(peer int, step uint32) (frame, error) {
 // grows long (FrameProbe), and ends the collective at its deadline. A wait
 // that must block borrows a channel and a timer from pools, so a small
 // collective or message allocates neither.
-func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time.Time) (frame, error) {
+//
+// land.buf, if not nil, is the caller's memory for the payload of the
+// frame, a frame of the call land.sig (landing.go): the frame returned
+// may then carry that memory as its payload (sameMemory), which the
+// caller must not putBuf.
+func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time.Time, land landing) (frame, error) {
 	c.mu.Lock()
 	if f, ok := c.arrived[k]; ok {
 		delete(c.arrived, k)
@@ -323,6 +332,11 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	}
 	ch := getWaiter()
 	c.waiters[k] = ch
+	if len(land.buf) >= landMin && c.w.pl != nil { // a transport with pumps
+		l := new(landing) // not &land: the parameter would escape on every call
+		*l = land
+		c.landings[k] = l
+	}
 	gone, left := c.goneLocked(peer), c.leftCh
 	c.mu.Unlock()
 
@@ -333,8 +347,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	}
 	abandon := func(err error) (frame, error) {
 		c.mu.Lock()
-		if c.waiters[k] == ch {
-			delete(c.waiters, k)
+		if c.waiters[k] == ch && c.leaveLocked(k, ch) {
 			c.mu.Unlock()
 			putWaiter(ch)
 			return frame{}, err

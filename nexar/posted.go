@@ -36,6 +36,9 @@ type posted struct {
 	work     *comm.Work
 	deadline time.Time
 	unwatch  func() bool // stops the watch of the caller's context (nil: none); guarded by Comm.mu
+	// land is the landing it offered its frame (landing.go), once it is
+	// taken from Comm.posted (takePostedLocked); nil if none.
+	land *landing
 }
 
 // postedLinger is how long the watcher stays once no Recv is posted, so a
@@ -61,6 +64,9 @@ func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.W
 	}
 	p.work = comm.NewSpinningWork(p.spin)
 	c.posted[p.key] = p
+	if b := call.Recv.Bytes(); len(b) >= landMin && c.w.pl != nil { // a transport with pumps
+		c.landings[p.key] = &landing{buf: b, sig: p2pSig(call.Recv, call.Tag)}
+	}
 	if !c.watching {
 		c.watching = true
 		go c.watchPosted()
@@ -113,6 +119,8 @@ func (c *Comm) takePostedLocked(k mkey) *posted {
 		return nil
 	}
 	delete(c.posted, k)
+	p.land = c.landings[k]
+	delete(c.landings, k)
 	if p.unwatch != nil {
 		p.unwatch()
 		p.unwatch = nil
@@ -124,10 +132,20 @@ func (c *Comm) takePostedLocked(k mkey) *posted {
 func (c *Comm) fill(p *posted, f frame) {
 	hoptrace.Mark(hoptrace.Matched, c.w.rank, c.members[f.src], p.num, 0)
 	if err := c.takePiece(p.call, p.num, 0, f); err != nil {
-		p.work.Complete(c.p2pError(p.call, err))
+		p.fail(err)
 		return
 	}
 	p.work.Complete(nil)
+}
+
+// fail completes p, taken from Comm.posted, with err, once its landing,
+// if a pump is filling it, is taken back: the caller may reuse its
+// buffer when Wait returns (landing.go).
+func (p *posted) fail(err error) {
+	if l := p.land; l != nil && l.by != nil {
+		l.by.divert(l.buf)
+	}
+	p.work.Complete(p.c.p2pError(p.call, err))
 }
 
 // unpost ends p with err unless something else ended it first.
@@ -139,7 +157,7 @@ func (c *Comm) unpost(p *posted, err error) {
 	}
 	c.takePostedLocked(p.key)
 	c.mu.Unlock()
-	p.work.Complete(c.p2pError(p.call, err))
+	p.fail(err)
 }
 
 // watchPosted is the watcher: it ends the posted Recvs whose peer died
@@ -199,7 +217,7 @@ func (c *Comm) watchPosted() {
 		left := c.leftCh
 		c.mu.Unlock()
 		for i, p := range ended {
-			p.work.Complete(c.p2pError(p.call, errs[i]))
+			p.fail(errs[i])
 		}
 		timer.Reset(time.Until(next))
 		select {
@@ -233,6 +251,6 @@ func (c *Comm) endPosted(err error) {
 	}
 	c.mu.Unlock()
 	for _, p := range all {
-		p.work.Complete(c.p2pError(p.call, err))
+		p.fail(err)
 	}
 }

@@ -296,3 +296,72 @@ func TestStartSendOnABusyLink(t *testing.T) {
 		t.Fatalf("got %v, %v; want [42]", got, err)
 	}
 }
+
+// TestRecvsLandInTheCallersBuffer: over plain TCP, whose pumps read large
+// pieces straight into a waiting receive's memory (landing.go), blocking
+// and posted Recvs of sizes on both sides of landMin get every element,
+// a Recv whose message does not fit fails with ErrMismatch and leaves its
+// buffer as it was, and no landing is left behind.
+func TestRecvsLandInTheCallersBuffer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := NewLocalWorld(ctx, 2, "tcp", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CloseAll(cs)
+	msg := func(n, salt int) []int32 {
+		b := make([]int32, n)
+		for i := range b {
+			b[i] = int32(i*31 + salt)
+		}
+		return b
+	}
+	sizes := []int{landMin/4 - 1, landMin / 4, 64 << 10 / 4, 1<<20/4 + 3}
+	for i, n := range sizes {
+		for _, posted := range []bool{false, true} {
+			if posted && n*4 > cs[1].opt.SegmentBytes {
+				continue // a Recv is posted only for a message of one frame
+			}
+			got := make([]int32, n)
+			var w *comm.Work
+			if posted {
+				w = startRecv(ctx, cs[1], got, 0, i)
+			} else { // a blocking Recv (Run), on a goroutine
+				w = comm.NewWork()
+				go func() {
+					w.Complete(cs[1].Run(ctx, comm.Call{Kind: comm.KindRecv, Recv: comm.Host(got), Peer: 0, Tag: i}))
+				}()
+			}
+			if err := waitWithin(t, startSend(ctx, cs[0], msg(n, i), 1, i), 20*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitWithin(t, w, 20*time.Second); err != nil {
+				t.Fatalf("Recv of %d int32s (posted %v): %v", n, posted, err)
+			}
+			if !slices.Equal(got, msg(n, i)) {
+				t.Errorf("Recv of %d int32s (posted %v): wrong elements", n, posted)
+			}
+		}
+	}
+	// A message one element longer than the Recv: no landing, a mismatch.
+	n := 64 << 10 / 4
+	buf := slices.Repeat([]int32{-7}, n)
+	w := startRecv(ctx, cs[1], buf, 0, 99)
+	if err := waitWithin(t, startSend(ctx, cs[0], msg(n+1, 5), 1, 99), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitWithin(t, w, 20*time.Second); !errors.Is(err, comm.ErrMismatch) {
+		t.Fatalf("Recv of %d for a message of %d: %v, want ErrMismatch", n, n+1, err)
+	}
+	if !slices.Equal(buf, slices.Repeat([]int32{-7}, n)) {
+		t.Error("a Recv that refused its message had its buffer written")
+	}
+	for r, c := range cs {
+		c.mu.Lock()
+		if len(c.landings) != 0 {
+			t.Errorf("rank %d: %d landings left", r, len(c.landings))
+		}
+		c.mu.Unlock()
+	}
+}

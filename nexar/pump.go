@@ -67,6 +67,25 @@ func newPump(c *net.TCPConn, deliver func(Header, []byte)) (*pump, error) {
 	return p, nil
 }
 
+// landAt lets the frames this pump reads land in the memory of the
+// receives waiting for them (landing.go): src is the link's peer, mark
+// what the mesh does for every frame a link delivers.
+func (p *pump) landAt(pl placer, src int, mark func(Header)) {
+	p.fr.place = func(h Header) []byte { return pl.place(src, h, p) }
+	p.fr.landed = func(h Header, payload []byte) {
+		mark(h)
+		pl.landed(src, h, payload)
+	}
+}
+
+// divert takes buf, a landing this pump may be filling, back from it: once
+// it returns, the pump writes no more into buf (landing.go).
+func (p *pump) divert(buf []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fr.divert(buf)
+}
+
 // run is the link's read loop: it reads until the stream ends, and
 // returns as readFrames does.
 func (p *pump) run() error {

@@ -146,3 +146,150 @@ func TestPumpPollAndReadLoopShareTheStream(t *testing.T) {
 		})
 	}
 }
+
+// testPlacer offers a landing to the frames whose Seq it has one for.
+type testPlacer struct {
+	mu      sync.Mutex
+	bufs    map[uint64][]byte
+	claimed map[uint64]bool
+	got     map[uint64][]byte // what landed
+}
+
+func (tp *testPlacer) place(src int, h Header, by *pump) []byte {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	b := tp.bufs[h.Seq]
+	if b != nil {
+		tp.claimed[h.Seq] = true
+	}
+	return b
+}
+
+func (tp *testPlacer) landed(src int, h Header, payload []byte) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.got[h.Seq] = payload
+}
+
+// TestPumpLandsFramesInTheirReceivesMemory: a large data frame whose
+// receive offered its memory is read into that memory and handed over by
+// landed, not Deliver; smaller frames, control frames and frames
+// nobody offered memory to come the ordinary way; and a landing taken
+// back mid-frame (divert) is written no more, the frame then delivered
+// whole in a pooled buffer.
+func TestPumpLandsFramesInTheirReceivesMemory(t *testing.T) {
+	w, r := tcpPair(t)
+	tp := &testPlacer{bufs: map[uint64][]byte{}, claimed: map[uint64]bool{}, got: map[uint64][]byte{}}
+	delivered := make(chan frame, 64)
+	p, err := newPump(r, func(h Header, payload []byte) {
+		if h.Kind != frameHeartbeat {
+			delivered <- frame{h: h, payload: payload}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.landAt(tp, 1, func(Header) {})
+	ended := make(chan error, 1)
+	go func() { ended <- p.run() }()
+
+	fill := func(seq uint64, n int) []byte { return bytes.Repeat([]byte{byte(seq) + 1}, n) }
+	sizes := map[uint64]int{1: landMin, 2: 1 << 20, 3: 3*stageSize + 7, 4: landMin - 1, 5: 1 << 20, 6: 1 << 20}
+	for seq, n := range sizes {
+		if seq != 5 { // 5: nobody offers memory
+			tp.bufs[seq] = make([]byte, n)
+		}
+	}
+	for seq := uint64(1); seq <= 6; seq++ {
+		h := Header{Kind: FrameData, Seq: seq}
+		if seq == 6 {
+			h.Kind = FrameShrink // only data and point-to-point frames land
+		}
+		if err := writeFrame(w, h, fill(seq, sizes[seq])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // 4, 5 and 6 come the ordinary way
+		select {
+		case f := <-delivered:
+			if !bytes.Equal(f.payload, fill(f.h.Seq, sizes[f.h.Seq])) {
+				t.Errorf("frame %d delivered with other bytes", f.h.Seq)
+			}
+			if f.h.Seq < 4 {
+				t.Errorf("frame %d, offered memory, was delivered the ordinary way", f.h.Seq)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("frames not delivered in 20 s")
+		}
+	}
+	tp.mu.Lock()
+	for seq := uint64(1); seq <= 3; seq++ {
+		got, buf := tp.got[seq], tp.bufs[seq]
+		if len(got) == 0 || &got[0] != &buf[0] {
+			t.Errorf("frame %d did not land in the memory offered", seq)
+		} else if !bytes.Equal(buf, fill(seq, sizes[seq])) {
+			t.Errorf("frame %d landed with other bytes", seq)
+		}
+	}
+	if tp.claimed[4] || tp.claimed[6] {
+		t.Errorf("frames below landMin or of control kinds were offered memory: %v", tp.claimed)
+	}
+	tp.mu.Unlock()
+
+	// Divert: half a frame lands, the landing is taken back, the rest
+	// goes elsewhere.
+	const n = 1 << 20
+	buf := bytes.Repeat([]byte{0xEE}, n)
+	tp.mu.Lock()
+	tp.bufs[7] = buf
+	tp.mu.Unlock()
+	whole := make([]byte, n)
+	for i := range whole {
+		whole[i] = byte(i*7 + 3)
+	}
+	var hb [HeaderSize]byte
+	putHeader(hb[:], Header{Kind: FrameData, Seq: 7, Len: n})
+	if _, err := w.Write(append(hb[:], whole[:n/2]...)); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock() // the pump writes only while it holds it
+		half := buf[n/2-1] == whole[n/2-1]
+		p.mu.Unlock()
+		if half {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("the first half did not land in 20 s")
+		}
+	}
+	p.divert(buf)
+	before := bytes.Clone(buf)
+	if _, err := w.Write(whole[n/2:]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-delivered:
+		if f.h.Seq != 7 || !bytes.Equal(f.payload, whole) {
+			t.Errorf("the diverted frame was delivered as frame %d, whole: %v", f.h.Seq, bytes.Equal(f.payload, whole))
+		}
+		if &f.payload[0] == &buf[0] {
+			t.Error("the diverted frame was delivered in the memory taken back")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the diverted frame was not delivered in 20 s")
+	}
+	if !bytes.Equal(buf, before) {
+		t.Error("the pump wrote into a landing after it was taken back")
+	}
+	tp.mu.Lock()
+	if _, ok := tp.got[7]; ok {
+		t.Error("the diverted frame was also handed over by landed")
+	}
+	tp.mu.Unlock()
+	w.Write(goodbyeRecord)
+	w.CloseWrite()
+	if err := <-ended; err != nil {
+		t.Errorf("the read loop returned %v", err)
+	}
+}

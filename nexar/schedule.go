@@ -175,12 +175,17 @@ func (x *runner) step(i int) error {
 
 // receive runs a Recv step. A frame copied into a whole temp slot that is
 // not yet live becomes the slot (no copy): the ring reduce-scatter's
-// partials travel that way.
+// partials travel that way. A frame copied into the receive buffer may
+// land there straight from the socket (landing.go): then it is there
+// already.
 func (x *runner) receive(st *schedule.Step) error {
 	o := x.o
-	var p []byte
+	var p, land []byte
+	if st.Op == schedule.Copy && st.Dst.Buf == schedule.RecvBuf {
+		land = x.bytes(st.Dst)
+	}
 	if st.Announce {
-		f, err := o.recvFrame(st.Peer, st.Tag)
+		f, err := o.recvFrame(st.Peer, st.Tag, nil)
 		if err != nil {
 			return err
 		}
@@ -193,8 +198,11 @@ func (x *runner) receive(st *schedule.Step) error {
 		}
 	} else {
 		var err error
-		if p, err = o.recv(st.Peer, st.Tag); err != nil {
+		if p, err = o.recv(st.Peer, st.Tag, land); err != nil {
 			return err
+		}
+		if sameMemory(p, land) {
+			return nil // landed
 		}
 	}
 	want := st.Dst.Len * x.k.Size

@@ -408,6 +408,7 @@ func (t *tcpTransport) newLink(c net.Conn, raw *net.TCPConn, p *peer) *link {
 		l.r = c
 	} else if pmp, err := newPump(raw, t.m.deliverer(l)); err == nil {
 		l.pump = pmp // the read loop reads through the pump, not l.r
+		t.m.lands(l)
 	} else {
 		l.r = bufio.NewReaderSize(c, 64<<10) // no raw socket: the read loop reads it alone
 	}

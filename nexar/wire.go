@@ -220,6 +220,13 @@ type frameReader struct {
 	// the payload after it, if large too, goes straight into its buffer
 	// rather than through the staging buffer.
 	bulk bool
+	// place, if set, names the memory a large data frame's payload is to
+	// be read into, given its header (nil: a pooled buffer), and landed
+	// takes such a frame in place of deliver (landing.go). placed: the
+	// payload being filled is such memory, never the pool's.
+	place  func(Header) []byte
+	landed func(Header, []byte)
+	placed bool
 }
 
 // stageSize is a frameReader's staging buffer: a read takes up to this
@@ -231,8 +238,23 @@ func newFrameReader() *frameReader { return &frameReader{stage: getBuf(stageSize
 // release gives back the buffers; the reader is not used again.
 func (fr *frameReader) release() {
 	putBuf(fr.stage)
-	putBuf(fr.payload)
-	fr.stage, fr.payload = nil, nil
+	if !fr.placed {
+		putBuf(fr.payload)
+	}
+	fr.stage, fr.payload, fr.placed = nil, nil, false
+}
+
+// divert makes sure the reader writes no more into buf, a landing it may
+// be filling (landing.go): the rest of that frame goes to a pooled buffer
+// (with what has come of it so far), and the frame is delivered as any
+// other.
+func (fr *frameReader) divert(buf []byte) {
+	if !fr.placed || !fr.filling || len(buf) == 0 || &fr.payload[0] != &buf[0] {
+		return
+	}
+	b := getBuf(len(buf))
+	copy(b, buf[:fr.got])
+	fr.payload, fr.placed = b, false
 }
 
 // read makes one call of src and delivers every frame the bytes
@@ -287,9 +309,13 @@ func (fr *frameReader) decode(deliver func(Header, []byte)) error {
 			if fr.got < len(fr.payload) {
 				return nil
 			}
-			p := fr.payload
-			fr.filling, fr.payload = false, nil
-			deliver(fr.h, p)
+			p, placed := fr.payload, fr.placed
+			fr.filling, fr.payload, fr.placed = false, nil, false
+			if placed {
+				fr.landed(fr.h, p)
+			} else {
+				deliver(fr.h, p)
+			}
 			continue
 		}
 		if fr.goodbye && fr.r < fr.w {
@@ -320,7 +346,14 @@ func (fr *frameReader) decode(deliver func(Header, []byte)) error {
 			return err
 		}
 		fr.r += HeaderSize
-		fr.filling, fr.h, fr.payload, fr.got = true, h, getBuf(int(h.Len)), 0
+		fr.filling, fr.h, fr.got = true, h, 0
+		if fr.place != nil && lands(h.Kind) && h.Len >= landMin {
+			fr.payload = fr.place(h)
+			fr.placed = fr.payload != nil
+		}
+		if !fr.placed {
+			fr.payload = getBuf(int(h.Len))
+		}
 		fr.bulk = h.Len >= stageSize/2
 	}
 }
