@@ -94,6 +94,13 @@ type Comm struct {
 	inFlight  int           // collectives started and not yet complete
 	slots     []*ncclComm   // out slots of failed splits, which NCCL may still write
 	scratch   []comm.Buffer // free device scratch, reused (cuMemFree may synchronize the device)
+	// queued are the tasks whose events the completer has yet to see
+	// complete, in order (exec.go); abort asks their events first.
+	queued []*task
+	// ncAborted: CommAbort was called (on the communicator's thread,
+	// which alone reads it): an event that completes after it may have
+	// been ended by the abort.
+	ncAborted bool
 
 	// mismatchTold: the launcher reported a mismatch that aborted the
 	// communicator before a call's comparison (launcher); the launcher's.
@@ -480,7 +487,9 @@ func (c *Comm) abort(cause error) {
 	c.mu.Unlock()
 	c.log.Debug("nccl: aborted", "comm", c.cfg.Name, "rank", c.rank, "cause", cause)
 	_ = c.th.do(func() error {
+		c.markFinished()
 		c.lib.nccl.CommAbort(c.nc)
+		c.ncAborted = true
 		c.abortChildren()
 		return nil
 	})

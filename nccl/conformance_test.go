@@ -49,8 +49,13 @@ func fakeWorldOver(t testing.TB, controls []comm.Communicator, cfg nccl.Config) 
 // fakeWorldOverOf is fakeWorldOver over a fake made with opt.
 func fakeWorldOverOf(t testing.TB, controls []comm.Communicator, cfg nccl.Config, opt ncclfake.Options) ([]comm.Communicator, *nccl.Device) {
 	t.Helper()
+	return fakeWorldOn(t, ncclfake.New(opt), controls, cfg)
+}
+
+// fakeWorldOn is fakeWorldOver on lib, a fake.
+func fakeWorldOn(t testing.TB, lib *nccl.Library, controls []comm.Communicator, cfg nccl.Config) ([]comm.Communicator, *nccl.Device) {
+	t.Helper()
 	n := len(controls)
-	lib := ncclfake.New(opt)
 	dev, err := lib.Device(0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"sync"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -36,4 +37,45 @@ func RawAllReduce(c *Comm, send, recv comm.Buffer, op comm.ReduceOp) (version in
 		return nil
 	})
 	return c.lib.NCCLVersion(), err
+}
+
+// HoldEvents makes lib's driver report the events recorded on the streams
+// of held communicators as not complete, whatever the device did: a
+// test's way to keep a communicator's completer from seeing its
+// operations end (hold(c, true)) and to let it see them again (hold(c,
+// false)). Call it before any communicator is made on lib.
+func HoldEvents(lib *Library) (hold func(c *Comm, on bool)) {
+	h := &heldDriver{driverAPI: lib.drv, held: map[cuStream]bool{}, on: map[cuEvent]cuStream{}}
+	lib.drv = h
+	return func(c *Comm, on bool) {
+		h.mu.Lock()
+		h.held[c.stream] = on
+		h.mu.Unlock()
+	}
+}
+
+// heldDriver is a driver table whose EventQuery HoldEvents holds.
+type heldDriver struct {
+	driverAPI
+	mu   sync.Mutex
+	held map[cuStream]bool    // streams whose events are held
+	on   map[cuEvent]cuStream // the stream each event was last recorded on
+}
+
+func (h *heldDriver) EventRecord(e cuEvent, s cuStream) cuResult {
+	h.mu.Lock()
+	h.on[e] = s
+	h.mu.Unlock()
+	return h.driverAPI.EventRecord(e, s)
+}
+
+func (h *heldDriver) EventQuery(e cuEvent) cuResult {
+	h.mu.Lock()
+	s, ok := h.on[e]
+	held := ok && h.held[s]
+	h.mu.Unlock()
+	if held {
+		return cudaErrorNotReady
+	}
+	return h.driverAPI.EventQuery(e)
 }

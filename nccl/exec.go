@@ -45,10 +45,14 @@ type task struct {
 	batch *batch
 
 	// Set by the launcher.
-	ev      cuEvent      // recorded after the operation; 0 when nothing was queued
-	post    func() error // a host step once the event completed (Avg, Scan)
-	scratch []comm.Buffer
-	err     error // the outcome decided by the launcher, when it queued nothing
+	ev cuEvent // recorded after the operation; 0 when nothing was queued
+	// finished: ev had completed before CommAbort (set and read on the
+	// communicator's thread: markFinished, await), so the operation ended
+	// whole before the abort could touch it.
+	finished bool
+	post     func() error // a host step once the event completed (Avg, Scan)
+	scratch  []comm.Buffer
+	err      error // the outcome decided by the launcher, when it queued nothing
 }
 
 // Start implements comm.Communicator. Collectives are numbered and their
@@ -261,7 +265,14 @@ func (c *Comm) compare(t *task) (error, bool) {
 // event (or the split) and passes the task to the completer. The
 // collectives of a batch are queued together, with its first (launchBatch).
 func (c *Comm) launcher(t *task) {
-	defer func() { c.completeQ <- t }()
+	defer func() {
+		if t.err == nil && t.ev != 0 {
+			c.mu.Lock()
+			c.queued = append(c.queued, t)
+			c.mu.Unlock()
+		}
+		c.completeQ <- t
+	}()
 	if t.batch != nil {
 		c.launchBatch(t)
 		return
@@ -360,9 +371,21 @@ func (c *Comm) completer() {
 
 // await waits for t's event and returns t's outcome. Each poll reads the
 // communicator's state once (under its lock), with the event's.
+//
+// An operation whose event completed before CommAbort (seen by a poll
+// before it, or by markFinished just before it) ended whole: it
+// succeeds, as it would have had the completer seen its event first,
+// even if the communicator's aborted state is set by then. A peer that aborts after its part
+// of a collective, which the others' parts then no longer need (a
+// Broadcast's receiver that has it all), does not fail the collective
+// on the ranks whose completer had not yet looked.
 func (c *Comm) await(t *task) error {
 	completed := false
-	defer c.th.do(func() error { c.recycle(t.ev, completed); return nil })
+	defer c.th.do(func() error {
+		c.dequeue(t)
+		c.recycle(t.ev, completed)
+		return nil
+	})
 	var fault error
 	var abortedAt time.Time
 	wait := time.Microsecond
@@ -370,8 +393,13 @@ func (c *Comm) await(t *task) error {
 		var state cuResult
 		var async ncclResult
 		var aborted error
+		var finished bool
 		err := c.th.do(func() error {
 			state = c.lib.drv.EventQuery(t.ev)
+			if state == cudaSuccess && !c.ncAborted {
+				t.finished = true // ended before any CommAbort
+			}
+			finished = t.finished
 			if _, aborted = c.state(); aborted != nil {
 				return nil // CommAbort freed the NCCL communicator
 			}
@@ -389,7 +417,7 @@ func (c *Comm) await(t *task) error {
 			if fault != nil {
 				return fault
 			}
-			if aborted != nil {
+			if aborted != nil && !finished {
 				return c.opError(t.call.Kind, t.seq, -1, &comm.AbortedError{Cause: aborted})
 			}
 			if t.post != nil {
@@ -430,6 +458,33 @@ func (c *Comm) await(t *task) error {
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Millisecond)
+	}
+}
+
+// markFinished, on the communicator's thread just before CommAbort,
+// marks the queued operations whose events have completed: they ended
+// before the abort (await).
+func (c *Comm) markFinished() {
+	c.mu.Lock()
+	queued := c.queued
+	c.mu.Unlock()
+	for _, t := range queued {
+		if c.lib.drv.EventQuery(t.ev) == cudaSuccess {
+			t.finished = true
+		}
+	}
+}
+
+// dequeue removes t from the queued tasks, on the communicator's thread
+// before its event is recycled.
+func (c *Comm) dequeue(t *task) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, q := range c.queued {
+		if q == t {
+			c.queued = append(c.queued[:i], c.queued[i+1:]...)
+			return
+		}
 	}
 }
 

@@ -17,15 +17,7 @@ import (
 func BenchmarkSmallAllReduce(b *testing.B) {
 	const n = 4
 	comms, dev := fakeWorld(b, n)
-	bufs := make([]comm.Buffer, n)
-	for r := range bufs {
-		buf, err := dev.Alloc(comm.F32, 4)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer dev.Free(buf)
-		bufs[r] = buf
-	}
+	bufs := deviceBufs(b, dev, n, 4)
 	ctx := context.Background()
 	b.ResetTimer()
 	for range b.N {
