@@ -90,34 +90,24 @@ func (c *Comm) Grow(ctx context.Context, cfg Config) (*Comm, error) {
 		return c, nil
 	}
 
-	g, err := connectGrown(ctx, cfg, fields)
-	if err := tier.Agree(ctx, c, err); err != nil {
-		if g != nil {
-			g.Close() // the newcomers' Join hears of it (see joinVerdict)
-		}
-		return fail(fmt.Errorf("building the grown world: %w", err))
+	g, err := growth(cfg, fields, c.opt).Member(ctx, c)
+	if err != nil {
+		return fail(err)
 	}
-	if err := joinVerdict(ctx, cfg, g); err != nil {
-		// Every member agreed: so do these communicators, which now
-		// carry the failure to their first call.
-		c.opt.Logger.Warn("nexar: Grow: telling the newcomers that the world grew", append(c.who(), "err", err)...)
-	}
-	if err := c.Close(); err != nil {
-		c.opt.Logger.Debug("nexar: Grow: closing the communicator grown out of", append(c.who(), "err", err)...)
-	}
-	return g, nil
+	return g.(*Comm), nil
 }
 
 // Join makes this process a newcomer of a world that grows (Comm.Grow):
 // every member calls Grow, and each newcomer Join, with the grown world's
 // Config for its rank (cfg.Net.Rank: its rank, after the members'). It
 // returns the grown world Comm once every member and newcomer has
-// connected, agreed on the configuration and heard the members'
-// verdict; or an error within Net.ConnectTimeout, when a process of the
-// grown world did not come, a Config differs (the error names the
-// fields), or the members gave the Grow up (their Grow then failed too).
-// Join is Connect for a newcomer: a Connect alone would wait for no
-// agreement and leave the newcomer a world its members may give up.
+// connected, agreed on the configuration and heard the members' word
+// that they keep it; or an error within Net.ConnectTimeout, when a
+// process of the grown world did not come, a Config differs (the error
+// names the fields), or the members gave the Grow up (their Grow then
+// failed too). Join is Connect for a newcomer: a Connect alone would
+// wait for no agreement and leave the newcomer a world its members may
+// give up.
 func Join(ctx context.Context, cfg Config) (*Comm, error) {
 	fail := func(err error) (*Comm, error) {
 		return nil, fmt.Errorf("nexar: rank %d: Join a world growing to %d ranks: %w", cfg.Net.Rank, len(cfg.Net.Addrs), err)
@@ -127,52 +117,25 @@ func Join(ctx context.Context, cfg Config) (*Comm, error) {
 		closeSockets(cfg.Net)
 		return fail(err)
 	}
-	g, err := connectGrown(ctx, cfg, fields)
+	opt, _ := cfg.Options.withDefaults() // grownFields checked it
+	g, err := growth(cfg, fields, opt).Newcomer(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	if err := joinVerdict(ctx, cfg, g); err != nil {
-		g.Close()
-		return fail(fmt.Errorf("the members did not confirm the grown world (their Grow failed, or rank 0 died): %w", err))
-	}
-	return g, nil
+	return g.(*Comm), nil
 }
 
-// connectGrown connects this rank to the grown world of cfg and runs the
-// grown world's first collective: the agreement on fields, which every
-// member and newcomer makes, each with its own. On error g is nil.
-func connectGrown(ctx context.Context, cfg Config, fields []tier.Field) (*Comm, error) {
-	g, err := Connect(ctx, cfg)
-	if err != nil {
-		return nil, err
+// growth is how a process of the grown world of cfg meets the others
+// (tier.Growth): Connect, and the agreement on fields.
+func growth(cfg Config, fields []tier.Field, opt Options) tier.Growth {
+	return tier.Growth{
+		Fields:  fields,
+		Connect: func(ctx context.Context) (comm.Communicator, error) { return Connect(ctx, cfg) },
+		Bound:   cfg.Timeouts().ConnectTimeout,
+		Warn: func(err error) {
+			opt.Logger.Warn("nexar: Grow", "rank", cfg.Net.Rank, "err", err)
+		},
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts().ConnectTimeout)
-	defer cancel()
-	if err := tier.Agree(ctx, g, nil, fields...); err != nil {
-		g.Close()
-		return nil, fmt.Errorf("the grown world's first collective: %w", err)
-	}
-	return g, nil
-}
-
-// joinVerdict is the last step of a grown world g: rank 0, a member that
-// its members agreed can keep g, tells every newcomer so (a Broadcast on
-// g). Members whose agreement failed close g instead, which ends the
-// newcomers' wait with the error.
-func joinVerdict(ctx context.Context, cfg Config, g *Comm) error {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts().ConnectTimeout)
-	defer cancel()
-	ok := []uint8{0}
-	if g.Rank() == 0 {
-		ok[0] = 1
-	}
-	if err := g.Broadcast(ctx, comm.Host(ok), 0); err != nil {
-		return err
-	}
-	if ok[0] != 1 {
-		return errors.New("rank 0 sent no verdict")
-	}
-	return nil
 }
 
 // agreeGrown is the members' first agreement over c: on each one's
@@ -195,22 +158,21 @@ func agreeGrown(ctx context.Context, c *Comm, err error, fields []tier.Field, ad
 }
 
 // grownFields are the items of cfg that every process of the grown world
-// must give alike, with their defaults filled in; or the error of a
-// Config that Connect would refuse.
+// must give alike, with their defaults filled in, and the error of a
+// Config that Connect would refuse (the fields are there, as many, even
+// then: every member's agreement reduces as many).
 func grownFields(cfg Config) ([]tier.Field, error) {
 	opt, err := cfg.Options.withDefaults()
-	if err != nil {
-		return nil, err
-	}
 	network := cmp.Or(cfg.Network, "quic")
-	if _, err := SocketNetwork(network); err != nil {
-		return nil, err
+	if _, nerr := SocketNetwork(network); err == nil {
+		err = nerr
 	}
 	nc := cfg.Net
 	nc.PacketConn, nc.Listener = nil, nil // validate only reads them
-	nc, err = nc.validate()
-	if err != nil {
-		return nil, err
+	if full, verr := nc.validate(); verr != nil {
+		err = cmp.Or(err, verr)
+	} else {
+		nc = full
 	}
 	field := func(name string, v any) tier.Field {
 		return tier.Field{Name: name, Value: fmt.Appendf(nil, "%v", v)}
@@ -229,7 +191,7 @@ func grownFields(cfg Config) ([]tier.Field, error) {
 		field("Options.SegmentBytes", opt.SegmentBytes),
 		field("Options.Cost", opt.Cost),
 		field("Options.FlightRecorder", opt.FlightRecorder),
-	}, nil
+	}, err
 }
 
 // closeSockets closes the sockets a Config handed over, when what would

@@ -2,10 +2,8 @@ package nexar_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,27 +59,11 @@ func grow(ctx context.Context, cs []*nexar.Comm, cfgs []nexar.Config) ([]*nexar.
 	return grown, errs
 }
 
-// sumOfRanks checks that an AllReduce of rank-distinct values on every
-// rank of cs gives the exact sum.
-func sumOfRanks(t *testing.T, cs []*nexar.Comm) {
+// stillWorks runs a few exact collectives with rank-distinct data on
+// every rank of cs.
+func stillWorks(t *testing.T, cs []*nexar.Comm) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	n := int64(len(cs))
-	for r, err := range onEach(len(cs), func(r int) error {
-		x := []int64{int64(r) + 1, int64(r) * 1000}
-		if err := cs[r].AllReduce(ctx, comm.Host(x), comm.Host(x), comm.Sum); err != nil {
-			return err
-		}
-		if want := []int64{n * (n + 1) / 2, 1000 * n * (n - 1) / 2}; !slices.Equal(x, want) {
-			return fmt.Errorf("AllReduce gave %v, want %v", x, want)
-		}
-		return nil
-	}) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
+	commtest.Run(t, asComms(cs), commtest.Options{Counts: []int{1, 7}, DTypes: []comm.DType{comm.F32, comm.I64}, Timeout: time.Minute})
 }
 
 // P members take k newcomers in; every process of the grown world is
@@ -107,58 +89,17 @@ func TestGrowConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer nexar.CloseAll(cs)
-			size := l.members + l.newcomers
-			grown, errs := grow(ctx, cs, grownConfigs(t, size, 30*time.Second))
-			defer nexar.CloseAll(grown)
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: %v", r, err)
-				}
-			}
-			// Each process names itself: a member by its old rank, a
-			// newcomer by 100 + its place among the newcomers.
-			for r, err := range onEach(size, func(r int) error {
-				g := grown[r]
-				if g.Rank() != r || g.Size() != size {
-					return fmt.Errorf("grown to rank %d of %d, want %d of %d", g.Rank(), g.Size(), r, size)
-				}
-				me := []int64{int64(r)}
-				if r >= l.members {
-					me[0] = int64(100 + r - l.members)
-				}
-				all := make([]int64, size)
-				if err := g.AllGather(ctx, comm.Host(me), comm.Host(all)); err != nil {
-					return err
-				}
-				want := make([]int64, size)
-				for i := range want {
-					want[i] = int64(i)
-					if i >= l.members {
-						want[i] = int64(100 + i - l.members)
-					}
-				}
-				if !slices.Equal(all, want) {
-					return fmt.Errorf("the grown world holds %v, want %v", all, want)
-				}
-				return nil
-			}) {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
-			// The old communicators were closed by Grow.
-			if err := cs[0].Barrier(ctx); !errors.Is(err, comm.ErrClosed) {
-				t.Errorf("Barrier on a communicator grown out of: %v, want ErrClosed", err)
-			}
+			cfgs := grownConfigs(t, l.members+l.newcomers, 30*time.Second)
 			o := commtest.Options{Counts: []int{0, 1, 7, 4099}, Timeout: time.Minute}
 			if raceEnabled {
 				o.Counts = []int{1, 7, 1000}
 			}
-			gs := make([]comm.Communicator, size)
-			for r, g := range grown {
-				gs[r] = g
-			}
-			commtest.Run(t, gs, o)
+			commtest.RunGrow(t, asComms(cs), l.newcomers, func(ctx context.Context, r int) (comm.Communicator, error) {
+				if r < len(cs) {
+					return cs[r].Grow(ctx, cfgs[r])
+				}
+				return nexar.Join(ctx, cfgs[r])
+			}, o)
 		})
 	}
 }
@@ -182,7 +123,7 @@ func TestGrowWithNobody(t *testing.T) {
 			t.Errorf("rank %d: Grow with nobody gave %p, want the communicator itself (%p)", r, grown[r], cs[r])
 		}
 	}
-	sumOfRanks(t, cs)
+	stillWorks(t, cs)
 }
 
 // A failed Grow fails on every member, each error naming what failed,
@@ -195,6 +136,9 @@ func TestGrowFailure(t *testing.T) {
 		who  int
 		edit func(cfg *nexar.Config)
 		come []int // the newcomers that call Join (the others never come)
+		// dies: the newcomer that connects with Connect, and closes (as a
+		// process that dies), instead of Join; 0: none.
+		dies int
 		// short: the grown world's ConnectTimeout is short.
 		short bool
 		want  string // in every member's error
@@ -203,6 +147,9 @@ func TestGrowFailure(t *testing.T) {
 	}{{
 		name: "a newcomer never comes", come: []int{2},
 		short: true, want: "no connection from rank(s) [3]", wantNewcomer: "no connection from rank(s) [3]",
+	}, {
+		name: "a newcomer dies", come: []int{2}, dies: 3,
+		want: "building the grown communicator",
 	}, {
 		name: "fewer ranks, and the rank moved", who: 1,
 		edit: func(cfg *nexar.Config) { cfg.Net.Addrs, cfg.Net.Rank = cfg.Net.Addrs[:1], 0 },
@@ -215,6 +162,10 @@ func TestGrowFailure(t *testing.T) {
 		name: "a rank that moved", who: 1,
 		edit: func(cfg *nexar.Config) { cfg.Net.Rank = 3 },
 		want: "Net.Rank is 3, not this member's rank 1",
+	}, {
+		name: "a member's Config is invalid", who: 1,
+		edit: func(cfg *nexar.Config) { cfg.Net.JobKey = []byte("short") },
+		want: "JobKey has 5 bytes",
 	}, {
 		name: "a member's address list differs", who: 1,
 		edit: func(cfg *nexar.Config) {
@@ -237,8 +188,6 @@ func TestGrowFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer nexar.CloseAll(cs)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
 			connect := 30 * time.Second
 			if tc.short {
 				connect = time.Second
@@ -251,90 +200,26 @@ func TestGrowFailure(t *testing.T) {
 					cfgs[r].Net.Listener.Close()
 				}
 			}
-			errs := onEach(size, func(r int) error {
+			commtest.RunGrowFailure(t, asComms(cs), size-members, func(ctx context.Context, r int) (comm.Communicator, error) {
 				cfg := cfgs[r]
 				if tc.edit != nil && r == tc.who {
 					tc.edit(&cfg)
 				}
 				switch {
 				case r < members:
-					g, err := cs[r].Grow(ctx, cfg)
-					if err == nil {
+					return cs[r].Grow(ctx, cfg)
+				case r == tc.dies:
+					if g, err := nexar.Connect(ctx, cfg); err == nil {
 						g.Close()
-						return errors.New("Grow succeeded")
 					}
-					return err
+					return nil, nil
 				case slices.Contains(tc.come, r):
-					g, err := nexar.Join(ctx, cfg)
-					if err == nil {
-						g.Close()
-						return errors.New("Join succeeded")
-					}
-					return err
+					return nexar.Join(ctx, cfg)
 				}
-				return nil
-			})
-			for r, err := range errs {
-				want := tc.want
-				if r >= members {
-					if !slices.Contains(tc.come, r) {
-						continue
-					}
-					want = tc.wantNewcomer
-				}
-				switch {
-				case want == "":
-					t.Logf("rank %d (a newcomer): %v", r, err)
-				case err == nil:
-					t.Errorf("rank %d: no error, want one naming %q", r, want)
-				case !strings.Contains(err.Error(), want):
-					t.Errorf("rank %d: %v\nwant an error naming %q", r, err, want)
-				default:
-					t.Logf("rank %d: %v", r, err)
-				}
-			}
-			sumOfRanks(t, cs)
+				return nil, nil
+			}, tc.want, tc.wantNewcomer)
 		})
 	}
-}
-
-// A newcomer that dies after it connected (here it closes: a killed
-// process is the same to the others) fails every member's Grow, and the
-// members go on on their communicator.
-func TestGrowFailsWhenANewcomerDies(t *testing.T) {
-	const members, size = 2, 3
-	cs, err := nexar.NewMemoryWorld(members, nexar.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nexar.CloseAll(cs)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfgs := grownConfigs(t, size, 30*time.Second)
-	for r, err := range onEach(size, func(r int) error {
-		if r >= members {
-			g, err := nexar.Connect(ctx, cfgs[r]) // and no Join's agreement
-			if err == nil {
-				g.Close()
-			}
-			return nil
-		}
-		g, err := cs[r].Grow(ctx, cfgs[r])
-		if err == nil {
-			g.Close()
-			return errors.New("Grow succeeded")
-		}
-		if !strings.Contains(err.Error(), "building the grown world") {
-			return fmt.Errorf("%v, want an error of building the grown world", err)
-		}
-		t.Logf("rank %d: %v", r, err)
-		return nil
-	}) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	sumOfRanks(t, cs)
 }
 
 // Two ranks take a third in. Each member calls Grow with the grown
