@@ -141,7 +141,7 @@ func TestGrowHierarchyFailure(t *testing.T) {
 					return hierarchy.Join(ctx, g, hierarchy.Config{NewIntra: shmIntra})
 				}
 				return nil, nil
-			}, tc.want, tc.wantNewcomer)
+			}, tc.want, tc.wantNewcomer, commtest.Options{Timeout: time.Minute})
 		})
 	}
 }

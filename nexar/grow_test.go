@@ -217,7 +217,7 @@ func TestGrowFailure(t *testing.T) {
 					return nexar.Join(ctx, cfg)
 				}
 				return nil, nil
-			}, tc.want, tc.wantNewcomer)
+			}, tc.want, tc.wantNewcomer, commtest.Options{Timeout: time.Minute})
 		})
 	}
 }

@@ -152,7 +152,7 @@ func TestGrowFailure(t *testing.T) {
 					return Join(ctx, cfg)
 				}
 				return nil, nil
-			}, tc.want, tc.wantNewcomer)
+			}, tc.want, tc.wantNewcomer, commtest.Options{Timeout: time.Minute})
 			noSegments(t, ns)
 		})
 	}

@@ -2,13 +2,13 @@ package commtest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -18,12 +18,15 @@ import (
 // newcomer's Join), where want is the rank the rule gives this process
 // (a member keeps its rank; newcomer i takes members + i): its rank and
 // size, and that an AllGather of every process's name (a member's
-// former rank, or -1-i for newcomer i: names no two processes share)
-// finds each process at the rank the rule gives it. Run the suite on g
-// after it.
-func GrownRank(ctx context.Context, g comm.Communicator, members, size, want int) error {
+// former rank, or -1-i for newcomer i: names no two processes share), in
+// buffers of mem (nil: Go memory), finds each process at the rank the
+// rule gives it. Run the suite on g after it.
+func GrownRank(ctx context.Context, g comm.Communicator, members, size, want int, mem Memory) error {
 	if g.Rank() != want || g.Size() != size {
 		return fmt.Errorf("grown to rank %d of %d, want rank %d of %d", g.Rank(), g.Size(), want, size)
+	}
+	if mem == nil {
+		mem = hostMemory{}
 	}
 	name := func(r int) int64 {
 		if r >= members {
@@ -31,13 +34,33 @@ func GrownRank(ctx context.Context, g comm.Communicator, members, size, want int
 		}
 		return int64(r)
 	}
-	all := make([]int64, size)
-	if err := g.AllGather(ctx, comm.Host([]int64{name(want)}), comm.Host(all)); err != nil {
+	send, err := mem.Alloc(comm.I64, 1)
+	if err != nil {
+		return err
+	}
+	defer mem.Free(send)
+	recv, err := mem.Alloc(comm.I64, size)
+	if err != nil {
+		return err
+	}
+	defer mem.Free(recv)
+	if err := mem.Write(send, binary.LittleEndian.AppendUint64(nil, uint64(name(want)))); err != nil {
+		return err
+	}
+	if err := g.AllGather(ctx, send, recv); err != nil {
 		return fmt.Errorf("gathering the grown communicator's names: %w", err)
 	}
-	for r, got := range all {
-		if got != name(r) {
-			return fmt.Errorf("the grown communicator holds %d at rank %d, want %d (its names: %v)", got, r, name(r), all)
+	got := make([]byte, 8*size)
+	if err := mem.Read(got, recv); err != nil {
+		return err
+	}
+	all := make([]int64, size)
+	for r := range all {
+		all[r] = int64(binary.LittleEndian.Uint64(got[8*r:]))
+	}
+	for r, n := range all {
+		if n != name(r) {
+			return fmt.Errorf("the grown communicator holds %d at rank %d, want %d (its names: %v)", n, r, name(r), all)
 		}
 	}
 	return nil
@@ -72,7 +95,7 @@ func RunGrow(t *testing.T, members []comm.Communicator, newcomers int, grow func
 			case errs[r] == nil && grown[r] == nil:
 				errs[r] = errors.New("grow returned neither a communicator nor an error")
 			case errs[r] == nil:
-				errs[r] = GrownRank(t.Context(), grown[r], P, size, r)
+				errs[r] = GrownRank(t.Context(), grown[r], P, size, r, opt.Memory)
 			}
 		})
 	}
@@ -116,10 +139,10 @@ func growRank(ctx context.Context, r int, grow func(ctx context.Context, r int) 
 // (grow's newcomers that are not to come, or that die, return nil, nil):
 // every member's error must contain want, and every newcomer's error
 // wantNewcomer; a communicator that a process got all the same is
-// closed, and fails t. It then runs a few cases of the suite (f32 and
-// i64, counts 1 and 7, with rank-distinct data) on members: a failed Grow
-// leaves them usable.
-func RunGrowFailure(t *testing.T, members []comm.Communicator, newcomers int, grow func(ctx context.Context, r int) (comm.Communicator, error), want, wantNewcomer string) {
+// closed, and fails t. It then runs Run with opt on members (a failed
+// Grow leaves them usable), by default (nil Counts and DTypes) only f32
+// and i64 at counts 1 and 7, with rank-distinct data.
+func RunGrowFailure(t *testing.T, members []comm.Communicator, newcomers int, grow func(ctx context.Context, r int) (comm.Communicator, error), want, wantNewcomer string, opt Options) {
 	t.Helper()
 	checkWorld(t, members)
 	P := len(members)
@@ -148,5 +171,11 @@ func RunGrowFailure(t *testing.T, members []comm.Communicator, newcomers int, gr
 			t.Logf("process %d: %v", r, err)
 		}
 	}
-	Run(t, members, Options{Counts: []int{1, 7}, DTypes: []comm.DType{comm.F32, comm.I64}, Timeout: time.Minute})
+	if opt.Counts == nil {
+		opt.Counts = []int{1, 7}
+	}
+	if opt.DTypes == nil {
+		opt.DTypes = []comm.DType{comm.F32, comm.I64}
+	}
+	Run(t, members, opt)
 }

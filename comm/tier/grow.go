@@ -46,6 +46,10 @@ type Growth struct {
 	// ConnectTimeout): the first collective, and the newcomers' wait for
 	// rank 0's word.
 	Bound time.Duration
+	// Control, if set, is the communicator a communicator's agreements
+	// go over (Agree and rank 0's word exchange host memory): a GPU
+	// communicator's host control. If nil, the communicator itself.
+	Control func(c comm.Communicator) comm.Communicator
 	// Warn, if set, hears of a member's failure in step 3, and of an
 	// error of closing the old communicator in step 4.
 	Warn func(err error)
@@ -56,7 +60,7 @@ type Growth struct {
 // every member. On error old is left as it was.
 func (g Growth) Member(ctx context.Context, old comm.Communicator) (comm.Communicator, error) {
 	grown, err := g.connect(ctx)
-	if err := Agree(ctx, old, err); err != nil {
+	if err := Agree(ctx, g.over(old), err); err != nil {
 		if grown != nil {
 			grown.Close() // the newcomers' wait for rank 0's word ends
 		}
@@ -92,7 +96,7 @@ func (g Growth) connect(ctx context.Context) (grown comm.Communicator, err error
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.Bound)
 	defer cancel()
-	if err := Agree(ctx, grown, nil, g.Fields...); err != nil {
+	if err := Agree(ctx, g.over(grown), nil, g.Fields...); err != nil {
 		grown.Close()
 		return nil, fmt.Errorf("the grown communicator's first collective: %w", err)
 	}
@@ -103,15 +107,24 @@ func (g Growth) connect(ctx context.Context) (grown comm.Communicator, err error
 func (g Growth) verdict(ctx context.Context, grown comm.Communicator) error {
 	ctx, cancel := context.WithTimeout(ctx, g.Bound)
 	defer cancel()
+	over := g.over(grown)
 	ok := []uint8{0}
-	if grown.Rank() == 0 {
+	if over.Rank() == 0 {
 		ok[0] = 1
 	}
-	if err := grown.Broadcast(ctx, comm.Host(ok), 0); err != nil {
+	if err := over.Broadcast(ctx, comm.Host(ok), 0); err != nil {
 		return err
 	}
 	if ok[0] != 1 {
 		return errors.New("rank 0 sent no word")
 	}
 	return nil
+}
+
+// over is the communicator c's agreements go over (Control).
+func (g Growth) over(c comm.Communicator) comm.Communicator {
+	if g.Control == nil {
+		return c
+	}
+	return g.Control(c)
 }
