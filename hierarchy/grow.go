@@ -36,9 +36,9 @@ type Grown struct {
 	ConnectTimeout time.Duration
 }
 
-// Grow implements the growth of a hierarchy built standalone (Build or
-// New, from parts the caller made): every member of h calls it with
-// grown, and each newcomer calls Join with an equal grown. The grown
+// Grow takes newcomers into a hierarchy built standalone (Build or New,
+// from parts the caller made): every member of h calls it with grown,
+// and each newcomer calls Join with an equal grown. The grown
 // communicator is made as Shrink makes the shrunk one (compose): the
 // grown world part (Grown.World), then the intra-node parts —
 // Config.NewIntra's, with a generation that names this Grow, or else

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -87,10 +89,13 @@ func RunGrow(t *testing.T, members []comm.Communicator, newcomers int, grow func
 		}
 	}()
 	errs := make([]error, size)
+	took := make([]time.Duration, size)
 	var wg sync.WaitGroup
 	for r := range size {
 		wg.Go(func() {
+			start := time.Now()
 			errs[r] = growRank(t.Context(), r, grow, &grown[r])
+			took[r] = time.Since(start)
 			switch {
 			case errs[r] == nil && grown[r] == nil:
 				errs[r] = errors.New("grow returned neither a communicator nor an error")
@@ -110,6 +115,7 @@ func RunGrow(t *testing.T, members []comm.Communicator, newcomers int, grow func
 	if failed {
 		return
 	}
+	t.Logf("grew %d ranks by %d: the slowest process's Grow or Join took %v", P, newcomers, slices.Max(took).Round(time.Millisecond))
 	for _, c := range members {
 		if err := c.Barrier(t.Context()); !errors.Is(err, comm.ErrClosed) {
 			t.Errorf("rank %d: Barrier on the communicator grown out of: %v, want comm.ErrClosed", c.Rank(), err)
