@@ -2,6 +2,7 @@ package hierarchy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -144,4 +145,26 @@ func TestGrowHierarchyFailure(t *testing.T) {
 			}, tc.want, tc.wantNewcomer, commtest.Options{Timeout: time.Minute})
 		})
 	}
+}
+
+// A Grow to the ranks there are gives every member its hierarchy back,
+// which works on.
+func TestGrowHierarchyWithNobody(t *testing.T) {
+	l := layout{name: "2x2", perNode: []int{2, 2}}
+	cs := build(t, l, "shm", hierarchy.Config{NewIntra: shmIntra})
+	tp := topo(t, l)
+	for r, err := range each(cs, func(r int, c comm.Communicator) error {
+		g, err := c.(*hierarchy.Comm).Grow(t.Context(), hierarchy.Grown{Topology: tp, World: func(context.Context) (comm.Communicator, error) {
+			return nil, errors.New("Grow with nobody made a world part")
+		}})
+		if err == nil && g != c {
+			return fmt.Errorf("Grow with nobody gave %p, want the hierarchy itself (%p)", g, c)
+		}
+		return err
+	}) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	commtest.Run(t, cs, commtest.Options{Counts: []int{1, 7}, DTypes: []comm.DType{comm.F32, comm.I64}, Timeout: time.Minute})
 }

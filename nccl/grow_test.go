@@ -2,7 +2,9 @@ package nccl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,4 +90,30 @@ func TestGrowFakeFailure(t *testing.T) {
 			}, tc.want, tc.wantNewcomer, commtest.Options{Timeout: time.Minute, Memory: dev})
 		})
 	}
+}
+
+// A Grow to the size there is gives every member its communicator back,
+// which works on.
+func TestGrowFakeWithNobody(t *testing.T) {
+	comms, dev := fakeWorld(t, 3)
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() {
+			g, err := c.(*nccl.Comm).Grow(t.Context(), nccl.Grown{Size: 3, Control: func(context.Context) (comm.Communicator, error) {
+				return nil, errors.New("Grow with nobody made a control")
+			}})
+			if err == nil && g != c {
+				err = fmt.Errorf("Grow with nobody gave %p, want the communicator itself (%p)", g, c)
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	commtest.Run(t, comms, commtest.Options{Counts: []int{1, 7}, DTypes: []comm.DType{comm.F32, comm.I64}, Timeout: time.Minute, Memory: dev})
 }
