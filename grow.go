@@ -12,6 +12,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -158,22 +159,10 @@ func (w *World) bindGrown() (cluster.DataSocket, error) {
 }
 
 // agree makes a failure of one member a failure of all: every member
-// passes its own (nil: none), and every one gets an error if any failed.
+// passes its own (nil: none), and every one gets an error if any failed
+// (tier.Agree: the others' names the lowest member that failed, and why).
 func (w *World) agree(ctx context.Context, err error) error {
-	ok := []uint8{1}
-	if err != nil {
-		ok[0] = 0
-	}
-	if aerr := w.AllReduce(ctx, comm.Host(ok), comm.Host(ok), comm.Min); aerr != nil {
-		return errors.Join(err, aerr)
-	}
-	if err != nil {
-		return err
-	}
-	if ok[0] == 0 {
-		return errors.New("another member failed at this step (see its log)")
-	}
-	return nil
+	return tier.Agree(ctx, w, err)
 }
 
 // addrSlot is the room each member's address takes in gatherAddrs.

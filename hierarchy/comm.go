@@ -161,7 +161,11 @@ func (cfg Config) Switch(c schedule.Collective, g, m int) (at int, bySmallBytes 
 // them.
 type Comm struct {
 	tier.Blocking
-	cfg   Config
+	cfg Config
+	// given is the Config New was given, before its defaults, without
+	// the parts: Grow builds the grown hierarchy from it, as a newcomer's
+	// Join builds from the Config it is given (Build compares them).
+	given Config
 	topo  *topology.Topology
 	rank  int
 	size  int
@@ -240,6 +244,8 @@ func New(cfg Config) (*Comm, error) {
 		return nil, errors.New("hierarchy.New: Config.Topology is nil")
 	}
 	t := cfg.Topology
+	given := cfg
+	given.Topology, given.World, given.Intra, given.Rail = nil, nil, nil, nil
 	if cfg.Rank < 0 || cfg.Rank >= t.Size() {
 		return nil, fmt.Errorf("hierarchy.New: Config.Rank %d is not in [0, %d)", cfg.Rank, t.Size())
 	}
@@ -275,7 +281,7 @@ func New(cfg Config) (*Comm, error) {
 	node, local := t.NodeOf(r), t.LocalRank(r)
 	g, homogeneous := t.RanksPerNode()
 	h := &Comm{
-		cfg: cfg, topo: t, rank: r, size: t.Size(), node: node, local: local,
+		cfg: cfg, given: given, topo: t, rank: r, size: t.Size(), node: node, local: local,
 		g: g, homogeneous: homogeneous,
 		world: cfg.World, intra: cfg.Intra, rail: cfg.Rail,
 		intraRanks: t.Nodes()[node].Ranks,

@@ -113,7 +113,9 @@
 // *comm.MismatchError whose Local is the caller's own call; a rank's failure as a
 // *comm.PeerError naming its global rank (comm.OpError.Culprit), whichever
 // part the news came through. After a failure, Shrink
-// gives the survivors a new hierarchy on their recomputed topology.
+// gives the survivors a new hierarchy on their recomputed topology; Grow
+// (with Join on the newcomers) takes newcomers into a hierarchy built
+// standalone, composed as Shrink composes the shrunk one (grow.go).
 //
 // hierarchy imports comm, comm/schedule (Config.Cost), topology and
 // internal/hoptrace; never a tier: its parts come as comm.Communicators

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/topology"
 )
 
 // Shrink implements comm.Communicator. The world part shrinks — every rank of
@@ -26,10 +27,7 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 	fail := func(err error) (comm.Communicator, error) {
 		return nil, h.opError(comm.KindShrink, 0, culpritOr(err, -1), err)
 	}
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
+	if h.isClosed() {
 		return fail(comm.ErrClosed)
 	}
 	stager := h.childStager()
@@ -63,26 +61,42 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 		world.Close()
 		return fail(err)
 	}
-	if t.NumNodes() == 1 && t.Size() > 1 && h.cfg.NewIntra != nil {
-		intra, err := h.cfg.NewIntra(ctx, t, world.Rank(), generation(world, old))
+	cfg := h.cfg
+	cfg.Stager, cfg.NewStager = nil, stager
+	cfg.Name = fmt.Sprintf("%s/shrink(%d of %d)", h.cfg.Name, t.Size(), h.size)
+	c, err := compose(ctx, world, t, cfg, generation(world, old))
+	if err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// compose makes the communicator of topology t over world, this
+// process's end of t's world part (with t's rank numbers), as Shrink
+// and Grow do: a hierarchy (Build) with its intra-node parts made by
+// cfg.NewIntra, with generation, where it is set, else split off world;
+// with one rank on each node, world itself; with one node, its
+// intra-node part where cfg.NewIntra makes one, else world. It owns
+// world: it closes it on error, and when the result does without it.
+func compose(ctx context.Context, world comm.Communicator, t *topology.Topology, cfg Config, generation string) (comm.Communicator, error) {
+	if t.NumNodes() == 1 && t.Size() > 1 && cfg.NewIntra != nil {
+		intra, err := cfg.NewIntra(ctx, t, world.Rank(), generation)
 		world.Close()
 		if err != nil {
-			return fail(fmt.Errorf("making the shrunk intra-node part: %w", err))
+			return nil, fmt.Errorf("making the intra-node part: %w", err)
 		}
 		return intra, nil
 	}
 	if g, homogeneous := t.RanksPerNode(); t.NumNodes() == 1 || homogeneous && g == 1 {
 		return world, nil
 	}
-	cfg := h.cfg
-	cfg.Stager, cfg.NewStager = nil, stager
-	cfg.Name = fmt.Sprintf("%s/shrink(%d of %d)", h.cfg.Name, t.Size(), h.size)
 	var intra comm.Communicator
 	if cfg.NewIntra != nil {
-		intra, err = cfg.NewIntra(ctx, t, world.Rank(), generation(world, old))
+		var err error
+		intra, err = cfg.NewIntra(ctx, t, world.Rank(), generation)
 		if err != nil {
 			world.Close()
-			return fail(fmt.Errorf("making the shrunk intra-node part: %w", err))
+			return nil, fmt.Errorf("making the intra-node part: %w", err)
 		}
 	}
 	nh, err := Build(ctx, world, t, intra, cfg)
@@ -91,9 +105,16 @@ func (h *Comm) Shrink(ctx context.Context) (comm.Communicator, error) {
 			intra.Close()
 		}
 		world.Close()
-		return fail(err)
+		return nil, err
 	}
 	return nh, nil
+}
+
+// isClosed reports whether h was closed.
+func (h *Comm) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
 }
 
 // generation names a Shrink for Config.NewIntra: the shrunk world's name

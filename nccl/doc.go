@@ -15,7 +15,9 @@
 //     comm.Communicator on device buffers over NCCL, made over a host
 //     communicator of the same ranks (its control) that carries the unique
 //     id, compares every call's arguments before NCCL sees it, carries
-//     Send/Recv, and turns a peer's failure into an abort of NCCL.
+//     Send/Recv, and turns a peer's failure into an abort of NCCL. Shrink
+//     (shrink.go) and Grow, with Join on the newcomers (grow.go), make a
+//     new one as New does, over the shrunk or the grown control.
 //   - Staged (staged.go): a host communicator (nexar between nodes) that
 //     moves device buffers through page-locked host memory, pipelined
 //     across calls; Stager (stager.go): the hierarchy's scratch memory and

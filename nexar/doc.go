@@ -11,6 +11,10 @@
 // so concurrent collectives and sub-communicators never cross-talk and a
 // mismatched call is detected on arrival.
 //
+// A world made by Connect from a static Config grows with Comm.Grow on its
+// members and Join on the newcomers (grow.go): a world of its own over new
+// connections, which the members agree to over the old one.
+//
 // nexar imports comm and comm/schedule (its schedules and cost model) and
 // internal/hoptrace; never another tier (internal/rules/imports_test.go
 // holds it to that). Its multi-process tests start their worlds with

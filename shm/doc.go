@@ -27,6 +27,8 @@
 //     (the root writes a slot and returns). copy.go: how they move bytes (steps sized for
 //     the caches, staging copies that stay in them, non-temporal stores
 //     for the results of large collectives).
+//   - grow.go: Grow and Join, newcomers of this host taken in (a fresh
+//     segment in a new namespace; the steps are tier.Growth's).
 //   - split.go: Split; p2p.go, p2pengine.go, ring.go: Send and Recv over a
 //     ring per ordered pair of ranks.
 //   - sys_linux.go, sys_other.go: the system calls; elsewhere New returns an

@@ -27,6 +27,8 @@
 //	FaultsRank       / RunFaults       a rank canceled, late, closed or aborted
 //	FusedRank        / RunFused        comm.AllReduceFused over many buffers
 //	BatchRank        / RunBatch        comm.Batch: collectives and Send/Recv as one unit
+//	GrownRank        / RunGrow         a tier's Grow: every process at its rank, then Run
+//	                   RunGrowFailure  a failed Grow: every member's error, the old one exact
 //
 // # Data
 //

@@ -16,6 +16,9 @@
 //   - the one vocabulary of timeouts every tier takes (Timeouts: an
 //     operation's Timeout, a silent peer's FailureTimeout, a world's
 //     ConnectTimeout), with their defaults per Medium (DefaultTimeouts);
+//   - how a tier built standalone grows (Growth: the steps every tier's
+//     Grow and Join take), and the agreement of every rank on its outcome
+//     and a configuration (Agree, Field, FieldsDifferError);
 //   - the checks of a call's arguments (Validate, ValidateHost, RequireHost)
 //     and what a tier reads of a call (Uses, ResultAt, Offsets,
 //     WithoutBuffers), Split's grouping (SplitMembers, SplitGroups);
