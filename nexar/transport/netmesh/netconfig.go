@@ -16,10 +16,11 @@ import (
 	"github.com/hiercomm/hiercomm/comm/tier"
 )
 
-// NetConfig configures a network Transport (NewQUIC, NewTCP). Addrs and
-// JobKey are required; every other field left zero takes the default its
-// comment gives. The constructors work on a validated copy; the caller's
-// struct is never modified.
+// Config configures a network transport (NewQUIC, NewTCP, NewLanes; in a
+// nexar.Config it is nexar.NetConfig, whose name its errors use). Addrs
+// and JobKey are required; every other field left zero takes the default
+// its comment gives. The constructors work on a validated copy; the
+// caller's struct is never modified.
 type Config struct {
 	// Rank is this process's rank, in [0, len(Addrs)). If zero, this is
 	// rank 0.
@@ -69,7 +70,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Defaults of NetConfig.
+// Defaults of Config.
 const (
 	DefaultJobID          = "hiercomm"
 	DefaultFailureTimeout = tier.NetworkFailureTimeout // tier.DefaultTimeouts(tier.Network)
@@ -82,7 +83,7 @@ const (
 // names the field that is wrong.
 func (c Config) validate() (Config, error) {
 	bad := func(format string, a ...any) (Config, error) {
-		return Config{}, fmt.Errorf("nexar: invalid Config: "+format, a...)
+		return Config{}, fmt.Errorf("nexar: invalid NetConfig: "+format, a...)
 	}
 	if len(c.Addrs) == 0 {
 		return bad("Addrs is empty: it must list every rank's host:port")
@@ -137,7 +138,7 @@ func (c Config) validate() (Config, error) {
 func (c Config) linger() time.Duration { return min(c.FailureTimeout, 5*time.Second) }
 
 // LocalConfigs binds n sockets on 127.0.0.1 with ports chosen by the kernel
-// and returns one NetConfig per rank: base with Rank, Addrs and the bound
+// and returns one Config per rank: base with Rank, Addrs and the bound
 // socket filled in (PacketConn for network "udp", the QUIC transport;
 // Listener for "tcp"; both, on the same port, for "udp+tcp", the default
 // network's two lanes: NewLanes). It is for tests and for launchers that start several
