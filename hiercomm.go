@@ -94,7 +94,7 @@ type Options struct {
 	// transport declares it failed: a data connection's (nexar) and a
 	// node's shared memory's (Shm.FailureTimeout, where zero). If zero,
 	// each medium's default: 10 s on the network
-	// (nexar.DefaultFailureTimeout), 5 s on shared memory
+	// (netmesh.DefaultFailureTimeout), 5 s on shared memory
 	// (shm.DefaultFailureTimeout); tier's doc says why they differ. Every
 	// rank must be given the same: Init fails, naming the rank that
 	// differs, before the world forms.

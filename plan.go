@@ -14,6 +14,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 	"github.com/hiercomm/hiercomm/shm"
 	"github.com/hiercomm/hiercomm/topology"
 )
@@ -436,7 +437,7 @@ func (p Plan) String() string {
 	row("memory", "%s", memory)
 	if p.Network != "" && p.Network != "memory" {
 		lanes := map[string]string{
-			"quic":      fmt.Sprintf("QUIC, and TLS 1.3 over TCP for frames from %s", sizeName(nexar.BulkFrameMin)),
+			"quic":      fmt.Sprintf("QUIC, and TLS 1.3 over TCP for frames from %s", sizeName(netmesh.BulkFrameMin)),
 			"quic-only": "QUIC",
 			"tcp":       "TCP, unencrypted",
 		}[p.Network]

@@ -11,6 +11,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/hierarchy"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -28,7 +29,7 @@ func grownWorld(t *testing.T, old *topology.Topology, hosts []string, connect ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	nets, err := nexar.LocalConfigs("tcp", tp.Size(), nexar.NetConfig{JobKey: []byte("hierarchy-grow-test-key-32-bytes"), JobID: "hierarchy-grow", ConnectTimeout: connect})
+	nets, err := netmesh.LocalConfigs("tcp", tp.Size(), nexar.NetConfig{JobKey: []byte("hierarchy-grow-test-key-32-bytes"), JobID: "hierarchy-grow", ConnectTimeout: connect})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/nccl"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // grownControls is each process's nccl.Grown for a communicator growing
@@ -19,7 +20,7 @@ import (
 // 127.0.0.1.
 func grownControls(t *testing.T, size int, connect time.Duration) []nccl.Grown {
 	t.Helper()
-	nets, err := nexar.LocalConfigs("tcp", size, nexar.NetConfig{JobKey: []byte("nccl-grow-test-key-of-32-bytes!!"), JobID: "nccl-grow", ConnectTimeout: connect})
+	nets, err := netmesh.LocalConfigs("tcp", size, nexar.NetConfig{JobKey: []byte("nccl-grow-test-key-of-32-bytes!!"), JobID: "nccl-grow", ConnectTimeout: connect})
 	if err != nil {
 		t.Fatal(err)
 	}

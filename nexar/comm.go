@@ -14,6 +14,8 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
+	"github.com/hiercomm/hiercomm/nexar/internal/timerpool"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // Comm is a nexar communicator: the flat comm.Communicator over a Transport.
@@ -28,8 +30,8 @@ type Comm struct {
 	index   []int // world rank → comm rank, or -1
 	rank    int
 	opt     Options
-	owner   bool            // the world Comm: Close closes the Transport (see holds)
-	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (FrameClosed)
+	owner   bool            // the world Comm: Close closes the transport.Transport (see holds)
+	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (transport.FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
 	exec      *tier.Exec[job]      // numbers and runs the collectives (guarded by mu)
@@ -64,7 +66,7 @@ type Comm struct {
 	recvSeq  map[p2pKey]uint64 // next message number to receive, by (peer, tag)
 	// got counts the data and point-to-point frames that arrived from each
 	// rank; left is, for a rank that closed its side, the number it sent
-	// (FrameClosed), else -1; leftCh is closed and replaced when a waiter
+	// (transport.FrameClosed), else -1; leftCh is closed and replaced when a waiter
 	// may have to give up on such a rank.
 	got    []uint64
 	left   []int64
@@ -78,7 +80,7 @@ type Comm struct {
 
 // mkey names one frame of one communicator.
 type mkey struct {
-	kind FrameKind
+	kind transport.FrameKind
 	seq  uint64
 	step uint32
 	src  int32
@@ -200,7 +202,7 @@ func (c *Comm) Abort(cause error) {
 	if b, ok := comm.CulpritOf(cause); ok && c.owner && errors.Is(cause, comm.ErrPeerFailed) && !errors.Is(cause, comm.ErrMismatch) &&
 		b.Rank >= 0 && b.Rank < c.w.size && b.Rank != c.w.rank {
 		c.w.learned(b.Rank, &comm.PeerError{Peer: b.Rank, Addr: c.w.tr.PeerAddr(b.Rank), Err: errors.New(b.How)}, -1, -1)
-		if d, ok := c.w.tr.(peerDropper); ok {
+		if d, ok := c.w.tr.(transport.PeerDropper); ok {
 			d.DropPeer(b.Rank, cause)
 		}
 	}
@@ -267,7 +269,7 @@ func (c *Comm) PeerFailed(peer int, cause error) {
 		return
 	}
 	w.PeerFailed(peer, &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: cause})
-	if d, ok := w.tr.(peerDropper); ok {
+	if d, ok := w.tr.(transport.PeerDropper); ok {
 		d.DropPeer(peer, cause)
 	}
 }
@@ -303,7 +305,7 @@ func (c *Comm) Close() error {
 	c.w.unregister(c)
 	c.mu.Lock()
 	for k, f := range c.arrived {
-		putBuf(f.payload)
+		transport.PutBuf(f.payload)
 		delete(c.arrived, k)
 	}
 	c.mu.Unlock()
@@ -329,7 +331,7 @@ func (c *Comm) dropBlamed() {
 	c.mu.Lock()
 	aborted := c.failure.Aborted()
 	c.mu.Unlock()
-	d, ok := c.w.tr.(peerDropper)
+	d, ok := c.w.tr.(transport.PeerDropper)
 	if aborted == nil || !ok {
 		return
 	}
@@ -457,18 +459,18 @@ func (c *Comm) refuseLocked() error {
 }
 
 // deliver routes an arrived frame (src is a world rank).
-func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
+func (c *Comm) deliver(wsrc int, h transport.Header, payload []byte) {
 	src := c.commRank(wsrc)
 	if src < 0 {
 		c.opt.Logger.Warn("nexar: dropped a frame from a rank outside the communicator", append(c.who(), "src", wsrc, "kind", h.Kind)...)
-		putBuf(payload)
+		transport.PutBuf(payload)
 		return
 	}
 	f := frame{src: src, h: h, payload: payload}
 	switch h.Kind {
-	case FrameData:
+	case transport.FrameData:
 		c.onData(f)
-	case FrameP2P:
+	case transport.FrameP2P:
 		k := keyOf(src, h)
 		c.mu.Lock()
 		c.countLocked(src)
@@ -479,20 +481,20 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		}
 		c.putLocked(k, f)
 		c.mu.Unlock()
-	case FrameFail:
+	case transport.FrameFail:
 		c.onFail(f)
-	case FrameProbe:
+	case transport.FrameProbe:
 		c.onProbe(f)
-	case FrameProbeReply:
+	case transport.FrameProbeReply:
 		c.onProbeReply(f)
-	case FrameShrink:
+	case transport.FrameShrink:
 		c.onShrink(f)
-	case FrameProgress:
+	case transport.FrameProgress:
 		c.onProgress(f)
-	case FrameProgressReply:
+	case transport.FrameProgressReply:
 		c.onProgressReply(f)
-	case FrameClosed:
-		putBuf(payload)
+	case transport.FrameClosed:
+		transport.PutBuf(payload)
 		c.mu.Lock()
 		if c.left != nil {
 			c.left[src] = max(0, h.Sig.Count)
@@ -500,7 +502,7 @@ func (c *Comm) deliver(wsrc int, h Header, payload []byte) {
 		}
 		c.mu.Unlock()
 	default:
-		putBuf(payload)
+		transport.PutBuf(payload)
 	}
 }
 
@@ -514,7 +516,7 @@ func (c *Comm) onData(f frame) {
 	if keep {
 		c.putLocked(keyOf(f.src, f.h), f)
 	} else {
-		putBuf(f.payload)
+		transport.PutBuf(f.payload)
 	}
 	post := c.applyLocked(eff)
 	c.mu.Unlock()
@@ -569,7 +571,7 @@ const closeGrace = 500 * time.Millisecond
 // collective's send to the closed peer (op.sendCount): the send and the
 // wait are two ends of one collective.
 func (c *Comm) collectivePeerError(peer int, dead error) error {
-	if !errors.Is(dead, ErrPeerClosed) {
+	if !errors.Is(dead, transport.ErrPeerClosed) {
 		return c.deadPeerError(peer, dead)
 	}
 	return c.closeCause(c.deadPeerError(peer, dead))
@@ -579,12 +581,12 @@ func (c *Comm) collectivePeerError(peer int, dead error) error {
 // the abort, that comes within closeGrace, else closed (the close's own
 // error, in this communicator's terms).
 func (c *Comm) closeCause(closed error) error {
-	timer := getTimer(closeGrace)
-	defer putTimer(timer)
+	timer := timerpool.Get(closeGrace)
+	defer timerpool.Put(timer)
 	for {
 		died := c.w.deaths()
 		for r, wr := range c.members {
-			if _, err := c.w.peerState(wr); r != c.rank && err != nil && !errors.Is(err, ErrPeerClosed) {
+			if _, err := c.w.peerState(wr); r != c.rank && err != nil && !errors.Is(err, transport.ErrPeerClosed) {
 				return c.deadPeerError(r, err)
 			}
 		}
@@ -621,7 +623,7 @@ func (c *Comm) announceClose() {
 			continue
 		}
 		wg.Go(func() {
-			c.sendControl(p, Header{Kind: FrameClosed, Comm: c.id, Sig: comm.Signature{Count: int64(c.sent[p].Load())}}, nil)
+			c.sendControl(p, transport.Header{Kind: transport.FrameClosed, Comm: c.id, Sig: comm.Signature{Count: int64(c.sent[p].Load())}}, nil)
 		})
 	}
 	wg.Wait() // each is bounded (controlTimeout)
@@ -629,7 +631,7 @@ func (c *Comm) announceClose() {
 
 // sendFrame sends a data or point-to-point frame to peer, counted for
 // announceClose.
-func (c *Comm) sendFrame(ctx context.Context, peer int, h Header, payload []byte) error {
+func (c *Comm) sendFrame(ctx context.Context, peer int, h transport.Header, payload []byte) error {
 	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {
 		return c.ownPeerError(err)
 	}
@@ -651,7 +653,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 	if old, dup := c.arrived[k]; dup {
 		// A protocol bug on the sender: keep the first, say so.
 		c.opt.Logger.Error("nexar: duplicate frame", append(c.who(), "src", f.src, "kind", f.h.Kind, "seq", f.h.Seq, "step", f.h.Step)...)
-		putBuf(old.payload)
+		transport.PutBuf(old.payload)
 	}
 	c.arrived[k] = f
 }
@@ -660,7 +662,7 @@ func (c *Comm) putLocked(k mkey, f frame) {
 // (tier.Failure.Heard).
 func (c *Comm) onFail(f frame) {
 	n := frameNotice(f)
-	putBuf(f.payload)
+	transport.PutBuf(f.payload)
 	c.input(func(m *tier.Failure) tier.Effects { return m.Heard(f.src, n) })
 }
 
@@ -671,7 +673,7 @@ func (c *Comm) onFail(f frame) {
 // names them (with their last started), so that a deadline several hops
 // away names the straggler, not the neighbour waiting on it.
 func (c *Comm) onProbe(f frame) {
-	putBuf(f.payload)
+	transport.PutBuf(f.payload)
 	c.mu.Lock()
 	answer, eff := c.failure.Probed(f.src, f.h.Seq, f.h.Sig)
 	last := c.failure.Started()
@@ -687,9 +689,9 @@ func (c *Comm) onProbe(f frame) {
 	post()
 	switch {
 	case answer == tier.ProbeAhead:
-		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
+		c.notifyLater(f.src, transport.Header{Kind: transport.FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Step: uint32(min(last, 1<<32-1))}, nil)
 	case stragglers != nil:
-		c.notifyLater(f.src, Header{Kind: FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: sig}, stragglers)
+		c.notifyLater(f.src, transport.Header{Kind: transport.FrameProbeReply, Comm: c.id, Seq: f.h.Seq, Sig: sig}, stragglers)
 	}
 }
 
@@ -712,7 +714,7 @@ func encodeBehind(behind map[int]uint64, asking int) []byte {
 }
 
 func (c *Comm) onProbeReply(f frame) {
-	defer putBuf(f.payload)
+	defer transport.PutBuf(f.payload)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.ops[f.h.Seq]
@@ -739,7 +741,7 @@ func (c *Comm) onProbeReply(f frame) {
 // notifyLater sends a control frame from a goroutine of its own (the
 // caller may be a transport's read loop, which must not block). Close
 // waits for such sends, so a rank's last word reaches its peers.
-func (c *Comm) notifyLater(peer int, h Header, payload []byte) {
+func (c *Comm) notifyLater(peer int, h transport.Header, payload []byte) {
 	c.note(func() { c.sendControl(peer, h, payload) })
 }
 
@@ -810,7 +812,7 @@ func (l *lastWords) shut() {
 
 // sendControl sends a small frame, best effort, bounded in time (see
 // controlTimeout).
-func (c *Comm) sendControl(peer int, h Header, payload []byte) {
+func (c *Comm) sendControl(peer int, h transport.Header, payload []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
 	if err := c.w.send(ctx, c.members[peer], h, payload); err != nil {

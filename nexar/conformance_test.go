@@ -50,7 +50,7 @@ func TestConformanceMemory(t *testing.T) {
 
 // TestConformanceNet runs the suite over QUIC alone (quic-only), over
 // the default network's two lanes (quic), where the counts put frames on
-// both sides of nexar.BulkFrameMin (65537 elements: pieces from
+// both sides of netmesh.BulkFrameMin (65537 elements: pieces from
 // BulkFrameMin up take the TLS lane, smaller ones and the control frames
 // QUIC), and over plain TCP, where the same counts put pieces on both
 // sides of the size from which a frame lands straight in the receive

@@ -6,19 +6,27 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
+
+// NetConfig says where the ranks of a network world are and how they
+// authenticate: the configuration of the network transports
+// (nexar/transport/netmesh), named here because Config holds it.
+type NetConfig = netmesh.Config
 
 // Config joins one rank to a world over a network.
 type Config struct {
 	// Net says where the ranks are and how they authenticate.
 	Net NetConfig
 	// Network is "quic" (QUIC, with a TLS-over-TCP lane for large
-	// frames: NewLanes; it needs Net.PacketConn and Net.Listener, or both
-	// UDP and TCP free on every address), "quic-only" (QUIC alone: NewQUIC,
-	// for networks that pass only UDP or need QUIC's connection migration)
-	// or "tcp" (plain TCP, for trusted fabrics: NewTCP). If empty, defaults
-	// to "quic".
+	// frames: netmesh.NewLanes; it needs Net.PacketConn and Net.Listener,
+	// or both UDP and TCP free on every address), "quic-only" (QUIC
+	// alone: netmesh.NewQUIC, for networks that pass only UDP or need
+	// QUIC's connection migration) or "tcp" (plain TCP, for trusted
+	// fabrics: netmesh.NewTCP). If empty, defaults to "quic".
 	Network string
 	// Options tune the collectives.
 	Options
@@ -42,10 +50,34 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 	if cfg.Net.Logger == nil {
 		cfg.Net.Logger = opt.Logger
 	}
-	w := newWorld(opt.Logger, cfg.Net.Rank, len(cfg.Net.Addrs))
-	tr, err := NewNetwork(ctx, cfg.Network, cfg.Net, w)
+	return NewWorld(cfg.Net.Rank, len(cfg.Net.Addrs), opt, func(h transport.Handler) (transport.Transport, error) {
+		return netmesh.New(ctx, cfg.Network, cfg.Net, h)
+	})
+}
+
+// NewWorld returns the world communicator of rank rank of size over a
+// transport that connect makes: connect is given the Handler its
+// transport delivers to (from then on, possibly before connect returns)
+// and returns the transport once it reaches every peer, or an error.
+// Connect is NewWorld over the network transports; a transport of one's
+// own backs a communicator the same way (nexar/transport says what it
+// implements). The communicator owns the transport: its Close closes it.
+func NewWorld(rank, size int, opt Options, connect func(transport.Handler) (transport.Transport, error)) (*Comm, error) {
+	opt, err := opt.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("nexar.NewWorld: rank %d of %d: want 0 ≤ rank < size: %w", rank, size, comm.ErrInvalidArgument)
+	}
+	w := newWorld(opt.Logger, rank, size)
+	tr, err := connect(w)
+	if err != nil {
+		return nil, err
+	}
+	if tr.Rank() != rank || tr.Size() != size {
+		tr.Close()
+		return nil, fmt.Errorf("nexar.NewWorld: the transport is rank %d of %d, want rank %d of %d: %w", tr.Rank(), tr.Size(), rank, size, comm.ErrInvalidArgument)
 	}
 	w.attach(tr)
 	c, err := newWorldComm(w, opt)
@@ -54,26 +86,6 @@ func Connect(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// NewNetwork joins the mesh over the network named network (Config.Network;
-// empty is "quic"): NewLanes, NewQUIC or NewTCP.
-func NewNetwork(ctx context.Context, network string, cfg NetConfig, h Handler) (Transport, error) {
-	switch network {
-	case "", "quic":
-		return NewLanes(ctx, cfg, h)
-	case "quic-only":
-		return NewQUIC(ctx, cfg, h)
-	case "tcp":
-		return NewTCP(ctx, cfg, h)
-	}
-	if cfg.PacketConn != nil {
-		cfg.PacketConn.Close()
-	}
-	if cfg.Listener != nil {
-		cfg.Listener.Close()
-	}
-	return nil, fmt.Errorf("nexar: unknown network %q (want %s)", network, Networks)
 }
 
 // NewLocalWorld returns n communicators, one per rank, joined over a real
@@ -86,11 +98,11 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 	if network == "" {
 		network = "quic"
 	}
-	sock, err := SocketNetwork(network)
+	sock, err := netmesh.SocketNetwork(network)
 	if err != nil {
 		return nil, err
 	}
-	cfgs, err := LocalConfigs(sock, n, NetConfig{JobKey: []byte("hiercomm-local-world-in-process!"), JobID: "local-in-process"})
+	cfgs, err := netmesh.LocalConfigs(sock, n, NetConfig{JobKey: []byte("hiercomm-local-world-in-process!"), JobID: "local-in-process"})
 	if err != nil {
 		return nil, err
 	}
@@ -110,22 +122,4 @@ func NewLocalWorld(ctx context.Context, n int, network string, opt Options) ([]*
 		return nil, err
 	}
 	return comms, nil
-}
-
-// Networks lists the names of Config.Network, for messages.
-const Networks = "quic, quic-only or tcp"
-
-// SocketNetwork is the kind of socket a network (Config.Network) runs on,
-// as LocalConfigs names it: "udp+tcp" for "quic" (both lanes, on one
-// port), "udp" for "quic-only", "tcp" for "tcp".
-func SocketNetwork(network string) (string, error) {
-	switch network {
-	case "quic":
-		return "udp+tcp", nil
-	case "quic-only":
-		return "udp", nil
-	case "tcp":
-		return "tcp", nil
-	}
-	return "", fmt.Errorf("nexar: unknown network %q (want %s)", network, Networks)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar/transport/mem"
 )
 
 // blames checks that err is a peer failure whose culprit is rank (of the
@@ -35,7 +36,7 @@ func TestEverySurvivorNamesTheDeadRank(t *testing.T) {
 		errs := onEveryRank(cs, func(r int, c *Comm) error {
 			if r == 1 {
 				time.Sleep(time.Duration(trial) * 5 * time.Millisecond)
-				c.w.tr.(*memoryTransport).Kill()
+				c.w.tr.(*mem.Transport).Kill()
 				return nil
 			}
 			x := make([]float32, 1<<16)

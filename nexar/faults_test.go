@@ -11,6 +11,8 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport"
+	"github.com/hiercomm/hiercomm/nexar/transport/mem"
 )
 
 // onEveryRank runs f on every rank at once and returns each rank's error.
@@ -99,7 +101,7 @@ func TestMismatchNewsAfterTheOpRetired(t *testing.T) {
 
 	theirs := sig
 	theirs.DType = comm.F64
-	c.onFail(frame{src: 0, h: Header{Kind: FrameFail, Comm: c.id, Seq: seq, Step: uint32(tier.FailMismatch), Sig: theirs},
+	c.onFail(frame{src: 0, h: transport.Header{Kind: transport.FrameFail, Comm: c.id, Seq: seq, Step: uint32(tier.FailMismatch), Sig: theirs},
 		payload: []byte("rank 0 saw the mismatch")})
 	if cause := c.AbortCause(); !errors.Is(cause, comm.ErrMismatch) {
 		t.Fatalf("after the news, the communicator's abort cause is %v; want the mismatch", cause)
@@ -115,7 +117,7 @@ func TestPeerDeathAbortsAndLaterCallsFailFast(t *testing.T) {
 	cs := memWorld(t, 4, Options{Timeout: 30 * time.Second})
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		if r == 1 {
-			c.w.tr.(*memoryTransport).Kill()
+			c.w.tr.(*mem.Transport).Kill()
 			return nil
 		}
 		x := make([]float32, 1<<18)

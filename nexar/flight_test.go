@@ -10,6 +10,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // With Options.FlightRecorder, a deadline on a rank writes its last
@@ -76,7 +77,7 @@ func TestSplitIsNamedByItsWorldRank(t *testing.T) {
 	}
 	rail := rails[2].(*Comm)
 	tier.DumpLive("split names test")
-	rail.deliver(1, Header{Kind: FrameData}, nil) // world rank 1 is on the other rail
+	rail.deliver(1, transport.Header{Kind: transport.FrameData}, nil) // world rank 1 is on the other rail
 	for _, want := range []string{
 		`msg="flight recorder: the last collectives" comm="rail 0" rank=2 local=1`,
 		`msg="flight recorder: the last collectives" comm=world rank=2 kept=1`,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // Grow takes newcomers into a running world that was built standalone
@@ -164,12 +165,12 @@ func agreeGrown(ctx context.Context, c *Comm, err error, fields []tier.Field, ad
 func grownFields(cfg Config) ([]tier.Field, error) {
 	opt, err := cfg.Options.withDefaults()
 	network := cmp.Or(cfg.Network, "quic")
-	if _, nerr := SocketNetwork(network); err == nil {
+	if _, nerr := netmesh.SocketNetwork(network); err == nil {
 		err = nerr
 	}
 	nc := cfg.Net
 	nc.PacketConn, nc.Listener = nil, nil // validate only reads them
-	if full, verr := nc.validate(); verr != nil {
+	if full, verr := nc.WithDefaults(); verr != nil {
 		err = cmp.Or(err, verr)
 	} else {
 		nc = full

@@ -11,6 +11,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // growKey is the job key of the grown worlds of these tests.
@@ -20,7 +21,7 @@ var growKey = []byte("hiercomm-grow-test-key-32-bytes!")
 // 127.0.0.1 (TCP) and returns each rank's Config.
 func grownConfigs(t *testing.T, n int, connect time.Duration) []nexar.Config {
 	t.Helper()
-	nets, err := nexar.LocalConfigs("tcp", n, nexar.NetConfig{JobKey: growKey, JobID: "grow-test", ConnectTimeout: connect})
+	nets, err := netmesh.LocalConfigs("tcp", n, nexar.NetConfig{JobKey: growKey, JobID: "grow-test", ConnectTimeout: connect})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func ExampleComm_Grow() {
 	// One socket per rank of the grown world, bound here; each process
 	// would bind its own and learn the others' addresses from its
 	// launcher.
-	nets, err := nexar.LocalConfigs("tcp", 3, nexar.NetConfig{JobKey: []byte("an example job key, 32 bytes ..."), JobID: "example"})
+	nets, err := netmesh.LocalConfigs("tcp", 3, nexar.NetConfig{JobKey: []byte("an example job key, 32 bytes ..."), JobID: "example"})
 	if err != nil {
 		panic(err)
 	}

@@ -2,8 +2,14 @@ package nexar
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"sync"
 	"testing"
@@ -11,13 +17,17 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/nexar/internal/baseline"
+	"github.com/hiercomm/hiercomm/nexar/transport"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
+	"github.com/quic-go/quic-go"
 )
 
 // BenchmarkSmallLatency splits the cost of an 8-byte exchange into layers,
 // all in this process over loopback TCP, each against the same run's raw
 // round trip: two goroutines ping-ponging 8 bytes on a plain net.Conn
-// (Go's TCP, TCP_NODELAY), then nexar's transport (framing, the reader
-// goroutine, the Handler), then a communicator's Send/Recv (matching,
+// (Go's TCP, TCP_NODELAY), then nexar's transport (nexar/transport/netmesh:
+// framing, the reader goroutine, the Handler), then a communicator's Send/Recv (matching,
 // posted buffer, the op), then an AllReduce on 2 and on 4 ranks (the
 // executor, the schedule, the reduction). Each layer reports µs per round
 // trip (two for the 2-rank AllReduce: the exchange goes both ways at once,
@@ -38,11 +48,7 @@ func BenchmarkSmallLatency(b *testing.B) {
 		})
 		b.Run(network+"/transport", func(b *testing.B) {
 			ref := rawRTT(b, 2000)
-			dial, net := NewTCP, "tcp"
-			if network == "quic" {
-				dial, net = NewQUIC, "udp"
-			}
-			pingPong(b, dial, net, 8)
+			transportPingPong(b, network)
 			reportRTT(b, ref, 1)
 		})
 		b.Run(network+"/sendrecv", func(b *testing.B) {
@@ -252,4 +258,84 @@ func rawQUICRTT(b *testing.B, n int) time.Duration {
 		b.Fatal(err)
 	}
 	return d / time.Duration(n)
+}
+
+// transportPingPong sends 8 bytes back and forth b.N times between the two
+// ends of a network transport alone (netmesh.NewTCP for "tcp", and
+// netmesh.NewQUIC for "quic": the small frames' lane), with no
+// communicator above it.
+func transportPingPong(b *testing.B, network string) {
+	if network == "quic" {
+		network = "quic-only"
+	}
+	sock, err := netmesh.SocketNetwork(network)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfgs, err := netmesh.LocalConfigs(sock, 2, NetConfig{JobKey: []byte("hiercomm-latency-bench-job-key!!"), JobID: "latency-bench", FailureTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := []arrivals{make(arrivals, 1), make(arrivals, 1)}
+	trs := make([]transport.Transport, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range trs {
+		wg.Go(func() { trs[r], errs[r] = netmesh.New(context.Background(), network, cfgs[r], hs[r]) })
+	}
+	wg.Wait()
+	b.Cleanup(func() {
+		for _, tr := range trs {
+			if tr != nil {
+				tr.Close()
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	msg := make([]byte, 8)
+	b.ResetTimer()
+	for range b.N {
+		if err := trs[0].Send(ctx, 1, transport.Header{Kind: transport.FrameP2P}, msg); err != nil {
+			b.Fatal(err)
+		}
+		<-hs[1]
+		if err := trs[1].Send(ctx, 0, transport.Header{Kind: transport.FrameP2P}, msg); err != nil {
+			b.Fatal(err)
+		}
+		<-hs[0]
+	}
+}
+
+// arrivals is a Handler that signals each frame it is given.
+type arrivals chan struct{}
+
+func (a arrivals) Deliver(_ int, _ transport.Header, p []byte) {
+	transport.PutBuf(p)
+	a <- struct{}{}
+}
+
+func (a arrivals) PeerFailed(int, error) {}
+
+// rawQUIC is a quic-go connection between two endpoints of this process
+// and nothing of nexar's (a self-signed Ed25519 certificate, as the job
+// CA's leaves are; TLS 1.3; quic-go's flow-control windows, which 8-byte
+// round trips never fill): baseline.QUICPair's two sides.
+func rawQUIC(b *testing.B) (*quic.Conn, <-chan *quic.Conn) {
+	b.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const proto = "hiercomm-bench"
+	server := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, NextProtos: []string{proto}, MinVersion: tls.VersionTLS13}
+	client := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}, MinVersion: tls.VersionTLS13}
+	return baseline.QUICPair(b, server, client, &quic.Config{MaxIdleTimeout: 30 * time.Second})
 }

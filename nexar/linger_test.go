@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // syncWriter collects log output from several goroutines.
@@ -43,7 +44,7 @@ var lagging2 = regexp.MustCompile(`peers=\[([0-9]+ )*2[ \]]`)
 func TestCloseDoesNotLingerForTheBlamedRank(t *testing.T) {
 	var logs syncWriter
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	cfgs, err := LocalConfigs("udp", 3, NetConfig{JobKey: testJobKey, JobID: "linger-test", FailureTimeout: time.Minute, Logger: log})
+	cfgs, err := netmesh.LocalConfigs("udp", 3, NetConfig{JobKey: []byte("hiercomm-linger-test-job-key!!!!"), JobID: "linger-test", FailureTimeout: time.Minute, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

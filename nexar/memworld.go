@@ -1,6 +1,11 @@
 package nexar
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/hiercomm/hiercomm/nexar/transport"
+	"github.com/hiercomm/hiercomm/nexar/transport/mem"
+)
 
 // worldID is the id of the communicator of a whole world; the ids of its
 // splits are derived from it.
@@ -18,12 +23,12 @@ func NewMemoryWorld(size int, opt Options) ([]*Comm, error) {
 		return nil, err
 	}
 	ws := make([]*world, size)
-	hs := make([]Handler, size)
+	hs := make([]transport.Handler, size)
 	for i := range ws {
 		ws[i] = newWorld(opt.Logger, i, size)
 		hs[i] = ws[i]
 	}
-	for i, tr := range NewMemoryTransports(hs) {
+	for i, tr := range mem.NewTransports(hs) {
 		ws[i].attach(tr)
 	}
 	return worldComms(ws, opt)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // Failure news: what one rank learns of another's failure reaches every
@@ -18,7 +19,7 @@ import (
 // declared X dead (Comm.PeerFailed: the cluster's membership), or the
 // composed communicator that owns the world aborted it for X (Abort: a
 // node-mate saw X's process vanish) — sends every other live rank one
-// FramePeerDown naming X, itself as the observer, and what happened. A
+// transport.FramePeerDown naming X, itself as the observer, and what happened. A
 // rank that hears it first takes X as failed, as if it had seen it: every
 // communicator of the world that includes X (Split children too: they
 // share the world's connections) is aborted with an error naming X and
@@ -56,7 +57,7 @@ const maxNews = 4096
 // unaborted, or a collective waiting on the closing peer fails on its
 // close, naming a rank that did nothing wrong.
 func (w *world) learned(peer int, err error, observer, from int) {
-	closed := errors.Is(err, ErrPeerClosed)
+	closed := errors.Is(err, transport.ErrPeerClosed)
 	b, ok := comm.CulpritOf(err)
 	news := !closed && ok && !b.Outside && b.Rank == peer
 	w.mu.Lock()
@@ -119,10 +120,10 @@ func (w *world) expelled(src, observer int, how string) {
 	}
 	w.mu.Unlock()
 	cause := fmt.Errorf("rank %d told this rank that world rank %d saw it fail: %s", src, observer, how)
-	var err error = &expelledError{peer: src, cause: cause, told: true}
-	w.withTransport(func(tr Transport) {
-		if s, ok := tr.(staller); ok {
-			if gap, timeout, stalled := s.stalled(time.Now()); stalled {
+	var err error = &transport.ExpelledError{Peer: src, Cause: cause, Told: true}
+	w.withTransport(func(tr transport.Transport) {
+		if s, ok := tr.(transport.Staller); ok {
+			if gap, timeout, stalled := s.Stalled(time.Now()); stalled {
 				err = &comm.StalledError{Gap: gap, Timeout: timeout, Cause: cause, What: fmt.Sprintf("rank %d reports that it gave this rank up", src)}
 			}
 		}
@@ -151,9 +152,9 @@ func (w *world) spread(x, observer int, how string, skip int) {
 	if len(how) > maxNews {
 		how = how[:maxNews]
 	}
-	h := Header{Kind: FramePeerDown, Seq: uint64(observer), Sig: comm.Signature{Root: int32(x)}}
+	h := transport.Header{Kind: transport.FramePeerDown, Seq: uint64(observer), Sig: comm.Signature{Root: int32(x)}}
 	payload := []byte(how)
-	w.withTransport(func(tr Transport) {
+	w.withTransport(func(tr transport.Transport) {
 		for p := range w.size {
 			if p == w.rank || p == observer || p == skip || p == x && observer != w.rank {
 				continue
@@ -172,11 +173,11 @@ func (w *world) spread(x, observer int, how string, skip int) {
 	})
 }
 
-// onPeerDown handles a FramePeerDown from world rank src: news that
+// onPeerDown handles a transport.FramePeerDown from world rank src: news that
 // world rank Sig.Root failed, seen by world rank Seq.
-func (w *world) onPeerDown(src int, h Header, payload []byte) {
+func (w *world) onPeerDown(src int, h transport.Header, payload []byte) {
 	how := string(payload)
-	putBuf(payload)
+	transport.PutBuf(payload)
 	x, observer := int(h.Sig.Root), h.Seq
 	if x < 0 || x >= w.size || observer >= uint64(w.size) {
 		w.log.Warn("nexar: ignored failure news that names no rank of the world", "rank", w.rank, "from", src, "failed", x, "observer", observer)
@@ -192,10 +193,10 @@ func (w *world) onPeerDown(src int, h Header, payload []byte) {
 	}
 	perr := &comm.PeerError{Peer: x, Err: &comm.ViaError{How: how, Via: via,
 		Err: &comm.RemoteError{Peer: src, Reason: how, PeerFailed: true, Culprit: x}}}
-	w.withTransport(func(tr Transport) {
+	w.withTransport(func(tr transport.Transport) {
 		perr.Addr = tr.PeerAddr(x)
 		w.learned(x, perr, int(observer), src)
-		if d, ok := tr.(peerDropper); ok {
+		if d, ok := tr.(transport.PeerDropper); ok {
 			// Sends to it fail at once, Close does not wait for it, and
 			// if it lives it learns that it was given up.
 			d.DropPeer(x, perr)
@@ -206,7 +207,7 @@ func (w *world) onPeerDown(src int, h Header, payload []byte) {
 // withTransport runs f with the transport, now or, when news comes before
 // the transport is attached (a failure seen while the world forms), once
 // it is.
-func (w *world) withTransport(f func(Transport)) {
+func (w *world) withTransport(f func(transport.Transport)) {
 	w.mu.Lock()
 	tr := w.tr
 	if tr == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // One rank alone learns that world rank 3 failed (its membership detector
@@ -81,8 +82,8 @@ func TestFailureNewsReachesEveryCommunicatorOfTheWorld(t *testing.T) {
 func TestFailureNewsIsOnlyWhatWasSeen(t *testing.T) {
 	cs := memWorld(t, 5, Options{Timeout: time.Minute})
 	w := cs[0].w
-	w.PeerFailed(1, &comm.PeerError{Peer: 1, Err: ErrPeerClosed})
-	w.PeerFailed(2, &comm.PeerError{Peer: 0, Addr: "this rank", Err: &expelledError{peer: 2, cause: errors.New("closed")}})
+	w.PeerFailed(1, &comm.PeerError{Peer: 1, Err: transport.ErrPeerClosed})
+	w.PeerFailed(2, &comm.PeerError{Peer: 0, Addr: "this rank", Err: &transport.ExpelledError{Peer: 2, Cause: errors.New("closed")}})
 	w.PeerFailed(3, &comm.PeerError{Peer: 3, Err: errors.New("its connection was reset")})
 	for _, r := range []int{1, 2, 4} {
 		deadline := time.Now().Add(20 * time.Second)
@@ -121,7 +122,7 @@ func TestFailureNewsTellsTheRankItNames(t *testing.T) {
 		}
 	}
 	err := cs[2].Barrier(context.Background())
-	if berr := blames(err, 2, "rank 2 (this rank) failed: its peers have expelled it"); berr != nil || !errors.Is(err, ErrExpelled) ||
+	if berr := blames(err, 2, "rank 2 (this rank) failed: its peers have expelled it"); berr != nil || !errors.Is(err, transport.ErrExpelled) ||
 		!strings.Contains(err.Error(), "world rank 0 saw it fail: the membership detector declared it dead") {
 		t.Errorf("rank 2: %v (want ErrExpelled, naming itself and what rank 0 saw): %v", err, berr)
 	}
@@ -148,7 +149,7 @@ func TestExpelledRankBlamesItself(t *testing.T) {
 				if err := blames(err, 2, "rank 2 "); err != nil {
 					return err
 				}
-				if self := r == 2; errors.Is(err, ErrExpelled) != self {
+				if self := r == 2; errors.Is(err, transport.ErrExpelled) != self {
 					return fmt.Errorf("%v: ErrExpelled = %v, want %v", err, !self, self)
 				}
 				return nil
@@ -177,7 +178,7 @@ func TestExpelledRankBlamesItself(t *testing.T) {
 func TestBrokenSendIsNewsBeforeTheCallerCanClose(t *testing.T) {
 	cs := memWorld(t, 3, Options{Timeout: time.Minute})
 	w := cs[0].w
-	if err := w.sendError(1, &comm.PeerError{Peer: 1, Err: ErrPeerClosed}); !errors.Is(err, ErrPeerClosed) {
+	if err := w.sendError(1, &comm.PeerError{Peer: 1, Err: transport.ErrPeerClosed}); !errors.Is(err, transport.ErrPeerClosed) {
 		t.Fatalf("a clean close: %v", err)
 	}
 	if _, err := w.peerState(1); err != nil {
@@ -279,7 +280,7 @@ func TestSecondNewsOfAFailureWaitsUntilTheFirstIsActedOn(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // the first account is being acted on
 		w.PeerFailed(1, failed(3))
 		for _, p := range []int{2, 3} {
-			w.PeerFailed(p, &comm.PeerError{Peer: p, Addr: fmt.Sprintf("memory:%d", p), Err: ErrPeerClosed})
+			w.PeerFailed(p, &comm.PeerError{Peer: p, Addr: fmt.Sprintf("memory:%d", p), Err: transport.ErrPeerClosed})
 		}
 		if err := <-done[0]; blames(err, 1, "rank 1 ") != nil {
 			t.Fatalf("round %d: rank 0's AllReduce: %v", i, blames(err, 1, "rank 1 "))
@@ -298,7 +299,7 @@ func TestSecondNewsOfAFailureWaitsUntilTheFirstIsActedOn(t *testing.T) {
 // rank 0's close, though rank 0 had told it of rank 1's death).
 func TestCloseBeforeItsNewsNamesTheFailure(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	closed := &comm.PeerError{Peer: 2, Addr: "memory:2", Err: ErrPeerClosed}
+	closed := &comm.PeerError{Peer: 2, Addr: "memory:2", Err: transport.ErrPeerClosed}
 	for _, closeFirst := range []bool{false, true} {
 		for i := range 5 {
 			cs := memWorld(t, 4, Options{Timeout: time.Minute, Logger: quiet})

@@ -8,15 +8,18 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
+	"github.com/hiercomm/hiercomm/nexar/internal/timerpool"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // controlTimeout bounds the wait of a control frame (a failure notice, a
-// probe answer, FrameClosed, a Shrink round) for a link another send is
+// probe answer, transport.FrameClosed, a Shrink round) for a link another send is
 // using. A frame that has started is finished: its write blocks only while
 // the peer's receive window is full, which ends within FailureTimeout (the
 // peer reads, or is declared failed). So a control send lasts at most
@@ -80,8 +83,9 @@ func (o *op) Err() error {
 	}
 }
 
-// expired ends the op at its deadline (a receive's timer saw it pass).
-func (o *op) expired() {
+// Expired implements transport.Expirer: it ends the op at its deadline
+// (a receive's timer, or a send's wait for a busy link, saw it pass).
+func (o *op) Expired() {
 	o.fail(localFailure(context.DeadlineExceeded), true)
 }
 
@@ -130,7 +134,7 @@ func (c *Comm) applyLocked(eff tier.Effects) (post func()) {
 }
 
 // tellAll sends a failure notice to every live peer, in parallel.
-func (c *Comm) tellAll(h Header, payload []byte) {
+func (c *Comm) tellAll(h transport.Header, payload []byte) {
 	var wg sync.WaitGroup
 	for p, wr := range c.members {
 		if p == c.rank {
@@ -148,14 +152,14 @@ func (c *Comm) tellAll(h Header, payload []byte) {
 // communicator is aborted (tier.Notice.Aborted).
 const failAborted = 1 << 31
 
-// noticeFrame is the FrameFail header and payload of a failure notice:
+// noticeFrame is the transport.FrameFail header and payload of a failure notice:
 // its FailCode in Step (failAborted set when the sender is aborted), its
 // reason as the payload, and the call in Sig —
 // for a peer's failure, the rank it blames in Sig.Root instead (-1: none)
 // and Sig.Count 1 when that rank is numbered outside this communicator
 // (a composed communicator named it, tier.FromOutside).
-func noticeFrame(id uint64, n tier.Notice) (Header, []byte) {
-	h := Header{Kind: FrameFail, Comm: id, Seq: n.Seq, Step: uint32(n.Code), Sig: n.Sig}
+func noticeFrame(id uint64, n tier.Notice) (transport.Header, []byte) {
+	h := transport.Header{Kind: transport.FrameFail, Comm: id, Seq: n.Seq, Step: uint32(n.Code), Sig: n.Sig}
 	if n.Aborted {
 		h.Step |= failAborted
 	}
@@ -168,7 +172,7 @@ func noticeFrame(id uint64, n tier.Notice) (Header, []byte) {
 	return h, []byte(n.Reason)
 }
 
-// frameNotice reads a FrameFail back (noticeFrame).
+// frameNotice reads a transport.FrameFail back (noticeFrame).
 func frameNotice(f frame) tier.Notice {
 	n := tier.Notice{Seq: f.h.Seq, Sig: f.h.Sig, Code: tier.FailCode(f.h.Step &^ failAborted), Culprit: -1,
 		Aborted: f.h.Step&failAborted != 0 || f.h.Seq == 0, Reason: string(f.payload)}
@@ -186,8 +190,8 @@ func frameNotice(f frame) tier.Notice {
 // timeout, the failure is this rank's own (ErrStalled); else nil, for
 // the failure machine's default.
 func (c *Comm) gaveUp(from int, re *comm.RemoteError) error {
-	if s, ok := c.w.tr.(staller); ok {
-		if gap, timeout, stalled := s.stalled(time.Now()); stalled {
+	if s, ok := c.w.tr.(transport.Staller); ok {
+		if gap, timeout, stalled := s.Stalled(time.Now()); stalled {
 			return &comm.PeerError{Peer: c.rank, Addr: "this rank", Err: &comm.StalledError{Gap: gap, Timeout: timeout, Cause: re, What: fmt.Sprintf("rank %d reports that it gave this rank up", from)}}
 		}
 	}
@@ -228,8 +232,8 @@ func (o *op) finish() error {
 	delete(c.ops, seq)
 	if err != nil {
 		for k, f := range c.arrived {
-			if k.kind == FrameData && k.seq == seq {
-				putBuf(f.payload)
+			if k.kind == transport.FrameData && k.seq == seq {
+				transport.PutBuf(f.payload)
 				delete(c.arrived, k)
 			}
 		}
@@ -276,11 +280,11 @@ func (o *op) send(peer int, step uint32, payload []byte) error {
 // sendCount is send with the Signature's Count replaced (AllToAllV frames
 // tell their receiver how many elements they bring).
 func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error {
-	h := Header{Kind: FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
+	h := transport.Header{Kind: transport.FrameData, Comm: o.c.id, Seq: o.seq, Step: step, Sig: o.sig}
 	h.Sig.Count = count
 	if err := o.c.sendFrame(o, peer, h, payload); err != nil {
 		err = &peerFault{peer: peer, err: err}
-		if errors.Is(err, ErrPeerClosed) {
+		if errors.Is(err, transport.ErrPeerClosed) {
 			return o.c.closeCause(err) // collectivePeerError
 		}
 		return err
@@ -289,22 +293,22 @@ func (o *op) sendCount(peer int, step uint32, payload []byte, count int64) error
 }
 
 // recv waits for frame step of this collective from peer. The caller owns
-// the returned payload and gives it back with putBuf.
+// the returned payload and gives it back with transport.PutBuf.
 //
 // land, if not nil, is where the payload is to go, exactly as long: the
 // payload returned may be land itself (landing.go), which the caller
-// must not putBuf.
+// must not transport.PutBuf.
 func (o *op) recv(peer int, step uint32, land []byte) ([]byte, error) {
 	f, err := o.recvFrame(peer, step, land)
 	return f.payload, err
 }
 
 func (o *op) recvFrame(peer int, step uint32, land []byte) (frame, error) {
-	f, err := o.c.await(o, mkey{kind: FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline, landing{buf: land, sig: o.sig})
+	f, err := o.c.await(o, mkey{kind: transport.FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline, landing{buf: land, sig: o.sig})
 	if err == nil && !tier.SigMatch(o.sig, f.h.Sig) {
 		// Frames that came before this rank started the collective are
 		// checked here, as they are taken.
-		putBuf(f.payload)
+		transport.PutBuf(f.payload)
 		return frame{}, &comm.MismatchError{Peer: peer, Seq: o.seq, Local: o.sig, Remote: f.h.Sig}
 	}
 	return f, err
@@ -314,14 +318,14 @@ func (o *op) recvFrame(peer int, step uint32, land []byte) (frame, error) {
 // zero) passes, or, for a Send or Recv (p nil), the communicator is
 // aborted. p, when not nil, is the collective it belongs to (ctx is
 // then p itself, deadline p's): the wait asks the peer where it is when it
-// grows long (FrameProbe), and ends the collective at its deadline. A wait
+// grows long (transport.FrameProbe), and ends the collective at its deadline. A wait
 // that must block borrows a channel and a timer from pools, so a small
 // collective or message allocates neither.
 //
 // land.buf, if not nil, is the caller's memory for the payload of the
 // frame, a frame of the call land.sig (landing.go): the frame returned
 // may then carry that memory as its payload (sameMemory), which the
-// caller must not putBuf.
+// caller must not transport.PutBuf.
 func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time.Time, land landing) (frame, error) {
 	c.mu.Lock()
 	if f, ok := c.arrived[k]; ok {
@@ -387,8 +391,8 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 		probeAt = time.Now().Add(wait)
 	}
 	if next := earlier(probeAt, deadline); !next.IsZero() {
-		timer = getTimer(time.Until(next))
-		defer putTimer(timer)
+		timer = timerpool.Get(time.Until(next))
+		defer timerpool.Put(timer)
 		fire = timer.C
 	}
 	for {
@@ -427,11 +431,11 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 				if p == nil {
 					return abandon(context.DeadlineExceeded)
 				}
-				p.expired()
+				p.Expired()
 				return abandon(p.err)
 			}
 			if !probeAt.IsZero() && !now.Before(probeAt) {
-				c.notifyLater(peer, Header{Kind: FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
+				c.notifyLater(peer, transport.Header{Kind: transport.FrameProbe, Comm: c.id, Seq: p.seq, Sig: p.sig}, nil)
 				wait = min(2*wait, 30*time.Second)
 				probeAt = now.Add(wait)
 			}
@@ -441,7 +445,7 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 }
 
 // spin is the progress engine's busy wait: before a receive from peer
-// sleeps, it reads the peer's connections itself (poller) for up to
+// sleeps, it reads the peer's connections itself (transport.Poller) for up to
 // Options.Spin, yielding the processor to this process's other goroutines
 // and to other processes between tries, so that a frame that comes soon
 // is taken without the sleep and the wakeup a blocking wait costs (each
@@ -461,7 +465,7 @@ func (c *Comm) spin(peer int, ready func() bool) bool {
 	wr := c.members[peer]
 	var start time.Time
 	for i := 0; ; i++ {
-		pl.poll(wr)
+		pl.Poll(wr)
 		if ready() {
 			return true
 		}
@@ -477,6 +481,9 @@ func (c *Comm) spin(peer int, ready func() bool) bool {
 	}
 }
 
+// yieldCPU gives the processor to another process (sched_yield).
+func yieldCPU() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // earlier is the earlier of a and b, a zero time standing for never.
 func earlier(a, b time.Time) time.Time {
 	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
@@ -485,11 +492,10 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
-// Pools of what a blocking receive borrows. A waiter channel goes back
-// empty (its frame taken, or never sent: the waiter left the map under
-// c.mu first). A timer goes back stopped; since Go 1.23 a stopped timer's
-// channel holds no stale tick, so Reset starts it clean.
-var waiterPool, timerPool sync.Pool
+// waiterPool holds what a blocking receive borrows: a waiter channel goes
+// back empty (its frame taken, or never sent: the waiter left the map
+// under c.mu first). Its timer comes from timerpool.
+var waiterPool sync.Pool
 
 func getWaiter() chan frame {
 	if ch, ok := waiterPool.Get().(chan frame); ok {
@@ -499,16 +505,3 @@ func getWaiter() chan frame {
 }
 
 func putWaiter(ch chan frame) { waiterPool.Put(ch) }
-
-func getTimer(d time.Duration) *time.Timer {
-	if t, ok := timerPool.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
-	}
-	return time.NewTimer(d)
-}
-
-func putTimer(t *time.Timer) {
-	t.Stop()
-	timerPool.Put(t)
-}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // Options tune a nexar communicator. The zero value gives the defaults;
@@ -38,8 +39,8 @@ type Options struct {
 	// addresses), whose spinning would take the cores the others need.
 	Spin time.Duration
 	// SegmentBytes is the pipelining unit of the large-message schedules
-	// (rounded down to whole elements, at most MaxFrame). If zero, defaults
-	// to DefaultSegmentBytes (256 KiB).
+	// (rounded down to whole elements, at most transport.MaxFrame). If
+	// zero, defaults to DefaultSegmentBytes (256 KiB).
 	SegmentBytes int
 	// Cost is the α-β model that picks an algorithm by size and world;
 	// each of its zero fields takes its default (schedule.DefaultCost).
@@ -81,8 +82,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("nexar.Options: ProbeAfter %v is negative", o.ProbeAfter)
 	case o.FlightRecorder < 0:
 		return o, fmt.Errorf("nexar.Options: FlightRecorder %d is negative", o.FlightRecorder)
-	case o.SegmentBytes < 8 || o.SegmentBytes > MaxFrame:
-		return o, fmt.Errorf("nexar.Options: SegmentBytes %d is outside [8, %d]", o.SegmentBytes, MaxFrame)
+	case o.SegmentBytes < 8 || o.SegmentBytes > transport.MaxFrame:
+		return o, fmt.Errorf("nexar.Options: SegmentBytes %d is outside [8, %d]", o.SegmentBytes, transport.MaxFrame)
 	}
 	if err := o.Cost.Validate(); err != nil {
 		return o, fmt.Errorf("nexar.Options: %w", err)

@@ -8,6 +8,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // Point-to-point messages. A message is cut into pieces of at most
@@ -151,7 +152,7 @@ func (c *Comm) sendMessage(ctx context.Context, call comm.Call, num uint64) erro
 		piece := b[i*seg : min(len(b), (i+1)*seg)]
 		h := c.p2pHeader(call, num, i)
 		if call.Peer == c.rank {
-			cp := getBuf(len(piece))
+			cp := transport.GetBuf(len(piece))
 			copy(cp, piece)
 			h.Len = uint32(len(piece))
 			c.deliver(c.w.rank, h, cp)
@@ -165,8 +166,8 @@ func (c *Comm) sendMessage(ctx context.Context, call comm.Call, num uint64) erro
 }
 
 // p2pHeader is the header of piece i of message num of a Send.
-func (c *Comm) p2pHeader(call comm.Call, num uint64, i int) Header {
-	return Header{Kind: FrameP2P, Comm: c.id, Seq: num, Step: uint32(i), Sig: p2pSig(call.Send, call.Tag)}
+func (c *Comm) p2pHeader(call comm.Call, num uint64, i int) transport.Header {
+	return transport.Header{Kind: transport.FrameP2P, Comm: c.id, Seq: num, Step: uint32(i), Sig: p2pSig(call.Send, call.Tag)}
 }
 
 // p2pSig is the Signature a message of b with tag carries.
@@ -176,7 +177,7 @@ func p2pSig(b comm.Buffer, tag int) comm.Signature {
 
 // p2pFrameKey is the key of piece i of message num that call receives.
 func p2pFrameKey(call comm.Call, num uint64, i int) mkey {
-	return mkey{kind: FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}
+	return mkey{kind: transport.FrameP2P, seq: num, step: uint32(i), src: int32(call.Peer), tag: int32(call.Tag)}
 }
 
 // recvMessage receives message num of call; each piece may land in the
@@ -207,7 +208,7 @@ func (c *Comm) takePiece(call comm.Call, num uint64, i int, f frame) error {
 		hoptrace.Mark(hoptrace.Done, c.w.rank, c.members[call.Peer], num, uint32(i))
 		return nil
 	}
-	defer putBuf(f.payload)
+	defer transport.PutBuf(f.payload)
 	if f.h.Sig.DType != call.Recv.DType() || f.h.Sig.Count != int64(call.Recv.Len()) {
 		// Drop the rest of the message so it cannot be taken for a later one.
 		c.discardMessage(num, call, pieces(int(f.h.Sig.Count)*f.h.Sig.DType.Size(), c.p2pSeg(f.h.Sig.DType)))
@@ -232,7 +233,7 @@ func (c *Comm) discardMessage(num uint64, call comm.Call, n int) {
 			if err != nil {
 				return
 			}
-			putBuf(f.payload)
+			transport.PutBuf(f.payload)
 		}
 	}()
 }

@@ -143,7 +143,7 @@ func (c *Comm) fill(p *posted, f frame) {
 // buffer when Wait returns (landing.go).
 func (p *posted) fail(err error) {
 	if l := p.land; l != nil && l.by != nil {
-		l.by.divert(l.buf)
+		l.by.Divert(l.buf)
 	}
 	p.work.Complete(p.c.p2pError(p.call, err))
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar/transport"
+	"github.com/hiercomm/hiercomm/nexar/transport/mem"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // startRecv posts a Recv of n int32s from peer with tag on c.
@@ -179,7 +183,7 @@ func TestPostedRecvEnds(t *testing.T) {
 		blocking := make(chan error, 1)
 		go func() { blocking <- cs[1].Recv(context.Background(), comm.Host(make([]int32, 2)), 0, 1) }()
 		time.Sleep(50 * time.Millisecond) // the blocking Recv waits
-		cs[2].w.tr.(*memoryTransport).Kill()
+		cs[2].w.tr.(*mem.Transport).Kill()
 		for name, w := range map[string]*comm.Work{"posted, from the dead rank": fromDead, "posted, from a live rank": fromLive} {
 			err := waitWithin(t, w, 10*time.Second)
 			if b, ok := comm.CulpritOf(err); !ok || b.Rank != 2 {
@@ -205,7 +209,7 @@ func TestPostedRecvEnds(t *testing.T) {
 		fromClosed := startRecv(context.Background(), cs[1], buf, 0, 0)
 		fromLive := startRecv(context.Background(), cs[1], buf, 2, 0)
 		cs[0].Close()
-		if err := waitWithin(t, fromClosed, 10*time.Second); !errors.Is(err, ErrPeerClosed) {
+		if err := waitWithin(t, fromClosed, 10*time.Second); !errors.Is(err, transport.ErrPeerClosed) {
 			t.Errorf("Recv from the rank that closed: %v, want ErrPeerClosed", err)
 		}
 		if err := waitWithin(t, startSend(context.Background(), cs[2], []int32{5, 6}, 1, 0), 10*time.Second); err != nil {
@@ -270,30 +274,80 @@ func TestPostedWatcherLeaves(t *testing.T) {
 }
 
 // A Send of one frame started while its connection is busy with another
-// frame does not wait for it: it goes on a goroutine, and arrives.
+// frame does not wait for it: it goes on a goroutine, and arrives. (That
+// the TCP transport's SendNow sends nothing on a busy link is
+// TestSendNowOnABusyLink, in nexar/transport/netmesh.)
 func TestStartSendOnABusyLink(t *testing.T) {
-	cs := localWorld(t, 2, "tcp")
-	m := cs[0].w.tr.(*tcpTransport).m
-	links := m.peers[1].links
-	for _, l := range links {
-		l.sem <- struct{}{} // every link to rank 1 is busy
-	}
-	if sent, err := m.sendNow(1, Header{Kind: FrameP2P}, []byte{1}); sent || err != nil {
-		t.Fatalf("sendNow on a busy link: sent %v, err %v; want false, nil", sent, err)
-	}
+	free := make(chan struct{})
+	cs := busyWorld(t, free)
 	w := startSend(context.Background(), cs[0], []int32{42}, 1, 0)
 	if done, _ := w.Test(); done {
 		t.Fatal("a Send on a busy link completed while the link was busy")
 	}
-	for _, l := range links {
-		<-l.sem
-	}
+	close(free)
 	if err := waitWithin(t, w, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]int32, 1)
 	if err := cs[1].Recv(context.Background(), comm.Host(got), 0, 0); err != nil || got[0] != 42 {
 		t.Fatalf("got %v, %v; want [42]", got, err)
+	}
+}
+
+// busyWorld is a world of two ranks over plain TCP whose rank 0 finds
+// every connection busy with another frame until free closes: its
+// transport's SendNow sends nothing and its Send waits meanwhile. It is
+// closed when t ends.
+func busyWorld(t *testing.T, free <-chan struct{}) []*Comm {
+	t.Helper()
+	cfgs, err := netmesh.LocalConfigs("tcp", 2, NetConfig{JobKey: []byte("hiercomm-busy-link-test-job-key!"), JobID: "busy-link"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]*Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range cs {
+		wg.Go(func() {
+			cs[r], errs[r] = NewWorld(r, 2, Options{}, func(h transport.Handler) (transport.Transport, error) {
+				tr, err := netmesh.NewTCP(context.Background(), cfgs[r], h)
+				if err != nil || r != 0 {
+					return tr, err
+				}
+				return &busyLinks{Transport: tr, free: free}, nil
+			})
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { CloseAll(cs) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// busyLinks is a transport whose connections are all busy with another
+// frame until free closes.
+type busyLinks struct {
+	transport.Transport
+	free <-chan struct{}
+}
+
+func (b *busyLinks) Send(ctx context.Context, peer int, h transport.Header, payload []byte) error {
+	select {
+	case <-b.free:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.Transport.Send(ctx, peer, h, payload)
+}
+
+func (b *busyLinks) SendNow(peer int, h transport.Header, payload []byte) (bool, error) {
+	select {
+	case <-b.free:
+		return b.Transport.(transport.NowSender).SendNow(peer, h, payload)
+	default:
+		return false, nil
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // The progress census (comm.Control): a communicator composed on
@@ -87,7 +88,7 @@ func (c *Comm) Progress(ctx context.Context) (answers []comm.Progress, answered 
 	b.asking[id] = q
 	b.mu.Unlock()
 	for _, p := range peers {
-		c.notifyLater(p, Header{Kind: FrameProgress, Comm: c.id, Seq: id}, nil)
+		c.notifyLater(p, transport.Header{Kind: transport.FrameProgress, Comm: c.id, Seq: id}, nil)
 	}
 	if len(peers) == 0 {
 		close(q.done)
@@ -117,19 +118,19 @@ func (c *Comm) Announce(p comm.Progress) {
 			continue
 		}
 		if _, dead := c.w.peerState(wr); dead == nil {
-			c.notifyLater(q, Header{Kind: FrameProgressReply, Comm: c.id}, answer)
+			c.notifyLater(q, transport.Header{Kind: transport.FrameProgressReply, Comm: c.id}, answer)
 		}
 	}
 }
 
 // onProgress answers a census query from f.src.
 func (c *Comm) onProgress(f frame) {
-	putBuf(f.payload)
+	transport.PutBuf(f.payload)
 	var answer []byte // none: nothing installed here
 	if r := c.census.report.Load(); r != nil {
 		answer = tier.AppendProgress(nil, (*r)())
 	}
-	c.notifyLater(f.src, Header{Kind: FrameProgressReply, Comm: c.id, Seq: f.h.Seq}, answer)
+	c.notifyLater(f.src, transport.Header{Kind: transport.FrameProgressReply, Comm: c.id, Seq: f.h.Seq}, answer)
 }
 
 // onProgressReply keeps an answer to this rank's census, or a peer's
@@ -137,7 +138,7 @@ func (c *Comm) onProgress(f frame) {
 // is dropped; one without an answer (no payload: nothing installed there)
 // or with a malformed one counts as heard.
 func (c *Comm) onProgressReply(f frame) {
-	defer putBuf(f.payload)
+	defer transport.PutBuf(f.payload)
 	b := &c.census
 	b.mu.Lock()
 	defer b.mu.Unlock()

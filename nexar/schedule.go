@@ -7,6 +7,7 @@ import (
 	"github.com/hiercomm/hiercomm/comm/schedule"
 	"github.com/hiercomm/hiercomm/comm/tier"
 	"github.com/hiercomm/hiercomm/internal/hoptrace"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // run executes this rank's schedule s over the op's frames, with the
@@ -119,7 +120,7 @@ func (x *runner) bytes(r schedule.Range) []byte {
 		b = x.recv
 	case schedule.TempBuf:
 		if x.temps[r.Slot] == nil {
-			x.temps[r.Slot] = getBuf(x.s.Temps[r.Slot] * es)
+			x.temps[r.Slot] = transport.GetBuf(x.s.Temps[r.Slot] * es)
 		}
 		b = x.temps[r.Slot]
 	}
@@ -128,7 +129,7 @@ func (x *runner) bytes(r schedule.Range) []byte {
 
 // free ends temp slot k.
 func (x *runner) free(k int) {
-	putBuf(x.temps[k])
+	transport.PutBuf(x.temps[k])
 	x.temps[k] = nil
 }
 
@@ -190,7 +191,7 @@ func (x *runner) receive(st *schedule.Step) error {
 			return err
 		}
 		if p = f.payload; f.h.Sig.Count != int64(st.Dst.Len) {
-			putBuf(p)
+			transport.PutBuf(p)
 			remote := o.sig
 			remote.Count = f.h.Sig.Count
 			return &comm.MismatchError{Peer: st.Peer, Seq: o.seq, Local: o.sig, Remote: remote,
@@ -207,7 +208,7 @@ func (x *runner) receive(st *schedule.Step) error {
 	}
 	want := st.Dst.Len * x.k.Size
 	if len(p) != want {
-		putBuf(p)
+		transport.PutBuf(p)
 		return o.sizeError(st.Peer, len(p), want)
 	}
 	if d := st.Dst; d.Buf == schedule.TempBuf && st.Op == schedule.Copy && x.temps[d.Slot] == nil && d.Off == 0 && d.Len == x.s.Temps[d.Slot] {
@@ -215,7 +216,7 @@ func (x *runner) receive(st *schedule.Step) error {
 		return nil
 	}
 	x.combine(st.Op, x.bytes(st.Dst), p, true)
-	putBuf(p)
+	transport.PutBuf(p)
 	return nil
 }
 
@@ -231,9 +232,9 @@ func (x *runner) combine(op schedule.Op, dst, src []byte, spent bool) {
 		x.k.Reduce(dst, src)
 	case schedule.ReduceFirst:
 		if !spent {
-			tmp := getBuf(len(src))
+			tmp := transport.GetBuf(len(src))
 			copy(tmp, src)
-			defer putBuf(tmp)
+			defer transport.PutBuf(tmp)
 			src = tmp
 		}
 		x.k.Reduce(src, dst)

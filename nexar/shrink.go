@@ -13,6 +13,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/tier"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // Shrink (comm.Communicator): the survivors agree on which ranks failed, then
@@ -97,7 +98,7 @@ func (b *shrinkBox) waitLocked() <-chan struct{} {
 // onShrink keeps an agreement frame for Shrink.
 func (c *Comm) onShrink(f frame) {
 	m, err := decodeShrink(f.payload, c.Size())
-	putBuf(f.payload)
+	transport.PutBuf(f.payload)
 	if err != nil {
 		c.opt.Logger.Error("nexar: dropped a malformed Shrink frame", append(c.who(), "src", f.src, "err", err)...)
 		return
@@ -232,12 +233,12 @@ func (c *Comm) expelled() error {
 		if p == c.rank {
 			continue
 		}
-		if _, err := c.w.peerState(wr); errors.Is(err, ErrStalled) || errors.Is(err, ErrExpelled) {
+		if _, err := c.w.peerState(wr); errors.Is(err, ErrStalled) || errors.Is(err, transport.ErrExpelled) {
 			return gaveUp(err)
 		}
 	}
 	cause := c.AbortCause()
-	if errors.Is(cause, ErrStalled) || errors.Is(cause, ErrExpelled) {
+	if errors.Is(cause, ErrStalled) || errors.Is(cause, transport.ErrExpelled) {
 		return gaveUp(cause)
 	}
 	if wr, ok := c.blamedWorldRank(cause); ok && wr == c.w.rank {
@@ -274,7 +275,7 @@ func (c *Comm) agreeFailed(ctx context.Context, attempt uint64) ([]bool, error) 
 		for i, p := range live {
 			m, gone, err := c.awaitShrink(ctx, attempt, round, p)
 			switch {
-			case err != nil && (errors.Is(err, ErrExpelled) || errors.Is(err, ErrStalled)):
+			case err != nil && (errors.Is(err, transport.ErrExpelled) || errors.Is(err, ErrStalled)):
 				// The others gave this rank up: none waits for it, and an
 				// abandon from it would fail their agreement.
 				return nil, err
@@ -361,7 +362,7 @@ func (c *Comm) connectedPeers() []int {
 
 // sendShrink sends m as the round message to each of peers, at once.
 func (c *Comm) sendShrink(peers []int, attempt uint64, round uint32, m shrinkMsg) {
-	h := Header{Kind: FrameShrink, Comm: c.id, Seq: attempt, Step: round}
+	h := transport.Header{Kind: transport.FrameShrink, Comm: c.id, Seq: attempt, Step: round}
 	payload := encodeShrink(m)
 	var wg sync.WaitGroup
 	for _, p := range peers {

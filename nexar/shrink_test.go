@@ -11,6 +11,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/comm"
 	"github.com/hiercomm/hiercomm/comm/commtest"
+	"github.com/hiercomm/hiercomm/nexar/transport/mem"
 )
 
 // shrinkAll runs Shrink on the given ranks of cs and checks each result
@@ -43,7 +44,7 @@ func TestShrinkAfterAKill(t *testing.T) {
 	cs := memWorld(t, 5, Options{Timeout: time.Minute})
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		if r == 2 {
-			c.w.tr.(*memoryTransport).Kill()
+			c.w.tr.(*mem.Transport).Kill()
 			return nil
 		}
 		x := make([]float32, 1<<12)
@@ -77,7 +78,7 @@ func TestShrinkWithNoFailureCopiesTheGroup(t *testing.T) {
 // rank 1 is dead for all; rank 4, alive and given up, learns so.
 func TestShrinkAgreesOnTheUnionOfWhatEachKnows(t *testing.T) {
 	cs := memWorld(t, 5, Options{Timeout: time.Minute})
-	cs[1].w.tr.(*memoryTransport).Kill()
+	cs[1].w.tr.(*mem.Transport).Kill()
 	cs[0].PeerFailed(4, errors.New("the test's detector says so"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -110,7 +111,7 @@ func TestShrinkAgreesOnTheUnionOfWhatEachKnows(t *testing.T) {
 func TestShrinkSurvivesADeathDuringTheAgreement(t *testing.T) {
 	for trial := range 4 {
 		cs := memWorld(t, 5, Options{Timeout: time.Minute})
-		cs[0].w.tr.(*memoryTransport).Kill()
+		cs[0].w.tr.(*mem.Transport).Kill()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		members := make([][]int, len(cs))
 		errs := onEveryRank(cs, func(r int, c *Comm) error {
@@ -119,7 +120,7 @@ func TestShrinkSurvivesADeathDuringTheAgreement(t *testing.T) {
 				return nil
 			case 3:
 				time.Sleep(time.Duration(trial) * time.Millisecond)
-				c.w.tr.(*memoryTransport).Kill()
+				c.w.tr.(*mem.Transport).Kill()
 				return nil
 			}
 			s, err := c.Shrink(ctx)
@@ -205,7 +206,7 @@ func TestShrinkDeadlineLeavesOutTheDead(t *testing.T) {
 	cs := memWorld(t, 3, Options{Timeout: time.Minute})
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		cs[2].w.tr.(*memoryTransport).Kill()
+		cs[2].w.tr.(*mem.Transport).Kill()
 	}()
 	err := shrinkAlone(t, cs[0], 500*time.Millisecond)
 	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), ": rank 1 had not joined") || comm.PeerOf(err) != 1 {
@@ -251,7 +252,7 @@ func TestShrinkOfASplitChild(t *testing.T) {
 			t.Fatalf("rank %d: Split: %v", r, err)
 		}
 	}
-	cs[3].w.tr.(*memoryTransport).Kill()
+	cs[3].w.tr.(*mem.Transport).Kill()
 	errs = onEveryRank(cs, func(r int, c *Comm) error {
 		if r%2 == 0 || r == 3 {
 			return nil
@@ -294,7 +295,7 @@ func TestShrinkFrameCoding(t *testing.T) {
 // the others; none hangs.
 func TestShrinkCanceledOnOneRank(t *testing.T) {
 	cs := memWorld(t, 4, Options{Timeout: time.Minute})
-	cs[3].w.tr.(*memoryTransport).Kill()
+	cs[3].w.tr.(*mem.Transport).Kill()
 	errs := onEveryRank(cs, func(r int, c *Comm) error {
 		if r == 3 {
 			return nil

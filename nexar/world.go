@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"runtime"
 	"sync"
 
 	"github.com/hiercomm/hiercomm/comm"
+	"github.com/hiercomm/hiercomm/nexar/transport"
 )
 
 // world is one rank's end of a Transport: it routes arrived frames to the
 // communicators of this rank by id, and tracks which peers are gone. Every
 // communicator of the rank (the world one and its splits) shares it.
 type world struct {
-	tr   Transport
+	tr   transport.Transport
 	rank int
 	size int
 	log  *slog.Logger
@@ -24,14 +27,14 @@ type world struct {
 	// pl, the transport if its receives can read its connections
 	// themselves (nil: they cannot, and do not spin).
 	crowded bool
-	pl      poller
+	pl      transport.Poller
 
-	mu      sync.Mutex         // guards everything below (and tr while it is attached)
-	pending []func(Transport)  // what waits for the transport (news.go)
-	comms   map[uint64]*Comm   // live communicators by id
-	early   map[uint64][]frame // frames for communicators this rank has not created yet
-	gone    map[uint64]bool    // ids of closed communicators: their late frames are dropped
-	dead    map[int]error      // peers (world ranks) whose connection failed
+	mu      sync.Mutex                  // guards everything below (and tr while it is attached)
+	pending []func(transport.Transport) // what waits for the transport (news.go)
+	comms   map[uint64]*Comm            // live communicators by id
+	early   map[uint64][]frame          // frames for communicators this rank has not created yet
+	gone    map[uint64]bool             // ids of closed communicators: their late frames are dropped
+	dead    map[int]error               // peers (world ranks) whose connection failed
 	// acted: per dead peer, closed once its failure has been acted on
 	// (every communicator that includes it aborted; news.go).
 	acted   map[int]chan struct{}
@@ -46,7 +49,7 @@ type world struct {
 // it was addressed to (world rank while it waits in world.early).
 type frame struct {
 	src     int
-	h       Header
+	h       transport.Header
 	payload []byte
 }
 
@@ -72,10 +75,10 @@ func newWorld(log *slog.Logger, rank, size int) *world {
 // attach gives w its transport, once the transport is formed; the
 // Handler path reads w.tr only under w.mu (withTransport), and what waited
 // for it runs now.
-func (w *world) attach(tr Transport) {
+func (w *world) attach(tr transport.Transport) {
 	busy := crowded(tr)
-	pl, ok := tr.(poller)
-	if ok && !pl.pollable() {
+	pl, ok := tr.(transport.Poller)
+	if ok && !pl.Pollable() {
 		pl = nil
 	}
 	w.mu.Lock()
@@ -89,8 +92,8 @@ func (w *world) attach(tr Transport) {
 }
 
 // Deliver implements Handler.
-func (w *world) Deliver(src int, h Header, payload []byte) {
-	if h.Kind == FramePeerDown {
+func (w *world) Deliver(src int, h transport.Header, payload []byte) {
+	if h.Kind == transport.FramePeerDown {
 		w.onPeerDown(src, h, payload)
 		return
 	}
@@ -102,7 +105,7 @@ func (w *world) Deliver(src int, h Header, payload []byte) {
 			payload = nil
 		}
 		w.mu.Unlock()
-		putBuf(payload)
+		transport.PutBuf(payload)
 		return
 	}
 	w.mu.Unlock()
@@ -142,7 +145,7 @@ func (w *world) register(c *Comm) error {
 	delete(w.early, c.id)
 	var deadErr error
 	for _, p := range c.members {
-		if err := w.dead[p]; err != nil && !errors.Is(err, ErrPeerClosed) {
+		if err := w.dead[p]; err != nil && !errors.Is(err, transport.ErrPeerClosed) {
 			deadErr = err // a clean close aborts nothing (see PeerFailed)
 		}
 	}
@@ -164,7 +167,7 @@ func (w *world) unregister(c *Comm) {
 }
 
 // send writes a frame to a world rank.
-func (w *world) send(ctx context.Context, peer int, h Header, payload []byte) error {
+func (w *world) send(ctx context.Context, peer int, h transport.Header, payload []byte) error {
 	h.Len = uint32(len(payload))
 	if _, err := w.peerState(peer); err != nil {
 		return err
@@ -180,10 +183,10 @@ func (w *world) send(ctx context.Context, peer int, h Header, payload []byte) er
 
 // sendNow is send without waiting for a busy connection: it reports
 // false, having sent nothing, when the transport would have to wait (or
-// cannot tell: it is not a nowSender).
-func (w *world) sendNow(peer int, h Header, payload []byte) (bool, error) {
+// cannot tell: it is not a transport.NowSender).
+func (w *world) sendNow(peer int, h transport.Header, payload []byte) (bool, error) {
 	h.Len = uint32(len(payload))
-	tr, ok := w.tr.(nowSender)
+	tr, ok := w.tr.(transport.NowSender)
 	if !ok {
 		return false, nil
 	}
@@ -215,7 +218,7 @@ func (w *world) sendError(peer int, err error) error {
 		return err2
 	}
 	if errors.As(err, new(*comm.PeerError)) {
-		if !errors.Is(err, ErrPeerClosed) {
+		if !errors.Is(err, transport.ErrPeerClosed) {
 			w.learned(peer, err, -1, -1)
 			if _, err2 := w.peerState(peer); err2 != nil {
 				return err2
@@ -224,4 +227,24 @@ func (w *world) sendError(peer int, err error) error {
 		return err
 	}
 	return &comm.PeerError{Peer: peer, Addr: w.tr.PeerAddr(peer), Err: err}
+}
+
+// crowded reports whether this host runs more than twice as many ranks
+// of tr's world as it has cores, by the transport's addresses: then no
+// receive spins (Options.Spin).
+func crowded(tr transport.Transport) bool {
+	host := func(r int) string {
+		h, _, err := net.SplitHostPort(tr.PeerAddr(r))
+		if err != nil {
+			return ""
+		}
+		return h
+	}
+	me, here := host(tr.Rank()), 0
+	for r := range tr.Size() {
+		if host(r) == me {
+			here++
+		}
+	}
+	return here > 2*runtime.NumCPU()
 }

@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/hiercomm/hiercomm/comm"
-	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 	"github.com/hiercomm/hiercomm/topology"
 )
 
@@ -68,7 +69,7 @@ const (
 // the run goes on without them).
 func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topology, network string, log *slog.Logger) (*rawTransport, error) {
 	P, me := c.Size(), c.Rank()
-	if _, err := nexar.SocketNetwork(network); P < 2 || err != nil {
+	if _, err := netmesh.SocketNetwork(network); P < 2 || err != nil {
 		return nil, nil
 	}
 	a, b := measuredPair(topo)
@@ -107,7 +108,7 @@ func measureRaw(ctx context.Context, c comm.Communicator, topo *topology.Topolog
 			host, _, _ := net.SplitHostPort(topo.Member(r).Addr)
 			return net.JoinHostPort(host, strconv.FormatInt(ports[r], 10))
 		}
-		cfg := nexar.NetConfig{Addrs: []string{addr(a), addr(b)}, JobKey: key, JobID: "hiercomm-bench-raw",
+		cfg := netmesh.Config{Addrs: []string{addr(a), addr(b)}, JobKey: key, JobID: "hiercomm-bench-raw",
 			FailureTimeout: 10 * time.Second, ConnectTimeout: 20 * time.Second, PacketConn: pc, Listener: ln}
 		if me == b {
 			cfg.Rank = 1
@@ -166,7 +167,7 @@ func bindPort(topo *topology.Topology, me int, network string) (bound, error) {
 	case network == "quic":
 		var ln *net.TCPListener
 		var pc *net.UDPConn
-		if ln, pc, err = nexar.ListenBoth(net.ParseIP(host), 0); err == nil {
+		if ln, pc, err = netmesh.ListenBoth(net.ParseIP(host), 0); err == nil {
 			b.ln, b.pc, b.port = ln, pc, int64(ln.Addr().(*net.TCPAddr).Port)
 		}
 	case network == "quic-only":
@@ -211,13 +212,13 @@ func measureDoubling(ctx context.Context, c comm.Communicator, topo *topology.To
 		h, _, _ := net.SplitHostPort(topo.Member(r).Addr)
 		addrs[r] = net.JoinHostPort(h, strconv.FormatInt(ports[r], 10))
 	}
-	cfg := nexar.NetConfig{Addrs: addrs, Rank: me, JobKey: key, JobID: "hiercomm-bench-doubling",
+	cfg := netmesh.Config{Addrs: addrs, Rank: me, JobKey: key, JobID: "hiercomm-bench-doubling",
 		FailureTimeout: 10 * time.Second, ConnectTimeout: 20 * time.Second, PacketConn: pc, Listener: ln}
 	h := &doublingHandler{got: make([]chan uint32, P)}
 	for r := range h.got {
 		h.got[r] = make(chan uint32, 8)
 	}
-	tr, err := nexar.NewNetwork(ctx, network, cfg, h)
+	tr, err := netmesh.New(ctx, network, cfg, h)
 	if err != nil {
 		return 0, err
 	}
@@ -231,7 +232,7 @@ func measureDoubling(ctx context.Context, c comm.Communicator, topo *topology.To
 		for bit := 1; bit < P; bit <<= 1 {
 			peer := me ^ bit
 			step := uint32(i*32 + bits.Len(uint(bit)))
-			if err := tr.Send(ctx, peer, nexar.Header{Kind: nexar.FrameData, Step: step}, frame); err != nil {
+			if err := tr.Send(ctx, peer, transport.Header{Kind: transport.FrameData, Step: step}, frame); err != nil {
 				return 0, err
 			}
 			select {
@@ -254,8 +255,8 @@ func measureDoubling(ctx context.Context, c comm.Communicator, topo *topology.To
 // doublingHandler hands each peer's frames, in order, to the exchange.
 type doublingHandler struct{ got []chan uint32 }
 
-func (h *doublingHandler) Deliver(src int, hd nexar.Header, p []byte) { h.got[src] <- hd.Step }
-func (h *doublingHandler) PeerFailed(peer int, err error)             {}
+func (h *doublingHandler) Deliver(src int, hd transport.Header, p []byte) { h.got[src] <- hd.Step }
+func (h *doublingHandler) PeerFailed(peer int, err error)                 {}
 
 // rawHandler answers pings (rank 1 of the pair), wakes the waiter for
 // answers (rank 0) and answers the stream's end, after which rank 1 is
@@ -267,7 +268,7 @@ type rawHandler struct {
 	end chan struct{} // closed once rank 1 has acknowledged the end
 }
 
-func (h *rawHandler) Deliver(src int, hd nexar.Header, p []byte) {
+func (h *rawHandler) Deliver(src int, hd transport.Header, p []byte) {
 	switch {
 	case hd.Step == rawData: // the sender times the stream: nothing to do
 	case h.got != nil:
@@ -285,12 +286,12 @@ func (h *rawHandler) Deliver(src int, hd nexar.Header, p []byte) {
 
 // answer sends rank 0 the answer to each question until the stream's end
 // or ctx's.
-func (h *rawHandler) answer(ctx context.Context, tr nexar.Transport) {
+func (h *rawHandler) answer(ctx context.Context, tr transport.Transport) {
 	pong := make([]byte, 8)
 	for {
 		select {
 		case step := <-h.ask:
-			tr.Send(ctx, 0, nexar.Header{Kind: nexar.FrameData, Step: step + 1}, pong)
+			tr.Send(ctx, 0, transport.Header{Kind: transport.FrameData, Step: step + 1}, pong)
 			if step == rawEnd {
 				close(h.end)
 				return
@@ -305,12 +306,12 @@ func (h *rawHandler) PeerFailed(peer int, err error) {}
 
 // pingStream runs the pair's side of the measurement; first is rank 0 of
 // the pair, which measures and returns the figures.
-func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first bool) (*rawTransport, error) {
+func pingStream(ctx context.Context, cfg netmesh.Config, network string, first bool) (*rawTransport, error) {
 	h := &rawHandler{end: make(chan struct{}), ask: make(chan uint32, 4)}
 	if first {
 		h.got = make(chan uint32, 4)
 	}
-	tr, err := nexar.NewNetwork(ctx, network, cfg, h)
+	tr, err := netmesh.New(ctx, network, cfg, h)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +347,7 @@ func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first 
 	rtts := make([]time.Duration, 0, rawPings)
 	for i := range rawWarmPings + rawPings {
 		t0 := time.Now()
-		if err := tr.Send(ctx, 1, nexar.Header{Kind: nexar.FrameData, Step: rawPing}, ping); err != nil {
+		if err := tr.Send(ctx, 1, transport.Header{Kind: transport.FrameData, Step: rawPing}, ping); err != nil {
 			return nil, err
 		}
 		if err := wait(rawPong); err != nil {
@@ -361,12 +362,12 @@ func pingStream(ctx context.Context, cfg nexar.NetConfig, network string, first 
 	t0 := time.Now()
 	sent := 0
 	for time.Since(t0) < rawStreamFor {
-		if err := tr.Send(ctx, 1, nexar.Header{Kind: nexar.FrameData, Step: rawData}, frame); err != nil {
+		if err := tr.Send(ctx, 1, transport.Header{Kind: transport.FrameData, Step: rawData}, frame); err != nil {
 			return nil, err
 		}
 		sent += len(frame)
 	}
-	if err := tr.Send(ctx, 1, nexar.Header{Kind: nexar.FrameData, Step: rawEnd}, ping); err != nil {
+	if err := tr.Send(ctx, 1, transport.Header{Kind: transport.FrameData, Step: rawEnd}, ping); err != nil {
 		return nil, err
 	}
 	if err := wait(rawEndAck); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/hiercomm/hiercomm/bench"
 	"github.com/hiercomm/hiercomm/cluster"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
-	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // options is what the command line says beyond the Config.
@@ -245,7 +245,7 @@ func (o options) check() error {
 	case c.Network == "memory" && !c.InProcess && !inChild:
 		return errors.New("-network memory needs -inprocess (processes need quic or tcp)")
 	case c.Network != "memory" && !knownNetwork(c.Network):
-		return fmt.Errorf("-network %q: want %s (or memory with -inprocess)", c.Network, nexar.Networks)
+		return fmt.Errorf("-network %q: want %s (or memory with -inprocess)", c.Network, netmesh.Networks)
 	case c.Conns < 0 || c.Conns > launchenv.MaxConnsPerPeer:
 		return fmt.Errorf("-conns %d: want 1 to %d (0: the transport's default, 1)", c.Conns, launchenv.MaxConnsPerPeer)
 	case c.Conns > 1 && c.InProcess:
@@ -322,6 +322,6 @@ func averageFlag(c bench.Config) int {
 
 // knownNetwork reports whether n names one of nexar's networks.
 func knownNetwork(n string) bool {
-	_, err := nexar.SocketNetwork(n)
+	_, err := netmesh.SocketNetwork(n)
 	return err == nil
 }

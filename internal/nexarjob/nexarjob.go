@@ -28,6 +28,7 @@ import (
 
 	"github.com/hiercomm/hiercomm/internal/procgroup"
 	"github.com/hiercomm/hiercomm/nexar"
+	"github.com/hiercomm/hiercomm/nexar/transport/netmesh"
 )
 
 // The variables are this launcher's message to its children, not settings
@@ -155,15 +156,15 @@ func (j *Job) Signal(rank int, sig os.Signal) error {
 }
 
 // prebind binds n loopback sockets (or pairs: network quic) on
-// kernel-chosen ports (nexar.LocalConfigs) and returns each rank's as
+// kernel-chosen ports (netmesh.LocalConfigs) and returns each rank's as
 // files, to hand to child processes: the UDP socket, then the TCP
 // listener, those the network has.
 func prebind(network string, n int) ([][]*os.File, []string, error) {
-	sock, err := nexar.SocketNetwork(network)
+	sock, err := netmesh.SocketNetwork(network)
 	if err != nil {
 		return nil, nil, fmt.Errorf("nexarjob: %w", err)
 	}
-	cfgs, err := nexar.LocalConfigs(sock, n, nexar.NetConfig{})
+	cfgs, err := netmesh.LocalConfigs(sock, n, nexar.NetConfig{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,7 +215,7 @@ func Config(getenv func(string) string, opt nexar.Options) (nexar.Config, error)
 	}
 	cfg := nexar.Config{Network: getenv(envLocalNetwork), Options: opt}
 	cfg.Net = nexar.NetConfig{Rank: rank, Addrs: addrs, JobKey: key, JobID: "local"}
-	sock, err := nexar.SocketNetwork(cfg.Network)
+	sock, err := netmesh.SocketNetwork(cfg.Network)
 	if err != nil {
 		return nexar.Config{}, fmt.Errorf("nexarjob: %s: %w", envLocalNetwork, err)
 	}

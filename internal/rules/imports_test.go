@@ -68,16 +68,34 @@ var importRules = []rule{
 	{pkg: "internal/hoptrace",
 		why: "internal/hoptrace imports the standard library only; the tiers (nexar, shm, hierarchy) mark their hops with it"},
 	// The flat local launcher of nexar's and shm's multi-process tests.
-	{pkg: "internal/nexarjob", imports: []string{"nexar", "internal/procgroup"},
-		why: "internal/nexarjob imports nexar and internal/procgroup: it starts a flat nexar world of processes for tests, and only tests import it"},
+	{pkg: "internal/nexarjob", imports: []string{"nexar", "nexar/transport/netmesh", "internal/procgroup"},
+		why: "internal/nexarjob imports nexar (and nexar/transport/netmesh, whose sockets it binds for its children) and internal/procgroup: it starts a flat nexar world of processes for tests, and only tests import it"},
 
 	// The tiers: comm (and its schedules), never each other.
 	// nexar also imports comm/schedule (its schedules and cost model) and
 	// internal/hoptrace, as nexar/doc.go says; its multi-process tests
 	// start their worlds with internal/nexarjob.
-	{pkg: "nexar", imports: []string{"comm", "comm/tier", "comm/schedule", "internal/hoptrace"},
-		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob"},
-		why:   "nexar, shm and nccl import comm and comm/tier (and comm/schedule, internal/hoptrace) and never each other; nexar's multi-process tests use internal/nexarjob"},
+	// nexar also imports its transports (nexar/transport, the contract,
+	// and its implementations) and nexar/internal/timerpool, as
+	// nexar/doc.go says.
+	{pkg: "nexar", imports: []string{"comm", "comm/tier", "comm/schedule", "internal/hoptrace",
+		"nexar/transport", "nexar/transport/netmesh", "nexar/transport/mem", "nexar/internal/timerpool"},
+		tests: []string{"comm/commtest", "internal/procgroup", "internal/nexarjob", "nexar/internal/baseline"},
+		why:   "nexar, shm and nccl import comm and comm/tier (and comm/schedule, internal/hoptrace) and never each other; nexar also imports its own transports and nexar/internal/timerpool; nexar's multi-process tests use internal/nexarjob, its benchmarks nexar/internal/baseline"},
+	// nexar's transports: the contract imports comm only; the
+	// implementations import it and never the runtime, so that the runtime
+	// reaches them only through the contract.
+	{pkg: "nexar/transport", imports: []string{"comm"},
+		why: "nexar/transport, the contract between nexar's runtime and its transports, imports comm only"},
+	{pkg: "nexar/transport/netmesh", imports: []string{"comm", "comm/tier", "internal/hoptrace", "nexar/transport", "nexar/internal/timerpool"},
+		tests: []string{"nexar/internal/baseline"},
+		why:   "nexar/transport/netmesh, the network transports, imports comm, comm/tier, internal/hoptrace, nexar/transport and nexar/internal/timerpool; never nexar, its runtime (its benchmarks use nexar/internal/baseline)"},
+	{pkg: "nexar/transport/mem", imports: []string{"comm", "nexar/transport"},
+		why: "nexar/transport/mem, the in-process transport, imports comm and nexar/transport only; never nexar, its runtime"},
+	{pkg: "nexar/internal/timerpool",
+		why: "nexar/internal/timerpool imports the standard library only; nexar's runtime and nexar/transport/netmesh share its timers"},
+	{pkg: "nexar/internal/baseline",
+		why: "nexar/internal/baseline, what nexar's and its transports' benchmarks measure against, imports nothing of ours (quic-go and the standard library); only their tests import it"},
 	// shm also imports comm/schedule (Config.Cost) and internal/hoptrace,
 	// as shm/doc.go says. Its tests build hierarchies over nexar to run shm
 	// as a node's part.
@@ -87,8 +105,8 @@ var importRules = []rule{
 	// nccl calls the CUDA driver and NCCL through the function table of
 	// nccl/internal/cuapi; its tests put nccl/ncclfake's double behind it.
 	{pkg: "nccl", imports: []string{"comm", "comm/tier", "nccl/internal/cuapi"},
-		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl/ncclfake"},
-		why:   "nccl imports comm, comm/tier and its seam nccl/internal/cuapi only (and purego); its tests use nccl/ncclfake, nexar's in-memory world and shm as the host communicator"},
+		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "nexar/transport/netmesh", "shm", "nccl/ncclfake"},
+		why:   "nccl imports comm, comm/tier and its seam nccl/internal/cuapi only (and purego); its tests use nccl/ncclfake, nexar's worlds (in memory, or over netmesh's local sockets) and shm as the host communicator"},
 	{pkg: "nccl/internal/cuapi",
 		why: "nccl/internal/cuapi, the function table and ABI between nccl and the libraries, imports nothing of ours"},
 	{pkg: "nccl/ncclfake", imports: []string{"comm", "comm/tier", "nccl", "nccl/internal/cuapi"},
@@ -109,7 +127,7 @@ var importRules = []rule{
 	// hierarchy also imports comm/schedule (Config.Cost, a
 	// schedule.Hierarchy) and internal/hoptrace, as hierarchy/doc.go says.
 	{pkg: "hierarchy", imports: []string{"comm", "comm/tier", "comm/schedule", "topology", "internal/hoptrace"},
-		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "shm", "nccl", "nccl/ncclfake"},
+		tests: []string{"comm/commtest", "internal/procgroup", "nexar", "nexar/transport/netmesh", "shm", "nccl", "nccl/ncclfake"},
 		why:   "hierarchy imports comm, comm/tier, comm/schedule and topology (and internal/hoptrace); it takes its parts as values and never constructs a transport"},
 
 	// Measurement over any Communicator.
@@ -130,7 +148,7 @@ var importRules = []rule{
 
 	// On top: the root package, the only place that wires the parts, and the
 	// commands.
-	{pkg: "", imports: []string{"cluster", "cluster/launchenv", "comm", "comm/tier", "comm/schedule", "topology", "nexar", "shm", "nccl", "hierarchy"},
+	{pkg: "", imports: []string{"cluster", "cluster/launchenv", "comm", "comm/tier", "comm/schedule", "topology", "nexar", "nexar/transport/netmesh", "shm", "nccl", "hierarchy"},
 		tests: []string{"comm/commtest", "internal/procgroup", "internal/netemu", "nccl/ncclfake"},
 		why:   "the root package composes: it imports cluster (and cluster/launchenv), topology, comm, comm/tier and the tiers, and none of them imports it"},
 	{pkg: "cmd/hiercomm", imports: []string{anyLibrary},

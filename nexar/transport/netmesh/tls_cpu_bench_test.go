@@ -1,0 +1,99 @@
+package netmesh
+
+import (
+	"crypto/tls"
+	"net"
+	"syscall"
+	"testing"
+)
+
+// Bytes per CPU-second of one direction of one pair over the TLS lane, as
+// BenchmarkQUICCPU measures QUIC: crypto/tls alone over a loopback TCP
+// connection (raw: the lane's certificates, TLS 1.3 with its cipher, full
+// records, the same socket buffers, 1 MiB writes), the TLS lane's
+// transport (its frames), the default network's two lanes (NewLanes: the
+// frames take the TLS lane), and plain TCP's transport for reference (a
+// communicator's Send and Recv over the lanes is nexar's
+// BenchmarkSendRecvCPU/quic):
+//
+//	go test -run '^$' -bench 'TLSLaneCPU' -benchtime 300x -count 5 ./nexar/transport/netmesh/
+//
+// MB/cpu-s is the metric; lane÷raw is the share of crypto/tls's own
+// ceiling that the lane keeps.
+func BenchmarkTLSLaneCPU(b *testing.B) {
+	const chunk = 1 << 20
+	b.Run("raw", func(b *testing.B) {
+		w, r := rawTLS(b)
+		streamCPU(b, w, r, chunk)
+	})
+	b.Run("lane", func(b *testing.B) { transportCPU(b, dialTLSLane, "tcp", chunk) })
+	b.Run("lanes", func(b *testing.B) { transportCPU(b, NewLanes, "udp+tcp", chunk) })
+	b.Run("tcp", func(b *testing.B) { transportCPU(b, NewTCP, "tcp", chunk) })
+}
+
+// rawTLS is a TLS 1.3 connection over loopback TCP between two ends of
+// this process, with the lane's certificates, configuration and socket
+// buffers and nothing else of nexar's: the dialer's end and the
+// acceptor's. Both are closed when b ends.
+func rawTLS(b *testing.B) (*tls.Conn, *tls.Conn) {
+	b.Helper()
+	ca, err := newJobCA(testJobKey, "tls-raw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	leaf0, err := ca.issueLeaf(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	leaf1, err := ca.issueLeaf(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *tls.Conn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			b.Error(err)
+			accepted <- nil
+			return
+		}
+		setSocketBuffers(mustRaw(b, c), DefaultSocketBuffer)
+		conf := bulk(ca.serverTLS(leaf1, func(int) error { return nil }, nil))
+		conf.SessionTicketsDisabled = true
+		tc := tls.Server(c, conf)
+		if err := tc.Handshake(); err != nil {
+			b.Error(err)
+			tc = nil
+		}
+		accepted <- tc
+	}()
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		b.Fatal(err)
+	}
+	setSocketBuffers(mustRaw(b, c), DefaultSocketBuffer)
+	w := tls.Client(c, bulk(ca.clientTLS(leaf0, 1, nil)))
+	if err := w.Handshake(); err != nil {
+		b.Fatal(err)
+	}
+	r := <-accepted
+	if r == nil {
+		b.FailNow()
+	}
+	b.Cleanup(func() { w.Close(); r.Close() })
+	return w, r
+}
+
+// mustRaw is c's raw connection.
+func mustRaw(b *testing.B, c *net.TCPConn) syscall.RawConn {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rc
+}
