@@ -21,7 +21,8 @@
 // communicator, as soon as the operation is measured; WriteCSV and WritePlot
 // (an SVG, standard library only) write a run's rows. Simulate runs the
 // schedules of comm/schedule for thousands of ranks under an α-β model
-// (SimModel, fitted from a run's sendrecv by FitAlphaBeta), and
+// (SimModel, fitted from a run's sendrecv by FitAlphaBeta, with
+// FitCacheBeta for the calls whose buffers stay in the caches), and
 // PredictFlat, PredictHier and ModelError predict collectives from them.
 //
 // bench imports comm, comm/schedule and the standard library only; it

@@ -51,7 +51,8 @@ func FlatSchedule(op string, p, r int, bytes int64, es int) (schedule.Schedule, 
 	return schedule.Schedule{}, fmt.Errorf("bench: no prediction for %q (want one of %s)", op, strings.Join(PredictOps, ", "))
 }
 
-// PredictFlat simulates op at size bytes on a flat world of p ranks.
+// PredictFlat simulates op at size bytes on a flat world of p ranks,
+// under m.ForCall(bytes).
 func PredictFlat(op string, p int, bytes int64, es int, m SimModel) (SimResult, error) {
 	if _, err := FlatSchedule(op, p, 0, bytes, es); err != nil {
 		return SimResult{}, err
@@ -59,7 +60,7 @@ func PredictFlat(op string, p int, bytes int64, es int, m SimModel) (SimResult, 
 	return Simulate(p, es, func(r int) schedule.Schedule {
 		s, _ := FlatSchedule(op, p, r, bytes, es)
 		return s
-	}, m)
+	}, m.ForCall(bytes))
 }
 
 // PredictHier predicts op at size bytes on the hierarchical communicator

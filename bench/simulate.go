@@ -27,6 +27,36 @@ type SimModel struct {
 	// last, so calls overlap where a rank may run ahead (a broadcast's
 	// root). If below 2, one.
 	Calls int
+	// CacheBeta, if set, is Beta (and IntraBeta) for a call of at most
+	// CacheBytes (its size in nccl-tests' convention): a call whose
+	// buffers stay in the processor's caches moves its bytes faster than
+	// one that streams through memory, which Beta, fitted from large
+	// sizes, describes (FitCacheBeta). From CacheBytes to 4·CacheBytes
+	// the two are joined geometrically. PredictFlat applies it (ForCall).
+	CacheBeta  float64
+	CacheBytes int64
+}
+
+// ForCall is m for a call of size bytes: Beta and IntraBeta are
+// CacheBeta's where CacheBeta applies (see there), and m has no CacheBeta.
+func (m SimModel) ForCall(bytes int64) SimModel {
+	cb, lim := m.CacheBeta, float64(m.CacheBytes)
+	m.CacheBeta, m.CacheBytes = 0, 0
+	if cb <= 0 || lim <= 0 || float64(bytes) >= 4*lim {
+		return m
+	}
+	f := 0.0 // the share of the large sizes' β: 0 up to CacheBytes, 1 from 4·CacheBytes
+	if b := float64(bytes); b > lim {
+		f = math.Log2(b/lim) / 2
+	}
+	join := func(large float64) float64 {
+		if large <= 0 {
+			return cb
+		}
+		return math.Exp((1-f)*math.Log(cb) + f*math.Log(large))
+	}
+	m.Beta, m.IntraBeta = join(m.Beta), join(m.IntraBeta)
+	return m
 }
 
 // SimResult is a simulated collective: when the last rank finished, and
@@ -209,6 +239,32 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 		return res, errors.New("simulate: frames were sent that no rank receives")
 	}
 	return res, nil
+}
+
+// Cache-resident sizes for FitCacheBeta: from the first size whose
+// transfer time clearly exceeds α, up to the largest whose send and
+// receive buffers stay in a core's caches on the machines measured here.
+const (
+	cacheFitMin = 16 << 10
+	CacheBytes  = 256 << 10
+)
+
+// FitCacheBeta fits the per-byte time of calls whose buffers stay in the
+// caches: the median of (t − alpha)/b over the rows from 16 KiB to
+// CacheBytes (SimModel.CacheBeta). ok is false without such rows, or when
+// they take no longer than alpha.
+func FitCacheBeta(rows []Row, alpha float64) (beta float64, ok bool) {
+	var slopes []float64
+	for _, r := range rows {
+		if r.TimeUS > 0 && r.Bytes >= cacheFitMin && r.Bytes <= CacheBytes {
+			slopes = append(slopes, (r.TimeUS*1e-6-alpha)/float64(r.Bytes))
+		}
+	}
+	if len(slopes) == 0 {
+		return 0, false
+	}
+	beta = median(slopes)
+	return beta, beta > 0
 }
 
 // FitAlphaBeta fits the α-β model t(b) = α + b·β to rows of one

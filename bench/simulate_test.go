@@ -141,3 +141,47 @@ func TestSimulateBackToBack(t *testing.T) {
 		t.Errorf("ring allreduce: %v s per call back to back, %v s alone; want about the same", ring.PerCall, ring.Seconds)
 	}
 }
+
+// TestCacheBeta: the cache-resident β is fitted from 16 KiB to
+// CacheBytes, applies to calls up to CacheBytes, and is joined to the
+// large sizes' β geometrically up to 4·CacheBytes.
+func TestCacheBeta(t *testing.T) {
+	var rows []Row
+	for b := int64(8); b <= 64<<20; b *= 2 {
+		perByte := 1e-9 // 1 GB/s, streaming
+		if b <= CacheBytes {
+			perByte = 0.25e-9 // 4 GB/s in the caches
+		}
+		rows = append(rows, Row{Op: "sendrecv", Bytes: b, Timing: Timing{TimeUS: (50e-6 + float64(b)*perByte) * 1e6}})
+	}
+	alpha, beta, ok := FitAlphaBeta(rows)
+	if !ok {
+		t.Fatal("no fit")
+	}
+	cb, ok := FitCacheBeta(rows, alpha)
+	if !ok || math.Abs(cb-0.25e-9)/0.25e-9 > 0.05 {
+		t.Fatalf("cache β %v, %v; want 0.25 ns/B", cb, ok)
+	}
+	if _, ok := FitCacheBeta(rows[:5], alpha); ok {
+		t.Error("a cache β without a size from 16 KiB")
+	}
+	m := SimModel{Alpha: alpha, Beta: beta, IntraBeta: 2 * beta, CacheBeta: cb, CacheBytes: CacheBytes}
+	for _, c := range []struct {
+		bytes      int64
+		want, intr float64
+	}{
+		{8, cb, cb},
+		{CacheBytes, cb, cb},
+		{2 * CacheBytes, math.Sqrt(cb * beta), math.Sqrt(cb * 2 * beta)},
+		{4 * CacheBytes, beta, 2 * beta},
+		{64 << 20, beta, 2 * beta},
+	} {
+		got := m.ForCall(c.bytes)
+		if math.Abs(got.Beta-c.want)/c.want > 1e-9 || math.Abs(got.IntraBeta-c.intr)/c.intr > 1e-9 || got.CacheBeta != 0 {
+			t.Errorf("ForCall(%d): β %v, intra %v, cache %v; want %v, %v, 0", c.bytes, got.Beta, got.IntraBeta, got.CacheBeta, c.want, c.intr)
+		}
+	}
+	if got := (SimModel{Beta: beta}).ForCall(8); got.Beta != beta {
+		t.Errorf("without CacheBeta, ForCall changed β: %v", got.Beta)
+	}
+}

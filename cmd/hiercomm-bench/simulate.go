@@ -92,8 +92,13 @@ func writeSimulation(ctx context.Context, w io.Writer, res bench.Result, info ru
 	// Eight calls back to back, as the bench's timed loop runs them.
 	local := bench.SimModel{Alpha: alpha, Beta: beta, IntraAlpha: alpha, IntraBeta: beta, ReduceBytesPerSec: reduce, RanksPerNode: perNode, Calls: 8}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Simulation: an alpha-beta model fitted from this run's flat sendrecv: %.1f us per message, %.4g GB/s per link; reduction at %.0f GB/s (nexar's cost model)\n",
-		alpha*1e6, 1/beta/1e9, reduce/1e9)
+	fmt.Fprintf(&b, "# Simulation: an alpha-beta model fitted from this run's flat sendrecv: %.1f us per message, %.4g GB/s per link",
+		alpha*1e6, 1/beta/1e9)
+	if cb, ok := bench.FitCacheBeta(sendrecv, alpha); ok {
+		local.CacheBeta, local.CacheBytes = cb, bench.CacheBytes
+		fmt.Fprintf(&b, " (%.4g GB/s for calls up to %d KiB, whose buffers stay in the caches)", 1/cb/1e9, bench.CacheBytes>>10)
+	}
+	fmt.Fprintf(&b, "; reduction at %.0f GB/s (nexar's cost model)\n", reduce/1e9)
 	fmt.Fprintf(&b, "# Its error on this run: predicted / measured time per call of the flat communicator (out of place, 8 calls back to back), from the schedules nexar runs\n")
 	rows, err := bench.ModelError(res, flat, local)
 	if err != nil {
