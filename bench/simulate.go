@@ -11,10 +11,11 @@ import (
 )
 
 // SimModel is the α-β model a simulation charges: a message of b bytes
-// from one rank to another takes Alpha + b·Beta seconds to arrive (the
-// intra-node pair when both ranks are on one node), a sender's outgoing
-// link carries one message at a time, and reducing b bytes takes
-// b / ReduceBytesPerSec (copies within a rank are not charged).
+// from one rank to another takes SendOverhead + Alpha + b·Beta seconds to
+// arrive (the intra-node pair when both ranks are on one node), a
+// sender's outgoing link carries one message at a time, and reducing b
+// bytes takes b / ReduceBytesPerSec (copies within a rank are not
+// charged).
 type SimModel struct {
 	Alpha, Beta           float64 // between nodes: seconds, seconds per byte
 	IntraAlpha, IntraBeta float64 // within a node
@@ -27,6 +28,13 @@ type SimModel struct {
 	// last, so calls overlap where a rank may run ahead (a broadcast's
 	// root). If below 2, one.
 	Calls int
+	// SendOverhead is what a send costs its sender before its bytes go
+	// (seconds; the gap of the LogP model): the send's lane is busy for
+	// it, and the link starts the message no earlier. Alpha then is what
+	// a message costs beyond it. Without it (0) a rank's sends cost it
+	// nothing, and a broadcast's root runs ahead of back-to-back calls
+	// without bound.
+	SendOverhead float64
 	// CacheBeta, if set, is Beta (and IntraBeta) for a call of at most
 	// CacheBytes (its size in nccl-tests' convention): a call whose
 	// buffers stay in the processor's caches moves its bytes faster than
@@ -102,6 +110,7 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 		laneFree []float64 // when each lane's last step ended
 		done     []float64 // when each step ended; NaN before
 		nicFree  float64   // when this rank's outgoing link is free
+		cpuFree  float64   // when this rank's last send overhead ended
 		left     int       // steps of the current call not yet run
 		call     int       // the current call
 		end      float64   // when this rank's last step so far ended
@@ -164,6 +173,10 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 						} else if st.call == 0 {
 							res.InterBytes[r] += int64(bytes)
 						}
+						// The overhead is the rank's processor's: its sends
+						// pay it one after another, whatever their lanes.
+						start = math.Max(start, st.cpuFree) + m.SendOverhead
+						st.cpuFree = start
 						depart := math.Max(start, st.nicFree)
 						st.nicFree = depart + bytes*beta
 						k := frameKey{r, step.Peer, st.call, step.Tag}
@@ -175,7 +188,7 @@ func Simulate(p, es int, build func(r int) schedule.Schedule, m SimModel) (SimRe
 							res.Messages[r]++
 							res.Bytes[r] += int64(bytes)
 						}
-						end = start // the transport buffers: a send does not wait
+						end = start // the transport buffers: a send waits for nothing but its overhead
 						if !queued[step.Peer] {
 							queue, queued[step.Peer] = append(queue, step.Peer), true
 						}

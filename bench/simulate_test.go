@@ -133,6 +133,17 @@ func TestSimulateBackToBack(t *testing.T) {
 	if tree.Messages[0] != 3 {
 		t.Errorf("the root sent %d messages per call, want 3", tree.Messages[0])
 	}
+	// With a send overhead the root pays it for each of its 3 sends,
+	// whatever their lanes: back-to-back calls go no faster than that.
+	m.SendOverhead = 0.5
+	tree, err = Simulate(p, es, func(r int) schedule.Schedule { return schedule.TreeBroadcast(p, r, 0, 1, 1) }, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(tree.PerCall-3*0.5) > 1e-9 {
+		t.Errorf("tree broadcast with a send overhead of 0.5 s: %v s per call; want 1.5 (the root's three sends)", tree.PerCall)
+	}
+	m.SendOverhead = 0
 	ring, err := Simulate(p, es, func(r int) schedule.Schedule { return schedule.RingAllReduce(p, r, 16, 1<<20) }, m)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,12 @@ type rawTransport struct {
 	RTTUS float64 `json:"rtt_us"`
 	// StreamGBs is one direction, 1 MiB frames back to back.
 	StreamGBs float64 `json:"stream_gbs"`
+	// BurstUS is the time per frame of a burst of 8-byte frames sent back
+	// to back, up to the answer to a ping sent after the last: what a
+	// message costs its sender when it does not wait for anything (the
+	// gap of the LogP model), which the simulation charges each send
+	// (bench.SimModel.SendOverhead).
+	BurstUS float64 `json:"burst_us,omitempty"`
 	// DoublingUS is the median time of a recursive-doubling exchange of
 	// 8-byte frames among all DoublingRanks ranks at once (log₂ P rounds,
 	// each rank sending to and receiving from rank r XOR 2^k): what a
@@ -47,6 +53,7 @@ const (
 	rawWarmPings = 50
 	rawFrame     = 1 << 20
 	rawStreamFor = 300 * time.Millisecond
+	rawBurst     = 2000
 )
 
 // Raw frames, by the Step of a FrameData header: a ping and its answer,
@@ -358,8 +365,21 @@ func pingStream(ctx context.Context, cfg netmesh.Config, network string, first b
 		}
 	}
 	slices.Sort(rtts)
-	frame := make([]byte, rawFrame)
 	t0 := time.Now()
+	for range rawBurst {
+		if err := tr.Send(ctx, 1, transport.Header{Kind: transport.FrameData, Step: rawData}, ping); err != nil {
+			return nil, err
+		}
+	}
+	if err := tr.Send(ctx, 1, transport.Header{Kind: transport.FrameData, Step: rawPing}, ping); err != nil {
+		return nil, err
+	}
+	if err := wait(rawPong); err != nil {
+		return nil, err
+	}
+	burst := time.Since(t0).Seconds() / rawBurst
+	frame := make([]byte, rawFrame)
+	t0 = time.Now()
 	sent := 0
 	for time.Since(t0) < rawStreamFor {
 		if err := tr.Send(ctx, 1, transport.Header{Kind: transport.FrameData, Step: rawData}, frame); err != nil {
@@ -374,5 +394,5 @@ func pingStream(ctx context.Context, cfg netmesh.Config, network string, first b
 		return nil, err
 	}
 	el := time.Since(t0).Seconds()
-	return &rawTransport{RTTUS: float64(rtts[len(rtts)/2].Nanoseconds()) / 1e3, StreamGBs: float64(sent) / el / 1e9}, nil
+	return &rawTransport{RTTUS: float64(rtts[len(rtts)/2].Nanoseconds()) / 1e3, StreamGBs: float64(sent) / el / 1e9, BurstUS: burst * 1e6}, nil
 }

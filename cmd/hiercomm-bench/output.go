@@ -318,8 +318,12 @@ func writeHeader(b *strings.Builder, info runInfo) {
 		}
 	}
 	if r := info.Raw; r != nil {
-		fmt.Fprintf(b, "# nexar's own frames (%s, no communicator) between rank %d and rank %d: 8-byte round trip %.1f us (median of %d), one way %.3f GB/s (1 MiB frames)\n",
+		fmt.Fprintf(b, "# nexar's own frames (%s, no communicator) between rank %d and rank %d: 8-byte round trip %.1f us (median of %d), one way %.3f GB/s (1 MiB frames)",
 			r.Network, r.From, r.To, r.RTTUS, rawPings, r.StreamGBs)
+		if r.BurstUS > 0 {
+			fmt.Fprintf(b, ", %.2f us per 8-byte frame sent back to back (%d)", r.BurstUS, rawBurst)
+		}
+		b.WriteString("\n")
 		if r.DoublingUS > 0 {
 			fmt.Fprintf(b, "# nexar's own frames among all %d ranks at once: an 8-byte recursive-doubling exchange (log2 %d rounds) %.1f us (median of %d)\n",
 				r.DoublingRanks, r.DoublingRanks, r.DoublingUS, rawPings)

@@ -98,6 +98,13 @@ func writeSimulation(ctx context.Context, w io.Writer, res bench.Result, info ru
 		local.CacheBeta, local.CacheBytes = cb, bench.CacheBytes
 		fmt.Fprintf(&b, " (%.4g GB/s for calls up to %d KiB, whose buffers stay in the caches)", 1/cb/1e9, bench.CacheBytes>>10)
 	}
+	if r := info.Raw; r != nil && r.BurstUS > 0 && r.BurstUS*1e-6 < alpha {
+		// A message's α includes what its send costs the sender, which
+		// the model now charges apart.
+		o := r.BurstUS * 1e-6
+		local.SendOverhead, local.Alpha, local.IntraAlpha = o, alpha-o, alpha-o
+		fmt.Fprintf(&b, ", of which %.1f us its sender's (the frames sent back to back)", r.BurstUS)
+	}
 	fmt.Fprintf(&b, "; reduction at %.0f GB/s (nexar's cost model)\n", reduce/1e9)
 	fmt.Fprintf(&b, "# Its error on this run: predicted / measured time per call of the flat communicator (out of place, 8 calls back to back), from the schedules nexar runs\n")
 	rows, err := bench.ModelError(res, flat, local)
