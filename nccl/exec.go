@@ -46,9 +46,9 @@ type task struct {
 
 	// Set by the launcher.
 	ev cuEvent // recorded after the operation; 0 when nothing was queued
-	// finished: ev had completed before CommAbort (set and read on the
-	// communicator's thread: markFinished, await), so the operation ended
-	// whole before the abort could touch it.
+	// finished: ev had completed when CommAbort was called (set by
+	// markFinished, read by await, both on the communicator's thread), so
+	// the operation ended whole before the abort could touch it.
 	finished bool
 	post     func() error // a host step once the event completed (Avg, Scan)
 	scratch  []comm.Buffer
@@ -396,10 +396,8 @@ func (c *Comm) await(t *task) error {
 		var finished bool
 		err := c.th.do(func() error {
 			state = c.lib.drv.EventQuery(t.ev)
-			if state == cudaSuccess && !c.ncAborted {
-				t.finished = true // ended before any CommAbort
-			}
-			finished = t.finished
+			// Ended before any CommAbort: now, or as markFinished saw.
+			finished = t.finished || (state == cudaSuccess && !c.ncAborted)
 			if _, aborted = c.state(); aborted != nil {
 				return nil // CommAbort freed the NCCL communicator
 			}

@@ -63,15 +63,22 @@ func keyOf(src int, h transport.Header) mkey {
 	return k
 }
 
+// offer is the landing a receive into buf, of the call sig, offers its
+// frame: nil where none can land (buf shorter than landMin, or a
+// transport without pumps, whose receives always copy).
+func (c *Comm) offer(buf []byte, sig comm.Signature) *landing {
+	if len(buf) < landMin || c.w.pl == nil {
+		return nil
+	}
+	return &landing{buf: buf, sig: sig}
+}
+
 // sameMemory reports whether a and b start at the same byte: a payload
 // that landed in the memory b is.
 func sameMemory(a, b []byte) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 
 // Place implements transport.Placer.
 func (w *world) Place(src int, h transport.Header, by transport.Diverter) []byte {
-	if !transport.Lands(h.Kind) {
-		return nil
-	}
 	w.mu.Lock()
 	c := w.comms[h.Comm]
 	w.mu.Unlock()

@@ -304,7 +304,7 @@ func (o *op) recv(peer int, step uint32, land []byte) ([]byte, error) {
 }
 
 func (o *op) recvFrame(peer int, step uint32, land []byte) (frame, error) {
-	f, err := o.c.await(o, mkey{kind: transport.FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline, landing{buf: land, sig: o.sig})
+	f, err := o.c.await(o, mkey{kind: transport.FrameData, seq: o.seq, step: step, src: int32(peer)}, peer, o, o.deadline, o.c.offer(land, o.sig))
 	if err == nil && !tier.SigMatch(o.sig, f.h.Sig) {
 		// Frames that came before this rank started the collective are
 		// checked here, as they are taken.
@@ -322,11 +322,11 @@ func (o *op) recvFrame(peer int, step uint32, land []byte) (frame, error) {
 // that must block borrows a channel and a timer from pools, so a small
 // collective or message allocates neither.
 //
-// land.buf, if not nil, is the caller's memory for the payload of the
-// frame, a frame of the call land.sig (landing.go): the frame returned
-// may then carry that memory as its payload (sameMemory), which the
-// caller must not transport.PutBuf.
-func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time.Time, land landing) (frame, error) {
+// land, if not nil, is the caller's memory for the frame's payload
+// (Comm.offer, landing.go): the frame returned may then carry that
+// memory as its payload (sameMemory), which the caller must not
+// transport.PutBuf.
+func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time.Time, land *landing) (frame, error) {
 	c.mu.Lock()
 	if f, ok := c.arrived[k]; ok {
 		delete(c.arrived, k)
@@ -336,10 +336,8 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 	}
 	ch := getWaiter()
 	c.waiters[k] = ch
-	if len(land.buf) >= landMin && c.w.pl != nil { // a transport with pumps
-		l := new(landing) // not &land: the parameter would escape on every call
-		*l = land
-		c.landings[k] = l
+	if land != nil {
+		c.landings[k] = land
 	}
 	gone, left := c.goneLocked(peer), c.leftCh
 	c.mu.Unlock()

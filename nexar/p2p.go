@@ -186,7 +186,7 @@ func (c *Comm) recvMessage(ctx context.Context, call comm.Call, num uint64, dead
 	b, seg := call.Recv.Bytes(), c.p2pSeg(call.Recv.DType())
 	sig := p2pSig(call.Recv, call.Tag)
 	for i := range pieces(len(b), seg) {
-		land := landing{buf: b[i*seg : min(len(b), (i+1)*seg)], sig: sig}
+		land := c.offer(b[i*seg:min(len(b), (i+1)*seg)], sig)
 		f, err := c.await(ctx, p2pFrameKey(call, num, i), call.Peer, nil, deadline, land)
 		if err != nil {
 			return err
@@ -229,7 +229,7 @@ func (c *Comm) discardMessage(num uint64, call comm.Call, n int) {
 	go func() {
 		deadline := time.Now().Add(c.opt.Timeout)
 		for i := 1; i < n; i++ {
-			f, err := c.await(context.Background(), p2pFrameKey(call, num, i), call.Peer, nil, deadline, landing{})
+			f, err := c.await(context.Background(), p2pFrameKey(call, num, i), call.Peer, nil, deadline, nil)
 			if err != nil {
 				return
 			}

@@ -64,8 +64,8 @@ func (c *Comm) postRecv(ctx context.Context, call comm.Call, num uint64) *comm.W
 	}
 	p.work = comm.NewSpinningWork(p.spin)
 	c.posted[p.key] = p
-	if b := call.Recv.Bytes(); len(b) >= landMin && c.w.pl != nil { // a transport with pumps
-		c.landings[p.key] = &landing{buf: b, sig: p2pSig(call.Recv, call.Tag)}
+	if l := c.offer(call.Recv.Bytes(), p2pSig(call.Recv, call.Tag)); l != nil {
+		c.landings[p.key] = l
 	}
 	if !c.watching {
 		c.watching = true
