@@ -532,9 +532,18 @@ func (f *Failure) aheadSig(from int, seq uint64, sig comm.Signature) {
 // A mismatch notice is a *comm.MismatchError with the peer's report: where the
 // peer's call is this rank's own (its mismatch was with a third rank), the
 // error says what the peer reported rather than two equal calls.
+//
+// The Notice of a peer whose communicator is aborted (Notice.Aborted)
+// ends the collective with a *comm.AbortedError around the peer's error:
+// that peer takes part in nothing again, so this communicator is aborted
+// by it (abortAfter), and a collective it ends is ended by that abort —
+// also one this rank started before the abort's news reached it.
 func (f *Failure) remoteFailure(from int, n Notice, seq uint64, sig comm.Signature) error {
 	if n.Code == FailMismatch {
 		return &comm.MismatchError{Peer: from, Seq: seq, Local: sig, Remote: n.Sig, Reported: n.Reason}
+	}
+	if n.Aborted {
+		return &comm.AbortedError{Cause: f.noticeError(from, n, "")}
 	}
 	return f.noticeError(from, n, "")
 }
