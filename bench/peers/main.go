@@ -1,8 +1,10 @@
 // Command peers sets hiercomm beside OpenMPI: it reads the runs
 // bench/peers/run.sh left in a directory (DIR/CONFIG/openmpi-N.csv and
-// DIR/CONFIG/hiercomm-N.csv, round N of configuration CONFIG) and prints,
+// DIR/CONFIG/hiercomm-N.csv, round N of configuration CONFIG, and
+// hiercomm-bench's JSON files DIR/CONFIG/hiercomm-N-K.json) and prints,
 // per configuration, operation and size, both sides' medians over the
-// rounds, hiercomm ÷ OpenMPI, and issue 29's goals met or not, as markdown
+// rounds, hiercomm ÷ OpenMPI, the machine's floor over plain TCP sockets
+// measured in the same runs, and issue 29's goals met or not, as markdown
 // (docs/benchmarks.md, "Side by side with OpenMPI").
 //
 //	go run ./bench/peers -dir bench/peers/out [-configs tcp2,tcp4,shm4] [-when "2026-11-28, 2 cores, load 0.4"]
@@ -25,15 +27,21 @@ func main() {
 	when := flag.String("when", "", "where and when the runs were measured, printed above the tables")
 	flag.Parse()
 	var lines []Line
+	var floors []Floor
 	for _, c := range strings.Split(*configs, ",") {
 		l, err := readConfig(*dir, c)
+		if err == nil {
+			var f Floor
+			f, err = readFloor(*dir, c)
+			floors = append(floors, f)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "peers:", err)
 			os.Exit(1)
 		}
 		lines = append(lines, l...)
 	}
-	if err := Markdown(os.Stdout, *when, lines); err != nil {
+	if err := Markdown(os.Stdout, *when, lines, floors); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
 		os.Exit(1)
 	}
@@ -60,6 +68,30 @@ func readConfig(dir, config string) ([]Line, error) {
 		return nil, fmt.Errorf("%s: no rounds (openmpi-1.csv, hiercomm-1.csv)", filepath.Join(dir, config))
 	}
 	return Compare(config, openmpi, ours), nil
+}
+
+// readFloor gathers the floor of every hiercomm-bench JSON file of one
+// configuration under dir (DIR/CONFIG/hiercomm-N-K.json: round N, sweep
+// K): no files, no floor (Runs 0).
+func readFloor(dir, config string) (Floor, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, config, "hiercomm-*.json"))
+	if err != nil {
+		return Floor{}, err
+	}
+	var runs []Floor
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return Floor{}, err
+		}
+		fl, err := ParseFloor(f)
+		f.Close()
+		if err != nil {
+			return Floor{}, fmt.Errorf("%s: %w", p, err)
+		}
+		runs = append(runs, fl)
+	}
+	return MedianFloor(config, runs), nil
 }
 
 func readCSV(path string) ([]Sample, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -273,11 +274,60 @@ func formatUS(us float64) string {
 	return strconv.FormatFloat(us, 'f', 2, 64)
 }
 
+// Floor is the machine's floor of one configuration's runs: hiercomm-bench's
+// plain TCP sockets between two of its processes (blocking write(2) and
+// read(2), no frames: ceilings.raw_socket in its JSON), the median over
+// Runs runs that measured it.
+type Floor struct {
+	Config    string
+	RTTUS     float64 // an 8-byte round trip
+	StreamGBs float64 // one way, 1 MiB messages back to back
+	Runs      int
+}
+
+// ParseFloor reads the floor from one hiercomm-bench JSON file; a run that
+// did not measure it (shared memory alone, or a run older than the
+// stream's measurement) gives zeros.
+func ParseFloor(r io.Reader) (Floor, error) {
+	var run struct {
+		Ceilings struct {
+			RawSocket *struct {
+				RTTUS     float64 `json:"rtt_us"`
+				StreamGBs float64 `json:"stream_gbs"`
+			} `json:"raw_socket"`
+		} `json:"ceilings"`
+	}
+	if err := json.NewDecoder(r).Decode(&run); err != nil {
+		return Floor{}, err
+	}
+	if s := run.Ceilings.RawSocket; s != nil {
+		return Floor{RTTUS: s.RTTUS, StreamGBs: s.StreamGBs}, nil
+	}
+	return Floor{}, nil
+}
+
+// MedianFloor is config's floor over runs: each figure's median over the
+// runs that measured it both; Runs counts those.
+func MedianFloor(config string, runs []Floor) Floor {
+	var rtt, gbs []float64
+	for _, f := range runs {
+		if f.RTTUS > 0 && f.StreamGBs > 0 {
+			rtt, gbs = append(rtt, f.RTTUS), append(gbs, f.StreamGBs)
+		}
+	}
+	if len(rtt) == 0 {
+		return Floor{Config: config}
+	}
+	return Floor{Config: config, RTTUS: Median(rtt), StreamGBs: Median(gbs), Runs: len(rtt)}
+}
+
 // Markdown writes the lines as one table per configuration (a row per
 // size, a column per operation: hiercomm ÷ OpenMPI, ✓ or ✗ where a goal
-// covers it, both medians in µs and the rounds' own ratios), then the
-// goals' verdicts. when says where and when the figures were measured.
-func Markdown(w io.Writer, when string, lines []Line) error {
+// covers it, both medians in µs and the rounds' own ratios), under each
+// TCP table the machine's floor of its runs (floors, where measured),
+// then the goals' verdicts. when says where and when the figures were
+// measured.
+func Markdown(w io.Writer, when string, lines []Line, floors []Floor) error {
 	var b strings.Builder
 	if when != "" {
 		fmt.Fprintf(&b, "Measured %s.\n", when)
@@ -340,6 +390,14 @@ func Markdown(w io.Writer, when string, lines []Line) error {
 				b.WriteString(" |")
 			}
 			b.WriteString("\n")
+		}
+		for _, f := range floors {
+			if f.Config == c && f.Runs > 0 && strings.HasPrefix(c, "tcp") {
+				fmt.Fprintf(&b, "\nThe machine's floor in the same rounds (hiercomm-bench's plain TCP sockets between two of its processes, "+
+					"blocking write(2) and read(2), no frames; the median of %d runs): an 8-byte round trip takes %s µs, "+
+					"and one way they move %.2f GB/s, so 1 MiB takes %s µs from one process to the other at best.\n",
+					f.Runs, formatUS(f.RTTUS), f.StreamGBs, formatUS(float64(1<<20)/f.StreamGBs/1e3))
+			}
 		}
 	}
 	b.WriteString("\nGoals (hiercomm's time ÷ OpenMPI's, at every size a goal covers):\n\n")

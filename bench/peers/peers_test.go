@@ -178,7 +178,8 @@ func TestJudgeAndMarkdown(t *testing.T) {
 		t.Errorf("goal 3: %+v", v[2])
 	}
 	var b bytes.Buffer
-	if err := Markdown(&b, "2026-11-28, 2 cores", lines); err != nil {
+	floors := []Floor{{Config: "tcp4", RTTUS: 15.49, StreamGBs: 4.2, Runs: 3}, {Config: "shm4", RTTUS: 15, StreamGBs: 4, Runs: 3}}
+	if err := Markdown(&b, "2026-11-28, 2 cores", lines, floors); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -189,6 +190,7 @@ func TestJudgeAndMarkdown(t *testing.T) {
 		"| 64 MiB | 0.45× ✓ 228518 / 512529 [0.32–0.79] | 0.33× ✓ 107948 / 330072 [0.26–0.52] | 1.13× ✗ 126462 / 112245 [0.88–1.13] |\n",
 		"**shared memory, 4 ranks on one node (OpenMPI's vader)** (3 rounds)",
 		"| 8 B | 1.15× ✗ 10.3 / 9.02 [0.88–1.15] | | 13.24× ✗ 6.82 / 0.52 [11.44–25.92] |\n",
+		"\nThe machine's floor in the same rounds (hiercomm-bench's plain TCP sockets between two of its processes, blocking write(2) and read(2), no frames; the median of 3 runs): an 8-byte round trip takes 15.5 µs, and one way they move 4.20 GB/s, so 1 MiB takes 250 µs from one process to the other at best.\n\n**shared memory",
 		"- **met**: AllReduce at 8 B, TCP loopback, 2 and 4 ranks ≤ 1.0×: 1 of 1 met; the worst 0.78× (allreduce at 8 B, TCP loopback, 4 ranks)\n",
 		"- **not met**: AllReduce, ReduceScatter and Broadcast from 512 KiB to 64 MiB, TCP loopback ≤ 1.0×: 8 of 9 met; the worst 1.13× (broadcast at 64 MiB, TCP loopback, 4 ranks)\n",
 		"- **not met**: shared memory, 4 ranks, every op and size ≤ 1.0×: 14 of 17 met; the worst 13.24× (broadcast at 8 B, shared memory, 4 ranks on one node (OpenMPI's vader))\n",
@@ -197,12 +199,15 @@ func TestJudgeAndMarkdown(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
 		}
 	}
+	if n := strings.Count(out, "The machine's floor"); n != 1 {
+		t.Errorf("%d floor lines; want the TCP table's alone:\n%s", n, out)
+	}
 	if strings.Contains(out, "wrong") {
 		t.Errorf("wrong elements reported where every check passed:\n%s", out)
 	}
 	// A goal no line falls under says so.
 	b.Reset()
-	Markdown(&b, "", lines[:1])
+	Markdown(&b, "", lines[:1], nil)
 	if !strings.Contains(b.String(), "- shared memory, 4 ranks, every op and size ≤ 1.0×: not measured\n") {
 		t.Errorf("unmeasured goal:\n%s", b.String())
 	}
@@ -225,5 +230,33 @@ func TestFormatSize(t *testing.T) {
 		if got := FormatSize(b); got != want {
 			t.Errorf("%d: %q, want %q", b, got, want)
 		}
+	}
+}
+
+// TestReadFloor: the floor is the median of the runs whose JSON has it; a
+// run without it (shared memory alone) counts for nothing; a file that is
+// not JSON is an error that names it.
+func TestReadFloor(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "tcp2"), 0o755)
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, "tcp2", name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("hiercomm-1-1.json", `{"ceilings":{"raw_socket":{"rtt_us":10,"stream_gbs":4}}}`)
+	write("hiercomm-2-1.json", `{"ceilings":{"raw_socket":{"rtt_us":30,"stream_gbs":2}}}`)
+	write("hiercomm-3-1.json", `{"ceilings":{"raw_socket":{"rtt_us":20,"stream_gbs":3}}}`)
+	write("hiercomm-4-1.json", `{"ceilings":{}}`)
+	f, err := readFloor(dir, "tcp2")
+	if err != nil || f != (Floor{Config: "tcp2", RTTUS: 20, StreamGBs: 3, Runs: 3}) {
+		t.Fatalf("floor %+v, %v", f, err)
+	}
+	if f, err := readFloor(dir, "tcp4"); err != nil || f.Runs != 0 {
+		t.Errorf("no runs: %+v, %v", f, err)
+	}
+	write("hiercomm-5-1.json", `not json`)
+	if _, err := readFloor(dir, "tcp2"); err == nil || !strings.Contains(err.Error(), "hiercomm-5-1.json") {
+		t.Errorf("a file that is not JSON: %v", err)
 	}
 }

@@ -16,7 +16,7 @@
 # OpenMPI (mpicc, mpirun) is installed with apt-get when missing, which
 # needs root (or password-less sudo) and apt-get; where it cannot, the
 # script says so and exits 1. Every file it writes is under DIR
-# (default bench/peers/out): the programs, each run's CSV and log.
+# (default bench/peers/out): the programs, each run's CSV, JSON and log.
 set -euo pipefail
 
 mode=full rounds=3 configs=tcp2,tcp4,shm4 out=
@@ -98,13 +98,16 @@ openmpi() {
 
 # hiercomm CONFIG FILE runs hiercomm-bench for CONFIG, appending its CSV to FILE.
 hiercomm() {
-	local cfg=$1 file=$2 log=${2%.csv}.log np=${1:(-1)} s min max f
+	local cfg=$1 file=$2 log=${2%.csv}.log np=${1:(-1)} s min max f k=0
 	local where=(-nodes "$np" -impl flat)
 	[ "${cfg:0:3}" = shm ] && where=(-nodes 1 -impl shm)
 	for s in "${sweeps[@]}"; do
 		read -r min max f <<<"$s"
+		k=$((k + 1))
+		# The JSON keeps the run's floor (raw sockets), which peers prints
+		# under the TCP tables.
 		local cmd=("$bin/hiercomm-bench" -config "$bin/config.json" -np "$np" "${where[@]}" -link-rate off -network tcp
-			-a 3 -c 0 -ops "$ops" -b "$min" -e "$max" -f "$f" -csv "$file.part")
+			-a 3 -c 0 -ops "$ops" -b "$min" -e "$max" -f "$f" -csv "$file.part" -json "${file%.csv}-$k.json")
 		echo "${cmd[*]}" >>"$log"
 		"${cmd[@]}" >>"$log" 2>&1 || { tail -20 "$log" >&2; die "hiercomm-bench failed (log: $log)"; }
 		cat "$file.part" >>"$file" && rm -f "$file.part"

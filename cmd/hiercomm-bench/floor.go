@@ -32,6 +32,12 @@ type socketFloor struct {
 	To   int `json:"to_rank"`
 	// RTTUS is the median round trip of 8 bytes and their answer.
 	RTTUS float64 `json:"rtt_us"`
+	// StreamGBs is one direction, From to To: 1 MiB messages written and
+	// read back to back by blocking write(2) and read(2) (rawStreamFor),
+	// up to the answer to the last: what a large message can move between
+	// two of the run's processes over a plain socket, the floor under a
+	// large sendrecv or a two-rank Broadcast.
+	StreamGBs float64 `json:"stream_gbs,omitempty"`
 	// DoublingUS is the median recursive-doubling exchange of 8 bytes
 	// among all DoublingRanks ranks at once, as rawTransport's; measured
 	// when the world's size is a power of two of at least 4.
@@ -81,6 +87,22 @@ func measureFloor(ctx context.Context, c comm.Communicator, topo *topology.Topol
 		return nil, nil
 	case me == 0:
 		out = &socketFloor{From: a, To: b, RTTUS: us}
+	}
+	gbs, ok, err := onSockets(ctx, c, topo, log, pair, func(fds map[int]int) (float64, error) {
+		switch me {
+		case a:
+			return socketStream(fds[b], true)
+		case b:
+			_, err := socketStream(fds[a], false)
+			return 0, err
+		}
+		return 0, nil
+	})
+	switch {
+	case err != nil:
+		return out, err
+	case ok && out != nil:
+		out.StreamGBs = gbs
 	}
 	if P < 4 || P&(P-1) != 0 {
 		return out, nil
@@ -299,6 +321,42 @@ func socketPings(fd int, first bool) (float64, error) {
 	}
 	slices.Sort(rtts)
 	return float64(rtts[len(rtts)/2].Nanoseconds()) / 1e3, nil
+}
+
+// socketStream streams 1 MiB messages one way on fd for rawStreamFor:
+// the first side writes them, each after an 8-byte word that says whether
+// another follows, and returns GB/s up to the other side's 1-byte answer
+// to the last; the other side reads them all and answers.
+func socketStream(fd int, first bool) (float64, error) {
+	msg := make([]byte, 8+rawFrame)
+	if !first {
+		for {
+			if err := sysRead(fd, msg); err != nil {
+				return 0, err
+			}
+			if binary.LittleEndian.Uint64(msg) == 0 {
+				return 0, sysWrite(fd, msg[:1])
+			}
+		}
+	}
+	t0 := time.Now()
+	var sent int64
+	for more := true; more; {
+		more = time.Since(t0) < rawStreamFor
+		flag := uint64(0)
+		if more {
+			flag = 1
+		}
+		binary.LittleEndian.PutUint64(msg, flag)
+		if err := sysWrite(fd, msg); err != nil {
+			return 0, err
+		}
+		sent += rawFrame
+	}
+	if err := sysRead(fd, msg[:1]); err != nil {
+		return 0, err
+	}
+	return float64(sent) / time.Since(t0).Seconds() / 1e9, nil
 }
 
 // socketDoubling runs rawWarmPings + rawPings recursive-doubling exchanges

@@ -95,3 +95,24 @@ func TestSocketDoubling(t *testing.T) {
 		t.Error("rank 0 wired to the wrong partners measured without an error")
 	}
 }
+
+// TestSocketStream: the writing side gets a positive rate once the
+// reading side has read every message and answered; a reader that goes
+// away is an error, not a hang.
+func TestSocketStream(t *testing.T) {
+	a, b := socketPair(t)
+	done := make(chan error, 1)
+	go func() { _, err := socketStream(b, false); done <- err }()
+	gbs, err := socketStream(a, true)
+	if err != nil || gbs <= 0 {
+		t.Fatalf("stream %v GB/s, %v", gbs, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the reading side: %v", err)
+	}
+	c, d := socketPair(t)
+	syscall.Close(d)
+	if _, err := socketStream(c, true); err == nil {
+		t.Error("a stream to a closed socket succeeded")
+	}
+}

@@ -310,8 +310,12 @@ func writeHeader(b *strings.Builder, info runInfo) {
 		fmt.Fprintf(b, "# Inter-node links: %s\n", info.Links)
 	}
 	if f := info.Floor; f != nil {
-		fmt.Fprintf(b, "# The machine's floor: raw TCP sockets (8 bytes by blocking write(2) and read(2), no frames) between rank %d and rank %d: round trip %.1f us (median of %d)\n",
+		fmt.Fprintf(b, "# The machine's floor: raw TCP sockets (8 bytes by blocking write(2) and read(2), no frames) between rank %d and rank %d: round trip %.1f us (median of %d)",
 			f.From, f.To, f.RTTUS, rawPings)
+		if f.StreamGBs > 0 {
+			fmt.Fprintf(b, ", one way %.3f GB/s (1 MiB messages back to back)", f.StreamGBs)
+		}
+		b.WriteString("\n")
 		if f.DoublingUS > 0 {
 			fmt.Fprintf(b, "# The machine's floor among all %d ranks at once: an 8-byte recursive-doubling exchange over raw sockets (log2 %d rounds) %.1f us (median of %d)\n",
 				f.DoublingRanks, f.DoublingRanks, f.DoublingUS, rawPings)
