@@ -164,6 +164,39 @@ func ModelError(r Result, comm string, m SimModel) ([]ModelRow, error) {
 	return out, nil
 }
 
+// Spread is how far one run's measurements stray from themselves: the
+// rows of one communicator timed in both forms, out of place and in place
+// (the same schedule, a copy apart), and how many of them differ by more
+// than 25% between the two (beyond 1.25× either way). A model's
+// prediction of a run cannot be closer than the run to itself at every
+// size: Spread says where that bound lies on the run's machine.
+type Spread struct {
+	Rows, Beyond int
+	Worst        float64 // the greatest ratio, ≥ 1 (slower ÷ faster)
+	WorstOp      string
+	WorstBytes   int64
+}
+
+// SelfSpread is r's Spread on communicator comm.
+func SelfSpread(r Result, comm string) Spread {
+	var s Spread
+	for _, row := range r.Rows {
+		if row.Comm != comm || row.InPlace == nil || row.TimeUS <= 0 || row.InPlace.TimeUS <= 0 {
+			continue
+		}
+		q := row.TimeUS / row.InPlace.TimeUS
+		q = max(q, 1/q)
+		s.Rows++
+		if q > 1.25 {
+			s.Beyond++
+		}
+		if q > s.Worst {
+			s.Worst, s.WorstOp, s.WorstBytes = q, row.Op, row.Bytes
+		}
+	}
+	return s
+}
+
 // FormatModelError prints the ratios as a table, a column per operation,
 // and for each operation the median and the share within 25%.
 func FormatModelError(w io.Writer, rows []ModelRow) error {

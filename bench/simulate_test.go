@@ -196,3 +196,28 @@ func TestCacheBeta(t *testing.T) {
 		t.Errorf("without CacheBeta, ForCall changed β: %v", got.Beta)
 	}
 }
+
+// TestSelfSpread counts the rows whose two forms differ by more than 25%
+// either way, on the named communicator only, and names the worst.
+func TestSelfSpread(t *testing.T) {
+	row := func(comm, op string, bytes int64, out, in float64) Row {
+		r := Row{Op: op, Bytes: bytes, Comm: comm, Timing: Timing{TimeUS: out}}
+		if in > 0 {
+			r.InPlace = &Timing{TimeUS: in}
+		}
+		return r
+	}
+	r := Result{Rows: []Row{
+		row("flat", "allreduce", 8, 10, 10),
+		row("flat", "allreduce", 16, 10, 13), // 1.3: beyond
+		row("flat", "allreduce", 32, 20, 10), // 2: beyond, the worst
+		row("flat", "allgather", 8, 10, 8.2), // 1.22: within
+		row("flat", "broadcast", 8, 10, 0),   // one form only: not counted
+		row("hier", "allreduce", 8, 100, 10), // another communicator
+	}}
+	got := SelfSpread(r, "flat")
+	want := Spread{Rows: 4, Beyond: 2, Worst: 2, WorstOp: "allreduce", WorstBytes: 32}
+	if got != want {
+		t.Errorf("SelfSpread = %+v, want %+v", got, want)
+	}
+}

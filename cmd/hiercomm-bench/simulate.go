@@ -114,6 +114,10 @@ func writeSimulation(ctx context.Context, w io.Writer, res bench.Result, info ru
 	if err := bench.FormatModelError(&b, rows); err != nil {
 		return err
 	}
+	if sp := bench.SelfSpread(res, flat); sp.Rows > 0 {
+		fmt.Fprintf(&b, "# The run against itself: out of place and in place (one schedule, a copy apart) differ by more than 25%% at %d of %d sizes (the most %.2fx, %s at %d B); no model is closer than that at every size\n",
+			sp.Beyond, sp.Rows, sp.Worst, sp.WorstOp, sp.WorstBytes)
+	}
 	if sim.nodes > 0 {
 		if err := writeScale(&b, res, sim, alpha, beta, reduce); err != nil {
 			return err
