@@ -169,3 +169,20 @@ func TestGrowHierarchyWithNobody(t *testing.T) {
 	}
 	commtest.Run(t, cs, commtest.Options{Counts: []int{1, 7}, DTypes: []comm.DType{comm.F32, comm.I64}, Timeout: time.Minute})
 }
+
+// A member that is gone before it grows (its hierarchy closed, as its
+// process's would be, and it never calls Grow): every other member's Grow
+// ends with an error that names it, and the newcomer's Join ends too, at
+// its ConnectTimeout at the latest.
+func TestGrowHierarchyMemberGone(t *testing.T) {
+	l := layout{name: "2x2", perNode: []int{2, 2}}
+	const gone, connect = 3, 2 * time.Second
+	cs := build(t, l, "shm", hierarchy.Config{NewIntra: shmIntra})
+	grown := grownWorld(t, topo(t, l), []string{"node-1"}, connect)
+	commtest.RunGrowMemberGone(t, cs, 1, gone, comm.Communicator.Close, func(ctx context.Context, r int) (comm.Communicator, error) {
+		if r < len(cs) {
+			return cs[r].(*hierarchy.Comm).Grow(ctx, grown[r])
+		}
+		return hierarchy.Join(ctx, grown[r], hierarchy.Config{NewIntra: shmIntra})
+	}, 3*connect)
+}

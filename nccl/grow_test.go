@@ -93,6 +93,22 @@ func TestGrowFakeFailure(t *testing.T) {
 	}
 }
 
+// A member that is gone before it grows (its communicator closed, as its
+// process's would be, and it never calls Grow): every other member's Grow
+// ends with an error that names it, and the newcomer's Join ends too, at
+// its ConnectTimeout at the latest.
+func TestGrowFakeMemberGone(t *testing.T) {
+	const members, size, gone, connect = 3, 4, 1, 2 * time.Second
+	comms, dev := fakeWorld(t, members)
+	grown := grownControls(t, size, connect)
+	commtest.RunGrowMemberGone(t, comms, size-members, gone, comm.Communicator.Close, func(ctx context.Context, r int) (comm.Communicator, error) {
+		if r < members {
+			return comms[r].(*nccl.Comm).Grow(ctx, grown[r])
+		}
+		return nccl.Join(ctx, grown[r], nccl.Config{Device: dev})
+	}, 3*connect)
+}
+
 // A Grow to the size there is gives every member its communicator back,
 // which works on.
 func TestGrowFakeWithNobody(t *testing.T) {

@@ -273,3 +273,25 @@ func ExampleComm_Grow() {
 	// process 1 is rank 1 of 3; the sum is 60
 	// process 2 is rank 2 of 3; the sum is 60
 }
+
+// A member that dies before it grows (its communicator closed, as its
+// process's would be, and it never calls Grow): every other member's Grow
+// ends with an error that names it, and the newcomer's Join ends too, at
+// its ConnectTimeout at the latest. No one waits for the old world's
+// Timeout.
+func TestGrowMemberGone(t *testing.T) {
+	const members, size, gone, connect = 3, 4, 2, 2 * time.Second
+	cs, err := nexar.NewMemoryWorld(members, nexar.Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nexar.CloseAll(cs)
+	cfgs := grownConfigs(t, size, connect)
+	cfgs[gone].Net.Listener.Close()
+	commtest.RunGrowMemberGone(t, asComms(cs), size-members, gone, comm.Communicator.Close, func(ctx context.Context, r int) (comm.Communicator, error) {
+		if r < members {
+			return cs[r].Grow(ctx, cfgs[r])
+		}
+		return nexar.Join(ctx, cfgs[r])
+	}, 3*connect)
+}

@@ -157,3 +157,23 @@ func TestGrowFailure(t *testing.T) {
 		})
 	}
 }
+
+// A member that dies before it grows (the kill hook: no more posts or
+// heartbeats, and it never calls Grow): every other member's Grow ends
+// with an error that names it, within FailureTimeout of the kill, and the
+// newcomer's Join ends too, at its ConnectTimeout at the latest.
+func TestGrowMemberGone(t *testing.T) {
+	const members, size, gone = 3, 4, 2
+	const failure, connect = 500 * time.Millisecond, 2 * time.Second
+	cs := localWorld(t, members, Config{FailureTimeout: failure})
+	ns := testNamespace()
+	defer noSegments(t, ns)
+	kill := func(c comm.Communicator) error { c.(*Comm).kill(); return nil }
+	commtest.RunGrowMemberGone(t, asComms(cs), size-members, gone, kill, func(ctx context.Context, r int) (comm.Communicator, error) {
+		cfg := grownConfig(ns, r, size, connect)
+		if r < members {
+			return cs[r].Grow(ctx, cfg)
+		}
+		return Join(ctx, cfg)
+	}, 3*connect)
+}

@@ -185,3 +185,72 @@ func RunGrowFailure(t *testing.T, members []comm.Communicator, newcomers int, gr
 	}
 	Run(t, members, opt)
 }
+
+// RunGrowMemberGone runs grow, as RunGrow does, with member gone gone
+// before the Grow: instead of growing, its process runs die on its
+// communicator (a Close, or a tier's way to stop as a dead process would)
+// and never calls grow. Every other member's Grow must fail with an error
+// that names rank gone, and every newcomer's Join must fail, each within
+// within of the start (a bound of the tier's failure detection or its
+// ConnectTimeout: no one may wait for the old communicator's Timeout); a
+// communicator that a process got all the same is closed, and fails t.
+// A Barrier on each member's communicator then fails too, naming rank
+// gone, within within/2; the caller closes them.
+func RunGrowMemberGone(t *testing.T, members []comm.Communicator, newcomers, gone int, die func(comm.Communicator) error,
+	grow func(ctx context.Context, r int) (comm.Communicator, error), within time.Duration) {
+	t.Helper()
+	checkWorld(t, members)
+	P := len(members)
+	if gone < 0 || gone >= P {
+		t.Fatalf("RunGrowMemberGone: member %d of %d", gone, P)
+	}
+	errs := make([]error, P+newcomers)
+	took := make([]time.Duration, P+newcomers)
+	grown := make([]comm.Communicator, P+newcomers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r := range errs {
+		wg.Go(func() {
+			defer func() { took[r] = time.Since(start) }()
+			if r == gone {
+				errs[r] = die(members[r])
+				return
+			}
+			errs[r] = growRank(t.Context(), r, grow, &grown[r])
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		switch {
+		case r == gone:
+			if err != nil {
+				t.Errorf("process %d (gone): %v", r, err)
+			}
+		case grown[r] != nil:
+			grown[r].Close()
+			t.Errorf("process %d: its part of the Grow succeeded with member %d gone", r, gone)
+		case err == nil:
+			t.Errorf("process %d: no error, want one (member %d is gone)", r, gone)
+		case r < P && !names(err, gone):
+			t.Errorf("process %d: %v\nwant an error that names rank %d (comm.PeerOf %d, comm.CulpritOf %v)", r, err, gone, comm.PeerOf(err), culpritText(err))
+		case took[r] > within:
+			t.Errorf("process %d: its error came after %v, more than %v: %v", r, took[r].Round(time.Millisecond), within, err)
+		default:
+			t.Logf("process %d after %v: %v", r, took[r].Round(time.Millisecond), err)
+		}
+	}
+	// The members' communicator lost a member: its next call fails
+	// within the bound too, naming it.
+	for r, c := range members {
+		if r == gone {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), within)
+		t0 := time.Now()
+		err := c.Barrier(ctx)
+		cancel()
+		if err == nil || !names(err, gone) || time.Since(t0) > within/2 {
+			t.Errorf("process %d: a Barrier on the communicator that lost member %d: %v after %v; want an error that names it within %v", r, gone, err, time.Since(t0).Round(time.Millisecond), within/2)
+		}
+	}
+}
