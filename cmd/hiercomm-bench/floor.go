@@ -70,16 +70,20 @@ func measureFloor(ctx context.Context, c comm.Communicator, topo *topology.Topol
 		}
 		return nil
 	}
-	us, ok, err := onSockets(ctx, c, topo, log, pair, func(fds map[int]int) (float64, error) {
-		switch me {
-		case a:
-			return socketPings(fds[b], true)
-		case b:
-			_, err := socketPings(fds[a], false)
-			return 0, err
-		}
-		return 0, nil
-	})
+	// onPair runs measure on the pair's socket: a first, b answering.
+	onPair := func(measure func(fd int, first bool) (float64, error)) (float64, bool, error) {
+		return onSockets(ctx, c, topo, log, pair, func(fds map[int]int) (float64, error) {
+			switch me {
+			case a:
+				return measure(fds[b], true)
+			case b:
+				_, err := measure(fds[a], false)
+				return 0, err
+			}
+			return 0, nil
+		})
+	}
+	us, ok, err := onPair(socketPings)
 	switch {
 	case err != nil:
 		return nil, err
@@ -88,16 +92,7 @@ func measureFloor(ctx context.Context, c comm.Communicator, topo *topology.Topol
 	case me == 0:
 		out = &socketFloor{From: a, To: b, RTTUS: us}
 	}
-	gbs, ok, err := onSockets(ctx, c, topo, log, pair, func(fds map[int]int) (float64, error) {
-		switch me {
-		case a:
-			return socketStream(fds[b], true)
-		case b:
-			_, err := socketStream(fds[a], false)
-			return 0, err
-		}
-		return 0, nil
-	})
+	gbs, ok, err := onPair(socketStream)
 	switch {
 	case err != nil:
 		return out, err
