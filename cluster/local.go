@@ -62,6 +62,16 @@ type LocalSpec struct {
 	// host's CPUs (NumCPU divided by the number of children, at least 1):
 	// every rank runs on this one host.
 	Env []string
+	// Bind is how the children are bound to this host's CPUs: "none"
+	// leaves them to the kernel's scheduler; "core" binds child i of n to
+	// its share of the CPUs this process may use (procgroup.Spec.Bind), as
+	// mpirun --bind-to core, also when they outnumber the CPUs (child i on
+	// CPU i mod m: the processes each CPU runs stay the same ones). If
+	// empty, the environment's HIERCOMM_BIND, else "none": on a host with
+	// more ranks than cores, binding steadies the ranks that poll but makes
+	// every wakeup of a sleeping rank cross CPUs (docs/deployment.md). A
+	// replacement (Replace) is not bound.
+	Bind string
 	// Stdout and Stderr receive the children's output, each line prefixed
 	// with "[rank r] ". If nil, default to os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
@@ -167,7 +177,7 @@ func StartLocal(ctx context.Context, spec LocalSpec) (*LocalJob, error) {
 		}
 	}
 	pg := procgroup.Spec{Stdout: spec.Stdout, Stderr: spec.Stderr, KeepOthers: spec.KeepOthers,
-		Grace: max(spec.Grace, 0), KillAfter: max(spec.KillAfter, 0), Notify: spec.Notify}
+		Grace: max(spec.Grace, 0), KillAfter: max(spec.KillAfter, 0), Notify: spec.Notify, Bind: spec.Bind == "core"}
 	job := &LocalJob{spec: spec, seed: seed, env: []string{
 		launchenv.EnvJobID + "=" + jobID,
 		launchenv.EnvJobKey + "=" + key,
@@ -277,6 +287,16 @@ func (spec *LocalSpec) plan() ([]localProc, error) {
 	}
 	if spec.Path == "" {
 		return bad("Path is empty: which program should run?")
+	}
+	if spec.Bind == "" {
+		if spec.Bind = os.Getenv(launchenv.EnvBind); spec.Bind == "" {
+			spec.Bind = "none"
+		}
+	}
+	switch spec.Bind {
+	case "core", "none":
+	default:
+		return bad("Bind %q (or %s): want none or core", spec.Bind, launchenv.EnvBind)
 	}
 	switch {
 	case spec.Replace < 0:

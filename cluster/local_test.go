@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/hiercomm/hiercomm/cluster/launchenv"
 )
 
 func TestSplitRanksPerNode(t *testing.T) {
@@ -74,6 +76,7 @@ func TestLocalSpecErrors(t *testing.T) {
 		{LocalSpec{RanksPerNode: []int{1}, Style: "kubernetes", Placement: "cyclic", Path: "x"}, "use block"},
 		{LocalSpec{RanksPerNode: []int{1}, Network: "rdma", Path: "x"}, `Network "rdma"`},
 		{LocalSpec{RanksPerNode: []int{1}}, "Path is empty"},
+		{LocalSpec{RanksPerNode: []int{1}, Path: "x", Bind: "socket"}, `Bind "socket" (or HIERCOMM_BIND): want none or core`},
 	} {
 		if len(tc.spec.RanksPerNode) == 255 {
 			for i := range tc.spec.RanksPerNode {
@@ -83,6 +86,27 @@ func TestLocalSpecErrors(t *testing.T) {
 		_, err := tc.spec.plan()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want an error containing %q", tc.spec, err, tc.want)
+		}
+	}
+}
+
+// TestLocalSpecBind: Bind defaults to HIERCOMM_BIND, else none, and a bad
+// value in the environment is named as such.
+func TestLocalSpecBind(t *testing.T) {
+	for _, tc := range []struct{ env, spec, want, err string }{
+		{"", "", "none", ""},
+		{"core", "", "core", ""},
+		{"core", "none", "none", ""},
+		{"numa", "", "", `Bind "numa" (or HIERCOMM_BIND)`},
+	} {
+		t.Setenv(launchenv.EnvBind, tc.env)
+		spec := LocalSpec{RanksPerNode: []int{1}, Path: "x", Bind: tc.spec}
+		_, err := spec.plan()
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("HIERCOMM_BIND=%q, Bind %q: %v, want an error containing %q", tc.env, tc.spec, err, tc.err)
+		case tc.err == "" && (err != nil || spec.Bind != tc.want):
+			t.Errorf("HIERCOMM_BIND=%q, Bind %q: Bind %q, %v; want %q", tc.env, tc.spec, spec.Bind, err, tc.want)
 		}
 	}
 }

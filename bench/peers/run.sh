@@ -2,7 +2,7 @@
 # bench/peers/run.sh: hiercomm beside OpenMPI on this machine, in one run
 # (docs/benchmarks.md, "Side by side with OpenMPI"; `make peers`).
 #
-#   bench/peers/run.sh [-quick] [-rounds N] [-configs tcp2,tcp4,shm4] [-out DIR]
+#   bench/peers/run.sh [-quick] [-rounds N] [-configs tcp2,tcp4,shm4] [-bind default|none|core] [-out DIR]
 #
 # For each configuration (tcp2: TCP loopback, 2 ranks; tcp4: 4 ranks; shm4:
 # shared memory, 4 ranks on one node) it runs OpenMPI's collectives
@@ -13,25 +13,36 @@
 # is 8 B to 64 MiB by factors of 2; -quick measures 8, 64 and 512 B and 1,
 # 8 and 64 MiB.
 #
+# -bind says how the ranks are bound to the CPUs: default (the default)
+# leaves each side to its own default (mpirun binds each rank to a core
+# when they fit, 2 ranks here, and not when they outnumber the cores;
+# hiercomm's launcher does not bind); none and core bind both sides
+# alike: none leaves them to the kernel's scheduler, core gives rank i of
+# n its share of the CPUs, rank i on CPU i mod CPUs when they outnumber
+# them (mpirun --bind-to core:overload-allowed --map-by core;
+# HIERCOMM_BIND=core).
+#
 # OpenMPI (mpicc, mpirun) is installed with apt-get when missing, which
 # needs root (or password-less sudo) and apt-get; where it cannot, the
 # script says so and exits 1. Every file it writes is under DIR
 # (default bench/peers/out): the programs, each run's CSV, JSON and log.
 set -euo pipefail
 
-mode=full rounds=3 configs=tcp2,tcp4,shm4 out=
+mode=full rounds=3 configs=tcp2,tcp4,shm4 bind=default out=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-quick | quick) mode=quick ;;
 	-full | full) mode=full ;;
 	-rounds) rounds=${2:?-rounds needs a number}; shift ;;
 	-configs) configs=${2:?-configs needs a list}; shift ;;
+	-bind) bind=${2:?-bind needs default, none or core}; shift ;;
 	-out) out=${2:?-out needs a directory}; shift ;;
 	-h | -help | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
 	*) echo "bench/peers/run.sh: unknown argument $1 (try -h)" >&2; exit 2 ;;
 	esac
 	shift
 done
+case "$bind" in default | none | core) ;; *) echo "bench/peers/run.sh: -bind $bind: want default, none or core" >&2; exit 2 ;; esac
 case "$rounds" in '' | *[!0-9]*) echo "bench/peers/run.sh: -rounds $rounds is not a number" >&2; exit 2 ;; esac
 if [ "$rounds" -lt 3 ]; then
 	echo "bench/peers/run.sh: -rounds $rounds: the medians need at least 3 rounds" >&2
@@ -82,6 +93,13 @@ else
 fi
 asroot=()
 [ "$(id -u)" = 0 ] && asroot=(--allow-run-as-root)
+# The ranks' binding (-bind): each side's default, or the same on both.
+mpibind=()
+case $bind in
+none) mpibind=(--bind-to none) ;;
+core) mpibind=(--bind-to core:overload-allowed --map-by core) ;;
+esac
+if [ "$bind" = default ]; then unset HIERCOMM_BIND; else export HIERCOMM_BIND=$bind; fi
 
 # openmpi CONFIG FILE runs coll for CONFIG, appending its CSV to FILE.
 openmpi() {
@@ -89,7 +107,7 @@ openmpi() {
 	[ "${cfg:0:3}" = shm ] && btl=vader,self
 	for s in "${sweeps[@]}"; do
 		read -r min max f <<<"$s"
-		local cmd=(mpirun "${asroot[@]}" --oversubscribe -np "${cfg:(-1)}" --mca mpi_yield_when_idle 1 --mca pml ob1
+		local cmd=(mpirun "${asroot[@]}" --oversubscribe "${mpibind[@]}" -np "${cfg:(-1)}" --mca mpi_yield_when_idle 1 --mca pml ob1
 			--mca btl "$btl" --mca btl_tcp_if_include lo "$bin/coll" -b "$min" -e "$max" -f "$f" -o "$ops")
 		echo "${cmd[*]}" >>"$log"
 		"${cmd[@]}" >>"$file" 2>>"$log" || { tail -20 "$log" >&2; die "OpenMPI's run failed (log: $log)"; }
@@ -108,7 +126,7 @@ hiercomm() {
 		# under the TCP tables.
 		local cmd=("$bin/hiercomm-bench" -config "$bin/config.json" -np "$np" "${where[@]}" -link-rate off -network tcp
 			-a 3 -c 0 -ops "$ops" -b "$min" -e "$max" -f "$f" -csv "$file.part" -json "${file%.csv}-$k.json")
-		echo "${cmd[*]}" >>"$log"
+		echo "${HIERCOMM_BIND:+HIERCOMM_BIND=$HIERCOMM_BIND }${cmd[*]}" >>"$log"
 		"${cmd[@]}" >>"$log" 2>&1 || { tail -20 "$log" >&2; die "hiercomm-bench failed (log: $log)"; }
 		cat "$file.part" >>"$file" && rm -f "$file.part"
 	done
@@ -117,7 +135,7 @@ hiercomm() {
 load() { uptime | sed 's/.*load average: //'; }
 start_load=$(load)
 say "$(date -u '+%F %H:%M UTC'), $(nproc) cores, load average at start: $start_load"
-say "mode $mode, $rounds rounds, configurations $configs, sizes: ${sweeps[*]} (min max factor), ops $ops; files under $out"
+say "mode $mode, $rounds rounds, configurations $configs, sizes: ${sweeps[*]} (min max factor), ops $ops, ranks bound: $bind; files under $out"
 started=$SECONDS
 for cfg in ${configs//,/ }; do
 	case $cfg in tcp2 | tcp4 | shm4) ;; *) die "unknown configuration $cfg (tcp2, tcp4, shm4)" ;; esac

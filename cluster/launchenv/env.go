@@ -64,6 +64,11 @@ const (
 	EnvJobCompletionIndex = "JOB_COMPLETION_INDEX"
 )
 
+// EnvBind is read by the local launcher (cluster.StartLocal: `hiercomm
+// run`, the bench), not by LoadLaunch: how it binds the processes it
+// starts to this host's CPUs (cluster.LocalSpec.Bind).
+const EnvBind = "HIERCOMM_BIND"
+
 // envVars lists every variable LoadLaunch may read.
 var envVars = []string{
 	EnvJobID, EnvJobKey, EnvJobKeyFile, EnvNetwork, EnvSocketIfname, EnvAddr,

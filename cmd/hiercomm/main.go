@@ -179,6 +179,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	grace := fs.Duration("grace", cluster.DefaultGrace, "after a rank fails, how long the others get to report and exit by themselves before SIGTERM")
 	elastic := fs.Bool("elastic", false, "a rank's failure does not stop the others: they may Shrink past it and train on (the job succeeds when every rank that failed was shrunk past by ranks that exited 0); --grace does not apply")
 	replace := fs.Int("replace-failed", 0, "with --elastic: replace up to N failed ranks, each by a process started on its node with HIERCOMM_JOIN=running, which joins the running job when the others Grow (the job then succeeds when every replacement exits 0 too)")
+	bind := fs.String("bind", "", "how the ranks are bound to this host's CPUs: none (the kernel places them) or core (each its share, as mpirun --bind-to core; with more ranks than CPUs, rank i on CPU i mod CPUs) (default: $HIERCOMM_BIND, else none)")
 	killAfter := fs.Duration("kill-after", cluster.DefaultKillAfter, "how long a rank gets after SIGTERM (after --grace, or passed on from Ctrl-C or SIGTERM) before SIGKILL")
 	if code, done := parseFlags(fs, args, runUsage, stdout, stderr); done {
 		return code
@@ -239,6 +240,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		KillAfter:    *killAfter,
 		KeepOthers:   *elastic,
 		Replace:      *replace,
+		Bind:         *bind,
 		Notify:       func(line string) { fmt.Fprintln(stderr, "hiercomm run:", line) },
 	}
 	if *grace == 0 {

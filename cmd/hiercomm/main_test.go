@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,6 +78,11 @@ func TestMain(m *testing.M) {
 			}
 		}
 		os.Exit(0)
+	case "bound":
+		// Every thread of this rank runs on the CPUs the test expects
+		// (envCPUs: rank r's list at field r), the runtime's first ones
+		// included.
+		os.Exit(boundRole())
 	case "report":
 		// rank 1 calls os.Exit(7) in its fourth step (docs/reliability.md
 		// runs this role by hand)
@@ -194,10 +200,93 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--link-rate", "1gb", "--", "true"},
 		{"--grace", "-1s", "--", "true"},
 		{"--kill-after", "0s", "--", "true"},
+		{"--bind", "socket", "--", "true"},
 	} {
 		var errs strings.Builder
 		if code := run(args, os.Stdout, &errs); code != 2 {
 			t.Errorf("hiercomm run %v exited %d, want 2 (a usage error): %s", args, code, errs.String())
+		}
+	}
+}
+
+// boundRole checks that every thread of this process may run only on
+// the CPUs that envCPUs names for its rank.
+func boundRole() int {
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	want := strings.Split(os.Getenv(envCPUs), " ")[rank]
+	tasks, err := filepath.Glob("/proc/self/task/*/status")
+	if err != nil || len(tasks) == 0 {
+		fmt.Println("no threads to read:", err)
+		return 1
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread has exited
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if list, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok && strings.TrimSpace(list) != want {
+				fmt.Printf("rank %d: %s runs on CPUs %s, want %s\n", rank, task, strings.TrimSpace(list), want)
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
+const envCPUs = "HIERCOMM_CMD_TEST_CPUS"
+
+// TestRunBindsToCores: with --bind core, every thread of every rank runs
+// on its share of the CPUs; HIERCOMM_BIND=core does the same, and
+// --bind none overrides it.
+func TestRunBindsToCores(t *testing.T) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status (%v): binding is Linux's", err)
+	}
+	var all string
+	for _, line := range strings.Split(string(data), "\n") {
+		if list, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			all = strings.TrimSpace(list)
+		}
+	}
+	cpus := runtime.NumCPU()
+	// Three ranks: one CPU each when there are 3 or fewer (CPU r mod
+	// CPUs), and this test's shares below when the test itself may use
+	// CPUs 0 to n-1 (the usual case); else only the unbound run is checked.
+	if all != fmt.Sprintf("0-%d", cpus-1) && cpus > 1 {
+		t.Skipf("this process runs on CPUs %s: the expected shares are worked out for 0-%d", all, cpus-1)
+	}
+	share := func(r int) string {
+		if cpus <= 3 {
+			return strconv.Itoa(r % cpus)
+		}
+		lo, hi := r*cpus/3, (r+1)*cpus/3-1
+		if lo == hi {
+			return strconv.Itoa(lo)
+		}
+		return fmt.Sprintf("%d-%d", lo, hi)
+	}
+	bound := share(0) + " " + share(1) + " " + share(2)
+	if cpus == 1 {
+		all = "0"
+	}
+	unbound := all + " " + all + " " + all
+	t.Setenv(envRole, "bound")
+	for _, tc := range []struct {
+		env, want string
+		args      []string
+	}{
+		{"", bound, []string{"--bind", "core"}},
+		{"core", bound, nil},
+		{"core", unbound, []string{"--bind", "none"}},
+		{"", unbound, nil},
+	} {
+		t.Setenv("HIERCOMM_BIND", tc.env)
+		t.Setenv(envCPUs, tc.want)
+		args := append(append([]string{"--nodes", "1", "--ranks-per-node", "3"}, tc.args...), "--", os.Args[0], "-test.run=^$")
+		if code := run(args, os.Stdout, os.Stderr); code != 0 {
+			t.Errorf("HIERCOMM_BIND=%q hiercomm run %v: exited %d, want 0 (each rank on CPUs %q)", tc.env, tc.args, code, tc.want)
 		}
 	}
 }

@@ -68,6 +68,12 @@ type Spec struct {
 	// after a failure: what happened, what it does, who is still running.
 	// It may be called from any goroutine, never concurrently with itself.
 	Notify func(line string)
+	// Bind starts each of Procs bound to its share of the CPUs this
+	// process may use (bind.go: process i of n gets CPUs i·m/n to
+	// (i+1)·m/n of the m, or CPU i mod m when there are more processes
+	// than CPUs), as mpirun --bind-to core. A process started by Add is
+	// not bound.
+	Bind bool
 	// OnExit, if set, is called once for each process that exits (err:
 	// its *ExitError, nil for exit 0), on a goroutine of the group, after
 	// a failure's stopping of the others began (unless KeepOthers) and
@@ -119,6 +125,7 @@ type Group struct {
 	procs  []*exec.Cmd // appended by Add
 	names  []string    // Proc.Name of each
 	cpus   int         // the processes the host's CPUs were shared among at the start
+	bound  [][]int     // with Spec.Bind, the CPUs of each of Spec.Procs
 	live   int         // processes not yet counted out (watch)
 	errs   []error     // per process
 	exited []bool      // per process: its Wait has returned
@@ -154,6 +161,12 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 		ctx: ctx, keep: spec.KeepOthers, grace: spec.Grace, killAfter: spec.KillAfter, notify: spec.Notify, onExit: spec.OnExit,
 		stdout: spec.Stdout, stderr: spec.Stderr, done: make(chan struct{}), first: -1, cpus: len(spec.Procs),
 	}
+	if spec.Bind {
+		allowed := allowedCPUs()
+		for i := range spec.Procs {
+			g.bound = append(g.bound, shareOf(allowed, i, len(spec.Procs)))
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, p := range spec.Procs {
@@ -184,7 +197,11 @@ func (g *Group) startLocked(p Proc) error {
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdout = &lineWriter{prefix: p.Prefix, out: g.stdout, mu: &g.outMu}
 	cmd.Stderr = &lineWriter{prefix: p.Prefix, out: g.stderr, mu: &g.outMu}
-	if err := cmd.Start(); err != nil {
+	var cpus []int // Spec.Bind's, for the processes of Spec.Procs
+	if i := len(g.procs); i < len(g.bound) {
+		cpus = g.bound[i]
+	}
+	if err := startOn(cpus, cmd.Start); err != nil {
 		return fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)
 	}
 	g.procs = append(g.procs, cmd)

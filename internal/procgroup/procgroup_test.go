@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,4 +228,99 @@ func TestStopLetsEveryHandlerFinish(t *testing.T) {
 	if !strings.Contains(out.String(), "[1] cleaned\n") {
 		t.Errorf("rank 1 did not finish its cleanup:\n%s", out.String())
 	}
+}
+
+// TestBind: with Spec.Bind, each process runs on its share of this
+// process's CPUs (as the kernel reports in the process's own
+// /proc/self/status), with as many processes as CPUs, fewer and more;
+// without it, on all of them.
+func TestBind(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("binding to CPUs is Linux's only (sched_setaffinity)")
+	}
+	allowed := allowedCPUs()
+	if len(allowed) == 0 {
+		t.Fatal("sched_getaffinity named no CPU")
+	}
+	for _, n := range []int{1, len(allowed), 2*len(allowed) + 1} {
+		for _, bind := range []bool{true, false} {
+			t.Run(fmt.Sprintf("procs=%d/bind=%v", n, bind), func(t *testing.T) {
+				out := &Buffer{}
+				spec := Spec{Stdout: out, Stderr: out, Bind: bind}
+				for i := range n {
+					spec.Procs = append(spec.Procs, Proc{Path: "/bin/sh", Args: []string{"-c", "grep Cpus_allowed_list /proc/self/status"}, Prefix: fmt.Sprintf("%d ", i)})
+				}
+				g, err := Start(context.Background(), spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := g.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				got := make([][]int, n)
+				for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+					i, v, _ := strings.Cut(line, " ")
+					k, _ := strconv.Atoi(i)
+					_, list, _ := strings.Cut(v, ":")
+					got[k] = parseCPUList(t, strings.TrimSpace(list))
+				}
+				for i := range n {
+					want := allowed
+					if bind {
+						want = shareOf(allowed, i, n)
+					}
+					if !slices.Equal(got[i], want) {
+						t.Errorf("process %d of %d runs on CPUs %v, want %v", i, n, got[i], want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestShareOf: the shares cover every CPU once when the processes fit,
+// and each CPU's processes are the same ones when they do not.
+func TestShareOf(t *testing.T) {
+	cpus := []int{0, 1, 2, 3, 4, 5}
+	for _, tc := range []struct {
+		n    int
+		want [][]int
+	}{
+		{1, [][]int{{0, 1, 2, 3, 4, 5}}},
+		{4, [][]int{{0}, {1, 2}, {3}, {4, 5}}},
+		{6, [][]int{{0}, {1}, {2}, {3}, {4}, {5}}},
+		{8, [][]int{{0}, {1}, {2}, {3}, {4}, {5}, {0}, {1}}},
+	} {
+		for i, want := range tc.want {
+			if got := shareOf(cpus, i, tc.n); !slices.Equal(got, want) {
+				t.Errorf("shareOf(%v, %d, %d) = %v, want %v", cpus, i, tc.n, got, want)
+			}
+		}
+	}
+	if got := shareOf(nil, 0, 2); got != nil {
+		t.Errorf("shareOf(nil, 0, 2) = %v, want nil (no binding)", got)
+	}
+}
+
+// parseCPUList reads the kernel's CPU list format ("0-3,8,10-11").
+func parseCPUList(t *testing.T, s string) []int {
+	t.Helper()
+	var cpus []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, ranged := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			t.Fatalf("CPU list %q: %v", s, err)
+		}
+		b := a
+		if ranged {
+			if b, err = strconv.Atoi(hi); err != nil {
+				t.Fatalf("CPU list %q: %v", s, err)
+			}
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
 }
