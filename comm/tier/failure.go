@@ -2,9 +2,7 @@ package tier
 
 import (
 	"errors"
-	"maps"
 	"math"
-	"slices"
 
 	"github.com/hiercomm/hiercomm/comm"
 )
@@ -65,9 +63,9 @@ type Failure struct {
 	GaveUp func(from int, re *comm.RemoteError) error
 
 	started uint64
-	ops     map[uint64]failOp // by value: a collective allocates nothing here
+	ops     seqTable[failOp] // by value: a collective allocates nothing here
 	recent  [RecentCalls]recentCall
-	ahead   map[uint64]aheadNote
+	ahead   seqTable[aheadNote]
 	aborted *comm.AbortedError
 	quiet   bool                // aborted by the deadline rule, unannounced
 	own     *comm.MismatchError // the mismatch of this communicator's own calls that aborted it
@@ -207,7 +205,7 @@ func (f *Failure) AbortCause() error {
 
 // Err is collective seq's first failure while it runs, or nil.
 func (f *Failure) Err(seq uint64) error {
-	if o, ok := f.ops[seq]; ok {
+	if o, ok := f.ops.get(seq); ok {
 		return o.err
 	}
 	return nil
@@ -221,16 +219,12 @@ func (f *Failure) Err(seq uint64) error {
 // it now: a frame with a different Signature (a mismatch, whatever
 // else came), else the first failure notice.
 func (f *Failure) Start(seq uint64, sig comm.Signature, refused error) Effects {
-	if f.ops == nil {
-		f.ops = map[uint64]failOp{}
-	}
 	f.started = seq
 	if refused == nil && f.aborted != nil {
 		refused = f.aborted
 	}
-	f.ops[seq] = failOp{sig: sig, refused: refused != nil}
-	a, had := f.ahead[seq]
-	delete(f.ahead, seq)
+	f.ops.set(seq, failOp{sig: sig, refused: refused != nil})
+	a, had := f.ahead.take(seq)
 	switch {
 	case refused != nil:
 		return f.Fail(seq, refused, true)
@@ -255,12 +249,12 @@ func (f *Failure) Start(seq uint64, sig comm.Signature, refused error) Effects {
 // ended well (it is told then, if notify, since no one was).
 func (f *Failure) Fail(seq uint64, err error, notify bool) Effects {
 	var eff Effects
-	o, ok := f.ops[seq]
+	o, ok := f.ops.get(seq)
 	mismatch := errors.Is(err, comm.ErrMismatch)
 	switch {
 	case ok && o.err == nil:
 		o.err = err
-		f.ops[seq] = o
+		f.ops.set(seq, o)
 		eff.End = append(eff.End, Ended{Seq: seq, Err: err})
 		if notify {
 			eff.Tell = append(eff.Tell, Tell{To: Everyone, Notice: f.noticeFor(seq, o.sig, err)})
@@ -306,11 +300,10 @@ func (f *Failure) noticeFor(seq uint64, sig comm.Signature, err error) Notice {
 // the communicator, unannounced; so does one an aborted peer told of
 // (Heard).
 func (f *Failure) Finish(seq uint64) (Effects, error) {
-	o, ok := f.ops[seq]
+	o, ok := f.ops.take(seq)
 	if !ok {
 		return Effects{}, nil
 	}
-	delete(f.ops, seq)
 	var eff Effects
 	if o.err == nil {
 		f.recent[seq%RecentCalls] = recentCall{seq: seq, sig: o.sig}
@@ -339,8 +332,8 @@ func (f *Failure) Abort(cause error, announce, quiet bool) Effects {
 	}
 	announce = announce && (first || f.quiet)
 	f.quiet = f.quiet && !announce
-	for _, seq := range slices.Sorted(maps.Keys(f.ops)) {
-		if f.ops[seq].err == nil {
+	for _, seq := range f.ops.seqs() {
+		if o, _ := f.ops.get(seq); o.err == nil {
 			eff.Add(f.Fail(seq, f.aborted, true))
 		}
 	}
@@ -385,13 +378,13 @@ func (f *Failure) Heard(from int, n Notice) Effects {
 // collective and fail it.
 func (f *Failure) abortAfter(from int, n Notice, seq uint64) Effects {
 	cause := f.noticeError(from, n, abortedPrefix)
-	o, ok := f.ops[seq]
+	o, ok := f.ops.get(seq)
 	if !ok {
 		return f.Abort(cause, false, true)
 	}
 	if o.then == nil {
 		o.then = cause
-		f.ops[seq] = o
+		f.ops.set(seq, o)
 	}
 	return Effects{}
 }
@@ -400,11 +393,11 @@ func (f *Failure) heard(from int, n Notice) Effects {
 	if n.Seq > f.started {
 		if a := f.aheadFor(n.Seq); a.fail == nil { // the first notice, as for a running collective
 			a.fail = &heard{from: from, n: n}
-			f.ahead[n.Seq] = a
+			f.ahead.set(n.Seq, a)
 		}
 		return Effects{}
 	}
-	if o, ok := f.ops[n.Seq]; ok {
+	if o, ok := f.ops.get(n.Seq); ok {
 		return f.Fail(n.Seq, f.remoteFailure(from, n, n.Seq, o.sig), true)
 	}
 	if n.Code != FailMismatch {
@@ -427,7 +420,7 @@ func (f *Failure) Frame(from int, seq uint64, sig comm.Signature) (keep bool, ef
 		f.aheadSig(from, seq, sig)
 		return true, Effects{}
 	}
-	o, ok := f.ops[seq]
+	o, ok := f.ops.get(seq)
 	if !ok {
 		return false, f.late(from, seq, sig)
 	}
@@ -487,7 +480,7 @@ func (f *Failure) Probed(from int, seq uint64, sig comm.Signature) (Probe, Effec
 		f.aheadSig(from, seq, sig)
 		return ProbeAhead, Effects{}
 	}
-	o, ok := f.ops[seq]
+	o, ok := f.ops.get(seq)
 	switch {
 	case !ok:
 		mine, differ := f.finishedDiffers(seq, sig)
@@ -507,10 +500,7 @@ func (f *Failure) Probed(from int, seq uint64, sig comm.Signature) (Probe, Effec
 // frame that comes before its collective starts here (the common case of
 // a small one) allocates nothing.
 func (f *Failure) aheadFor(seq uint64) aheadNote {
-	if f.ahead == nil {
-		f.ahead = map[uint64]aheadNote{}
-	}
-	if a, ok := f.ahead[seq]; ok {
+	if a, ok := f.ahead.get(seq); ok {
 		return a
 	}
 	return aheadNote{sigFrom: -1, otherFrom: -1}
@@ -520,10 +510,10 @@ func (f *Failure) aheadSig(from int, seq uint64, sig comm.Signature) {
 	switch a := f.aheadFor(seq); {
 	case a.sigFrom < 0:
 		a.sigFrom, a.sig = from, sig
-		f.ahead[seq] = a
+		f.ahead.set(seq, a)
 	case a.otherFrom < 0 && !SigMatch(a.sig, sig):
 		a.otherFrom, a.other = from, sig
-		f.ahead[seq] = a
+		f.ahead.set(seq, a)
 	}
 }
 

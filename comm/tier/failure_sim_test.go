@@ -653,8 +653,8 @@ func (w *fsimWorld) check() []string {
 		if sr.cur != 0 || sr.done != w.k {
 			badf("1: rank %d ended %d of %d calls, still in #%d", i, sr.done, w.k, sr.cur)
 		}
-		if len(sr.f.ops) != 0 || len(sr.f.ahead) != 0 {
-			badf("1: rank %d's Failure still holds %d collectives and %d notes ahead", i, len(sr.f.ops), len(sr.f.ahead))
+		if sr.f.ops.len() != 0 || sr.f.ahead.len() != 0 {
+			badf("1: rank %d's Failure still holds %d collectives and %d notes ahead", i, sr.f.ops.len(), sr.f.ahead.len())
 		}
 		for s := uint64(1); s <= w.k; s++ {
 			res := sr.res[s]

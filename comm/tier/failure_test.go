@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -342,5 +343,48 @@ func TestFailureAbortedPeerAborts(t *testing.T) {
 	g.Start(3, sigA, nil)
 	if eff := g.Heard(2, NoticeOf(3, sigA, &comm.ArgError{Kind: comm.KindAllReduce, Arg: "count", Problem: "is negative"})); eff.Aborted != nil {
 		t.Fatal("a peer's bad argument aborted")
+	}
+}
+
+// TestSeqTable: entries past the array's slots go to the map and back,
+// an entry is found wherever it sits, and seqs lists them in order.
+func TestSeqTable(t *testing.T) {
+	var tb seqTable[int]
+	for seq := uint64(10); seq > 0; seq-- {
+		tb.set(seq, int(seq)*10)
+	}
+	tb.set(3, 31) // an update, wherever 3 sits
+	if n := tb.len(); n != 10 {
+		t.Fatalf("len %d, want 10", n)
+	}
+	if got := tb.seqs(); !slices.Equal(got, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Errorf("seqs %v, want 1…10", got)
+	}
+	for seq := uint64(1); seq <= 10; seq++ {
+		want := int(seq) * 10
+		if seq == 3 {
+			want = 31
+		}
+		if v, ok := tb.get(seq); !ok || v != want {
+			t.Errorf("get(%d) = %d, %v; want %d", seq, v, ok, want)
+		}
+	}
+	for _, seq := range []uint64{10, 1, 7} {
+		if v, ok := tb.take(seq); !ok || v != int(seq)*10 {
+			t.Errorf("take(%d) = %d, %v", seq, v, ok)
+		}
+		if _, ok := tb.get(seq); ok {
+			t.Errorf("%d still there after take", seq)
+		}
+		if _, ok := tb.take(seq); ok {
+			t.Errorf("%d taken twice", seq)
+		}
+	}
+	tb.set(11, 110) // into a slot freed by take, or the map
+	if got := tb.seqs(); !slices.Equal(got, []uint64{2, 3, 4, 5, 6, 8, 9, 11}) {
+		t.Errorf("seqs %v after the takes", got)
+	}
+	if _, ok := tb.get(12); ok {
+		t.Error("get(12) found an entry never set")
 	}
 }
