@@ -83,8 +83,11 @@ type Config struct {
 	// together) that goes eager (eager.go): its root copies the message
 	// into one of its eagerSlots slots and returns, without waiting for
 	// the readers, who copy it out when they come; back-to-back broadcasts
-	// pipeline through the slots. If zero,
-	// DefaultEagerBytes; negative: no eager broadcasts. It is capped at
+	// pipeline through the slots. A Reduce (or a Gather, of each rank's
+	// block) of at most as much goes eager the other way: every rank but
+	// the root copies its part into a slot and returns, and the root
+	// reduces (gathers) them when it comes. If zero,
+	// DefaultEagerBytes; negative: no eager collectives. It is capped at
 	// SlotBytes/64, so a rank's eagerSlots large slots take at most a
 	// quarter of what its staging slot does (its small slots, for
 	// messages up to eagerSmall bytes, take 32 KiB). The creator of a segment decides, as for StepBytes:

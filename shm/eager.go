@@ -22,16 +22,26 @@ import (
 // root's, so a root runs up to 128 tiny broadcasts, or 16 others,
 // broadcasts ahead of its slowest reader before it waits.
 //
+// A Gather or a Reduce whose ranks each stage at most eagerBytes goes the
+// other way (eagerToRoot): every rank but the root copies its part into a
+// slot of its own and returns; the root (which stages its own part too
+// for a Reduce, whose recv may be its send) waits for every peer's slot,
+// gathers the blocks or reduces the parts in rank order, and says it is
+// done. Its ranks run ahead of it by the same rings of slots.
+//
 // Every rank's eager area starts with its eager line, which only it
 // writes: a meta (fillMeta's fields) of the eager collective it is in,
 // published by its sequence number (0 while it is being written), and
 // eDone, the last eager collective it is done with (a reader copied it
-// out, the root staged it, or the rank refused it). A slot is a meta with
+// out, a root gathered or reduced it, a rank staged what no one waits
+// for it to read, or the rank refused it). A slot is a meta with
 // the message, or a refusal's reason, at mReason, published by the
-// store of its sequence number; the root writes it again only once every
+// store of its sequence number; its rank writes it again only once every
 // peer's eDone has reached the collective it holds.
 //
-// The ranks agree on each eager collective as follows:
+// The ranks agree on each eager collective as follows (a reader is a
+// Broadcast's or a Scatter's non-root, or a Gather's or a Reduce's root,
+// which reads every peer's slot as its own root's):
 //   - A reader compares the root's slot with its own call: a different
 //     Signature is a *comm.MismatchError, a refusal a *comm.RemoteError.
 //   - A reader that waits and finds the root elsewhere (its eager line or
@@ -48,12 +58,12 @@ import (
 //     call may say anything) marks its count wild, and that header
 //     compares nothing.
 //
-// A root returns as soon as its slot is written: a local completion, as
-// MPI's Bcast may. A reader's later failure there (a mismatch, a timeout,
-// a death) aborts the communicator, and the root learns it at its next
-// wait, or at its next eager broadcast, which first looks at every peer's
-// state: that call fails with the peer's error (a mismatch keeps its
-// kind).
+// A rank that writes a slot returns as soon as it is written: a local
+// completion, as MPI's Bcast, Gather and Reduce may. A reader's later failure there (a mismatch, a timeout,
+// a death) aborts the communicator, and the writer learns it at its next
+// wait, or at its next eager collective, which first looks at every
+// peer's state: that call fails with the peer's error (a mismatch keeps
+// its kind).
 
 // A rank's eager slots: eagerSmallSlots of eagerSmallSlot bytes (a meta
 // and eagerSmall bytes of message), then eagerSlots of eagerBytes. Tiny
@@ -77,24 +87,29 @@ const eagerWild = 1 << 31
 // collective it is done with (u64); the meta's fields come before it.
 const eDone = mReason
 
-// eager reports whether sig is a call that goes eager: a Broadcast, or a
-// Scatter, whose root stages at most eagerBytes (the message; every
-// rank's block), on a communicator of two ranks or more. It looks at the
-// Signature alone, so every rank that agrees on the call chooses alike, a
-// rank that refuses its call (eagerRefuse) included.
+// eager reports whether sig is a call that goes eager, on a communicator
+// of two ranks or more: a Broadcast or a Scatter whose root stages at
+// most eagerBytes (the message; every rank's block), a Gather or a
+// Reduce whose ranks each stage at most that (its block; the message).
+// It looks at the Signature alone, so every rank that agrees on the call
+// chooses alike, a rank that refuses its call (eagerRefuse) included.
 func (c *Comm) eager(sig comm.Signature) bool {
 	l := &c.seg.l
 	switch {
 	case l.eagerBytes == 0 || c.size < 2 || !sig.DType.Valid() || sig.Count < 0:
 		return false
-	case sig.Kind != comm.KindScatter && sig.Kind != comm.KindBroadcast:
+	}
+	switch sig.Kind {
+	case comm.KindBroadcast, comm.KindScatter, comm.KindGather, comm.KindReduce:
+	default:
 		return false
 	}
 	return sig.Count <= int64(l.eagerBytes/sig.DType.Size()/c.blocks(sig))
 }
 
-// blocks is how many blocks of Count elements the root of sig, an eager
-// call, stages: one, or a Scatter's one per rank.
+// blocks is how many blocks of Count elements a rank stages in sig, an
+// eager call: one (a Broadcast's root, every rank of a Gather or a
+// Reduce), or a Scatter's root one per rank.
 func (c *Comm) blocks(sig comm.Signature) int {
 	if sig.Kind == comm.KindScatter {
 		return c.size
@@ -102,7 +117,7 @@ func (c *Comm) blocks(sig comm.Signature) int {
 	return 1
 }
 
-// eagerStaged is the bytes the root of sig, an eager call, stages.
+// eagerStaged is the bytes a rank stages in sig, an eager call.
 func (c *Comm) eagerStaged(sig comm.Signature) int {
 	return int(sig.Count) * sig.DType.Size() * c.blocks(sig)
 }
@@ -255,26 +270,103 @@ func (s *stepper) eagerPut(b *bound, status uint32, msg []byte, reason string) e
 // eagerGet waits for root's slot of the collective of s and copies its
 // message, from byte at on, into buf.
 func (s *stepper) eagerGet(buf []byte, at, root int) error {
+	msg, err := s.eagerFrom(root)
+	if err != nil {
+		return err
+	}
+	copy(buf, msg[at:])
+	return nil
+}
+
+// eagerFrom waits for rank q's slot of the collective of s and returns
+// what q staged there, after checking that q took part with this rank's
+// call: a refusal is q's *comm.RemoteError, another call a mismatch.
+// The slot is q's until this rank says it is done (leaveEager).
+func (s *stepper) eagerFrom(q int) ([]byte, error) {
 	c, o := s.c, s.o
-	slot := s.eagerSlot(root)
+	slot := s.eagerSlot(q)
 	seq := u64At(slot, mSeq)
 	if atomic.LoadUint64(seq) != o.seq {
 		ready := func(int) bool { return atomic.LoadUint64(seq) == o.seq }
-		on := waitOn{ready: ready, only: root, probe: func() error { return s.eagerProbe(root, ready) }}
+		on := waitOn{ready: ready, only: q, probe: func() error { return s.eagerProbe(q, ready) }}
 		if err := c.wait(&s.b, c.x.watch, on); err != nil {
 			s.broken = true
-			return err
+			return nil, err
 		}
 	}
 	m := readMeta(slot)
 	switch {
 	case m.status != statusGo:
-		return c.named(tier.FailCode(m.status).Remote(root, m.reason))
+		return nil, c.named(tier.FailCode(m.status).Remote(q, m.reason))
 	case m.sig != o.sig:
 		s.broken = true
-		return &comm.MismatchError{Peer: root, Seq: o.seq, Local: o.sig, Remote: m.sig}
+		return nil, &comm.MismatchError{Peer: q, Seq: o.seq, Local: o.sig, Remote: m.sig}
 	}
-	copy(buf, slot[mReason+at:])
+	return slot[mReason:], nil
+}
+
+// eagerToRoot is an eager Gather, or with reduce an eager Reduce, to
+// root: every rank stages its input (send) in its slot and, but the root,
+// returns; the root waits for every peer's slot, and gathers the blocks
+// into recv (its own from send) or reduces them with k in rank order,
+// its own from its slot too (its recv may be its send), and then says it
+// is done, which frees the slots for their next collectives. A rank's
+// staging waits, as a Broadcast root's, only when its slot still holds
+// a collective a peer is not done with: non-roots run ahead of their
+// root by up to a ring of slots.
+func eagerToRoot(s *stepper, send, recv []byte, k tier.Kernel, reduce bool, root int) error {
+	c := s.c
+	s.enterEager(statusGo)
+	if c.rank != root || reduce {
+		if err := s.eagerPut(&s.b, statusGo, send, ""); err != nil {
+			s.broken = true
+			return err
+		}
+	}
+	if c.rank != root {
+		s.leaveEager(false)
+		return nil
+	}
+	err := s.eagerCollect(send, recv, k, reduce)
+	if err == nil || !s.broken {
+		s.leaveEager(false)
+	}
+	return err
+}
+
+// eagerCollect is the root's part of eagerToRoot, after its own staging.
+func (s *stepper) eagerCollect(send, recv []byte, k tier.Kernel, reduce bool) error {
+	c := s.c
+	blk := len(send)
+	if !reduce {
+		for q := range c.size {
+			if q == c.rank {
+				copy(recv[q*blk:(q+1)*blk], send) // Validate refuses a send inside recv
+				continue
+			}
+			msg, err := s.eagerFrom(q)
+			if err != nil {
+				return err
+			}
+			copy(recv[q*blk:(q+1)*blk], msg[:blk])
+		}
+		return nil
+	}
+	// Every rank's part stays in its slot until this root is done, so
+	// the reduction reads them all in rank order, its own included.
+	parts := s.c.x.parts[:0]
+	for q := range c.size {
+		part := s.eagerSlot(q)[mReason:]
+		if q != c.rank {
+			var err error
+			if part, err = s.eagerFrom(q); err != nil {
+				return err
+			}
+		}
+		parts = append(parts, part[:blk])
+	}
+	s.c.x.parts = parts
+	reduceInto(k, recv, nil, nil, c.size, func(q int) []byte { return parts[q] })
 	return nil
 }
 
@@ -341,13 +433,15 @@ func (s *stepper) eagerPeer(q int, ready func(int) bool) error {
 
 // eagerPast is the mismatch of a rank waiting in the header step g of the
 // collective of s for a peer that is in an eager collective of the same
-// sequence number, or past it, and so will not post g; or that posted g
+// sequence number, or past it, and so will not post g; that is in the
+// eager collective this rank last took part in with another call (this
+// rank only staged its part, and returned); or that posted g
 // for another collective (it was behind: this rank passed an eager one
 // that it did not take part in), which checkHeaders would find, but a
 // rank that waits for a third one learns it now, not from that peer's
 // abort.
 func (s *stepper) eagerPast(g uint64) error {
-	c, o := s.c, s.o
+	c, o, x := s.c, s.o, &s.c.x
 	if c.seg.l.eagerBytes == 0 {
 		return nil
 	}
@@ -362,6 +456,13 @@ func (s *stepper) eagerPast(g uint64) error {
 			continue
 		}
 		e, ok := c.eagerLineOf(q)
+		if ok && e.seq < o.seq && e.seq == x.eagerLast && x.eagerSeen&eagerWild == 0 && e.status == statusGo && e.sig != x.eagerSig {
+			// q is still in, or last took part in, the eager collective
+			// this rank last finished, with another call: a mismatch
+			// that this rank's part could not see (it only staged), and
+			// a reason for q to be stuck there.
+			return &comm.MismatchError{Peer: q, Seq: e.seq, Local: x.eagerSig, Remote: e.sig}
+		}
 		if !ok || e.seq < o.seq || atomic.LoadUint64(c.words[q].posted) >= g {
 			continue
 		}
@@ -402,7 +503,7 @@ func (s *stepper) checkEager(g uint64) error {
 	// first after that header.
 	n := binary.LittleEndian.Uint32(c.seg.mem[l.meta(differs, g%2)+mEagerSeen:])
 	me := &comm.MismatchError{Peer: differs, Seq: x.header + 1,
-		Reported: fmt.Sprintf("the eager broadcasts from collective #%d to #%d differ between rank %d (%d of them) and this rank (%d): their roots, dtypes or counts disagree",
+		Reported: fmt.Sprintf("the eager collectives from #%d to #%d differ between rank %d (%d of them) and this rank (%d): their kinds, roots, dtypes or counts disagree",
 			x.header+1, s.o.seq-1, differs, n, x.eagerSeen)}
 	if x.eagerSeen != 0 {
 		me.Seq = x.eagerFirst

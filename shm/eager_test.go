@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,10 +206,7 @@ func TestEagerRootDies(t *testing.T) {
 // readers see it in the slot), and a root that calls a Barrier where its
 // readers broadcast.
 func TestEagerMismatch(t *testing.T) {
-	cases := []struct {
-		name string
-		call func(r int, c *Comm) error
-	}{
+	cases := []mismatchCase{
 		{"roots differ, each rank its own", func(r int, c *Comm) error {
 			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8)), r)
 		}},
@@ -228,6 +226,23 @@ func TestEagerMismatch(t *testing.T) {
 			return c.Broadcast(context.Background(), comm.Host(make([]byte, 8)), 0)
 		}},
 	}
+	runMismatches(t, cases)
+}
+
+// mismatchCase is a call on each rank r of 3 that some ranks make
+// differently from the others.
+type mismatchCase struct {
+	name string
+	call func(r int, c *Comm) error
+}
+
+// runMismatches runs each case, collective #2 of a fresh world of 3
+// ranks, and checks that every rank gets the mismatch of #2, from the
+// call or, where it returned first, from its next, a Barrier. A rank
+// that hears of it from its peers' abort records gets it as news
+// (comm.ErrMismatch); one that sees it itself, a *comm.MismatchError of
+// the mismatched call.
+func runMismatches(t *testing.T, cases []mismatchCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := localWorld(t, 3, eagerCfg)
@@ -239,10 +254,6 @@ func TestEagerMismatch(t *testing.T) {
 				}
 				return err
 			})
-			// A root that returned first and hears of its readers'
-			// mismatch from their abort records gets it as news
-			// (comm.ErrMismatch); one that sees it itself, a
-			// *comm.MismatchError of the mismatched call.
 			for r, err := range errs {
 				var me *comm.MismatchError
 				switch {
@@ -296,11 +307,234 @@ func TestRouteNamesTheWay(t *testing.T) {
 	}{
 		{comm.Call{Kind: comm.KindBroadcast, Send: comm.Host(make([]byte, 64)), Recv: comm.Host(make([]byte, 64))}, "eager: the root stages it and returns, 2 ranks"},
 		{comm.Call{Kind: comm.KindBroadcast, Send: comm.Host(make([]byte, 4<<20)), Recv: comm.Host(make([]byte, 4<<20))}, "staged step by step, 2 ranks"},
+		{comm.Call{Kind: comm.KindReduce, Send: comm.Host(make([]float32, 4)), Recv: comm.Host(make([]float32, 4)), Op: comm.Sum}, "eager: every rank stages its part, the others return, 2 ranks"},
+		{comm.Call{Kind: comm.KindGather, Send: comm.Host(make([]float32, 4)), Recv: comm.Host(make([]float32, 8))}, "eager: every rank stages its part, the others return, 2 ranks"},
 		{comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 4)), Recv: comm.Host(make([]float32, 4)), Op: comm.Sum}, "one step: every rank reduces the whole, 2 ranks"},
 		{comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 4<<20)), Recv: comm.Host(make([]float32, 4<<20)), Op: comm.Sum}, "in steps: each rank reduces its slice, 2 ranks"},
 	} {
 		if got := cs[0].Route(tc.call); got != tc.want {
 			t.Errorf("Route(%v) = %q, want %q", tc.call.Signature(), got, tc.want)
 		}
+	}
+}
+
+// toRootData is rank r's part in call i of n int32 elements: distinct per
+// rank, call and element.
+func toRootData(r, i, n int) []int32 {
+	v := make([]int32, n)
+	for k := range v {
+		v[k] = int32(r*100003 + i*1009 + k*7 + 1)
+	}
+	return v
+}
+
+// Back-to-back Gathers and Reduces to every root, of sizes on both sides
+// of the eager limit, some Reduces in place at the root, with Broadcasts and
+// Barriers in between: every root gets every rank's part, to the bit, and
+// its sums in rank order.
+func TestEagerToRootBackToBack(t *testing.T) {
+	cs := localWorld(t, 4, eagerCfg)
+	P := len(cs)
+	if !cs[0].eager(comm.Signature{Kind: comm.KindReduce, DType: comm.I32, Op: comm.Sum, Count: 256}) ||
+		!cs[0].eager(comm.Signature{Kind: comm.KindGather, DType: comm.I32, Count: 256}) {
+		t.Fatal("a 1 KiB Reduce, or a Gather of 1 KiB blocks, does not go eager with these slots")
+	}
+	counts := []int{0, 1, 2, 15, 16, 17, eagerSmall / 4, eagerSmall/4 + 1, 100, 256, 257, 1000}
+	errs := onEveryRank(cs, func(r int, c *Comm) error {
+		ctx := context.Background()
+		for i := range 240 {
+			root, n := (i*5)%P, counts[i%len(counts)]
+			inPlace := i%3 == 1 && r == root
+			// Reduce: the sum of every rank's part, in rank order.
+			send := toRootData(r, i, n)
+			recv := make([]int32, n)
+			var err error
+			if inPlace {
+				err = c.Reduce(ctx, comm.Host(send), comm.Host(send), comm.Sum, root)
+				recv = send
+			} else {
+				err = c.Reduce(ctx, comm.Host(send), comm.Host(recv), comm.Sum, root)
+			}
+			if err != nil {
+				return fmt.Errorf("Reduce %d (root %d, %d elements): %w", i, root, n, err)
+			}
+			if r == root {
+				for k := range n {
+					var want int32
+					for q := range P {
+						want += toRootData(q, i, n)[k]
+					}
+					if recv[k] != want {
+						return fmt.Errorf("Reduce %d (root %d, %d elements): element %d is %d, want %d", i, root, n, k, recv[k], want)
+					}
+				}
+			}
+			// Gather: every rank's block at its place.
+			all := make([]int32, P*n)
+			if err := c.Gather(ctx, comm.Host(toRootData(r+10, i, n)), comm.Host(all), root); err != nil {
+				return fmt.Errorf("Gather %d (root %d, %d elements): %w", i, root, n, err)
+			}
+			if r == root {
+				for q := range P {
+					if got, want := all[q*n:(q+1)*n], toRootData(q+10, i, n); !slices.Equal(got, want) {
+						return fmt.Errorf("Gather %d (root %d, %d elements): rank %d's block %v…, want %v…", i, root, n, q, got[:min(n, 4)], want[:min(n, 4)])
+					}
+				}
+			}
+			switch i % 11 {
+			case 4:
+				buf := make([]byte, 8)
+				if r == 1 {
+					copy(buf, "from one")
+				}
+				if err := c.Broadcast(ctx, comm.Host(buf), 1); err != nil || string(buf) != "from one" {
+					return fmt.Errorf("Broadcast after call %d: %q, %v", i, buf, err)
+				}
+			case 8:
+				if err := c.Barrier(ctx); err != nil {
+					return fmt.Errorf("Barrier after call %d: %w", i, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	allReduceWorks(t, cs)
+}
+
+// The ranks of an eager Reduce run ahead of their root by a ring of
+// slots, and no further: then they wait for it, and the root, once it
+// comes, gets every call's sum.
+func TestEagerRanksRunAheadOfTheirRoot(t *testing.T) {
+	for _, tc := range []struct{ n, slots int }{{eagerSmall / 4, eagerSmallSlots}, {eagerSmall/4 + 1, eagerSlots}} {
+		t.Run(fmt.Sprintf("%dB", 4*tc.n), func(t *testing.T) {
+			cs := localWorld(t, 3, eagerCfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			calls := 3 * tc.slots
+			ahead := make(chan int, 2*calls) // the non-roots' returned calls
+			errs := make(chan error, 2)
+			for r := 1; r < 3; r++ {
+				go func() {
+					for i := range calls {
+						if err := cs[r].Reduce(ctx, comm.Host(toRootData(r, i, tc.n)), comm.Host([]int32{}), comm.Sum, 0); err != nil {
+							errs <- fmt.Errorf("rank %d, call %d: %w", r, i, err)
+							return
+						}
+						ahead <- i
+					}
+					errs <- nil
+				}()
+			}
+			for i := range 2 * tc.slots {
+				select {
+				case <-ahead:
+				case err := <-errs:
+					t.Fatalf("a rank stopped before its root came: %v", err)
+				case <-ctx.Done():
+					t.Fatalf("call %d of the non-roots did not return without their root", i)
+				}
+			}
+			select {
+			case i := <-ahead:
+				t.Fatalf("a non-root's Reduce %d returned with every slot unread", i)
+			case <-time.After(50 * time.Millisecond):
+			}
+			for i := range calls {
+				recv := make([]int32, tc.n)
+				if err := cs[0].Reduce(ctx, comm.Host(toRootData(0, i, tc.n)), comm.Host(recv), comm.Sum, 0); err != nil {
+					t.Fatalf("root, call %d: %v", i, err)
+				}
+				for k := range recv {
+					if want := toRootData(0, i, tc.n)[k] + toRootData(1, i, tc.n)[k] + toRootData(2, i, tc.n)[k]; recv[k] != want {
+						t.Fatalf("root, call %d: element %d is %d, want %d", i, k, recv[k], want)
+					}
+				}
+			}
+			if err := errors.Join(<-errs, <-errs); err != nil {
+				t.Fatal(err)
+			}
+			allReduceWorks(t, cs)
+		})
+	}
+}
+
+// A rank that dies before it stages its part of an eager Gather: the
+// root, which waits for it, returns an error naming it in bounded time;
+// the other rank, which only staged, finds the failure at its next call.
+func TestEagerGatherRankDies(t *testing.T) {
+	cs := localWorld(t, 3, eagerCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs[2].kill()
+	start := time.Now()
+	errs := onEveryRank(cs[:2], func(r int, c *Comm) error {
+		err := c.Gather(ctx, comm.Host(make([]byte, 8)), comm.Host(make([]byte, 24)), 0)
+		if err == nil {
+			err = c.Barrier(ctx)
+		}
+		return err
+	})
+	for r, err := range errs {
+		var pe *comm.PeerError
+		if !errors.As(err, &pe) || pe.Peer != 2 {
+			t.Errorf("rank %d: %v; want a *comm.PeerError naming rank 2", r, err)
+		}
+	}
+	if limit := eagerCfg.FailureTimeout + 3*time.Second; time.Since(start) > limit {
+		t.Errorf("the survivors took %v to fail, beyond %v", time.Since(start), limit)
+	}
+}
+
+// Ranks that disagree on an eager Gather or Reduce are told, at this call
+// or the next: roots that differ, counts that differ, and a Gather
+// against Reduces.
+func TestEagerToRootMismatch(t *testing.T) {
+	cases := []mismatchCase{
+		{"Gather: each rank its own root", func(r int, c *Comm) error {
+			return c.Gather(context.Background(), comm.Host(make([]byte, 8)), comm.Host(make([]byte, 24)), r)
+		}},
+		{"Reduce: each rank its own root", func(r int, c *Comm) error {
+			return c.Reduce(context.Background(), comm.Host(make([]int32, 2)), comm.Host(make([]int32, 2)), comm.Sum, r)
+		}},
+		{"Reduce: counts differ", func(r int, c *Comm) error {
+			return c.Reduce(context.Background(), comm.Host(make([]int32, 2+r)), comm.Host(make([]int32, 2+r)), comm.Sum, 0)
+		}},
+		{"the root gathers, the others reduce", func(r int, c *Comm) error {
+			if r == 0 {
+				return c.Gather(context.Background(), comm.Host(make([]int32, 2)), comm.Host(make([]int32, 6)), 0)
+			}
+			return c.Reduce(context.Background(), comm.Host(make([]int32, 2)), comm.Host(make([]int32, 2)), comm.Sum, 0)
+		}},
+	}
+	runMismatches(t, cases)
+}
+
+// A refusal in an eager Reduce: a non-root's bad argument reaches the
+// root as a *comm.RemoteError and concerns no other rank; the root's own
+// concerns only it; either way the communicator goes on.
+func TestEagerToRootRefusal(t *testing.T) {
+	cs := localWorld(t, 3, eagerCfg)
+	for _, bad := range []int{2, 0} {
+		errs := onEveryRank(cs, func(r int, c *Comm) error {
+			op := comm.Sum
+			if r == bad {
+				op = comm.ReduceOp(99)
+			}
+			return c.Reduce(context.Background(), comm.Host(make([]int32, 4)), comm.Host(make([]int32, 4)), op, 0)
+		})
+		for r, err := range errs {
+			switch {
+			case r == bad && !errors.Is(err, comm.ErrInvalidArgument):
+				t.Errorf("bad rank %d: %v; want comm.ErrInvalidArgument", r, err)
+			case r == 0 && bad != 0 && !errors.Is(err, comm.ErrPeerAbandoned):
+				t.Errorf("root, rank %d refused: %v; want comm.ErrPeerAbandoned", bad, err)
+			case r != bad && r != 0 && err != nil:
+				t.Errorf("rank %d, rank %d refused: %v; want nil", r, bad, err)
+			}
+		}
+		allReduceWorks(t, cs)
 	}
 }

@@ -43,6 +43,9 @@ type execState struct {
 	eagerSig  comm.Signature
 	// done caches each peer's eDone, as an eager root last read it.
 	done []uint64
+	// parts: an eager Reduce's root's view of every rank's staged part,
+	// kept so that the next one allocates nothing.
+	parts [][]byte
 }
 
 // newExec is the communicator's executor: one collective at a time, in

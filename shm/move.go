@@ -30,6 +30,9 @@ func (c *Comm) schedule(s *stepper) error {
 	case comm.KindAllReduce:
 		return allReduce(s, send, recv, k, -1)
 	case comm.KindReduce:
+		if c.eager(s.o.sig) {
+			return eagerToRoot(s, send, recv, k, true, call.Root)
+		}
 		return allReduce(s, send, recv, k, call.Root)
 	case comm.KindReduceScatter:
 		return reduceScatter(s, send, recv, k)
@@ -45,6 +48,9 @@ func (c *Comm) schedule(s *stepper) error {
 	case comm.KindAllGather:
 		return allGather(s, send, recv, es, -1)
 	case comm.KindGather:
+		if c.eager(s.o.sig) {
+			return eagerToRoot(s, send, recv, k, false, call.Root)
+		}
 		return allGather(s, send, recv, es, call.Root)
 	case comm.KindScatter:
 		if c.eager(s.o.sig) {

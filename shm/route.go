@@ -10,13 +10,16 @@ import (
 
 // Route says, for logs (hiercomm's per-call trace), how shared memory
 // runs call on this communicator: eagerly (a small Broadcast or Scatter:
-// the root stages its message and returns), an AllReduce or Reduce in one
-// step (every rank reduces the whole message from the others' staged
-// copies) or in steps (each rank reduces its slice, chunk by chunk), or
-// staged step by step (the rest).
+// the root stages its message and returns; a small Gather or Reduce:
+// every rank stages its part, and all but the root return), an AllReduce
+// or Reduce in one step (every rank reduces the whole message from the
+// others' staged copies) or in steps (each rank reduces its slice, chunk
+// by chunk), or staged step by step (the rest).
 func (c *Comm) Route(call comm.Call) string {
 	how := "staged step by step"
 	switch {
+	case c.eager(call.Signature()) && (call.Kind == comm.KindGather || call.Kind == comm.KindReduce):
+		how = "eager: every rank stages its part, the others return"
 	case c.eager(call.Signature()):
 		how = "eager: the root stages it and returns"
 	case call.Kind == comm.KindAllReduce || call.Kind == comm.KindReduce:

@@ -8,7 +8,7 @@
 // 10000), then -r repeats, each an MPI_Barrier and that many back-to-back
 // calls. A repeat's time per call is the slowest rank's (hiercomm-bench
 // -a 3); the row is the median over the repeats. Sizes are nccl-tests':
-// the whole buffer (AllReduce, Broadcast), the send buffer of
+// the whole buffer (AllReduce, Broadcast, Reduce to rank 0), the send buffer of
 // ReduceScatter and the receive buffer of AllGather, rounded down to P
 // elements for those two.
 //
@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ALLREDUCE, REDUCESCATTER, BROADCAST, ALLGATHER, NOPS };
-static const char *names[NOPS] = {"allreduce", "reducescatter", "broadcast", "allgather"};
+enum { ALLREDUCE, REDUCESCATTER, BROADCAST, ALLGATHER, REDUCE, NOPS };
+static const char *names[NOPS] = {"allreduce", "reducescatter", "broadcast", "allgather", "reduce"};
 enum { MAX_ITERS = 10000, MAX_REPEATS = 64 };
 
 static int P, me;
@@ -44,7 +44,7 @@ static long long parse_size(const char *s) {
 
 static void usage(void) {
     if (me == 0)
-        fprintf(stderr, "usage: coll [-b 8] [-e 64M] [-f 2] [-o allreduce,reducescatter,broadcast,allgather] [-w 5] [-r 3] [-t 30 (ms per repeat)]\n");
+        fprintf(stderr, "usage: coll [-b 8] [-e 64M] [-f 2] [-o allreduce,reducescatter,broadcast,allgather,reduce] [-w 5] [-r 3] [-t 30 (ms per repeat)]\n");
     MPI_Finalize();
     exit(2);
 }
@@ -56,6 +56,7 @@ static void run(int op, float *send, float *recv, int n) {
     case REDUCESCATTER: MPI_Reduce_scatter_block(send, recv, n / P, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     case BROADCAST: MPI_Bcast(recv, n, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
     case ALLGATHER: MPI_Allgather(send, n / P, MPI_FLOAT, recv, n / P, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case REDUCE: MPI_Reduce(send, recv, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD); break;
     }
 }
 
@@ -77,6 +78,9 @@ static long long check(int op, float *send, float *recv, int n, double *secs) {
     switch (op) {
     case ALLREDUCE:
         for (long i = 0; i < n; i++) wrong += recv[i] != (float)(sum * (i % 13 + 1));
+        break;
+    case REDUCE: // the root's result only
+        for (long i = 0; me == 0 && i < n; i++) wrong += recv[i] != (float)(sum * (i % 13 + 1));
         break;
     case REDUCESCATTER:
         for (long i = 0; i < n / P; i++) wrong += recv[i] != (float)(sum * ((me * (long)(n / P) + i) % 13 + 1));
@@ -111,7 +115,7 @@ int main(int argc, char **argv) {
     long long minb = 8, maxb = 64 << 20;
     int factor = 2, warmup = 5, repeats = 3;
     double budget = 0.030;
-    int want[NOPS] = {1, 1, 1, 0};
+    int want[NOPS] = {1, 1, 1, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc || argv[i][0] != '-' || strlen(argv[i]) != 2) usage();
         const char *v = argv[++i];
