@@ -59,11 +59,11 @@ import (
 //     compares nothing.
 //
 // A rank that writes a slot returns as soon as it is written: a local
-// completion, as MPI's Bcast, Gather and Reduce may. A reader's later failure there (a mismatch, a timeout,
-// a death) aborts the communicator, and the writer learns it at its next
-// wait, or at its next eager collective, which first looks at every
-// peer's state: that call fails with the peer's error (a mismatch keeps
-// its kind).
+// completion, as MPI's Bcast, Gather and Reduce may. A reader's later
+// failure there (a mismatch, a timeout, a death) aborts the
+// communicator, and the writer learns it at its next wait, or at its
+// next eager collective, which first looks at every peer's state: that
+// call fails with the peer's error (a mismatch keeps its kind).
 
 // A rank's eager slots: eagerSmallSlots of eagerSmallSlot bytes (a meta
 // and eagerSmall bytes of message), then eagerSlots of eagerBytes. Tiny
