@@ -34,6 +34,7 @@ type Comm struct {
 	sent    []atomic.Uint64 // data and point-to-point frames sent to each rank (transport.FrameClosed)
 	// schedules keeps the schedules of recent calls (collective.go).
 	schedules scheduleCache
+	checks    tier.CheckCache      // the calls this rank found good lately
 	exec      *tier.Exec[job]      // numbers and runs the collectives (guarded by mu)
 	rec       *tier.FlightRecorder // nil unless Options.FlightRecorder
 	done      chan struct{}        // closed by Close: every wait ends with comm.ErrClosed
@@ -357,7 +358,7 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	return c.exec.Start(ctx, call, tier.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
+	return c.exec.Start(ctx, call, c.checks.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
 }
 
 // Run implements tier.Runner: the blocking form of Start, which runs the
@@ -368,7 +369,7 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.doP2P(ctx, call)
 	}
-	return c.exec.Do(ctx, call, tier.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
+	return c.exec.Do(ctx, call, c.checks.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
 }
 
 // job is a collective on the executor: its Signature, what Admit found

@@ -42,8 +42,9 @@ type Comm struct {
 	// (waitPolicy).
 	p2pYield time.Duration
 
-	exec *tier.Exec[op]       // numbers and runs the collectives
-	rec  *tier.FlightRecorder // nil unless Config.FlightRecorder
+	exec   *tier.Exec[op]       // numbers and runs the collectives
+	rec    *tier.FlightRecorder // nil unless Config.FlightRecorder
+	checks tier.CheckCache      // the calls this rank found good lately
 
 	mu sync.Mutex // guards the fields below
 	// failure decides how each collective's failure ends it and when the

@@ -19,8 +19,9 @@
 //   - how a tier built standalone grows (Growth: the steps every tier's
 //     Grow and Join take), and the agreement of every rank on its outcome
 //     and a configuration (Agree, Field, FieldsDifferError);
-//   - the checks of a call's arguments (Validate, ValidateHost, RequireHost)
-//     and what a tier reads of a call (Uses, ResultAt, Offsets,
+//   - the checks of a call's arguments (Validate, ValidateHost, RequireHost;
+//     CheckCache, which skips them for a call found good before) and what
+//     a tier reads of a call (Uses, ResultAt, Offsets,
 //     WithoutBuffers), Split's grouping (SplitMembers, SplitGroups);
 //   - what a composed communicator passes down, in the context, with each
 //     call it makes of its parts (Phase: the user's call as comm.Outer,
