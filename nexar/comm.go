@@ -358,7 +358,8 @@ func (c *Comm) Start(ctx context.Context, call comm.Call) *comm.Work {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.startP2P(ctx, call)
 	}
-	return c.exec.Start(ctx, call, c.checks.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
+	sig, verr := c.checks.Check(ctx, call, c.rank, c.Size())
+	return c.exec.Start(ctx, call, verr, job{sig: sig})
 }
 
 // Run implements tier.Runner: the blocking form of Start, which runs the
@@ -369,7 +370,8 @@ func (c *Comm) Run(ctx context.Context, call comm.Call) error {
 	if call.Kind == comm.KindSend || call.Kind == comm.KindRecv {
 		return c.doP2P(ctx, call)
 	}
-	return c.exec.Do(ctx, call, c.checks.ValidateHost(ctx, call, c.rank, c.Size()), job{sig: tier.SignatureOf(ctx, call)})
+	sig, verr := c.checks.Check(ctx, call, c.rank, c.Size())
+	return c.exec.Do(ctx, call, verr, job{sig: sig})
 }
 
 // job is a collective on the executor: its Signature, what Admit found

@@ -91,7 +91,7 @@ func (c *Comm) admitP2P(ctx context.Context, call comm.Call) (uint64, error) {
 	fail := func(err error) (uint64, error) {
 		return 0, &comm.OpError{Rank: c.rank, Peer: call.Peer, Kind: call.Kind, Comm: c.name, Err: err}
 	}
-	if err := c.checks.ValidateHost(ctx, call, c.rank, c.Size()); err != nil {
+	if _, err := c.checks.Check(ctx, call, c.rank, c.Size()); err != nil {
 		return fail(err)
 	}
 	k := p2pKey{peer: call.Peer, tag: call.Tag}

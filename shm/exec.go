@@ -112,7 +112,8 @@ func (c *Comm) mark(h hoptrace.Hop, g uint64) {
 
 // newOp checks call on its own; a bad call is refused when it runs.
 func (c *Comm) newOp(ctx context.Context, call comm.Call) op {
-	return op{ctx: ctx, call: call, sig: tier.SignatureOf(ctx, call), verr: c.checks.ValidateHost(ctx, call, c.rank, c.size)}
+	sig, verr := c.checks.Check(ctx, call, c.rank, c.size)
+	return op{ctx: ctx, call: call, sig: sig, verr: verr}
 }
 
 // execute runs o on this rank and returns its error for the caller. The

@@ -111,7 +111,7 @@ func (e *p2pEngine) opError(call comm.Call, err error) error {
 // start begins a Send or Recv.
 func (e *p2pEngine) start(ctx context.Context, call comm.Call) *comm.Work {
 	c := e.c
-	if err := c.checks.ValidateHost(ctx, call, c.rank, c.size); err != nil {
+	if _, err := c.checks.Check(ctx, call, c.rank, c.size); err != nil {
 		return comm.Failed(e.opError(call, err))
 	}
 	e.mu.Lock()

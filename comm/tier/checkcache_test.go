@@ -77,9 +77,13 @@ func TestCheckCacheAgrees(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			for range 5000 {
 				i := rng.IntN(len(calls))
-				got := cc.ValidateHost(ctx, calls[i], rank, size)
+				sig, got := cc.Check(ctx, calls[i], rank, size)
 				if (got == nil) != (want[i] == nil) || (got != nil && got.Error() != want[i].Error()) {
 					t.Errorf("call %d (%v): the cache says %v, ValidateHost %v", i, calls[i].Signature(), got, want[i])
+					return
+				}
+				if sig != calls[i].Signature() {
+					t.Errorf("call %d: the cache's Signature %v, want %v", i, sig, calls[i].Signature())
 					return
 				}
 			}
@@ -90,29 +94,36 @@ func TestCheckCacheAgrees(t *testing.T) {
 
 // TestCheckCacheRefusedPhase: a call that a composed communicator
 // refuses (Phase.Refused) is refused through the cache too, even when the
-// same call was found good before.
+// same call was found good before; a phase's Signature has its Outer.
 func TestCheckCacheRefusedPhase(t *testing.T) {
 	a := make([]float32, 4)
 	c := comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(a), Recv: comm.Host(a), Op: comm.Sum}
 	var cc CheckCache
-	if err := cc.ValidateHost(context.Background(), c, 0, 2); err != nil {
+	if _, err := cc.Check(context.Background(), c, 0, 2); err != nil {
 		t.Fatal(err)
 	}
 	why := fmt.Errorf("rank 1 passed a bad count")
 	ctx := WithPhase(context.Background(), Phase{Refused: why})
-	if err := cc.ValidateHost(ctx, c, 0, 2); !errors.Is(err, comm.ErrInvalidArgument) || !errors.Is(err, why) {
+	if _, err := cc.Check(ctx, c, 0, 2); !errors.Is(err, comm.ErrInvalidArgument) || !errors.Is(err, why) {
 		t.Errorf("a refused phase of a call found good before: %v; want the refusal", err)
+	}
+	// A phase's Outer, and a comm.Batch's fingerprint, are in the
+	// Signature the cache gives.
+	outer := comm.Outer{Kind: comm.KindAllReduce, Hash: 42}
+	if sig, err := cc.Check(WithPhase(context.Background(), Phase{Outer: outer}), c, 0, 2); err != nil || sig.Outer != outer {
+		t.Errorf("a phase of a call found good before: Signature %v, %v; want Outer %v", sig, err, outer)
 	}
 }
 
-// BenchmarkCheckCache: a good call's checks in full and from the cache.
+// BenchmarkCheckCache: a good call's checks (and Signature) in full and
+// from the cache.
 func BenchmarkCheckCache(b *testing.B) {
 	a := make([]float32, 2)
 	c := comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(a), Recv: comm.Host(a), Op: comm.Sum}
 	ctx := context.Background()
 	b.Run("ValidateHost", func(b *testing.B) {
 		for range b.N {
-			if ValidateHost(ctx, c, 0, 4) != nil {
+			if SignatureOf(ctx, c).Kind == 0 || ValidateHost(ctx, c, 0, 4) != nil {
 				b.Fatal("refused")
 			}
 		}
@@ -120,8 +131,8 @@ func BenchmarkCheckCache(b *testing.B) {
 	b.Run("cached", func(b *testing.B) {
 		var cc CheckCache
 		for range b.N {
-			if cc.ValidateHost(ctx, c, 0, 4) != nil {
-				b.Fatal("refused")
+			if _, err := cc.Check(ctx, c, 0, 4); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})
