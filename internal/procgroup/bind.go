@@ -10,8 +10,9 @@ import (
 // order): with n at most their number m, the m/n of them from i·m/n on;
 // with more processes than CPUs, CPU i mod m alone, so that the
 // processes a CPU runs stay the same ones. This is mpirun's --bind-to
-// core with --map-by core (mpirun binds only when the processes fit; here
-// crowded hosts are where it counts: measured in docs/deployment.md).
+// core with --map-by core (mpirun binds only when the processes fit; this
+// binds when asked, on a crowded host too: docs/deployment.md measures
+// what it does there both ways).
 //
 // The process inherits the mask from the thread that starts it (the mask
 // is a thread's, and fork and exec keep it), so every thread it ever has

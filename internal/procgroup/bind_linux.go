@@ -8,11 +8,6 @@ import (
 // cpuMask is a CPU set as the kernel takes it: 1024 CPUs.
 type cpuMask [16]uint64
 
-// allowedCPUs is the CPUs this process may run on, in order (nil when the
-// kernel will not say): its calling thread's, which in a Go program are
-// every thread's.
-func allowedCPUs() []int { return threadCPUs() }
-
 // threadCPUs is the CPUs the calling thread may run on, in order (nil
 // when the kernel will not say).
 func threadCPUs() []int {

@@ -121,17 +121,17 @@ type Group struct {
 	outMu     sync.Mutex    // one line at a time across all processes
 	done      chan struct{} // closed when every process has exited
 
-	mu     sync.Mutex  // guards the fields below, and serializes notify
-	procs  []*exec.Cmd // appended by Add
-	names  []string    // Proc.Name of each
-	cpus   int         // the processes the host's CPUs were shared among at the start
-	bound  [][]int     // with Spec.Bind, the CPUs of each of Spec.Procs
-	live   int         // processes not yet counted out (watch)
-	errs   []error     // per process
-	exited []bool      // per process: its Wait has returned
-	first  int         // index of the first process that failed, or -1
-	stage  stage       // how far stopping the group has gone
-	timer  *time.Timer // the next stage's, while one is pending
+	mu      sync.Mutex  // guards the fields below, and serializes notify
+	procs   []*exec.Cmd // appended by Add
+	names   []string    // Proc.Name of each
+	cpus    int         // the processes the host's CPUs were shared among at the start
+	allowed []int       // with Spec.Bind, the CPUs the processes of Spec.Procs share (shareOf)
+	live    int         // processes not yet counted out (watch)
+	errs    []error     // per process
+	exited  []bool      // per process: its Wait has returned
+	first   int         // index of the first process that failed, or -1
+	stage   stage       // how far stopping the group has gone
+	timer   *time.Timer // the next stage's, while one is pending
 }
 
 // stage is how far stopping a group has gone. It only moves forward.
@@ -162,10 +162,7 @@ func Start(ctx context.Context, spec Spec) (*Group, error) {
 		stdout: spec.Stdout, stderr: spec.Stderr, done: make(chan struct{}), first: -1, cpus: len(spec.Procs),
 	}
 	if spec.Bind {
-		allowed := allowedCPUs()
-		for i := range spec.Procs {
-			g.bound = append(g.bound, shareOf(allowed, i, len(spec.Procs)))
-		}
+		g.allowed = threadCPUs() // this goroutine's thread's, as every thread's of a Go program
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -198,8 +195,8 @@ func (g *Group) startLocked(p Proc) error {
 	cmd.Stdout = &lineWriter{prefix: p.Prefix, out: g.stdout, mu: &g.outMu}
 	cmd.Stderr = &lineWriter{prefix: p.Prefix, out: g.stderr, mu: &g.outMu}
 	var cpus []int // Spec.Bind's, for the processes of Spec.Procs
-	if i := len(g.procs); i < len(g.bound) {
-		cpus = g.bound[i]
+	if i := len(g.procs); i < g.cpus {
+		cpus = shareOf(g.allowed, i, g.cpus)
 	}
 	if err := startOn(cpus, cmd.Start); err != nil {
 		return fmt.Errorf("procgroup: starting %s%s: %w", p.Prefix, p.Path, err)

@@ -238,7 +238,7 @@ func TestBind(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("binding to CPUs is Linux's only (sched_setaffinity)")
 	}
-	allowed := allowedCPUs()
+	allowed := threadCPUs()
 	if len(allowed) == 0 {
 		t.Fatal("sched_getaffinity named no CPU")
 	}
