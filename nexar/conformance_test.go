@@ -11,7 +11,8 @@ import (
 	"github.com/hiercomm/hiercomm/nexar"
 )
 
-// worldSizes are the conformance suite's world sizes (DESIGN.md).
+// worldSizes are the conformance suite's world sizes: one rank, a pair,
+// odd sizes, a power of two and sizes that are not.
 var worldSizes = []int{1, 2, 3, 4, 5, 8}
 
 func asComms(cs []*nexar.Comm) []comm.Communicator {

@@ -127,7 +127,7 @@ func child(role string) int {
 
 // TestConformanceMultiProcess runs the conformance suite over real QUIC (and
 // TCP) between processes. Without the race detector it covers every world
-// size of DESIGN.md with the full counts (make test runs it so, after the
+// size of worldSizes with the full counts (make test runs it so, after the
 // race pass); under it, where quic-go moves a few MB/s, a smaller matrix.
 func TestConformanceMultiProcess(t *testing.T) {
 	if testing.Short() {

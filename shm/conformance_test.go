@@ -14,7 +14,8 @@ import (
 	"github.com/hiercomm/hiercomm/comm/commtest"
 )
 
-// worldSizes are the conformance suite's world sizes (DESIGN.md).
+// worldSizes are the conformance suite's world sizes: one rank, a pair,
+// odd sizes, a power of two and sizes that are not.
 var worldSizes = []int{1, 2, 3, 4, 5, 8}
 
 var namespaces atomic.Int64

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { os.Exit(multiprocMain(m)) }
 // TestConformanceMultiProcess runs the conformance suites with every rank in
 // its own process, as a single-node job runs: RunRank, then P2P,
 // NonBlocking, Split, BadInput, Fused and Mismatch. Without the race
-// detector it covers every world size of DESIGN.md with the suite's full
+// detector it covers every world size of worldSizes with the suite's full
 // counts (the large one, 1000003, is several slots long); under it, where
 // the suite's own work is ~10× slower and every rank shares two cores, a
 // smaller matrix. A world with a small slot makes modest counts go through

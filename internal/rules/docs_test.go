@@ -704,3 +704,58 @@ func (d *docChecker) member(pkg, typ, name string, depth int) (t ast.Expr, found
 	}
 	return nil, false, true
 }
+
+// mdName is a Markdown file's name as prose and comments write it.
+var mdName = regexp.MustCompile(`\b[A-Za-z0-9_-]+\.md\b`)
+
+// TestMarkdownNamesExist checks that every Markdown file named anywhere in
+// the repository's Markdown and Go files (prose, comments, code spans) is
+// one of its own: the docs stand alone, so they never send a reader to a
+// note that does not ship with them.
+func TestMarkdownNamesExist(t *testing.T) {
+	root := moduleRoot(t)
+	have := map[string]bool{}
+	var texts []string
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := e.Name()
+		if e.IsDir() {
+			// out: what the peers bench writes (ignored by git).
+			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "out") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".md") {
+			have[name] = true
+		}
+		if strings.HasSuffix(name, ".md") || strings.HasSuffix(name, ".go") {
+			texts = append(texts, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := 0
+	for _, p := range texts {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range mdName.FindAllString(line, -1) {
+				names++
+				if !have[m] {
+					r, _ := filepath.Rel(root, p)
+					t.Errorf("%s:%d names %s, which is not a file of this repository", r, i+1, m)
+				}
+			}
+		}
+	}
+	if names == 0 {
+		t.Fatal("no Markdown file named anywhere: the extraction is broken")
+	}
+}
