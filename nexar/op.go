@@ -443,8 +443,11 @@ func (c *Comm) await(ctx context.Context, k mkey, peer int, p *op, deadline time
 }
 
 // spin is the progress engine's busy wait: before a receive from peer
-// sleeps, it reads the peer's connections itself (transport.Poller) for up to
-// Options.Spin, yielding the processor to this process's other goroutines
+// sleeps, it reads the peer's connections itself (transport.Poller) until
+// Options.Spin has passed since the last byte came from peer (a large
+// frame still arriving is read to its end without a sleep, each sleep
+// and wakeup on the way costing more than the reads between them),
+// yielding the processor to this process's other goroutines
 // and to other processes between tries, so that a frame that comes soon
 // is taken without the sleep and the wakeup a blocking wait costs (each
 // several microseconds: a small collective is a few such waits). It
@@ -461,14 +464,21 @@ func (c *Comm) spin(peer int, ready func() bool) bool {
 		return false
 	}
 	wr := c.members[peer]
-	var start time.Time
+	var (
+		start time.Time
+		seen  uint64
+	)
 	for i := 0; ; i++ {
-		pl.Poll(wr)
+		read := pl.Poll(wr)
 		if ready() {
 			return true
 		}
-		if i%16 == 0 {
-			if now := time.Now(); i == 0 {
+		// The budget counts from the last byte that came: a frame
+		// whose bytes are still arriving is taken without a sleep.
+		moved := read != seen
+		seen = read
+		if i%16 == 0 || moved {
+			if now := time.Now(); i == 0 || moved {
 				start = now
 			} else if now.Sub(start) >= budget {
 				return false

@@ -31,7 +31,9 @@ type Options struct {
 	// started Recv — reads its peer's connections itself, yielding the
 	// processor between tries, before it sleeps until its frame comes
 	// (the progress engine: pump.go; over TCP, other transports always
-	// sleep). Negative: never spin. If zero,
+	// sleep). It counts from the last byte that came from the peer, so a
+	// receive whose frame is still arriving keeps reading it rather than
+	// sleeping through it. Negative: never spin. If zero,
 	// defaults to the cost model's Latency (α: a frame in flight comes
 	// within about that; a longer wait is a peer still computing, better
 	// slept through), or to no spin when this host runs more than twice

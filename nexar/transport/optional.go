@@ -36,8 +36,11 @@ type Poller interface {
 	// delivers the frames it completes to the Handler (Deliver, or
 	// Placer.Landed), on the caller's goroutine. It returns at once if
 	// another goroutine is reading that peer's connection. The caller
-	// must hold no lock that the Handler takes.
-	Poll(peer int)
+	// must hold no lock that the Handler takes. It returns how many
+	// bytes have been read from peer's connections so far, by this call
+	// or any other reader: a count that only grows, so that a receive
+	// can tell whether bytes are still coming.
+	Poll(peer int) (read uint64)
 	// Pollable reports whether Poll reads anything at all (the TLS
 	// lane's connections are read by their read loops alone).
 	Pollable() bool

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hiercomm/hiercomm/nexar/transport"
@@ -39,6 +40,8 @@ type pump struct {
 	fr  *frameReader
 	end error // the stream's end (errEnded) or failure, once found; guarded by mu
 	fd  int   // the socket, while the holder reads it
+	// read counts the bytes read from the socket, by any holder.
+	read atomic.Uint64
 
 	// Made once, so that a poll allocates nothing.
 	src     func([]byte) (int, error) // reads fd
@@ -51,7 +54,11 @@ func newPump(c *net.TCPConn, deliver func(transport.Header, []byte)) (*pump, err
 		return nil, err
 	}
 	p := &pump{rc: rc, deliver: deliver, fr: newFrameReader()}
-	p.src = func(b []byte) (int, error) { return readFD(p.fd, b) }
+	p.src = func(b []byte) (int, error) {
+		n, err := readFD(p.fd, b)
+		p.read.Add(uint64(n))
+		return n, err
+	}
 	p.drainFD = func(fd uintptr) { p.drainLocked(int(fd), pollReads) }
 	return p, nil
 }
@@ -97,15 +104,16 @@ func (p *pump) run() error {
 	return p.end
 }
 
-// poll reads what has arrived, unless another goroutine holds the pump.
-func (p *pump) poll() {
-	if !p.mu.TryLock() {
-		return
+// poll reads what has arrived, unless another goroutine holds the pump,
+// and returns the bytes read from the socket so far, by anyone.
+func (p *pump) poll() uint64 {
+	if p.mu.TryLock() {
+		if p.end == nil {
+			p.rc.Control(p.drainFD)
+		}
+		p.mu.Unlock()
 	}
-	defer p.mu.Unlock()
-	if p.end == nil {
-		p.rc.Control(p.drainFD)
-	}
+	return p.read.Load()
 }
 
 // drainLocked reads fd until it would block, delivering every frame
@@ -156,13 +164,14 @@ func readFD(fd int, b []byte) (int, error) {
 func (t *tcpTransport) Pollable() bool { return t.sec == nil }
 
 // Poll implements transport.Poller.
-func (t *tcpTransport) Poll(peer int) {
+func (t *tcpTransport) Poll(peer int) (read uint64) {
 	if peer < 0 || peer >= len(t.m.peers) || t.m.peers[peer] == nil {
-		return
+		return 0
 	}
 	for _, l := range t.m.peers[peer].links {
 		if l != nil && l.pump != nil {
-			l.pump.poll()
+			read += l.pump.poll()
 		}
 	}
+	return read
 }

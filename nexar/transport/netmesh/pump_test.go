@@ -88,6 +88,10 @@ func TestPumpPollAndReadLoopShareTheStream(t *testing.T) {
 				n := len(got)
 				mu.Unlock()
 				if n == early {
+					// Poll counts every byte read, by any holder.
+					if got, want := p.poll(), uint64(early*(HeaderSize+8)); got != want {
+						t.Fatalf("poll counts %d bytes read, want %d", got, want)
+					}
 					break
 				}
 				if time.Since(start) > 10*time.Second {
@@ -107,9 +111,12 @@ func TestPumpPollAndReadLoopShareTheStream(t *testing.T) {
 			}()
 			sizes := []int{0, 8, 1, HeaderSize, stageSize/2 - 1, stageSize / 2, stageSize, 3*stageSize + 7, 8, 1 << 20, 16}
 			const rounds = 20
+			sent := uint64(early * (HeaderSize + 8))
 			for i := early; i < early+rounds*len(sizes); i++ {
 				n := sizes[i%len(sizes)]
+				sent += uint64(HeaderSize + n)
 				if i%7 == 3 {
+					sent += uint64(len(heartbeatRecord))
 					if _, err := w.Write(heartbeatRecord); err != nil {
 						t.Fatal(err)
 					}
@@ -119,6 +126,7 @@ func TestPumpPollAndReadLoopShareTheStream(t *testing.T) {
 				}
 			}
 			if goodbye {
+				sent += uint64(len(goodbyeRecord))
 				w.Write(goodbyeRecord)
 			}
 			w.CloseWrite()
@@ -132,6 +140,9 @@ func TestPumpPollAndReadLoopShareTheStream(t *testing.T) {
 			}
 			stop.Store(true)
 			<-polled
+			if got := p.poll(); got != sent {
+				t.Errorf("poll counts %d bytes read from the whole stream, want %d", got, sent)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if len(bad) > 0 {
