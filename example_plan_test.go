@@ -36,6 +36,6 @@ func ExampleNewPlan() {
 	// Output:
 	// flat - tcp
 	// tcp (4 ranks) AllReduce: doubling below 246154 B, ring from it
-	// tcp (4 ranks) ReduceScatter: doubling below 32001 B, ring from it
+	// tcp (4 ranks) ReduceScatter: halving below 400001 B, ring from it
 	// tcp (4 ranks) Broadcast: tree below 730361 B, chain from it
 }

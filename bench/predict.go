@@ -32,7 +32,10 @@ func FlatSchedule(op string, p, r int, bytes int64, es int) (schedule.Schedule, 
 	case "allgather":
 		return schedule.RingAllGather(p, r, n/p, seg), nil
 	case "reducescatter":
-		if schedule.DefaultCost.ReduceScatter(int(bytes), p) == schedule.Doubling {
+		switch schedule.DefaultCost.ReduceScatter(int(bytes), p) {
+		case schedule.Halving:
+			return schedule.HalvingReduceScatter(p, r, n/p, seg), nil
+		case schedule.Doubling:
 			return schedule.DoublingReduceScatter(p, r, n/p, seg), nil
 		}
 		return schedule.RingReduceScatter(p, r, n/p, seg), nil

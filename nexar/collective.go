@@ -53,9 +53,12 @@ func runCollective(o *op, c comm.Call) error {
 	case comm.KindAllGather:
 		s = schedule.RingAllGather(P, r, len(send)/es, seg)
 	case comm.KindReduceScatter:
-		if o.c.algorithm(c.Kind, len(send), seg*es) == schedule.Doubling {
+		switch o.c.algorithm(c.Kind, len(send), seg*es) {
+		case schedule.Halving:
+			s = schedule.HalvingReduceScatter(P, r, len(recv)/es, seg)
+		case schedule.Doubling:
 			s = schedule.DoublingReduceScatter(P, r, len(recv)/es, seg)
-		} else {
+		default:
 			s = schedule.RingReduceScatter(P, r, len(recv)/es, seg)
 		}
 	case comm.KindAllToAll:

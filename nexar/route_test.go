@@ -21,7 +21,8 @@ func TestRouteNamesTheCostModelsChoice(t *testing.T) {
 		{comm.Call{Kind: comm.KindAllReduce, Send: comm.Host(make([]float32, 1<<20)), Recv: comm.Host(make([]float32, 1<<20)), Op: comm.Sum}, "ring, 4 ranks"},
 		{comm.Call{Kind: comm.KindBroadcast, Send: comm.Host(make([]byte, 8)), Recv: comm.Host(make([]byte, 8))}, "tree, 4 ranks"},
 		{comm.Call{Kind: comm.KindBroadcast, Send: comm.Host(make([]byte, 8<<20)), Recv: comm.Host(make([]byte, 8<<20))}, "chain, 4 ranks"},
-		{comm.Call{Kind: comm.KindReduceScatter, Send: comm.Host(make([]float32, 8)), Recv: comm.Host(make([]float32, 2)), Op: comm.Sum}, "doubling, 4 ranks"},
+		{comm.Call{Kind: comm.KindReduceScatter, Send: comm.Host(make([]float32, 8)), Recv: comm.Host(make([]float32, 2)), Op: comm.Sum}, "halving, 4 ranks"},
+		{comm.Call{Kind: comm.KindReduceScatter, Send: comm.Host(make([]float32, 1<<20)), Recv: comm.Host(make([]float32, 1<<18)), Op: comm.Sum}, "ring, 4 ranks"},
 		{comm.Call{Kind: comm.KindAllGather, Send: comm.Host(make([]float32, 2)), Recv: comm.Host(make([]float32, 8))}, "ring, 4 ranks"},
 		{comm.Call{Kind: comm.KindSend, Send: comm.Host(make([]byte, 1)), Peer: 1}, "point-to-point"},
 	} {

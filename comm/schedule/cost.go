@@ -3,6 +3,7 @@ package schedule
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 )
@@ -116,6 +117,8 @@ const (
 	Tree
 	// Chain is ChainBroadcast.
 	Chain
+	// Halving is HalvingReduceScatter.
+	Halving
 )
 
 func (a Algorithm) String() string {
@@ -128,6 +131,8 @@ func (a Algorithm) String() string {
 		return "tree"
 	case Chain:
 		return "chain"
+	case Halving:
+		return "halving"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -159,7 +164,12 @@ func (m CostModel) allReduceTimes(n, p int) (ring, doubling float64) {
 }
 
 // ReduceScatter picks the ReduceScatter schedule for n bytes of send
-// buffer on p ranks: Doubling (DoublingReduceScatter: the rounds of a
+// buffer on p ranks. On a power of two of ranks from 4, Halving
+// (HalvingReduceScatter: log₂ p messages moving and reducing what the
+// ring does, (p−1)/p · n, after a copy of half the send buffer into its
+// slot, charged as reduced bytes) when it is predicted no slower than
+// either other: it saves p−1−log₂ p latencies, and its copy costs more
+// than they do from some size on. Otherwise Doubling (DoublingReduceScatter: the rounds of a
 // doubling AllReduce of all n bytes) when it is predicted no slower than
 // Ring (p−1 steps of n/p bytes, (p−1)/p · n reduced). The ring moves and
 // reduces a quarter of what the AllReduce ring does per byte of result,
@@ -168,13 +178,28 @@ func (m CostModel) ReduceScatter(n, p int) Algorithm {
 	if p <= 1 {
 		return Doubling
 	}
-	N, P := float64(n), float64(p)
-	ring := m.Time(P-1, (P-1)/P*N, (P-1)/P*N)
-	_, doubling := m.allReduceTimes(n, p)
-	if doubling <= ring {
+	ring, doubling, halving := m.reduceScatterTimes(n, p)
+	switch {
+	case halving <= min(ring, doubling):
+		return Halving
+	case doubling <= ring:
 		return Doubling
 	}
 	return Ring
+}
+
+// reduceScatterTimes are the predicted times of Ring, Doubling and
+// Halving (+Inf where p is not a power of two).
+func (m CostModel) reduceScatterTimes(n, p int) (ring, doubling, halving float64) {
+	N, P := float64(n), float64(p)
+	ring = m.Time(P-1, (P-1)/P*N, (P-1)/P*N)
+	_, doubling = m.allReduceTimes(n, p)
+	halving = math.Inf(1)
+	if p >= 4 && p&(p-1) == 0 { // two ranks take one message whichever way
+
+		halving = m.Time(float64(log2Floor(p)), (P-1)/P*N, (P-1)/P*N+N/2)
+	}
+	return ring, doubling, halving
 }
 
 // Broadcast picks the Broadcast schedule for n bytes on p ranks cut into

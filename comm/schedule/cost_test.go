@@ -51,16 +51,41 @@ func TestCostAllReduceBoundaries(t *testing.T) {
 }
 
 // TestCostReduceScatterBoundaries: the ReduceScatter's; its ring moves a
-// block a step, so the switch comes well before the AllReduce's.
+// block a step, so the switch comes well before the AllReduce's. On a
+// power of two of ranks from 4, Halving, which always beats Doubling,
+// until its copy of half the send buffer costs more than the latencies it
+// saves.
 func TestCostReduceScatterBoundaries(t *testing.T) {
 	checkBoundaries(t, "ReduceScatter", unit.ReduceScatter, []boundary{
-		// doubling 1000+2N, ring 1000+N: Doubling only when empty.
+		// doubling 1000+2N, ring 1000+N: Doubling only when empty (two
+		// ranks take one message whichever way: no Halving).
 		{2, 0, 1, "P=2"},
-		// doubling 2000+4N, ring 3000+1.5N: equal at N = 400.
-		{4, 400, 401, "P=4"},
-		// doubling 3000+6N, ring 7000+1.75N: equal at 941.2.
-		{8, 941, 942, "P=8"},
 	})
+	for _, c := range []struct {
+		p, below, above int
+		why             string
+	}{
+		// halving 2000+2N, ring 3000+1.5N (doubling 2000+4N): equal at 2000.
+		{4, 2000, 2001, "P=4"},
+		// halving 3000+2.25N, ring 7000+1.75N: equal at 8000.
+		{8, 8000, 8001, "P=8"},
+		// halving 4000+2.375N, ring 15000+1.875N: equal at 22000.
+		{16, 22000, 22001, "P=16"},
+	} {
+		for _, n := range []int{0, 1, c.below / 2, c.below} {
+			if got := unit.ReduceScatter(n, c.p); got != Halving {
+				t.Errorf("%s: ReduceScatter(%d bytes) = %v, want halving", c.why, n, got)
+			}
+		}
+		for _, n := range []int{c.above, 4 * c.above, 1 << 30} {
+			if got := unit.ReduceScatter(n, c.p); got != Ring {
+				t.Errorf("%s: ReduceScatter(%d bytes) = %v, want ring", c.why, n, got)
+			}
+		}
+	}
+	// Not a power of two: Doubling or Ring, as before (P=6: doubling
+	// with the fold 4000+8N, ring 5000+1.67N: equal at 157.9).
+	checkBoundaries(t, "ReduceScatter", unit.ReduceScatter, []boundary{{6, 157, 158, "P=6"}})
 	// P=3: doubling needs 3 steps with the fold (3000+6N), the ring 2
 	// (2000+1.33N): always Ring.
 	for _, n := range []int{0, 1, 1 << 20} {

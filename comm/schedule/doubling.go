@@ -1,5 +1,7 @@
 package schedule
 
+import "fmt"
+
 // DoublingAllReduce is recursive doubling over n elements, the
 // latency-optimal AllReduce for small messages, on one lane: rank r copies
 // its send into recv, then with pof2 the largest power of two ≤ P and
@@ -84,4 +86,61 @@ func (b *builder) doubling(P, r int, buf Range, seg int) {
 			b.recvMsg(0, -1, r+1, last, buf, seg, Copy)
 		}
 	}
+}
+
+// HalvingReduceScatter is the ReduceScatter of P·n elements into blocks of
+// n by recursive halving, for P a power of two (Rabenseifner's first
+// half): log₂ P rounds, in each of which a rank keeps half of the blocks
+// it still holds and exchanges the other half with its partner at
+// distance P/2, P/4, …, 1, reducing the partner's copy of the kept half
+// into its own. It moves what the ring moves ((P−1)/P of the send buffer
+// per rank) in log₂ P messages rather than P−1, and reduces what the
+// ring reduces. Partials live in one temp slot of (P/2)·n elements,
+// which starts as this rank's kept half of send and is reduced in place
+// (each frame straight from the wire into it); every block is reduced by
+// one rank alone, its own partial first, so the result is the same on
+// every run. One lane; a message is cut into frames of at most seg
+// elements. P must be a power of two (CostModel.ReduceScatter picks it
+// only then).
+func HalvingReduceScatter(P, r, n, seg int) Schedule {
+	if P&(P-1) != 0 {
+		panic(fmt.Sprintf("schedule: HalvingReduceScatter on %d ranks, not a power of two", P))
+	}
+	rounds := log2Floor(P)
+	pcs := uint32(Segments(P/2*n, seg))
+	b := newBuilder(3 + 2*rounds*int(pcs))
+	if P == 1 {
+		b.local(0, -1, whole(RecvBuf, n), whole(SendBuf, n), Copy, false)
+		b.finish(0, whole(RecvBuf, n))
+		return b.done()
+	}
+	slot := b.temp(P / 2 * n)
+	// The blocks [lo, hi) this rank still holds: in send before the first
+	// round; after it in the slot, whose first element is block base's.
+	lo, hi, base := 0, P, 0
+	blocks := func(buf Buf, from, to int) Range {
+		if buf == SendBuf {
+			return Range{Buf: SendBuf, Off: from * n, Len: (to - from) * n}
+		}
+		return Range{Buf: TempBuf, Slot: slot, Off: (from - base) * n, Len: (to - from) * n}
+	}
+	buf := SendBuf
+	for round, m := uint32(0), P/2; m >= 1; round, m = round+1, m/2 {
+		mid := lo + (hi-lo)/2
+		keepLo, keepHi, sendLo, sendHi := lo, mid, mid, hi
+		if r&m != 0 {
+			keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
+		}
+		peer := r ^ m
+		b.sendMsg(0, -1, peer, round*pcs, blocks(buf, sendLo, sendHi), seg)
+		if buf == SendBuf {
+			base = keepLo
+			b.local(0, -1, blocks(TempBuf, keepLo, keepHi), blocks(SendBuf, keepLo, keepHi), Copy, false)
+		}
+		b.recvMsg(0, -1, peer, round*pcs, blocks(TempBuf, keepLo, keepHi), seg, Reduce)
+		buf, lo, hi = TempBuf, keepLo, keepHi
+	}
+	b.local(0, -1, whole(RecvBuf, n), blocks(TempBuf, r, r+1), Copy, true)
+	b.finish(0, whole(RecvBuf, n))
+	return b.done()
 }

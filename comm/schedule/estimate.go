@@ -43,8 +43,9 @@ func (c Collective) String() string {
 // Estimate is the model's time, in seconds, of collective c of n bytes on
 // p ranks, run by the algorithm the tier would pick. A message-passing
 // tier runs the schedules of this package (the faster of Ring and
-// Doubling for AllReduce; rings for ReduceScatter and AllGather; binomial
-// trees for Reduce and Broadcast). A Direct tier runs shm's algorithms:
+// Doubling for AllReduce; the fastest of Ring, Doubling and Halving for
+// ReduceScatter, as CostModel.ReduceScatter picks; rings for AllGather;
+// binomial trees for Reduce and Broadcast). A Direct tier runs shm's algorithms:
 // AllReduce and Reduce in one step or two (OneStepReduce), the others in
 // one step in which each rank stages its data and reads the others'.
 func (m CostModel) Estimate(c Collective, n, p int) float64 {
@@ -71,7 +72,7 @@ func (m CostModel) Estimate(c Collective, n, p int) float64 {
 	case AllReduceOp:
 		return min(m.allReduceTimes(n, p))
 	case ReduceScatterOp:
-		return m.Time(P-1, (P-1)/P*N, (P-1)/P*N)
+		return min(m.reduceScatterTimes(n, p))
 	case AllGatherOp:
 		return m.Time(P-1, (P-1)/P*N, 0)
 	case ReduceOp:

@@ -16,7 +16,9 @@ type collective struct {
 	rooted bool
 	// bcastRoot: the root's recv holds its data before (Broadcast).
 	bcastRoot bool
-	want      func(w *world, r, n, root int) error
+	// pow2: the schedule runs on a power of two of ranks only.
+	pow2 bool
+	want func(w *world, r, n, root int) error
 }
 
 // a2aCounts is an uneven all-to-all matrix, zeros included: rank i sends
@@ -101,6 +103,20 @@ var collectives = []collective{
 		name:  "DoublingReduceScatter",
 		lens:  func(P, r, n int) (int, int) { return P * n, n },
 		build: func(P, r, n, seg, root int) Schedule { return DoublingReduceScatter(P, r, n, seg) },
+		want: func(w *world, r, n, root int) error {
+			for i, x := range w.ranks[r].recv {
+				if err := reduced(x, r*n+i, fullMask(w.P), w.P > 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	},
+	{
+		name:  "HalvingReduceScatter",
+		lens:  func(P, r, n int) (int, int) { return P * n, n },
+		build: func(P, r, n, seg, root int) Schedule { return HalvingReduceScatter(P, r, n, seg) },
+		pow2:  true,
 		want: func(w *world, r, n, root int) error {
 			for i, x := range w.ranks[r].recv {
 				if err := reduced(x, r*n+i, fullMask(w.P), w.P > 1); err != nil {
@@ -344,6 +360,9 @@ func TestSchedules(t *testing.T) {
 				counts, segs = []int{0, 1, P - 1, P + 1, 2*P + 3}, []int{4}
 			}
 			for _, c := range collectives {
+				if c.pow2 && P&(P-1) != 0 {
+					continue
+				}
 				roots := []int{0}
 				if c.rooted {
 					roots = []int{0, P - 1, P / 2}
@@ -370,6 +389,9 @@ func FuzzSchedules(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which, p uint8, n uint16, seg, root uint8) {
 		c := collectives[int(which)%len(collectives)]
 		P := 1 + int(p)%64
+		if c.pow2 {
+			P = 1 << (int(p) % 7)
+		}
 		if err := c.run(P, int(n)%300, 1+int(seg), int(root)%P); err != nil {
 			t.Fatalf("%s P=%d: %v", c.name, P, err)
 		}
