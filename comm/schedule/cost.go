@@ -168,12 +168,13 @@ func (m CostModel) allReduceTimes(n, p int) (ring, doubling float64) {
 // (HalvingReduceScatter: log₂ p messages moving and reducing what the
 // ring does, (p−1)/p · n, after a copy of half the send buffer into its
 // slot, charged as reduced bytes) when it is predicted no slower than
-// either other: it saves p−1−log₂ p latencies, and its copy costs more
-// than they do from some size on. Otherwise Doubling (DoublingReduceScatter: the rounds of a
-// doubling AllReduce of all n bytes) when it is predicted no slower than
-// Ring (p−1 steps of n/p bytes, (p−1)/p · n reduced). The ring moves and
-// reduces a quarter of what the AllReduce ring does per byte of result,
-// so its crossover comes at a smaller size than AllReduce's.
+// either other: it saves p−1−log₂ p latencies, and from some size on its
+// copy costs more than they do. Otherwise Doubling
+// (DoublingReduceScatter: the rounds of a doubling AllReduce of all n
+// bytes) when it is predicted no slower than Ring (p−1 steps of n/p
+// bytes, (p−1)/p · n reduced). The ring moves and reduces a quarter of
+// what the AllReduce ring does per byte of result, so its crossover comes
+// at a smaller size than AllReduce's.
 func (m CostModel) ReduceScatter(n, p int) Algorithm {
 	if p <= 1 {
 		return Doubling
@@ -196,7 +197,6 @@ func (m CostModel) reduceScatterTimes(n, p int) (ring, doubling, halving float64
 	_, doubling = m.allReduceTimes(n, p)
 	halving = math.Inf(1)
 	if p >= 4 && p&(p-1) == 0 { // two ranks take one message whichever way
-
 		halving = m.Time(float64(log2Floor(p)), (P-1)/P*N, (P-1)/P*N+N/2)
 	}
 	return ring, doubling, halving
