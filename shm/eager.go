@@ -433,13 +433,16 @@ func (s *stepper) eagerPeer(q int, ready func(int) bool) error {
 
 // eagerPast is the mismatch of a rank waiting in the header step g of the
 // collective of s for a peer that is in an eager collective of the same
-// sequence number, or past it, and so will not post g; that is in the
-// eager collective this rank last took part in with another call (this
-// rank only staged its part, and returned); or that posted g
-// for another collective (it was behind: this rank passed an eager one
-// that it did not take part in), which checkHeaders would find, but a
-// rank that waits for a third one learns it now, not from that peer's
-// abort.
+// sequence number, or past it, and so will not post g; that is or was in
+// the eager collective this rank last took part in with another call
+// (this rank only staged its part, and returned: a peer that posted g
+// since shows it too, which checkHeaders would find once every header
+// is posted, but a rank still waiting for another, whom a third rank's
+// leaving over that mismatch ends, learns the mismatch, not the
+// leaving); or that posted g for another collective (it was behind: this
+// rank passed an eager one that it did not take part in), which
+// checkHeaders would find, but a rank that waits for a third one learns
+// it now, not from that peer's abort.
 func (s *stepper) eagerPast(g uint64) error {
 	c, o, x := s.c, s.o, &s.c.x
 	if c.seg.l.eagerBytes == 0 {
@@ -449,12 +452,6 @@ func (s *stepper) eagerPast(g uint64) error {
 		if q == c.rank {
 			continue
 		}
-		if atomic.LoadUint64(c.words[q].posted) >= g {
-			if h := s.meta(q, g); h.seq != o.seq {
-				return s.elsewhere(q, h.seq)
-			}
-			continue
-		}
 		e, ok := c.eagerLineOf(q)
 		if ok && e.seq < o.seq && e.seq == x.eagerLast && x.eagerSeen&eagerWild == 0 && e.status == statusGo && e.sig != x.eagerSig {
 			// q is still in, or last took part in, the eager collective
@@ -462,6 +459,12 @@ func (s *stepper) eagerPast(g uint64) error {
 			// that this rank's part could not see (it only staged), and
 			// a reason for q to be stuck there.
 			return &comm.MismatchError{Peer: q, Seq: e.seq, Local: x.eagerSig, Remote: e.sig}
+		}
+		if atomic.LoadUint64(c.words[q].posted) >= g {
+			if h := s.meta(q, g); h.seq != o.seq {
+				return s.elsewhere(q, h.seq)
+			}
+			continue
 		}
 		if !ok || e.seq < o.seq || atomic.LoadUint64(c.words[q].posted) >= g {
 			continue

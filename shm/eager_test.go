@@ -538,3 +538,32 @@ func TestEagerToRootRefusal(t *testing.T) {
 		allReduceWorks(t, cs)
 	}
 }
+
+// Two ranks that only write in a mismatched eager collective (a
+// Broadcast's root and a Reduce's non-root) both return; their next
+// header finds the mismatch. When one finds it first, alone in that
+// header (it sees the other's eager line) and aborts, the other, arriving
+// after it left, reports the mismatch itself — a *comm.MismatchError of
+// that collective, as the headers' digests show it — not the first one's
+// leaving.
+func TestEagerMismatchAfterThePeerLeft(t *testing.T) {
+	cs := localWorld(t, 2, eagerCfg)
+	allReduceWorks(t, cs) // collective #1
+	ctx := context.Background()
+	if err := cs[0].Broadcast(ctx, comm.Host(make([]float32, 1)), 0); err != nil {
+		t.Fatalf("rank 0, a Broadcast's root, writes and returns: %v", err)
+	}
+	if err := cs[1].Reduce(ctx, comm.Host(make([]float32, 1)), comm.Host(make([]float32, 1)), comm.Sum, 0); err != nil {
+		t.Fatalf("rank 1, a Reduce's non-root, writes and returns: %v", err)
+	}
+	for r, c := range []*Comm{cs[1], cs[0]} { // rank 1 first, alone
+		err := c.Barrier(ctx)
+		var me *comm.MismatchError
+		switch {
+		case !errors.As(err, &me):
+			t.Errorf("rank %d's next call: %v; want a *comm.MismatchError", 1-r, err)
+		case me.Seq != 2:
+			t.Errorf("rank %d's next call: %v; want the mismatch of collective #2", 1-r, err)
+		}
+	}
+}

@@ -253,11 +253,15 @@ func (s *stepper) peerCount(q int, g uint64, i int) int64 {
 // checkHeaders compares every peer's header of step g with this rank's.
 // A peer that refused makes the collective fail here with a
 // *comm.RemoteError (checked first: its Signature may be anything); a
-// different Signature is a *comm.MismatchError. Every rank sees the same
-// headers, so every rank reaches the same verdict. A peer that aborted
-// while it waited in this very header step (it posted, then its context
-// ended) has left the collective: a rank that arrives after it gave up
-// fails too, instead of completing a collective the others abandoned.
+// different Signature is a *comm.MismatchError, and so are eager
+// collectives since the last header that the headers' digests say
+// differ. Every rank sees the same headers, so every rank reaches the
+// same verdict. A peer that aborted while it waited in this very header
+// step (it posted, then its context ended, or it found a mismatch there)
+// has left the collective: a rank that arrives after it gave up fails
+// too, instead of completing a collective the others abandoned — with
+// the mismatch, where the headers show one, which is why that peer left
+// (it found it first, and this rank's call returns the same kind).
 func (s *stepper) checkHeaders(g uint64) error {
 	var mismatch, left error
 	for q := range s.c.size {
@@ -285,11 +289,11 @@ func (s *stepper) checkHeaders(g uint64) error {
 	if mismatch != nil {
 		return mismatch
 	}
-	if left != nil {
-		return left
-	}
 	if err := s.checkEager(g); err != nil {
 		return err
+	}
+	if left != nil {
+		return left
 	}
 	if s.o.sig.Kind == comm.KindAllToAllV {
 		return s.checkCounts(g)

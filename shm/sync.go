@@ -243,8 +243,15 @@ func (c *Comm) wait(b *bound, w *watch, on waitOn) error {
 			// ended while it waited here too) has left the collective:
 			// the ranks that still wait for another learn it now, not
 			// when that one comes. (It cannot have passed g: q has not
-			// posted it.)
+			// posted it.) A probe's news comes first, asked again: the
+			// peer may have left over a mismatch that became visible
+			// after this turn's probe, and this rank sees it too.
 			if err := c.leftIn(on.step); err != nil {
+				if on.probe != nil {
+					if perr := on.probe(); perr != nil {
+						return perr
+					}
+				}
 				return err
 			}
 		}
