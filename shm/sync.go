@@ -165,22 +165,28 @@ func (c *Comm) wait(b *bound, w *watch, on waitOn) error {
 	if on.only >= 0 {
 		q, end = on.only, on.only+1
 	}
-	// failed is p's failure, unless p is ready meanwhile: a peer may post
-	// g, see a mismatch or a failure there, abort, close or even exit
-	// between the read of its counter and the look at its state, and its
-	// post, not its later state, is what this step is owed. A probe's
-	// news comes first: a peer that aborted on a mismatch it saw is
-	// reported as the mismatch this rank sees too.
-	failed := func(err error, p int) error {
-		if err == nil || on.ready(p) {
-			return nil
-		}
+	// explained is a peer's failure or leaving, err, unless the probe has
+	// news, which comes first: a peer that aborted on a mismatch it saw
+	// is reported as the mismatch this rank sees too (asked again after
+	// the peer's state was read: the mismatch may have become visible
+	// since the last turn's probe).
+	explained := func(err error) error {
 		if on.probe != nil {
 			if perr := on.probe(); perr != nil {
 				return perr
 			}
 		}
 		return err
+	}
+	// failed is p's failure, unless p is ready meanwhile: a peer may post
+	// g, see a mismatch or a failure there, abort, close or even exit
+	// between the read of its counter and the look at its state, and its
+	// post, not its later state, is what this step is owed.
+	failed := func(err error, p int) error {
+		if err == nil || on.ready(p) {
+			return nil
+		}
+		return explained(err)
 	}
 	behind := func() (bool, error) {
 		for ; q < end; q++ {
@@ -243,16 +249,9 @@ func (c *Comm) wait(b *bound, w *watch, on waitOn) error {
 			// ended while it waited here too) has left the collective:
 			// the ranks that still wait for another learn it now, not
 			// when that one comes. (It cannot have passed g: q has not
-			// posted it.) A probe's news comes first, asked again: the
-			// peer may have left over a mismatch that became visible
-			// after this turn's probe, and this rank sees it too.
+			// posted it.)
 			if err := c.leftIn(on.step); err != nil {
-				if on.probe != nil {
-					if perr := on.probe(); perr != nil {
-						return perr
-					}
-				}
-				return err
+				return explained(err)
 			}
 		}
 		// Any peer still behind may be the one that failed, not only q.
