@@ -31,7 +31,7 @@ bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 demo: ## the main job: 4 local processes over QUIC, nccl-tests style tables
 	$(GO) run ./cmd/hiercomm-bench
 
-peers: ## hiercomm beside OpenMPI on this machine (TCP loopback 2 and 4 ranks, shared memory 4 ranks; 3 alternating rounds): markdown tables and goals (docs/benchmarks.md); installs OpenMPI with apt-get when missing; PEERS=-quick for few sizes
+peers: ## hiercomm beside OpenMPI on this machine (TCP loopback 2 and 4 ranks, shared memory 4 ranks; the encrypted default network against plain TCP, 4 ranks; 3 alternating rounds): markdown tables and goals (docs/benchmarks.md); installs OpenMPI with apt-get when missing; PEERS=-quick for few sizes
 	GO=$(GO) bench/peers/run.sh $(PEERS)
 
 lint: ## gofmt, go vet and staticcheck (pinned) must all be clean, in the main module and in integrations/gomlx

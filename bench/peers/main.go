@@ -5,9 +5,11 @@
 // per configuration, operation and size, both sides' medians over the
 // rounds, hiercomm ÷ OpenMPI, the machine's floor over plain TCP sockets
 // measured in the same runs, and issue 29's goals met or not, as markdown
-// (docs/benchmarks.md, "Side by side with OpenMPI").
+// (docs/benchmarks.md, "Side by side with OpenMPI"). The configuration
+// quic4, the encrypted default network, is set against hiercomm's own
+// plain TCP of the same rounds (DIR/quic4/tcp-N.csv) instead.
 //
-//	go run ./bench/peers -dir bench/peers/out [-configs tcp2,tcp4,shm4] [-when "2026-11-28, 2 cores, load 0.4"]
+//	go run ./bench/peers -dir bench/peers/out [-configs tcp2,tcp4,shm4,quic4] [-when "2026-11-28, 2 cores, load 0.4"]
 //
 // The C side, bench/peers/mpi/coll.c, is built by run.sh with mpicc.
 package main
@@ -23,7 +25,7 @@ import (
 
 func main() {
 	dir := flag.String("dir", "bench/peers/out", "the directory run.sh wrote")
-	configs := flag.String("configs", "tcp2,tcp4,shm4", "the configurations to read, in this order")
+	configs := flag.String("configs", "tcp2,tcp4,shm4,quic4", "the configurations to read, in this order")
 	when := flag.String("when", "", "where and when the runs were measured, printed above the tables")
 	flag.Parse()
 	var lines []Line
@@ -47,11 +49,13 @@ func main() {
 	}
 }
 
-// readConfig compares the rounds of one configuration under dir.
+// readConfig compares the rounds of one configuration under dir: its
+// reference's files (Configs) against hiercomm's.
 func readConfig(dir, config string) ([]Line, error) {
-	var openmpi, ours [][]Sample
+	var refs, ours [][]Sample
+	prefix, _ := reference(config)
 	for n := 1; ; n++ {
-		a, errA := readCSV(filepath.Join(dir, config, "openmpi-"+strconv.Itoa(n)+".csv"))
+		a, errA := readCSV(filepath.Join(dir, config, prefix+"-"+strconv.Itoa(n)+".csv"))
 		b, errB := readCSV(filepath.Join(dir, config, "hiercomm-"+strconv.Itoa(n)+".csv"))
 		if os.IsNotExist(errA) && os.IsNotExist(errB) {
 			break
@@ -62,12 +66,12 @@ func readConfig(dir, config string) ([]Line, error) {
 		if errB != nil {
 			return nil, errB
 		}
-		openmpi, ours = append(openmpi, a), append(ours, b)
+		refs, ours = append(refs, a), append(ours, b)
 	}
-	if len(openmpi) == 0 {
-		return nil, fmt.Errorf("%s: no rounds (openmpi-1.csv, hiercomm-1.csv)", filepath.Join(dir, config))
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%s: no rounds (%s-1.csv, hiercomm-1.csv)", filepath.Join(dir, config), prefix)
 	}
-	return Compare(config, openmpi, ours), nil
+	return Compare(config, refs, ours), nil
 }
 
 // readFloor gathers the floor of every hiercomm-bench JSON file of one

@@ -104,10 +104,10 @@ func TestCompare(t *testing.T) {
 	// allreduce 8 B: hiercomm 155.40, 146.95, 153.97 µs; OpenMPI 91.366,
 	// 237.237, 196.591.
 	l := lines[0]
-	want := Line{Config: "tcp4", Op: "allreduce", Bytes: 8, OpenMPIUS: 196.591, OursUS: 153.96864220183485, Rounds: 3, Goal: 0,
+	want := Line{Config: "tcp4", Op: "allreduce", Bytes: 8, RefUS: 196.591, OursUS: 153.96864220183485, Rounds: 3, Goal: 0,
 		Low: 146.94537037037037 / 237.237, High: 155.40465248226948 / 91.366}
-	want.Ratio = want.OursUS / want.OpenMPIUS
-	if l.Config != want.Config || l.Op != want.Op || l.Bytes != want.Bytes || !near(l.OpenMPIUS, want.OpenMPIUS) || !near(l.OursUS, want.OursUS) ||
+	want.Ratio = want.OursUS / want.RefUS
+	if l.Config != want.Config || l.Op != want.Op || l.Bytes != want.Bytes || !near(l.RefUS, want.RefUS) || !near(l.OursUS, want.OursUS) ||
 		!near(l.Ratio, want.Ratio) || !near(l.Low, want.Low) || !near(l.High, want.High) || l.Rounds != 3 || l.Goal != 0 || !l.Met() {
 		t.Errorf("allreduce 8 B: %+v, want %+v (met)", l, want)
 	}
@@ -145,7 +145,7 @@ func TestCompareMissing(t *testing.T) {
 		t.Fatalf("lines %+v, want allreduce 8 B only", lines)
 	}
 	l := lines[0]
-	if l.Rounds != 2 || l.OpenMPIUS != 15 || l.OursUS != 20 || l.Low != 1 || l.High != 2 || l.Wrong != 2 || l.Goal != 0 || l.Met() {
+	if l.Rounds != 2 || l.RefUS != 15 || l.OursUS != 20 || l.Low != 1 || l.High != 2 || l.Wrong != 2 || l.Goal != 0 || l.Met() {
 		t.Errorf("%+v", l)
 	}
 }
@@ -162,7 +162,7 @@ func TestJudgeAndMarkdown(t *testing.T) {
 		lines = append(lines, l...)
 	}
 	v := Judge(lines)
-	if len(v) != 3 {
+	if len(v) != 4 {
 		t.Fatalf("%d verdicts", len(v))
 	}
 	// tcp4: allreduce 8 B met (0.78×); of the 9 large sizes only
@@ -210,6 +210,58 @@ func TestJudgeAndMarkdown(t *testing.T) {
 	Markdown(&b, "", lines[:1], nil)
 	if !strings.Contains(b.String(), "- shared memory, 4 ranks, every op and size ≤ 1.0×: not measured\n") {
 		t.Errorf("unmeasured goal:\n%s", b.String())
+	}
+}
+
+// TestEncryptedAgainstTCP: quic4 reads its reference from tcp-N.csv (plain
+// TCP in the same rounds), its sizes from 1 MiB fall under the encrypted
+// goal (time ≤ 1.25×, busbw ≥ 0.8×) and the smaller ones under none, and
+// its table names the reference.
+func TestEncryptedAgainstTCP(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "quic4"), 0o755)
+	for n, rows := range map[string]string{
+		"tcp-1.csv":      "allreduce,524288,100\nallreduce,1048576,1000\nbroadcast,4194304,2000\n",
+		"hiercomm-1.csv": "allreduce,524288,500\nallreduce,1048576,1200\nbroadcast,4194304,3000\n",
+		"tcp-2.csv":      "allreduce,524288,100\nallreduce,1048576,1000\nbroadcast,4194304,2000\n",
+		"hiercomm-2.csv": "allreduce,524288,500\nallreduce,1048576,1300\nbroadcast,4194304,2600\n",
+	} {
+		os.WriteFile(filepath.Join(dir, "quic4", n), []byte("op,size_bytes,time_us\n"+rows), 0o644)
+	}
+	lines, err := readConfig(dir, "quic4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3: %+v", len(lines), lines)
+	}
+	// 512 KiB is under the goal's sizes; 1 MiB at 1.25× meets it, 4 MiB
+	// at 1.40× does not.
+	for i, want := range []struct {
+		goal  int
+		ratio float64
+		met   bool
+	}{{-1, 5, false}, {3, 1.25, true}, {3, 1.4, false}} {
+		if l := lines[i]; l.Goal != want.goal || !near(l.Ratio, want.ratio) || l.Met() != want.met {
+			t.Errorf("line %d: %+v, want goal %d, ratio %v, met %v", i, l, want.goal, want.ratio, want.met)
+		}
+	}
+	var b bytes.Buffer
+	if err := Markdown(&b, "", lines, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"**the default network (QUIC and its TLS lane, encrypted), 4 ranks over loopback** (2 rounds; against hiercomm over plain TCP)\n",
+		"| 1 MiB | 1.25× ✓ 1250 / 1000 [1.20–1.30] |",
+		"- **not met**: the encrypted default network from 1 MiB, 4 ranks, against plain TCP (busbw ≥ 0.8× plain TCP's) ≤ 1.25×: 1 of 2 met; the worst 1.40× (broadcast at 4 MiB, the default network",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, b.String())
+		}
+	}
+	os.Remove(filepath.Join(dir, "quic4", "tcp-2.csv"))
+	if _, err := readConfig(dir, "quic4"); err == nil || !strings.Contains(err.Error(), "tcp-2.csv") {
+		t.Errorf("a round without plain TCP's file: %v", err)
 	}
 }
 

@@ -2,16 +2,19 @@
 # bench/peers/run.sh: hiercomm beside OpenMPI on this machine, in one run
 # (docs/benchmarks.md, "Side by side with OpenMPI"; `make peers`).
 #
-#   bench/peers/run.sh [-quick] [-rounds N] [-configs tcp2,tcp4,shm4] [-bind default|none|core] [-out DIR]
+#   bench/peers/run.sh [-quick] [-rounds N] [-configs tcp2,tcp4,shm4,quic4] [-bind default|none|core] [-out DIR]
 #
 # For each configuration (tcp2: TCP loopback, 2 ranks; tcp4: 4 ranks; shm4:
 # shared memory, 4 ranks on one node) it runs OpenMPI's collectives
 # (bench/peers/mpi/coll.c under mpirun), then hiercomm-bench's, over the
-# same sizes: N rounds (3) of every configuration in turn. Then it prints,
-# per operation and size, the median of each side's times, hiercomm ÷
-# OpenMPI, and the goals met or not, as markdown tables. The full sweep
-# is 8 B to 64 MiB by factors of 2; -quick measures 8, 64 and 512 B and 1,
-# 8 and 64 MiB.
+# same sizes: N rounds (3) of every configuration in turn. quic4, the
+# encrypted default network on 4 ranks, is set against hiercomm's own plain
+# TCP instead, run just before it in each round (its goal is a share of
+# what plain TCP moves), from 1 MiB. Then it prints, per operation and
+# size, the median of each side's times, hiercomm ÷ the reference, and the
+# goals met or not, as markdown tables. The full sweep is 8 B to 64 MiB
+# by factors of 2 (quic4: from 1 MiB); -quick measures 8, 64 and 512 B and
+# 1, 8 and 64 MiB (quic4: 1, 8 and 64 MiB).
 #
 # -bind says how the ranks are bound to the CPUs: default (the default)
 # leaves each side to its own default (mpirun binds each rank to a core
@@ -28,7 +31,7 @@
 # (default bench/peers/out): the programs, each run's CSV, JSON and log.
 set -euo pipefail
 
-mode=full rounds=3 configs=tcp2,tcp4,shm4 bind=default out=
+mode=full rounds=3 configs=tcp2,tcp4,shm4,quic4 bind=default out=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-quick | quick) mode=quick ;;
@@ -88,8 +91,10 @@ echo '{"inplace": false}' >"$bin/config.json"
 ops=allreduce,reducescatter,broadcast
 if [ $mode = full ]; then
 	sweeps=("8 64M 2")
+	large=("1M 64M 2")
 else
 	sweeps=("8 512 8" "1M 64M 8")
+	large=("1M 64M 8")
 fi
 asroot=()
 [ "$(id -u)" = 0 ] && asroot=(--allow-run-as-root)
@@ -114,17 +119,19 @@ openmpi() {
 	done
 }
 
-# hiercomm CONFIG FILE runs hiercomm-bench for CONFIG, appending its CSV to FILE.
+# hiercomm CONFIG FILE [NETWORK] runs hiercomm-bench for CONFIG over
+# NETWORK (tcp; quic4's own run: quic), appending its CSV to FILE.
 hiercomm() {
-	local cfg=$1 file=$2 log=${2%.csv}.log np=${1:(-1)} s min max f k=0
-	local where=(-nodes "$np" -impl flat)
+	local cfg=$1 file=$2 log=${2%.csv}.log np=${1:(-1)} s min max f k=0 network=${3:-tcp}
+	local where=(-nodes "$np" -impl flat) sizes=("${sweeps[@]}")
 	[ "${cfg:0:3}" = shm ] && where=(-nodes 1 -impl shm)
-	for s in "${sweeps[@]}"; do
+	[ "$cfg" = quic4 ] && sizes=("${large[@]}")
+	for s in "${sizes[@]}"; do
 		read -r min max f <<<"$s"
 		k=$((k + 1))
 		# The JSON keeps the run's floor (raw sockets), which peers prints
 		# under the TCP tables.
-		local cmd=("$bin/hiercomm-bench" -config "$bin/config.json" -np "$np" "${where[@]}" -link-rate off -network tcp
+		local cmd=("$bin/hiercomm-bench" -config "$bin/config.json" -np "$np" "${where[@]}" -link-rate off -network "$network"
 			-a 3 -c 0 -ops "$ops" -b "$min" -e "$max" -f "$f" -csv "$file.part" -json "${file%.csv}-$k.json")
 		echo "${HIERCOMM_BIND:+HIERCOMM_BIND=$HIERCOMM_BIND }${cmd[*]}" >>"$log"
 		"${cmd[@]}" >>"$log" 2>&1 || { tail -20 "$log" >&2; die "hiercomm-bench failed (log: $log)"; }
@@ -135,10 +142,10 @@ hiercomm() {
 load() { uptime | sed 's/.*load average: //'; }
 start_load=$(load)
 say "$(date -u '+%F %H:%M UTC'), $(nproc) cores, load average at start: $start_load"
-say "mode $mode, $rounds rounds, configurations $configs, sizes: ${sweeps[*]} (min max factor), ops $ops, ranks bound: $bind; files under $out"
+say "mode $mode, $rounds rounds, configurations $configs, sizes: ${sweeps[*]} (min max factor; quic4: ${large[*]}), ops $ops, ranks bound: $bind; files under $out"
 started=$SECONDS
 for cfg in ${configs//,/ }; do
-	case $cfg in tcp2 | tcp4 | shm4) ;; *) die "unknown configuration $cfg (tcp2, tcp4, shm4)" ;; esac
+	case $cfg in tcp2 | tcp4 | shm4 | quic4) ;; *) die "unknown configuration $cfg (tcp2, tcp4, shm4, quic4)" ;; esac
 	rm -rf "${out:?}/$cfg"
 	mkdir -p "$out/$cfg"
 done
@@ -146,6 +153,12 @@ done
 # machine falls on one round of each rather than on every round of one.
 for i in $(seq "$rounds"); do
 	for cfg in ${configs//,/ }; do
+		if [ "$cfg" = quic4 ]; then
+			say "round $i of $rounds, $cfg: hiercomm over plain TCP, then over the default network (load average $(load))"
+			hiercomm "$cfg" "$out/$cfg/tcp-$i.csv" tcp
+			hiercomm "$cfg" "$out/$cfg/hiercomm-$i.csv" quic
+			continue
+		fi
 		say "round $i of $rounds, $cfg: OpenMPI, then hiercomm (load average $(load))"
 		openmpi "$cfg" "$out/$cfg/openmpi-$i.csv"
 		hiercomm "$cfg" "$out/$cfg/hiercomm-$i.csv"
