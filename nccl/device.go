@@ -1,9 +1,11 @@
 package nccl
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -19,7 +21,9 @@ import (
 //
 // Device also gives a trainer what it needs to put data on the GPU without
 // another library: Alloc, Free, Write and Read (which make it a
-// commtest.Memory, so the conformance suite runs on device buffers).
+// commtest.Memory, so the conformance suite runs on device buffers), and
+// AllocPinned and FreePinned for host memory that those copies move at
+// the bus's speed.
 type Device struct {
 	lib     *Library
 	ordinal int
@@ -32,8 +36,16 @@ type Device struct {
 	// stagers; it is used from the device thread only.
 	copyStream cuStream
 
-	mu     sync.Mutex // guards pinned
-	pinned [][]byte   // free page-locked host buffers, reused by AllocHost
+	mu     sync.Mutex // guards pinned and held
+	pinned [][]byte   // free page-locked host buffers, reused by allocHost
+	// held are the live allocations of AllocPinned, by base address.
+	held []hostSpan
+}
+
+// hostSpan is one allocation of host memory: its address and length.
+type hostSpan struct {
+	base uintptr
+	n    int
 }
 
 // Device returns GPU ordinal (0-based, after CUDA_VISIBLE_DEVICES), starting
@@ -149,7 +161,9 @@ func (d *Device) Free(b comm.Buffer) {
 // Write copies src (exactly b.ByteLen() bytes) into the device buffer b and
 // returns when the data is in device memory. (It goes through page-locked
 // memory: a copy from pageable memory may return before its DMA is done,
-// and nothing would order it before NCCL's non-blocking streams.)
+// and nothing would order it before NCCL's non-blocking streams. src in
+// memory from AllocPinned is copied from where it is; other memory is
+// first copied into page-locked buffers of the device's own.)
 func (d *Device) Write(b comm.Buffer, src []byte) error {
 	if err := d.mine(b, "Write"); err != nil {
 		return err
@@ -159,6 +173,9 @@ func (d *Device) Write(b comm.Buffer, src []byte) error {
 	}
 	if len(src) == 0 {
 		return nil
+	}
+	if d.holds(src) {
+		return d.toDevice(b, pinnedBuf{p: unsafe.Pointer(&src[0]), bytes: src})
 	}
 	for off := 0; off < len(src); off += writeChunk {
 		n := min(writeChunk, len(src)-off)
@@ -181,7 +198,8 @@ func (d *Device) Write(b comm.Buffer, src []byte) error {
 const writeChunk = 16 << 20
 
 // Read copies the device buffer b into dst (exactly b.ByteLen() bytes) and
-// returns when the copy is done.
+// returns when the copy is done. Into memory from AllocPinned the driver
+// copies at the bus's speed; into other memory it stages the copy itself.
 func (d *Device) Read(dst []byte, b comm.Buffer) error {
 	if err := d.mine(b, "Read"); err != nil {
 		return err
@@ -233,7 +251,82 @@ func (d *Device) mine(b comm.Buffer, what string) error {
 	return nil
 }
 
-// pinnedBuf is page-locked host memory from AllocHost.
+// AllocPinned returns n bytes of page-locked ("pinned") host memory,
+// zeroed: memory that Write copies to the device, and Read from it, at the
+// bus's speed and without a copy of ours in between, where ordinary Go
+// memory goes through a staging copy (Write's, or the driver's for Read).
+// A trainer keeps there the host side of what it moves to and from the
+// GPU. It is not Go's heap: the garbage collector neither moves nor frees
+// it, and it must not hold Go pointers. FreePinned gives it back; until
+// then it stays locked in RAM, so allocate what the copies need, not every
+// host array.
+func (d *Device) AllocPinned(n int) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("nccl: AllocPinned(%d) on %v: want n ≥ 0", n, d)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	var p unsafe.Pointer
+	err := d.do(func() error {
+		if r := d.lib.drv.MemHostAlloc(&p, uintptr(n), cuMemHostAllocPortable); r != cudaSuccess {
+			return d.lib.cuError(fmt.Sprintf("cuMemHostAlloc(%d bytes) for AllocPinned on %v", n, d), r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := unsafe.Slice((*byte)(p), n)
+	clear(b)
+	d.mu.Lock()
+	i, _ := slices.BinarySearchFunc(d.held, uintptr(p), func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+	d.held = slices.Insert(d.held, i, hostSpan{base: uintptr(p), n: n})
+	d.mu.Unlock()
+	return b, nil
+}
+
+// FreePinned releases memory from AllocPinned: b must start where
+// AllocPinned's slice did (any length; an empty b is nothing to free). b
+// and every slice of it must not be used after. Memory that is not a live
+// allocation of AllocPinned on this device — Go memory, a slice from the
+// middle of one, one freed already — is an error, and nothing is freed.
+func (d *Device) FreePinned(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	a := uintptr(unsafe.Pointer(&b[0]))
+	d.mu.Lock()
+	i, found := slices.BinarySearchFunc(d.held, a, func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+	if found {
+		d.held = slices.Delete(d.held, i, i+1)
+	}
+	d.mu.Unlock()
+	if !found {
+		return fmt.Errorf("nccl: FreePinned(%#x, %d bytes) on %v: not the start of a live allocation of AllocPinned on this device (Go memory, a slice from inside one, or one freed already)", a, len(b), d)
+	}
+	return d.do(func() error {
+		if r := d.lib.drv.MemFreeHost(unsafe.Pointer(&b[0])); r != cudaSuccess {
+			return d.lib.cuError("cuMemFreeHost for FreePinned", r)
+		}
+		return nil
+	})
+}
+
+// holds reports whether b lies wholly in a live allocation of AllocPinned.
+func (d *Device) holds(b []byte) bool {
+	a := uintptr(unsafe.Pointer(&b[0]))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, found := slices.BinarySearchFunc(d.held, a, func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+	if !found {
+		i-- // the last allocation starting before a
+	}
+	return i >= 0 && a+uintptr(len(b)) <= d.held[i].base+uintptr(d.held[i].n)
+}
+
+// pinnedBuf is page-locked host memory: the device's own (allocHost), or
+// a caller's from AllocPinned.
 type pinnedBuf struct {
 	p     unsafe.Pointer
 	bytes []byte

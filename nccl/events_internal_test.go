@@ -79,3 +79,11 @@ func (h *heldDriver) EventQuery(e cuEvent) cuResult {
 	}
 	return h.driverAPI.EventQuery(e)
 }
+
+// Staging is how many page-locked buffers d keeps for its own copies
+// (Write's staging of Go memory, the stagers'), for the external tests.
+func Staging(d *Device) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pinned)
+}

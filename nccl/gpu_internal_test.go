@@ -64,13 +64,15 @@ func TestGPULibrary(t *testing.T) {
 // TestGPUCopyRates measures host↔device copies through the package's own
 // paths: page-locked memory (allocHost) through the copy stream (toDevice,
 // toHost: what Staged and the stagers use) against Go memory through
-// Device.Write and Device.Read (pageable: the driver stages it). It checks
-// that each path moves the bytes exactly and logs GB/s (10⁹ bytes per
-// second, the median of many copies); speed is reported, not asserted.
+// Device.Write and Device.Read (pageable: Write stages it, the driver
+// stages Read), and memory from AllocPinned through Write and Read (what
+// the trainers use). It checks that each path moves the bytes exactly and
+// logs GB/s (10⁹ bytes per second, the median of many copies); speed is
+// reported, not asserted.
 func TestGPUCopyRates(t *testing.T) {
 	dev := gpuTestDevice(t)
 	var table strings.Builder
-	fmt.Fprintf(&table, "%10s %12s %12s %14s %14s   (GB/s, median)\n", "size", "pinned H2D", "pinned D2H", "pageable H2D", "pageable D2H")
+	fmt.Fprintf(&table, "%10s %12s %12s %14s %14s %17s %17s   (GB/s, median)\n", "size", "pinned H2D", "pinned D2H", "pageable H2D", "pageable D2H", "AllocPinned H2D", "AllocPinned D2H")
 	for _, size := range []int{1 << 20, 4 << 20, 64 << 20} {
 		buf, err := dev.Alloc(comm.U8, size)
 		if err != nil {
@@ -82,47 +84,60 @@ func TestGPUCopyRates(t *testing.T) {
 			t.Fatal(err)
 		}
 		page := make([]byte, size)
-		rates, err := gpuCopyRates(dev, buf, pin, page)
+		user, err := dev.AllocPinned(size)
+		if err != nil {
+			dev.freeHost(pin)
+			dev.Free(buf)
+			t.Fatal(err)
+		}
+		rates, err := gpuCopyRates(dev, buf, pin, page, user)
 		dev.freeHost(pin)
 		dev.Free(buf)
+		if ferr := dev.FreePinned(user); ferr != nil && err == nil {
+			err = ferr
+		}
 		if err != nil {
 			t.Fatalf("%d MiB: %v", size>>20, err)
 		}
-		fmt.Fprintf(&table, "%7d MiB %12.1f %12.1f %14.1f %14.1f\n", size>>20, rates[0], rates[1], rates[2], rates[3])
+		fmt.Fprintf(&table, "%7d MiB %12.1f %12.1f %14.1f %14.1f %17.1f %17.1f\n", size>>20, rates[0], rates[1], rates[2], rates[3], rates[4], rates[5])
 	}
 	t.Logf("host↔device copies on %v:\n%s", dev, table.String())
 }
 
-// gpuCopyRates checks that both paths move bytes exactly, each way, and then
-// times them: pinned H2D, pinned D2H, pageable H2D, pageable D2H, in GB/s.
-func gpuCopyRates(dev *Device, buf comm.Buffer, pin pinnedBuf, page []byte) ([4]float64, error) {
-	var rates [4]float64
+// gpuCopyRates checks that every path moves bytes exactly, each way, and
+// then times them: pinned H2D, pinned D2H, pageable H2D, pageable D2H,
+// and Write and Read of user (from AllocPinned), in GB/s.
+func gpuCopyRates(dev *Device, buf comm.Buffer, pin pinnedBuf, page, user []byte) ([6]float64, error) {
+	var rates [6]float64
 	size := len(page)
 	fill := func(b []byte, seed int) {
 		for i := range b {
 			b[i] = byte(i*7 + i>>11 + seed)
 		}
 	}
-	// Pinned in, pageable out; then pageable in, pinned out.
-	fill(pin.bytes, 1)
-	if err := dev.toDevice(buf, pin); err != nil {
-		return rates, err
-	}
-	if err := dev.Read(page, buf); err != nil {
-		return rates, err
-	}
-	if i := gpuFirstDiff(page, pin.bytes); i >= 0 {
-		return rates, fmt.Errorf("pinned write then pageable read: byte %d is %d, want %d", i, page[i], pin.bytes[i])
-	}
-	fill(page, 2)
-	if err := dev.Write(buf, page); err != nil {
-		return rates, err
-	}
-	if err := dev.toHost(pin, buf); err != nil {
-		return rates, err
-	}
-	if i := gpuFirstDiff(pin.bytes, page); i >= 0 {
-		return rates, fmt.Errorf("pageable write then pinned read: byte %d is %d, want %d", i, pin.bytes[i], page[i])
+	// Each path in and out, checked against another: pinned in, pageable
+	// out; pageable in, pinned out; AllocPinned's memory in, pinned out;
+	// pinned in, AllocPinned's out.
+	for k, rt := range []struct {
+		what     string
+		src, dst []byte
+		in, out  func() error
+	}{
+		{"pinned write then pageable read", pin.bytes, page, func() error { return dev.toDevice(buf, pin) }, func() error { return dev.Read(page, buf) }},
+		{"pageable write then pinned read", page, pin.bytes, func() error { return dev.Write(buf, page) }, func() error { return dev.toHost(pin, buf) }},
+		{"Write from AllocPinned memory then pinned read", user, pin.bytes, func() error { return dev.Write(buf, user) }, func() error { return dev.toHost(pin, buf) }},
+		{"pinned write then Read into AllocPinned memory", pin.bytes, user, func() error { return dev.toDevice(buf, pin) }, func() error { return dev.Read(user, buf) }},
+	} {
+		fill(rt.src, k+1)
+		if err := rt.in(); err != nil {
+			return rates, err
+		}
+		if err := rt.out(); err != nil {
+			return rates, err
+		}
+		if i := gpuFirstDiff(rt.dst, rt.src); i >= 0 {
+			return rates, fmt.Errorf("%s: byte %d is %d, want %d", rt.what, i, rt.dst[i], rt.src[i])
+		}
 	}
 
 	iters := max(10, (256<<20)/size)
@@ -131,6 +146,8 @@ func gpuCopyRates(dev *Device, buf comm.Buffer, pin pinnedBuf, page []byte) ([4]
 		func() error { return dev.toHost(pin, buf) },
 		func() error { return dev.Write(buf, page) },
 		func() error { return dev.Read(page, buf) },
+		func() error { return dev.Write(buf, user) },
+		func() error { return dev.Read(user, buf) },
 	} {
 		med, err := gpuMedianTime(2, iters, copyOnce)
 		if err != nil {
