@@ -18,7 +18,7 @@ func TestBucketsAreRangesInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grad, err := (*trainer.Device)(nil).Vector(make([]float32, net.NumParams()))
+	grad, err := (*trainer.Device)(nil).Vector(net.NumParams())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,12 +146,12 @@ func run(ctx context.Context, args []string) error {
 	// Broadcast runs on it, each step's update is written to it, the
 	// checks at the end read it); the gradient's is where the buckets'
 	// AllReduces run.
-	pv, err := dev.Vector(make([]float32, net.NumParams()))
+	pv, err := dev.Vector(net.NumParams())
 	if err != nil {
 		return err
 	}
 	defer pv.Free()
-	gv, err := dev.Vector(make([]float32, net.NumParams()))
+	gv, err := dev.Vector(net.NumParams())
 	if err != nil {
 		return err
 	}

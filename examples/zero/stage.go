@@ -87,7 +87,7 @@ func train(ctx context.Context, c comm.Communicator, dev *trainer.Device, cfg tr
 	vec := func(n int) *trainer.Vector {
 		if err == nil {
 			var v *trainer.Vector
-			if v, err = dev.Vector(make([]float32, n)); err == nil {
+			if v, err = dev.Vector(n); err == nil {
 				s.vecs = append(s.vecs, v)
 				return v
 			}

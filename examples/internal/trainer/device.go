@@ -20,9 +20,11 @@ import (
 // model's arithmetic — forward, backward, the optimizer — stays on the
 // host. Each Vector therefore has two copies: the host's, which the
 // arithmetic reads and writes, and the device's, which the collectives
-// read and write; Put and Get move a range between them. Every such copy
-// is counted (Copies), so a run reports its host↔device traffic apart
-// from its communication. A real GPU trainer computes where its vectors
+// read and write; Put and Get move a range between them. The host copy
+// is page-locked memory (nccl.Device.AllocPinned), so those copies run at
+// the bus's speed without a staging copy. Every such copy is counted
+// (Copies), so a run reports its host↔device traffic apart from its
+// communication. A real GPU trainer computes where its vectors
 // live and has none of these copies; the collectives' part is the same.
 //
 // A nil *Device is a run on host memory: a Vector has no device copy,
@@ -112,27 +114,37 @@ func (d *Device) Allocated() int {
 // where the arithmetic reads and writes it; on a Device it also has a
 // device buffer of the same length, where the collectives run (Buf).
 type Vector struct {
-	Host []float32
-	d    *Device
-	dev  comm.Buffer // zero on host memory
+	Host   []float32
+	d      *Device
+	dev    comm.Buffer // zero on host memory
+	pinned []byte      // Host's memory on a Device (AllocPinned); nil on host memory
 }
 
-// Vector returns a Vector over host, with a device buffer of len(host)
-// elements when d is not nil. The device copy starts as host is (it is
-// written once here), so a collective that reads it before any Put reads
-// what the host holds, never uninitialized memory. Free releases it.
-func (d *Device) Vector(host []float32) (*Vector, error) {
-	v := &Vector{Host: host, d: d}
+// Vector returns a Vector of n elements, all zero: on host memory (d nil)
+// a Go slice; on a Device a page-locked host copy and a device buffer of n
+// elements. The device copy starts as the host's (it is written once
+// here), so a collective that reads it before any Put reads zeros, never
+// uninitialized memory. Free releases it.
+func (d *Device) Vector(n int) (*Vector, error) {
 	if d == nil {
-		return v, nil
+		return &Vector{Host: make([]float32, n)}, nil
 	}
-	b, err := d.dev.Alloc(comm.F32, len(host))
+	v := &Vector{d: d, Host: []float32{}}
+	if n > 0 {
+		p, err := d.dev.AllocPinned(4 * n)
+		if err != nil {
+			return nil, err
+		}
+		v.pinned, v.Host = p, unsafe.Slice((*float32)(unsafe.Pointer(&p[0])), n)
+	}
+	b, err := d.dev.Alloc(comm.F32, n)
 	if err != nil {
+		v.Free()
 		return nil, err
 	}
 	v.dev = b
 	d.allocated.Add(int64(b.ByteLen()))
-	if err := v.Put(0, len(host)); err != nil {
+	if err := v.Put(0, n); err != nil {
 		v.Free()
 		return nil, err
 	}
@@ -185,15 +197,22 @@ func (v *Vector) Get(off, n int) error {
 	return nil
 }
 
-// Free releases the device copy (nothing on host memory or for a nil
-// Vector). The Vector must not be used after.
+// Free releases the device copy and the page-locked host copy (nothing on
+// host memory or for a nil Vector). The Vector, and its Host, must not be
+// used after.
 func (v *Vector) Free() {
-	if v == nil || v.d == nil || v.dev.IsZero() {
+	if v == nil || v.d == nil {
 		return
 	}
-	v.d.allocated.Add(-int64(v.dev.ByteLen()))
-	v.d.dev.Free(v.dev)
-	v.dev = comm.Buffer{}
+	if !v.dev.IsZero() {
+		v.d.allocated.Add(-int64(v.dev.ByteLen()))
+		v.d.dev.Free(v.dev)
+		v.dev = comm.Buffer{}
+	}
+	if v.pinned != nil {
+		_ = v.d.dev.FreePinned(v.pinned) // AllocPinned's own slice: it cannot be refused
+		v.pinned, v.Host = nil, nil
+	}
 }
 
 // bytesOf is the memory of s as bytes (no copy).

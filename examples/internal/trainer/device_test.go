@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/hiercomm/hiercomm"
 	"github.com/hiercomm/hiercomm/cluster/launchenv"
@@ -53,13 +54,14 @@ func TestHostStagesThroughTheDevice(t *testing.T) {
 	}
 }
 
-// TestVectorCopies: a Vector's device copy starts as its host slice, Put
-// and Get move exactly the range asked for, and every copy is counted;
-// without a Device a Vector is its host slice.
+// TestVectorCopies: a Vector starts as zeros on both sides, its host copy
+// is page-locked memory of the device (Free gives it back: freeing it again
+// is refused), Put and Get move exactly the range asked for, and every copy
+// is counted; without a Device a Vector is a Go slice.
 func TestVectorCopies(t *testing.T) {
 	w := fakeGPUWorld(t)
 	d := NewDevice(w.Device())
-	v, err := d.Vector([]float32{1, 2, 3, 4})
+	v, err := d.Vector(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +70,13 @@ func TestVectorCopies(t *testing.T) {
 	}
 	if v.Buf(0, 4).OnHost() {
 		t.Error("a device Vector's buffer is host memory")
+	}
+	if err := v.Get(0, 4); err != nil || !slices.Equal(v.Host, []float32{0, 0, 0, 0}) {
+		t.Errorf("a new Vector's device copy: %v, %v; want zeros", v.Host, err)
+	}
+	copy(v.Host, []float32{1, 2, 3, 4})
+	if err := v.Put(0, 4); err != nil {
+		t.Fatal(err)
 	}
 	v.Host[1], v.Host[2] = 7, 9
 	if err := v.Put(1, 1); err != nil { // element 1 only
@@ -80,17 +89,24 @@ func TestVectorCopies(t *testing.T) {
 	if !slices.Equal(v.Host, []float32{1, 7, 3, 4}) {
 		t.Errorf("after Put(1, 1) and Get: %v, want [1 7 3 4]", v.Host)
 	}
-	if c := d.Copies(); c.H2DBytes != 16+4 || c.D2HBytes != 16 {
-		t.Errorf("counted %d bytes host→device and %d back, want 20 and 16", c.H2DBytes, c.D2HBytes)
+	if c := d.Copies(); c.H2DBytes != 16+16+4 || c.D2HBytes != 16+16 {
+		t.Errorf("counted %d bytes host→device and %d back, want 36 and 32", c.H2DBytes, c.D2HBytes)
+	}
+	pinned := v.pinned
+	if len(pinned) != 16 || &pinned[0] != (*byte)(unsafe.Pointer(&v.Host[0])) {
+		t.Fatalf("the host copy is not the Vector's page-locked memory (%d bytes)", len(pinned))
 	}
 	v.Free()
 	if got := d.Allocated(); got != 0 {
 		t.Errorf("%d bytes of device memory after Free, want 0", got)
 	}
+	if err := w.Device().FreePinned(pinned); err == nil {
+		t.Error("Free left the host copy allocated (freeing it again was accepted)")
+	}
 
 	var host *Device
-	h, err := host.Vector([]float32{5, 6})
-	if err != nil || !h.Buf(0, 2).OnHost() || h.Put(0, 2) != nil || h.Get(0, 2) != nil || host.Copies() != (Copies{}) {
+	h, err := host.Vector(2)
+	if err != nil || len(h.Host) != 2 || !h.Buf(0, 2).OnHost() || h.Put(0, 2) != nil || h.Get(0, 2) != nil || host.Copies() != (Copies{}) {
 		t.Errorf("a Vector on host memory: %v, buffer on host %v, copies %v", err, h.Buf(0, 2).OnHost(), host.Copies())
 	}
 }
