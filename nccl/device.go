@@ -280,7 +280,7 @@ func (d *Device) AllocPinned(n int) ([]byte, error) {
 	b := unsafe.Slice((*byte)(p), n)
 	clear(b)
 	d.mu.Lock()
-	i, _ := slices.BinarySearchFunc(d.held, uintptr(p), func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+	i, _ := d.heldAt(uintptr(p))
 	d.held = slices.Insert(d.held, i, hostSpan{base: uintptr(p), n: n})
 	d.mu.Unlock()
 	return b, nil
@@ -297,7 +297,7 @@ func (d *Device) FreePinned(b []byte) error {
 	}
 	a := uintptr(unsafe.Pointer(&b[0]))
 	d.mu.Lock()
-	i, found := slices.BinarySearchFunc(d.held, a, func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+	i, found := d.heldAt(a)
 	if found {
 		d.held = slices.Delete(d.held, i, i+1)
 	}
@@ -313,12 +313,18 @@ func (d *Device) FreePinned(b []byte) error {
 	})
 }
 
+// heldAt is where an allocation of AllocPinned at address a is in d.held,
+// or would go, and whether it is there; d.mu is held.
+func (d *Device) heldAt(a uintptr) (int, bool) {
+	return slices.BinarySearchFunc(d.held, a, func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+}
+
 // holds reports whether b lies wholly in a live allocation of AllocPinned.
 func (d *Device) holds(b []byte) bool {
 	a := uintptr(unsafe.Pointer(&b[0]))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	i, found := slices.BinarySearchFunc(d.held, a, func(h hostSpan, a uintptr) int { return cmp.Compare(h.base, a) })
+	i, found := d.heldAt(a)
 	if !found {
 		i-- // the last allocation starting before a
 	}
