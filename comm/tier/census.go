@@ -28,8 +28,8 @@ func AppendProgress(b []byte, p comm.Progress) []byte {
 		flags = stoppedBit
 	}
 	b = append(b, byte(k)|flags)
-	for s := p.Started - k + 1; s <= p.Started && k > 0; s++ {
-		c := p.Calls[s%comm.CensusWindow]
+	for i := range k { // by i: a loop to s ≤ Started would not end at Started 2⁶⁴−1
+		c := p.Calls[(p.Started-k+1+i)%comm.CensusWindow]
 		b = append(b, byte(c.Kind), byte(c.DType), byte(c.Op))
 		b = binary.LittleEndian.AppendUint32(b, uint32(c.Root))
 		b = binary.LittleEndian.AppendUint64(b, uint64(c.Count))
@@ -55,7 +55,8 @@ func DecodeProgress(b []byte) (comm.Progress, error) {
 	if k > comm.CensusWindow || k > p.Started || uint64(len(b)) != k*progressCall {
 		return comm.Progress{}, fmt.Errorf("%w: %d calls up to #%d in %d bytes", errProgress, k, p.Started, len(b))
 	}
-	for s := p.Started - k + 1; k > 0 && s <= p.Started; s++ {
+	for i := range k { // by i, as in AppendProgress (a peer's bytes may say Started 2⁶⁴−1)
+		s := p.Started - k + 1 + i
 		p.Calls[s%comm.CensusWindow] = comm.Signature{Kind: comm.Kind(b[0]), DType: comm.DType(b[1]), Op: comm.ReduceOp(b[2]),
 			Root: int32(binary.LittleEndian.Uint32(b[3:])), Count: int64(binary.LittleEndian.Uint64(b[7:]))}
 		b = b[progressCall:]

@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -59,6 +60,22 @@ func TestProgressWireForm(t *testing.T) {
 		got, err := DecodeProgress(AppendProgress(nil, p))
 		if err != nil || got != p {
 			t.Fatalf("DecodeProgress(AppendProgress(%+v)) = %+v, %v", p, got, err)
+		}
+	}
+	// The last sequence numbers there are: the calls' loops must end at
+	// Started, not wrap past it (a fuzzed answer from a peer found both
+	// loops did: testdata/fuzz/FuzzDecodeProgress).
+	for _, last := range []uint64{math.MaxUint64, math.MaxUint64 - 1, comm.CensusWindow} {
+		var p comm.Progress
+		for s := last - 2; s <= last && s >= last-2; s++ {
+			p.Record(s, call(int(s%7)))
+			if s == last {
+				break
+			}
+		}
+		got, err := DecodeProgress(AppendProgress(nil, p))
+		if err != nil || got != p {
+			t.Fatalf("Started %d: DecodeProgress(AppendProgress(%+v)) = %+v, %v", last, p, got, err)
 		}
 	}
 	good := AppendProgress(nil, progressOf(1, 2, 3))
