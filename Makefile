@@ -43,8 +43,6 @@ lint: ## gofmt, go vet and staticcheck (pinned) must all be clean, in the main m
 
 fuzz: ## every Fuzz target (decoders of peers' and files' bytes, the schedules) for FUZZTIME (15s) each (.ci/fuzz lists them), then the simulated worlds of the census and of the failure machine on 200,000 seeds each
 	FUZZTIME=$(FUZZTIME) GO=$(GO) .ci/fuzz
-	HIERCOMM_SIM_SEEDS=200000 $(GO) test -count=1 -run '^TestWatchSimulation$$' ./comm/ # the census's simulated world, 200,000 seeds (make test: 500)
-	HIERCOMM_SIM_SEEDS=200000 $(GO) test -count=1 -run '^TestFailureSimulation$$' ./comm/ # the failure machine's simulated world, 200,000 seeds (make test: 500)
 
 soak: ## 2x2 processes: random checked collectives, Splits and Closes for SOAK (3m); errors 0, RSS and goroutines flat (docs/reliability.md)
 	HIERCOMM_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./cmd/hiercomm/
