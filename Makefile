@@ -26,7 +26,7 @@ gomlx: ## the GoMLX integration (integrations/gomlx, its own module): its tests,
 
 bench: ## the main job, then the Go micro-benchmarks of comm and nexar
 	$(GO) run ./cmd/hiercomm-bench
-	$(GO) test -run '^$$' -bench . ./comm/ ./nexar/...
+	$(GO) test -run '^$$' -bench . ./comm/... ./nexar/... # comm/tier holds the executor's and the checks' benchmarks
 
 demo: ## the main job: 4 local processes over QUIC, nccl-tests style tables
 	$(GO) run ./cmd/hiercomm-bench
