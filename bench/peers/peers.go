@@ -97,25 +97,28 @@ var Configs = []struct{ Name, What, Ref, RefWhat string }{
 	{"quic4", "the default network (QUIC and its TLS lane, encrypted), 4 ranks over loopback", "tcp", "hiercomm over plain TCP"},
 }
 
-// describe names config in words.
-func describe(config string) string {
+// configOf is the entry of Configs named config: an unknown one is
+// described by its name and set against OpenMPI.
+func configOf(config string) (what, ref, refWhat string) {
 	for _, c := range Configs {
 		if c.Name == config {
-			return c.What
+			return c.What, c.Ref, c.RefWhat
 		}
 	}
-	return config
+	return config, "openmpi", "OpenMPI"
+}
+
+// describe names config in words.
+func describe(config string) string {
+	what, _, _ := configOf(config)
+	return what
 }
 
 // reference is the prefix of the files config sets hiercomm against, and
-// what they measured; an unknown config's is OpenMPI's.
+// what they measured.
 func reference(config string) (prefix, what string) {
-	for _, c := range Configs {
-		if c.Name == config {
-			return c.Ref, c.RefWhat
-		}
-	}
-	return "openmpi", "OpenMPI"
+	_, prefix, what = configOf(config)
+	return prefix, what
 }
 
 // Goal is one of issue 29's goals: hiercomm's time ÷ its reference's
@@ -170,9 +173,10 @@ type key struct {
 }
 
 // Compare pairs the rounds of one configuration: ref[i] (OpenMPI's, or the
-// reference Configs names) and ours[i] are round i's runs. A size one side never measured in a round is left out of
-// that round; a size no round measured on both has no line. The lines
-// come in the order of ours' first round (op, then size).
+// reference Configs names) and ours[i] are round i's runs. A size one
+// side never measured in a round is left out of that round; a size no
+// round measured on both has no line. The lines come in the order of
+// ours' first round (op, then size).
 func Compare(config string, ref, ours [][]Sample) []Line {
 	var order []key
 	seen := map[key]bool{}
