@@ -49,6 +49,9 @@ import (
 //     the peers fuse that call with its neighbours and this rank cannot,
 //     see StartEach, the ranks disagree on the fused call instead: a
 //     mismatch.)
+//   - Its calls may run at the same time, as a group's do in NCCL: no call
+//     may read or write memory that another call of the batch writes
+//     (send one AllReduce's result in the next batch, or after Wait).
 //   - The Work is done when every call is. It fails with a *BatchError,
 //     which names the first call, in the batch's order, that failed and
 //     wraps its error (so errors.Is and errors.As see through it), and

@@ -58,7 +58,7 @@ func TestBatchFusesSmallAllReduces(t *testing.T) {
 				batch.AllReduce(comm.Host(big), comm.Host(big), comm.Sum)
 				batch.AllReduce(comm.Host(m), comm.Host(m), comm.Max)
 				batch.AllReduce(comm.Host(i), comm.Host(i), comm.Sum)
-				batch.Send(comm.Host(m), r, 1)
+				batch.Send(comm.Host([]float32{v}), r, 1) // not m: the Max AllReduce may be writing it (Batch: no call reads what another writes)
 				batch.Recv(comm.Host(make([]float32, 1)), r, 1)
 				batch.AllReduce(comm.Host(j), comm.Host(j), comm.Sum)
 				if err := batch.Run(context.Background(), rc); err != nil {
